@@ -1,0 +1,64 @@
+"""The daily budget: no rent may push the projected UTC day past it.
+
+Projected day = what the registry's boxes have cost since UTC midnight, plus what the live ones
+will cost until the next midnight at their current price, plus the new box until midnight.
+Prices are the providers' live figures recorded at rent time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from fleet.errors import BudgetExceeded
+from fleet.registry import Row
+
+
+def _parse(ts: str | None) -> datetime | None:
+    if not ts:
+        return None
+    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class Projection:
+    spent_usd: float  # since UTC midnight
+    committed_usd: float  # live boxes until next midnight
+    new_usd: float  # the box asked for, until next midnight
+    budget_usd: float
+
+    @property
+    def total_usd(self) -> float:
+        return self.spent_usd + self.committed_usd + self.new_usd
+
+    @property
+    def fits(self) -> bool:
+        return self.total_usd <= self.budget_usd + 1e-9
+
+
+def project(rows: list[Row], budget_usd: float, new_usd_per_hour: float = 0.0,
+            now: datetime | None = None) -> Projection:
+    now = now or datetime.now(UTC)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    left_h = (midnight + timedelta(days=1) - now).total_seconds() / 3600
+    spent = committed = 0.0
+    for r in rows:
+        start = _parse(r.created_at) or now
+        end = _parse(r.destroyed_at)
+        if r.status == "failed":
+            continue
+        run_from = max(start, midnight)
+        run_to = min(end, now) if end else now
+        if run_to > run_from:
+            spent += r.usd_per_hour * (run_to - run_from).total_seconds() / 3600
+        if end is None and r.live:
+            committed += r.usd_per_hour * left_h
+    return Projection(spent, committed, new_usd_per_hour * left_h, budget_usd)
+
+
+def require_fits(p: Projection, what: str) -> None:
+    if not p.fits:
+        raise BudgetExceeded(
+            f"{what} refused: projected day ${p.total_usd:.2f} would pass the daily budget "
+            f"${p.budget_usd:.2f} (spent today ${p.spent_usd:.2f}, live boxes until midnight "
+            f"${p.committed_usd:.2f}, this box until midnight ${p.new_usd:.2f})")

@@ -1,0 +1,192 @@
+"""fleet.toml: load and validate the fleet description.
+
+Every mistake (unknown key, wrong type, unknown role or provider) becomes one `ConfigError`
+line naming the file and the key, so the CLI can print it and exit 2 having changed nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleet.errors import ConfigError
+
+PROVIDERS = ("runpod", "vast")
+KINDS = ("standing", "oneshot")
+PROGRAMS = ("node", "miner", "prover")
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    kind: str
+    image: str
+    disk_gb: int
+    programs: tuple[str, ...] = ()
+    p2p_port: int | None = None
+    admitted_driver: str | None = None
+    qualified_gpus: tuple[str, ...] = ()
+    release: str | None = None
+    allowed_cuda: tuple[str, ...] = ()
+
+    @property
+    def tcp_ports(self) -> tuple[int, ...]:
+        return (22, self.p2p_port) if self.p2p_port else (22,)
+
+
+@dataclass(frozen=True)
+class Want:
+    role: str
+    provider: str
+    card: str
+    gpus: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    registry: Path
+    known_hosts: Path
+    ssh_key: Path
+    daily_budget_usd: float
+    roles: dict[str, Role]
+    roster: tuple[Want, ...]
+    store: dict[str, str] = field(default_factory=dict)
+
+    def role(self, name: str) -> Role:
+        try:
+            return self.roles[name]
+        except KeyError:
+            known = ", ".join(sorted(self.roles)) or "none"
+            raise ConfigError(f"unknown role {name!r} (roles: {known})") from None
+
+
+def _check(where: str, table: dict[str, Any], spec: dict[str, tuple[type, ...]],
+           required: tuple[str, ...] = ()) -> None:
+    for key, value in table.items():
+        if key not in spec:
+            raise ConfigError(f"{where}: unknown key {key!r}")
+        types = spec[key]
+        # bool is an int in Python; refuse it where a number is wanted
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            names = " or ".join(t.__name__ for t in types)
+            raise ConfigError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
+    for key in required:
+        if key not in table:
+            raise ConfigError(f"{where}: missing key {key!r}")
+
+
+def _strings(where: str, values: list[Any]) -> tuple[str, ...]:
+    for v in values:
+        if not isinstance(v, str):
+            raise ConfigError(f"{where}: expected a list of strings, found {v!r}")
+    return tuple(values)
+
+
+_ROLE_SPEC: dict[str, tuple[type, ...]] = {
+    "kind": (str,), "image": (str,), "disk_gb": (int,), "programs": (list,),
+    "p2p_port": (int,), "admitted_driver": (str,), "qualified_gpus": (list,),
+    "release": (str,), "allowed_cuda": (list,),
+}
+
+
+def _role(name: str, table: Any, src: str) -> Role:
+    where = f"{src}: roles.{name}"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table")
+    _check(where, table, _ROLE_SPEC, required=("kind", "image", "disk_gb"))
+    if table["kind"] not in KINDS:
+        raise ConfigError(
+            f"{where}.kind: expected one of {', '.join(KINDS)}, got {table['kind']!r}")
+    programs = _strings(f"{where}.programs", table.get("programs", []))
+    for p in programs:
+        if p not in PROGRAMS:
+            raise ConfigError(f"{where}.programs: unknown program {p!r}")
+    port = table.get("p2p_port")
+    if port is not None and not 0 < port < 65536:
+        raise ConfigError(f"{where}.p2p_port: {port} is not a TCP port")
+    if table["disk_gb"] < 8:
+        raise ConfigError(f"{where}.disk_gb: at least 8 GB, got {table['disk_gb']}")
+    return Role(
+        name=name, kind=table["kind"], image=table["image"], disk_gb=table["disk_gb"],
+        programs=programs, p2p_port=port, admitted_driver=table.get("admitted_driver"),
+        qualified_gpus=_strings(f"{where}.qualified_gpus", table.get("qualified_gpus", [])),
+        release=table.get("release"),
+        allowed_cuda=_strings(f"{where}.allowed_cuda", table.get("allowed_cuda", [])),
+    )
+
+
+def _wants(role: str, entries: Any, src: str) -> list[Want]:
+    where = f"{src}: roster.{role}"
+    if not isinstance(entries, list):
+        raise ConfigError(f"{where}: expected an array of tables ([[roster.{role}]])")
+    wants = []
+    for i, e in enumerate(entries):
+        w = f"{where}[{i}]"
+        if not isinstance(e, dict):
+            raise ConfigError(f"{w}: expected a table")
+        _check(w, e, {"provider": (str,), "card": (str,), "gpus": (int,), "count": (int,)},
+               required=("provider", "card"))
+        if e["provider"] not in PROVIDERS:
+            raise ConfigError(f"{w}.provider: expected one of {', '.join(PROVIDERS)}, "
+                              f"got {e['provider']!r}")
+        gpus, count = e.get("gpus", 1), e.get("count", 1)
+        if gpus < 1 or count < 0:
+            raise ConfigError(f"{w}: gpus must be >= 1 and count >= 0")
+        wants.append(Want(role, e["provider"], e["card"], gpus, count))
+    return wants
+
+
+def parse(data: dict[str, Any], path: Path) -> Config:
+    src = str(path)
+    _check(src, data, {"fleet": (dict,), "store": (dict,), "roles": (dict,), "roster": (dict,)})
+    top = data.get("fleet", {})
+    _check(f"{src}: fleet", top, {"registry": (str,), "known_hosts": (str,), "ssh_key": (str,),
+                                  "daily_budget_usd": (int, float)})
+    store = data.get("store", {})
+    _check(f"{src}: store", store, {"repo": (str,), "archive": (str,), "endpoint": (str,)})
+    roles = {name: _role(name, t, src) for name, t in data.get("roles", {}).items()}
+    roster: list[Want] = []
+    for role, entries in data.get("roster", {}).items():
+        if role not in roles:
+            raise ConfigError(f"{src}: roster.{role}: unknown role {role!r}")
+        roster.extend(_wants(role, entries, src))
+    budget = float(top.get("daily_budget_usd", 100.0))
+    if budget <= 0:
+        raise ConfigError(f"{src}: fleet.daily_budget_usd: must be positive, got {budget}")
+    base = path.parent
+
+    def rel(key: str, default: str) -> Path:
+        p = Path(os.path.expanduser(top.get(key, default)))
+        return p if p.is_absolute() else base / p
+
+    return Config(
+        path=path, registry=rel("registry", "state/boxes.json"),
+        known_hosts=rel("known_hosts", "state/known_hosts"),
+        ssh_key=rel("ssh_key", "state/ssh/fleet_ed25519"),
+        daily_budget_usd=budget, roles=roles, roster=tuple(roster),
+        store={k: str(v) for k, v in store.items()},
+    )
+
+
+def default_path() -> Path:
+    return Path(os.environ.get("FLEET_CONFIG", "fleet.toml"))
+
+
+def load(path: Path | None = None) -> Config:
+    path = path or default_path()
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file (set FLEET_CONFIG or pass --config)") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    return parse(data, path.resolve())

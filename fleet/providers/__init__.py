@@ -1,0 +1,1 @@
+"""Provider clients: RunPod (GraphQL) and Vast.ai (REST) behind one interface."""

@@ -1,0 +1,86 @@
+"""One model for both providers: what can be rented (Offer) and what is rented (Box)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Offer:
+    provider: str  # "runpod" | "vast"
+    offer_id: str  # Vast ask id; RunPod GPU type id (+ cloud), what rent() needs to place it
+    card: str  # the fleet's card name, e.g. "RTX 4090", "H100 SXM"
+    gpu_count: int
+    usd_per_hour: float  # live price for the whole box (all GPUs, storage included where known)
+    driver: str | None = None  # exact NVIDIA driver string where the provider says (Vast)
+    cuda: str | None = None  # highest CUDA the host supports, "12.8"
+    cloud: str | None = None  # RunPod: "SECURE" | "COMMUNITY"; Vast: "datacenter" | "community"
+    country: str | None = None
+    reliability: float | None = None
+    direct_ports: int | None = None
+    stock: str | None = None  # RunPod stockStatus
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass
+class Box:
+    provider: str
+    box_id: str  # provider's id: RunPod pod id, Vast instance id (as text)
+    label: str  # the fleet's unique label (RunPod: pod name; Vast: label)
+    card: str
+    gpu_count: int
+    usd_per_hour: float
+    status: str  # normalised: "provisioning" | "running" | "stopped" | "exited" | "unknown"
+    driver: str | None = None
+    ssh_host: str | None = None
+    ssh_port: int | None = None
+    public_ip: str | None = None
+    p2p_public_port: int | None = None
+    ports: dict[int, int] = field(default_factory=dict)  # internal TCP port -> public port
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def ssh_ready(self) -> bool:
+        return self.status == "running" and bool(self.ssh_host) and bool(self.ssh_port)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("raw")
+        return d
+
+
+@dataclass(frozen=True)
+class RentRequest:
+    label: str  # unique; the idempotency key
+    image: str
+    disk_gb: int
+    tcp_ports: tuple[int, ...] = (22,)  # internal ports to expose; the p2p port among them
+    env: dict[str, str] = field(default_factory=dict)
+    onstart: str | None = None  # start hook (Vast onstart; RunPod: passed as dockerArgs script)
+    allowed_cuda: tuple[str, ...] = ()
+    spot_bid: float | None = None  # per box per hour; None = on-demand
+
+
+class Provider(Protocol):
+    name: str
+
+    def offers(
+        self,
+        card: str | None = None,
+        gpu_count: int = 1,
+        driver: str | None = None,
+        direct_ports: int = 0,
+    ) -> list[Offer]: ...
+
+    def rent(self, offer: Offer, req: RentRequest) -> Box: ...
+
+    def boxes(self) -> list[Box]: ...
+
+    def box(self, box_id: str) -> Box | None: ...
+
+    def find_by_label(self, label: str) -> Box | None: ...
+
+    def stop(self, box_id: str) -> None: ...
+
+    def destroy(self, box_id: str) -> None: ...

@@ -1,0 +1,168 @@
+"""The box registry (boxes.json): one row per box ever rented.
+
+Rows are never deleted: a destroyed box keeps its row, marked with `destroyed_at`, so the history
+of what was paid for survives. Every change happens under a cross-process lock and lands with an
+atomic rename, so a writer killed mid-update loses nothing. A file that does not parse stops the
+program with the place where it is broken; it is never silently reset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fleet.errors import RegistryError, UsageError
+from fleet.fileutil import locked, write_atomic
+
+SCHEMA = 1
+LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+LIVE = ("renting", "provisioning", "running", "stopped", "exited", "unknown")
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def check_label(label: str) -> str:
+    if not LABEL_RE.match(label):
+        raise UsageError(f"bad label {label!r}: use 1-63 lowercase letters, digits and '-'")
+    return label
+
+
+@dataclass
+class Row:
+    label: str
+    provider: str
+    role: str
+    kind: str
+    card: str
+    gpu_count: int
+    usd_per_hour: float
+    status: str = "renting"  # renting -> provisioning -> running ... -> destroyed | failed
+    provider_id: str | None = None
+    driver: str | None = None
+    ssh_host: str | None = None
+    ssh_port: int | None = None
+    public_ip: str | None = None
+    p2p_public_port: int | None = None
+    host_key: str | None = None  # pinned "ssh-ed25519 AAAA..." line
+    standing: bool = False
+    standing_since: str | None = None
+    node_sha16_wanted: str | None = None
+    rerent_of: str | None = None
+    created_at: str = ""
+    destroyed_at: str | None = None
+    note: str | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.destroyed_at is None and self.status in LIVE
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_FIELDS = {f.name for f in fields(Row)}
+
+
+def _row(where: str, d: Any) -> Row:
+    if not isinstance(d, dict):
+        raise RegistryError(f"{where}: expected an object")
+    unknown = set(d) - _FIELDS
+    if unknown:
+        raise RegistryError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    try:
+        return Row(**d)
+    except TypeError as e:
+        raise RegistryError(f"{where}: {e}") from None
+
+
+class Registry:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock_path = path.with_name(path.name + ".lock")
+
+    def _read(self) -> dict[str, Row]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except (OSError, UnicodeDecodeError) as e:
+            raise RegistryError(f"registry {self.path}: cannot read: {e}") from None
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise RegistryError(
+                f"registry {self.path} is corrupt at line {e.lineno} column {e.colno}: {e.msg}; "
+                "restore it from a backup (nothing was changed)") from None
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            raise RegistryError(
+                f"registry {self.path}: expected schema {SCHEMA}, found "
+                f"{doc.get('schema') if isinstance(doc, dict) else type(doc).__name__!r}")
+        rows = doc.get("boxes")
+        if not isinstance(rows, list):
+            raise RegistryError(f"registry {self.path}: 'boxes' is not a list")
+        out: dict[str, Row] = {}
+        for i, d in enumerate(rows):
+            r = _row(f"registry {self.path}: boxes[{i}]", d)
+            if r.label in out:
+                raise RegistryError(
+                    f"registry {self.path}: boxes[{i}]: duplicate label {r.label!r}")
+            out[r.label] = r
+        return out
+
+    def _write(self, rows: dict[str, Row]) -> None:
+        doc = {"schema": SCHEMA, "updated_at": now_iso(),
+               "boxes": [r.to_dict() for r in rows.values()]}
+        write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=False) + "\n")
+
+    def rows(self) -> list[Row]:
+        """A consistent snapshot (readers take the lock too, so they never see a half-state)."""
+        with locked(self.lock_path):
+            return list(self._read().values())
+
+    def live_rows(self) -> list[Row]:
+        return [r for r in self.rows() if r.live]
+
+    def get(self, label: str) -> Row | None:
+        with locked(self.lock_path):
+            return self._read().get(label)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[dict[str, Row]]:
+        """Lock, read, let the caller change the rows, write once at the end."""
+        with locked(self.lock_path):
+            rows = self._read()
+            yield rows
+            self._write(rows)
+
+    def add(self, row: Row) -> Row:
+        check_label(row.label)
+        if not row.created_at:
+            row.created_at = now_iso()
+        with self.transaction() as rows:
+            if row.label in rows:
+                raise UsageError(f"label {row.label!r} is already in the registry")
+            rows[row.label] = row
+        return row
+
+    def update(self, label: str, **changes: Any) -> Row:
+        bad = set(changes) - _FIELDS
+        if bad:
+            raise RegistryError(f"no registry field {sorted(bad)[0]!r}")
+        with self.transaction() as rows:
+            row = rows.get(label)
+            if row is None:
+                raise UsageError(f"no box labelled {label!r} in the registry")
+            for k, v in changes.items():
+                setattr(row, k, v)
+        return row
+
+    def mark_destroyed(self, label: str, status: str = "destroyed") -> Row:
+        return self.update(label, status=status, destroyed_at=now_iso())

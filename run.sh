@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine: `./run.sh demo` (the sandbox demo) and `./run.sh test`.
+# Both install what they need first: Debian packages (sshd for the sandbox boxes, iproute2 for
+# their namespaces, gcc for the stand-in NVML, Debian's python3 for the boxes) and the project's
+# Python environment in .venv.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+DEBIAN_PACKAGES=(openssh-server openssh-client iproute2 gcc libc6-dev python3 python3-venv
+                 procps psmisc util-linux)
+
+setup() {
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        missing=()
+        for p in "${DEBIAN_PACKAGES[@]}"; do
+            dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+        done
+        if [ ${#missing[@]} -gt 0 ]; then
+            echo "installing Debian packages: ${missing[*]}"
+            export DEBIAN_FRONTEND=noninteractive
+            apt-get update -qq >/dev/null || true
+            apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+        fi
+    fi
+    if [ ! -x .venv/bin/python ]; then
+        python3 -m venv .venv
+    fi
+    if ! .venv/bin/python -c "import fleet, pyinfra, pytest" 2>/dev/null \
+        || [ pyproject.toml -nt .venv/.installed ]; then
+        .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+        .venv/bin/python -m pip install -q -e '.[test]'
+        touch .venv/.installed
+    fi
+}
+
+case "${1:-}" in
+    setup)
+        setup ;;
+    test)
+        shift
+        setup
+        .venv/bin/ruff check .
+        .venv/bin/mypy fleet agent sandbox facts operations
+        .venv/bin/pytest -q "$@" ;;
+    demo)
+        shift
+        setup
+        exec .venv/bin/python -m fleet.demo "$@" ;;
+    *)
+        echo "usage: ./run.sh demo | test [pytest args] | setup" >&2
+        exit 2 ;;
+esac

@@ -1,0 +1,94 @@
+"""The seam between the fake provider APIs and the boxes behind them.
+
+The fake APIs decide *what* exists (instances, their state machines, billing); a backend makes
+a running instance *real* (an SSH host with the provider's container environment and a GPU the
+stand-in NVML reports). `NullBackend` allocates endpoints that nothing answers, which is enough
+for API-level tests; `sandbox.boxes` provides the namespaced SSH hosts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass
+class GpuDevice:
+    uuid: str  # "GPU-8c4f...": NVML's nvmlDeviceGetUUID
+    name: str  # "NVIDIA H100 80GB HBM3"
+    pci_bus_id: str  # "00000000:1B:00.0"
+    memory_total: int  # bytes
+    serial: str | None = None  # only datacenter cards have one
+
+
+@dataclass
+class GpuSpec:
+    driver_version: str  # "580.95.05", exactly what nvmlSystemGetDriverVersion answers
+    cuda_driver_version: int  # NVML's integer form: 12080 for 12.8
+    devices: list[GpuDevice] = field(default_factory=list)
+
+
+@dataclass
+class BoxSpec:
+    box_id: str  # unique across providers: "runpod-<pod id>" or "vast-<instance id>"
+    provider: str  # "runpod" | "vast"
+    hostname: str  # what `hostname` prints inside the box
+    env: dict[str, str]  # the provider's container environment, port variables excluded
+    tcp_ports: list[int]  # internal TCP ports the instance asked for; 22 always first
+    public_ip: str  # the machine's public address (10.77.1.<n> in the sandbox world)
+    authorized_keys: str  # the account's SSH public keys
+    gpu: GpuSpec
+    start_hook: str | None = None  # shell run at container start (Vast onstart, RunPod start)
+
+
+@dataclass
+class BoxEndpoints:
+    ssh_host: str
+    ssh_port: int
+    public_ip: str
+    ports: dict[int, int]  # internal TCP port -> public port (22 included)
+    host_key: str | None = None  # "ssh-ed25519 AAAA..." once a real sshd holds it
+
+
+class BoxBackend(Protocol):
+    def start(self, spec: BoxSpec) -> BoxEndpoints: ...
+
+    def destroy(self, box_id: str) -> None: ...  # kill everything, remove the disk
+
+    def kill(self, box_id: str) -> None: ...  # host death: abrupt, no cleanup hooks
+
+    def restart(self, box_id: str) -> None: ...  # container restart: processes die, disk stays
+
+    def set_gpu(self, box_id: str, gpu: GpuSpec) -> None: ...  # driver drift under a live box
+
+    def close(self) -> None: ...  # destroy every box this backend started
+
+
+class NullBackend:
+    """Endpoints with nothing behind them: public ports handed out, no host started."""
+
+    def __init__(self, first_port: int = 20000) -> None:
+        self._ports = itertools.count(first_port)
+        self._lock = threading.Lock()
+
+    def start(self, spec: BoxSpec) -> BoxEndpoints:
+        with self._lock:
+            ports = {p: next(self._ports) for p in spec.tcp_ports}
+        return BoxEndpoints(spec.public_ip, ports[22], spec.public_ip, ports)
+
+    def destroy(self, box_id: str) -> None:
+        pass
+
+    def kill(self, box_id: str) -> None:
+        pass
+
+    def restart(self, box_id: str) -> None:
+        pass
+
+    def set_gpu(self, box_id: str, gpu: GpuSpec) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,105 @@
+import json
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from fleet.errors import RegistryError, UsageError
+from fleet.registry import Registry, Row
+
+
+def row(label: str, **kw: object) -> Row:
+    base = dict(provider="vast", role="live", kind="standing", card="RTX 4090", gpu_count=1,
+                usd_per_hour=0.4)
+    base.update(kw)
+    return Row(label=label, **base)  # type: ignore[arg-type]
+
+
+def test_add_update_history(tmp_path: Path) -> None:
+    reg = Registry(tmp_path / "boxes.json")
+    reg.add(row("live-vast-1"))
+    reg.update("live-vast-1", status="running", provider_id="42")
+    reg.mark_destroyed("live-vast-1")
+    (r,) = reg.rows()
+    assert r.status == "destroyed" and r.destroyed_at and r.provider_id == "42"
+    assert not r.live
+    doc = json.loads((tmp_path / "boxes.json").read_text())
+    assert doc["schema"] == 1 and len(doc["boxes"]) == 1  # destroyed rows stay
+
+
+def test_duplicate_label_and_bad_label(tmp_path: Path) -> None:
+    reg = Registry(tmp_path / "boxes.json")
+    reg.add(row("a-1"))
+    with pytest.raises(UsageError, match="already in the registry"):
+        reg.add(row("a-1"))
+    with pytest.raises(UsageError, match="bad label"):
+        reg.add(row("Bad Label!"))
+    with pytest.raises(UsageError, match="no box labelled"):
+        reg.update("nope", status="x")
+
+
+def test_corrupt_file_names_the_place_and_is_kept(tmp_path: Path) -> None:
+    p = tmp_path / "boxes.json"
+    Registry(p).add(row("a-1"))
+    broken = p.read_text()[:-20]
+    p.write_text(broken)
+    with pytest.raises(RegistryError, match=r"corrupt at line \d+ column \d+"):
+        Registry(p).rows()
+    with pytest.raises(RegistryError):
+        Registry(p).add(row("a-2"))
+    assert p.read_text() == broken  # never silently reset
+
+
+def test_wrong_schema_and_unknown_field(tmp_path: Path) -> None:
+    p = tmp_path / "boxes.json"
+    p.write_text(json.dumps({"schema": 99, "boxes": []}))
+    with pytest.raises(RegistryError, match="expected schema 1"):
+        Registry(p).rows()
+    p.write_text(json.dumps({"schema": 1, "boxes": [{"label": "x", "colour": "red"}]}))
+    with pytest.raises(RegistryError, match=r"boxes\[0\]: unknown field 'colour'"):
+        Registry(p).rows()
+
+
+def _writer(path: str, prefix: str, n: int) -> None:
+    reg = Registry(Path(path))
+    for i in range(n):
+        reg.add(row(f"{prefix}-{i}"))
+
+
+def _slow_writer(path: str) -> None:
+    """Holds the lock and is killed while writing: the rename never happens."""
+    import fleet.fileutil as fu
+
+    real = fu.os.fsync
+
+    def stall(fd: int) -> None:
+        real(fd)
+        time.sleep(60)
+
+    fu.os.fsync = stall  # type: ignore[assignment]
+    Registry(Path(path)).add(row("victim-0"))
+
+
+def test_concurrent_writers_with_one_killed_mid_write(tmp_path: Path) -> None:
+    p = tmp_path / "boxes.json"
+    ctx = multiprocessing.get_context("fork")
+    victim = ctx.Process(target=_slow_writer, args=(str(p),))
+    victim.start()
+    # wait until the victim holds the lock and is inside its write
+    deadline = time.monotonic() + 30
+    while not any(f.name.startswith(".boxes.json.") for f in tmp_path.iterdir()):
+        assert time.monotonic() < deadline, "victim never started writing"
+        time.sleep(0.01)
+    writers = [ctx.Process(target=_writer, args=(str(p), f"w{k}", 25)) for k in range(4)]
+    for w in writers:
+        w.start()
+    os.kill(victim.pid or 0, signal.SIGKILL)
+    victim.join()
+    for w in writers:
+        w.join(60)
+        assert w.exitcode == 0
+    labels = {r.label for r in Registry(p).rows()}
+    assert labels == {f"w{k}-{i}" for k in range(4) for i in range(25)}
