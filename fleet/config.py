@@ -52,6 +52,7 @@ class Config:
     registry: Path
     known_hosts: Path
     ssh_key: Path
+    releases: Path
     daily_budget_usd: float
     roles: dict[str, Role]
     roster: tuple[Want, ...]
@@ -146,7 +147,7 @@ def parse(data: dict[str, Any], path: Path) -> Config:
     _check(src, data, {"fleet": (dict,), "store": (dict,), "roles": (dict,), "roster": (dict,)})
     top = data.get("fleet", {})
     _check(f"{src}: fleet", top, {"registry": (str,), "known_hosts": (str,), "ssh_key": (str,),
-                                  "daily_budget_usd": (int, float)})
+                                  "releases": (str,), "daily_budget_usd": (int, float)})
     store = data.get("store", {})
     _check(f"{src}: store", store, {"repo": (str,), "archive": (str,), "endpoint": (str,)})
     roles = {name: _role(name, t, src) for name, t in data.get("roles", {}).items()}
@@ -168,6 +169,7 @@ def parse(data: dict[str, Any], path: Path) -> Config:
         path=path, registry=rel("registry", "state/boxes.json"),
         known_hosts=rel("known_hosts", "state/known_hosts"),
         ssh_key=rel("ssh_key", "state/ssh/fleet_ed25519"),
+        releases=rel("releases", "state/releases"),
         daily_budget_usd=budget, roles=roles, roster=tuple(roster),
         store={k: str(v) for k, v in store.items()},
     )

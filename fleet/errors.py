@@ -63,4 +63,6 @@ class RateLimited(ProviderError):
 
 
 class AuthFailed(ProviderError):
-    """The key was missing or refused."""
+    """The key was missing or refused: the operator's to fix, so exit status 2."""
+
+    exit_code = 2

@@ -1,0 +1,72 @@
+"""What the deploy files need from the operator's side, computed once per pyinfra run.
+
+A deploy file is exec'd once per host (concurrently, in greenlets), so everything here is
+memoised per process: the config, the agent bundle, release tarballs.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleet import bundle as bundle_mod
+from fleet import releases
+from fleet.config import Config, load
+from fleet.errors import ConfigError
+from fleet.fileutil import write_atomic
+
+
+@functools.cache
+def config() -> Config:
+    return load()
+
+
+def cache_dir() -> Path:
+    return config().registry.parent / "cache"
+
+
+@functools.cache
+def agent_bundle() -> bundle_mod.Bundle:
+    return bundle_mod.build(cache_dir())
+
+
+@dataclass(frozen=True)
+class ShippedRelease:
+    release: releases.Release
+    tarball: Path
+    sha256sums: str  # sha256sum -c input, names relative to the release folder
+
+
+@functools.cache
+def release(version: str) -> ShippedRelease:
+    r = releases.find(config().releases, version)
+    names = sorted(r.sha256)
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in names:
+            data = (r.path / name).read_bytes()
+            if hashlib.sha256(data).hexdigest() != r.sha256[name]:
+                raise ConfigError(
+                    f"release {r.version}: {name} does not match releases.json; rebuild the store")
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o755, 0
+            tar.addfile(info, io.BytesIO(data))
+    out = cache_dir() / f"release-{r.node_sha16}.tar"
+    if not out.exists():
+        write_atomic(out, raw.getvalue())
+    sums = "".join(f"{r.sha256[n]}  {n}\n" for n in names)
+    return ShippedRelease(r, out, sums)
+
+
+def peers_text(self_name: str, hosts: list[tuple[str, dict[str, object]]]) -> str:
+    """HOST:PORT lines of the other standing boxes' public p2p endpoints, sorted."""
+    lines = sorted(
+        f"{d['public_ip']}:{d['p2p_public_port']}"
+        for name, d in hosts
+        if name != self_name and d.get("public_ip") and d.get("p2p_public_port")
+    )
+    return "".join(line + "\n" for line in lines)

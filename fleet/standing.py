@@ -1,0 +1,15 @@
+"""Registry side of the standing deploy."""
+
+from __future__ import annotations
+
+from fleet.deploy_support import config
+from fleet.registry import Registry, now_iso
+
+
+def mark_standing(label: str, role: str) -> None:
+    """Mark the row standing (standing_since set once, never moved)."""
+    reg = Registry(config().registry)
+    row = reg.get(label)
+    if row is None or row.standing:
+        return
+    reg.update(label, standing=True, standing_since=now_iso(), role=role)

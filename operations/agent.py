@@ -1,0 +1,111 @@
+"""
+Operations for the on-box agent: its code and Python environment, its configuration, and the
+process itself. Each reads the box's state once (`BoxState`) and yields only what is missing.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
+from pyinfra.api.command import QuoteString
+
+from operations.util import box_state
+
+# Unpack the bundle and make the agent's environment without pip or a package index: a bare
+# venv whose site-packages receives the wheels' contents (the wheels are plain zips) and a .pth
+# naming the fleet root, so `venv/bin/python -m agent` finds the agent's code.
+_INSTALL = r"""
+set -e
+root=$1 tarball=$2 sha=$3
+mkdir -p "$root"
+rm -rf "$root/.unpack" && mkdir "$root/.unpack"
+tar -xzf "$tarball" -C "$root/.unpack"
+if [ ! -x "$root/venv/bin/python" ]; then
+  python3 -m venv --without-pip "$root/venv" ||
+    { echo "python3 -m venv failed on this box" >&2; exit 1; }
+fi
+"$root/venv/bin/python" - "$root" "$root"/.unpack/wheels/*.whl <<'PY'
+import os, sys, sysconfig, zipfile
+site = sysconfig.get_paths()["purelib"]
+for wheel in sys.argv[2:]:
+    zipfile.ZipFile(wheel).extractall(site)
+with open(os.path.join(site, "fleet-agent.pth"), "w") as f:
+    f.write(sys.argv[1] + "\n")
+PY
+mkdir -p "$root/in"
+cp -a "$root"/.unpack/in/. "$root/in/" 2>/dev/null || true
+rm -rf "$root/agent.old"
+[ -d "$root/agent" ] && mv "$root/agent" "$root/agent.old"
+mv "$root/.unpack/agent" "$root/agent"
+echo "$sha" > "$root/agent/BUNDLE.tmp" && mv "$root/agent/BUNDLE.tmp" "$root/agent/BUNDLE"
+rm -rf "$root/.unpack" "$root/agent.old" "$tarball"
+"""
+
+# Start the agent unless it already holds its lock; it detaches itself and outlives SSH.
+_START = r"""
+root=$1
+cd "$root" || exit 1
+exec venv/bin/python -m agent run --config "$root/agent.toml" --detach
+"""
+
+# Replace a running agent without touching its programs: the new one adopts them.
+_RESTART = r"""
+root=$1
+cd "$root" || exit 1
+pid=$(cat run/agent.pid 2>/dev/null)
+if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+  kill -TERM "$pid"
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+fi
+exec venv/bin/python -m agent run --config "$root/agent.toml" --detach
+"""
+
+
+def _need_python(state: dict[str, object]) -> None:
+    if state.get("python3") is None:
+        raise OperationError(
+            "this box has no python3: the agent needs Python 3.11 or newer in the image")
+
+
+@operation()
+def installed(bundle: str, bundle_sha256: str, root: str = "/root/fleet"):
+    """
+    Install the agent bundle (code, wheels, ``in/`` scripts) and its Python environment.
+
+    + bundle: local path of the bundle built by ``fleet.bundle.build``
+    + bundle_sha256: the bundle's digest; the box's stamp is compared with it
+    + root: the fleet's directory on the box
+
+    **Example:**
+
+    .. code:: python
+
+        agent.installed(name="Install the agent", bundle=b.path, bundle_sha256=b.sha256)
+    """
+    state = box_state(host, root)
+    _need_python(state)
+    if state.get("bundle") == bundle_sha256 and state.get("venv"):
+        host.noop(f"agent bundle {bundle_sha256[:16]} is installed")
+        return
+    tarball = f"/tmp/fleet-agent-{bundle_sha256[:16]}.tar.gz"
+    yield FileUploadCommand(bundle, tarball)
+    yield StringCommand("sh -c", QuoteString(_INSTALL), "install", QuoteString(root),
+                        QuoteString(tarball), QuoteString(bundle_sha256))
+
+
+@operation()
+def running(root: str = "/root/fleet", restart: bool = False):
+    """
+    Keep the agent running: start it when it is not, replace it when ``restart`` is set (new
+    code or configuration). Its programs keep running either way; the new agent adopts them.
+
+    + root: the fleet's directory on the box
+    + restart: replace a running agent (used when the bundle or agent.toml changed)
+    """
+    state = box_state(host, root)
+    alive = bool(state.get("agent_alive"))
+    if alive and not restart:
+        host.noop("agent is running")
+        return
+    script = _RESTART if alive else _START
+    yield StringCommand("sh -c", QuoteString(script), "agent", QuoteString(root))
