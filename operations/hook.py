@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from operations.util import HOOKS
 
+
 def boot_script(root: str) -> str:
     return (
         "#!/bin/sh\n"

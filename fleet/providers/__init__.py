@@ -1,1 +1,65 @@
-"""Provider clients: RunPod (GraphQL) and Vast.ai (REST) behind one interface."""
+"""Provider clients: RunPod (GraphQL) and Vast.ai (REST) behind one interface.
+
+`get_provider("runpod" | "vast")` builds a client from the environment: the base URL
+(RUNPOD_API_BASE_URL, VAST_URL) and the key (RUNPOD_API_KEY, VAST_API_KEY, or the providers'
+key files). A missing key raises fleet.errors.AuthFailed naming the variable to set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fleet.errors import UsageError
+from fleet.providers import runpod, vast
+from fleet.providers.base import Provider
+from fleet.providers.http import Http, RetryPolicy
+from fleet.providers.keys import ENV, resolve_key
+
+NAMES = ("runpod", "vast")
+
+AnyClient = runpod.RunPod | vast.Vast
+
+_CLASSES: dict[str, tuple[type[AnyClient], Callable[[], str]]] = {
+    "runpod": (runpod.RunPod, runpod.base_url),
+    "vast": (vast.Vast, vast.base_url),
+}
+
+
+def get_provider(
+    name: str,
+    *,
+    timeout: float = 30.0,
+    retry: RetryPolicy | None = None,
+    p2p_port: int | None = None,
+    destroy_polls: int = 60,
+    poll_interval: float = 2.0,
+    **http_kw: Any,
+) -> AnyClient:
+    """A client for `name`, configured from the environment.
+
+    + timeout: seconds per HTTP call
+    + retry: attempts and backoff (default: 5 tries, 0.5 s doubling, capped at 20 s)
+    + p2p_port: the internal port whose public side is `Box.p2p_public_port` (default: the
+      only exposed TCP port other than 22)
+    + destroy_polls, poll_interval: how long `destroy` waits for the box to leave the listing
+    + http_kw: passed to `Http` (sleep, rand, transport), for tests
+
+    Example: `with get_provider("vast") as vast: boxes = vast.boxes()`
+    """
+    if name not in _CLASSES:
+        raise UsageError(f"unknown provider {name!r} (one of: {', '.join(NAMES)})")
+    cls, url = _CLASSES[name]
+    http = Http(
+        name, url(), resolve_key(name), timeout=timeout, retry=retry, hint_env=ENV[name],
+        **http_kw,
+    )
+    return cls(http, p2p_port=p2p_port, destroy_polls=destroy_polls, poll_interval=poll_interval)
+
+
+def all_providers(**kw: Any) -> dict[str, Provider]:
+    """Every provider, by name; a provider without a key raises AuthFailed."""
+    return {name: get_provider(name, **kw) for name in NAMES}
+
+
+__all__ = ["NAMES", "AnyClient", "all_providers", "get_provider"]

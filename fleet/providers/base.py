@@ -60,6 +60,7 @@ class RentRequest:
     onstart: str | None = None  # start hook (Vast onstart; RunPod: passed as dockerArgs script)
     allowed_cuda: tuple[str, ...] = ()
     spot_bid: float | None = None  # per box per hour; None = on-demand
+    volume_gb: int = 0  # RunPod: a pod volume that survives a stop; Vast: added to the one disk
 
 
 class Provider(Protocol):
@@ -71,6 +72,7 @@ class Provider(Protocol):
         gpu_count: int = 1,
         driver: str | None = None,
         direct_ports: int = 0,
+        cuda: tuple[str, ...] = (),  # host CUDA versions allowed ("12.8"); () = any
     ) -> list[Offer]: ...
 
     def rent(self, offer: Offer, req: RentRequest) -> Box: ...

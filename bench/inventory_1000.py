@@ -1,0 +1,95 @@
+"""Inventory of 1,000 boxes: list 500 RunPod pods and 500 Vast instances into Box objects.
+
+    .venv/bin/python bench/inventory_1000.py [--boxes 500] [--rounds 7]
+
+Starts a sandbox daemon (null backend) in a temporary state dir, rents the boxes in bulk
+through the control surface (`POST /instances`), lets them boot so every row carries its ports,
+then times the provider clients as fleet uses them: `all_providers()` built from the sandbox's
+environment, then `boxes()` on each, RunPod in one `myself { pods }` query, Vast through
+`GET /api/v1/instances/` 25 a page. A round is both providers, one after the other; the figure
+is the median round. Target: <= 2 s for 1,000 boxes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+from fleet.providers import all_providers
+from sandbox import manage
+from sandbox.control_client import ControlClient
+
+TARGET_S = 2.0
+
+
+def machine() -> str:
+    ram = psutil.virtual_memory().total / 2**30
+    try:
+        distro = platform.freedesktop_os_release().get("PRETTY_NAME", "")
+    except OSError:
+        distro = ""
+    kernel = f"{platform.system()} {platform.release()}"
+    return f"{os.cpu_count()} cores, {ram:.0f} GiB RAM, {distro} ({kernel})".replace(" ()", "")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--boxes", type=int, default=500, help="boxes per provider")
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp)
+        try:
+            manage.up(state, boot_delay=0.0, machines_per_provider=args.boxes + 20)
+            os.environ.update(manage.load_env(state))
+            with ControlClient(os.environ["FLEET_SANDBOX_CONTROL"], timeout=120) as control:
+                for provider in ("runpod", "vast"):
+                    control.create_instances(provider, args.boxes, label_prefix=f"inv-{provider}",
+                                             tcp_ports=[22, 26611])
+                control.advance(1.0)
+                control.settle(60.0)
+            rounds: list[dict[str, float]] = []
+            counts: dict[str, int] = {}
+            ready: dict[str, int] = {}
+            for _ in range(args.rounds):
+                times: dict[str, float] = {}
+                t0 = time.perf_counter()
+                providers = all_providers()
+                for name, p in providers.items():
+                    t = time.perf_counter()
+                    boxes = p.boxes()
+                    times[name] = time.perf_counter() - t
+                    counts[name] = len(boxes)
+                    ready[name] = sum(1 for b in boxes if b.ssh_ready)
+                times["total"] = time.perf_counter() - t0
+                rounds.append(times)
+        finally:
+            manage.down(state)
+
+    assert counts == {"runpod": args.boxes, "vast": args.boxes}, counts
+    med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    best = min(r["total"] for r in rounds)
+    worst = max(r["total"] for r in rounds)
+    total = sum(counts.values())
+    verdict = "meets" if med["total"] <= TARGET_S else "MISSES"
+    print(f"date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}")
+    print(f"machine: {machine()}; Python {platform.python_version()}")
+    print(f"boxes: {total} ({args.boxes} RunPod in one query, {args.boxes} Vast in "
+          f"{-(-args.boxes // 25)} pages of 25); rounds: {args.rounds}")
+    print(f"median round: {med['total']:.3f} s (RunPod {med['runpod']:.3f} s, "
+          f"Vast {med['vast']:.3f} s); best {best:.3f} s, worst {worst:.3f} s")
+    print(f"SSH-ready as listed: RunPod {ready['runpod']}, Vast {ready['vast']}")
+    print(f"target <= {TARGET_S:.1f} s: {verdict}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,264 @@
+"""The `fleet` command line (Typer + Rich). Every table also prints as --json."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fleet import budget
+from fleet import offers as offers_mod
+from fleet import rent as rent_mod
+from fleet.config import PROVIDERS, Config, load
+from fleet.errors import FleetError, UsageError
+from fleet.providers import all_providers
+from fleet.providers.base import Provider
+from fleet.registry import Registry, check_label, now_iso
+from fleet.sync import view
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Rent, convert, check and tear down rented GPU boxes.")
+sandbox_app = typer.Typer(no_args_is_help=True, help="The local sandbox cloud.")
+app.add_typer(sandbox_app, name="sandbox")
+
+out = Console()
+err = Console(stderr=True)
+_state: dict[str, Any] = {}
+
+
+@app.callback()
+def _root(config: Path = typer.Option(None, "--config", "-c", help="fleet.toml to use",
+                                      envvar="FLEET_CONFIG")) -> None:
+    _state["config_path"] = config
+
+
+def cfg() -> Config:
+    if "config" not in _state:
+        _state["config"] = load(_state.get("config_path"))
+    c: Config = _state["config"]
+    return c
+
+
+def registry() -> Registry:
+    return Registry(cfg().registry)
+
+
+def providers() -> dict[str, Provider]:
+    return dict(all_providers())
+
+
+def emit(table: Table, data: Any, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=1, default=str) + "\n")
+    else:
+        out.print(table)
+
+
+def _uptime(created_at: str) -> str:
+    try:
+        t = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+    except ValueError:
+        return "?"
+    s = int((datetime.now(UTC) - t).total_seconds())
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+@app.command("offers")
+def offers_cmd(role: str, card: str = typer.Option(None, help="only this card, e.g. 'RTX 4090'"),
+               gpus: int = typer.Option(1, min=1), limit: int = typer.Option(10, min=1),
+               as_json: bool = typer.Option(False, "--json")) -> None:
+    """The cheapest admissible offers for ROLE across both providers."""
+    r = cfg().role(role)
+    found, failures = offers_mod.search(r, providers().values(), card=card, gpus=gpus)
+    for f in failures:
+        err.print(f"warning: {f}")
+    t = Table(title=f"offers for {role} (driver {r.admitted_driver or 'any'})")
+    for c in ("provider", "offer", "card", "gpus", "USD/h", "driver", "cuda", "where"):
+        t.add_column(c)
+    rows = found[:limit]
+    for o in rows:
+        t.add_row(o.provider, o.offer_id, o.card, str(o.gpu_count), f"{o.usd_per_hour:.3f}",
+                  o.driver or "(after boot)", o.cuda or "", o.country or o.cloud or "")
+    emit(t, [{k: v for k, v in o.__dict__.items() if k != "raw"} for o in rows], as_json)
+
+
+@app.command("rent")
+def rent_cmd(role: str, provider: str = typer.Option(None, help="runpod or vast"),
+             card: str = typer.Option(None), gpus: int = typer.Option(1, min=1),
+             label: str = typer.Option(None, help="label to use (default: generated)"),
+             wait: bool = typer.Option(True, help="wait until SSH answers and pin its host key"),
+             dry_run: bool = typer.Option(False, "--dry-run"),
+             as_json: bool = typer.Option(False, "--json")) -> None:
+    """Rent one box for ROLE: cheapest admissible offer, within the daily budget."""
+    c, reg = cfg(), registry()
+    r = c.role(role)
+    if label:
+        check_label(label)
+    if provider and provider not in PROVIDERS:
+        raise UsageError(f"unknown provider {provider!r} (runpod, vast)")
+    ps = providers()
+    chosen = {provider: ps[provider]} if provider else ps
+    found, failures = offers_mod.search(r, chosen.values(), card=card, gpus=gpus)
+    for f in failures:
+        err.print(f"warning: {f}")
+    if dry_run:
+        if not found:
+            raise FleetError(f"no admissible offer for {role}")
+        o = found[0]
+        p = budget.project(reg.rows(), c.daily_budget_usd, o.usd_per_hour)
+        verdict = "fits" if p.fits else "would be REFUSED"
+        out.print(f"dry run: would rent {o.card} x{o.gpu_count} on {o.provider} "
+                  f"(offer {o.offer_id}) at ${o.usd_per_hour:.3f}/h; projected day "
+                  f"${p.total_usd:.2f} of ${p.budget_usd:.2f}: {verdict}")
+        return
+    res = rent_mod.rent(c, reg, r, found, ps, label=label)
+    row = res.row
+    if wait:
+        row = rent_mod.wait_ready(c, reg, ps, [row.label])[row.label]
+    t = Table(title="rented")
+    for col in ("label", "provider", "id", "card", "USD/h", "status", "ssh"):
+        t.add_column(col)
+    t.add_row(row.label, row.provider, row.provider_id or "", row.card,
+              f"{row.usd_per_hour:.3f}", row.status, f"{row.ssh_host}:{row.ssh_port}")
+    emit(t, row.to_dict(), as_json)
+
+
+@app.command("roster")
+def roster_cmd(
+    as_json: bool = typer.Option(False, "--json"),
+    all_rows: bool = typer.Option(False, "--all", help="include destroyed boxes"),
+) -> None:
+    """The fleet's boxes with their live status and what they cost."""
+    reg = registry()
+    v = view(reg, providers())
+    for f in v.failures:
+        err.print(f"warning: {f}")
+    live = {row.label: box for row, box in v.matched}
+    rows = [r for r in reg.rows() if all_rows or r.live]
+    t = Table(title="roster")
+    for col in ("label", "role", "kind", "provider", "card", "USD/h", "uptime", "status"):
+        t.add_column(col)
+    data = []
+    total = 0.0
+    for r in rows:
+        box = live.get(r.label)
+        status = box.status if box else ("gone" if r in v.gone else r.status)
+        if r.live:
+            total += r.usd_per_hour
+        up = _uptime(r.created_at) if r.live else "-"
+        t.add_row(r.label, r.role, r.kind, r.provider, r.card, f"{r.usd_per_hour:.3f}", up,
+                  status + (" (standing)" if r.standing else ""))
+        data.append({**r.to_dict(), "live_status": status})
+    for b in v.orphans:
+        t.add_row(b.label or "?", "-", "-", b.provider, b.card, f"{b.usd_per_hour:.3f}", "-",
+                  f"ORPHAN {b.box_id}")
+    t.caption = f"total ${total:.3f}/h, ${total * 24:.2f}/day"
+    emit(t, {"boxes": data, "orphans": [b.to_dict() for b in v.orphans],
+             "usd_per_hour": total, "usd_per_day": total * 24}, as_json)
+
+
+@app.command("destroy")
+def destroy_cmd(label: str, force: bool = typer.Option(False, help="also destroy a standing box"),
+                dry_run: bool = typer.Option(False, "--dry-run")) -> None:
+    """Destroy the box LABEL (standing boxes only with --force)."""
+    reg = registry()
+    row = reg.get(check_label(label))
+    if row is None:
+        raise UsageError(f"no box labelled {label!r} in the registry")
+    if not row.live:
+        raise UsageError(f"{label} is already {row.status}")
+    if row.standing and not force:
+        raise UsageError(f"{label} is a standing box; standing boxes are replaced, not destroyed "
+                         "(use --force to destroy it anyway)")
+    if dry_run:
+        out.print(f"dry run: would destroy {label} ({row.provider} {row.provider_id}, "
+                  f"${row.usd_per_hour:.3f}/h)")
+        return
+    if row.provider_id:
+        providers()[row.provider].destroy(row.provider_id)
+    reg.update(label, status="destroyed", destroyed_at=now_iso())
+    out.print(f"destroyed {label}")
+
+
+# --- the sandbox: the only commands that know it exists -------------------------------------
+
+def _sandbox_dir() -> Path:
+    return Path(os.environ.get("FLEET_SANDBOX_DIR", ".sandbox"))
+
+
+@sandbox_app.command("up")
+def sandbox_up(
+    boxes: int = typer.Option(4, min=0, help="boxes to rent, spread over providers"),
+    role: str = typer.Option(None, help="role to rent them for (default: first standing)"),
+    backend: str = typer.Option("auto", help="ns (real SSH hosts), null or auto"),
+    seed: int = typer.Option(7),
+) -> None:
+    """Start the fake provider APIs (and boxes), write .sandbox/env, rent BOXES boxes."""
+    from fleet import sandbox_cmd
+
+    sandbox_cmd.up(cfg(), _sandbox_dir(), boxes=boxes, role=role, backend=backend, seed=seed,
+                   console=out)
+
+
+@sandbox_app.command("down")
+def sandbox_down() -> None:
+    """Destroy the sandbox's boxes and stop everything it started."""
+    from fleet import sandbox_cmd
+
+    sandbox_cmd.down(cfg(), _sandbox_dir(), console=out)
+
+
+@sandbox_app.command("status")
+def sandbox_status(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Is the sandbox up, where, and with what."""
+    from fleet import sandbox_cmd
+
+    data = sandbox_cmd.status(_sandbox_dir())
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=1, default=str) + "\n")
+    else:
+        for k, v in data.items():
+            out.print(f"{k}: {v}")
+
+
+@sandbox_app.command("fault")
+def sandbox_fault(kind: str, target: str, count: int = typer.Option(1, min=1)) -> None:
+    """Inject a fault by name (no_capacity, rate_limit, host_death, driver_drift, ...)."""
+    from fleet import sandbox_cmd
+
+    res = sandbox_cmd.fault(cfg(), _sandbox_dir(), kind, target, count)
+    out.print(json.dumps(res))
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except FleetError as e:
+        err.print(f"error: {e}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(e.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("aborted")
+        sys.exit(130)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except Exception as e:
+        # the command line itself is wrong (unknown command, bad option value): Typer's own
+        # usage errors carry format_message()
+        fmt = getattr(e, "format_message", None)
+        if fmt is None:
+            raise
+        message = fmt()
+        if message:  # empty when the help was shown instead (no command given)
+            err.print(f"error: {message}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Card names: the fleet speaks Vast's short names; RunPod speaks GPU type ids and display names.
+
+The one table that maps them. A RunPod type missing here passes through under its own id, so an
+unknown card is shown as RunPod names it rather than dropped.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Card(NamedTuple):
+    fleet: str  # Vast's gpu_name, the fleet's name: "H100 SXM"
+    runpod_id: str  # RunPod gpuTypeId: "NVIDIA H100 80GB HBM3"
+    runpod_display: str  # RunPod displayName / machine.gpuDisplayName: "H100 SXM"
+
+
+CARDS: tuple[Card, ...] = (
+    Card("RTX 3090", "NVIDIA GeForce RTX 3090", "RTX 3090"),
+    Card("RTX 4090", "NVIDIA GeForce RTX 4090", "RTX 4090"),
+    Card("RTX 5090", "NVIDIA GeForce RTX 5090", "RTX 5090"),
+    Card("RTX A4000", "NVIDIA RTX A4000", "RTX A4000"),
+    Card("RTX A5000", "NVIDIA RTX A5000", "RTX A5000"),
+    Card("RTX A6000", "NVIDIA RTX A6000", "RTX A6000"),
+    Card("RTX 6000Ada", "NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
+    Card("L4", "NVIDIA L4", "L4"),
+    Card("L40", "NVIDIA L40", "L40"),
+    Card("L40S", "NVIDIA L40S", "L40S"),
+    Card("A40", "NVIDIA A40", "A40"),
+    Card("A100 PCIE", "NVIDIA A100 80GB PCIe", "A100 PCIe"),
+    Card("A100 SXM4", "NVIDIA A100-SXM4-80GB", "A100 SXM"),
+    Card("H100 PCIE", "NVIDIA H100 PCIe", "H100 PCIe"),
+    Card("H100 SXM", "NVIDIA H100 80GB HBM3", "H100 SXM"),
+    Card("H100 NVL", "NVIDIA H100 NVL", "H100 NVL"),
+    Card("H200", "NVIDIA H200", "H200 SXM"),
+    Card("B200", "NVIDIA B200", "B200"),
+)
+
+_BY_FLEET = {c.fleet.lower(): c for c in CARDS}
+_BY_RUNPOD = {c.runpod_id.lower(): c for c in CARDS}
+_BY_RUNPOD_DISPLAY = {c.runpod_display.lower(): c for c in CARDS}
+
+
+def runpod_type_id(card: str) -> str:
+    """RunPod's gpuTypeId for a fleet card name; a RunPod id given as is passes through."""
+    c = _BY_FLEET.get(card.lower())
+    return c.runpod_id if c else card
+
+
+def from_runpod(type_id_or_display: str | None) -> str:
+    """The fleet's card name for a RunPod gpuTypeId or display name."""
+    if not type_id_or_display:
+        return ""
+    key = type_id_or_display.lower()
+    c = _BY_RUNPOD.get(key) or _BY_RUNPOD_DISPLAY.get(key) or _BY_FLEET.get(key)
+    return c.fleet if c else type_id_or_display

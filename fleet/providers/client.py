@@ -1,0 +1,159 @@
+"""What both clients do the same way: idempotent rent, destroy-until-gone, label lookup.
+
+A concrete client speaks its wire format in four hooks (`_create`, `_terminate`, `_by_label`,
+`box`); this class holds the rules that keep money safe, so they exist once:
+
+* a label rents at most one box: look it up before the first create, and after any create whose
+  outcome is unknown (timeout, dropped connection, 5xx) before trying again;
+* if duplicates appear anyway (a create that landed after its lookup), all but one are destroyed;
+* a destroy is done only when the provider no longer lists the box.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Self
+
+from fleet.errors import ProviderError, UsageError
+from fleet.providers.base import Box, Offer, RentRequest
+from fleet.providers.http import Http, OutcomeUnknown
+
+# RunPod pod names work up to about 60 characters; Vast allows more. One rule for both.
+_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,59}$")
+
+
+def check_label(label: str) -> None:
+    if not _LABEL.match(label):
+        raise UsageError(
+            f"bad label {label!r}: 1-60 characters of letters, digits, '.', '_' or '-'"
+        )
+
+
+def p2p_public_port(ports: dict[int, int], p2p_port: int | None) -> int | None:
+    """The public side of the p2p port: the named one, else the only non-SSH TCP port."""
+    if p2p_port is not None:
+        return ports.get(p2p_port)
+    others = [public for internal, public in ports.items() if internal != 22]
+    return others[0] if len(others) == 1 else None
+
+
+def _age(box: Box) -> tuple[int, str]:
+    """Sort key: Vast's numeric ids by number (oldest first); RunPod's by text."""
+    return (len(box.box_id), box.box_id)
+
+
+class Client:
+    """Shared behaviour of the RunPod and Vast clients (see the module docstring)."""
+
+    name: str = ""
+
+    def __init__(
+        self,
+        http: Http,
+        *,
+        p2p_port: int | None = None,
+        destroy_polls: int = 60,
+        poll_interval: float = 2.0,
+    ) -> None:
+        self.http = http
+        self.p2p_port = p2p_port
+        self.destroy_polls = destroy_polls
+        self.poll_interval = poll_interval
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.http!r})"
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- hooks a client implements ----------------------------------------------------------
+
+    def _create(self, offer: Offer, req: RentRequest) -> Box:
+        raise NotImplementedError
+
+    def _terminate(self, box_id: str) -> None:
+        """Ask the provider to destroy the box; a box already gone is not an error."""
+        raise NotImplementedError
+
+    def _by_label(self, label: str) -> list[Box]:
+        raise NotImplementedError
+
+    def box(self, box_id: str) -> Box | None:
+        raise NotImplementedError
+
+    # -- shared rules -----------------------------------------------------------------------
+
+    def find_by_label(self, label: str) -> Box | None:
+        """The box carrying `label`, or None. Looks only; duplicates are rent's business."""
+        found = sorted(self._by_label(label), key=_age)
+        return found[0] if found else None
+
+    def rent(self, offer: Offer, req: RentRequest) -> Box:
+        """Rent `offer` under `req.label`; never more than one box per label.
+
+        Returns the box as the provider first reports it (usually "provisioning"); poll `box()`
+        until `ssh_ready`. Raises NoCapacity, OfferGone, RateLimited, AuthFailed or
+        ProviderError; a ProviderError after unknown outcomes means no box with the label
+        was found.
+        """
+        if offer.provider != self.name:
+            raise UsageError(f"{offer.provider} offer {offer.offer_id} given to {self.name}")
+        check_label(req.label)
+        existing = self._keep_one(self._by_label(req.label))
+        if existing is not None:
+            return existing  # rented before (an earlier run); renting again would bill twice
+        unknown: OutcomeUnknown | None = None
+        policy = self.http.retry
+        for attempt in range(policy.attempts):
+            try:
+                box = self._create(offer, req)
+            except OutcomeUnknown as e:
+                unknown = e
+                # give a create still in flight time to land before looking for it
+                self.http.sleep(policy.backoff(attempt, self.http.rand))
+                found = self._keep_one(self._by_label(req.label))
+                if found is not None:
+                    return found
+                continue
+            if unknown is not None:
+                # an earlier create we gave up on may have landed after its lookup
+                self._keep_one(self._by_label(req.label), keep=box.box_id)
+            return box
+        assert unknown is not None
+        raise ProviderError(
+            self.name, "rent",
+            f"{unknown.detail}; no box labelled {req.label} after {policy.attempts} tries",
+            f"look for {req.label} in the {self.name} console before renting it again",
+        )
+
+    def _keep_one(self, boxes: Iterable[Box], keep: str | None = None) -> Box | None:
+        """Of boxes sharing one label keep `keep` (else the oldest id) and destroy the rest.
+
+        Returns the kept box when it is among `boxes`.
+        """
+        found = sorted(boxes, key=_age)
+        kept = keep or (found[0].box_id if found else None)
+        for extra in found:
+            if extra.box_id != kept:
+                self.destroy(extra.box_id)
+        return next((b for b in found if b.box_id == kept), None)
+
+    def destroy(self, box_id: str) -> None:
+        """Destroy the box and wait until the provider no longer lists it (bounded)."""
+        self._terminate(box_id)
+        for _ in range(self.destroy_polls):
+            if self.box(box_id) is None:
+                return
+            self.http.sleep(self.poll_interval)
+        waited = self.destroy_polls * self.poll_interval
+        raise ProviderError(
+            self.name, "destroy", f"box {box_id} is still listed {waited:.0f}s after destroy",
+            "it may still bill: check the provider's console and destroy it there",
+        )

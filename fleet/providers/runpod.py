@@ -1,0 +1,253 @@
+"""RunPod through its GraphQL API (`$RUNPOD_API_BASE_URL/graphql`).
+
+Business errors come back as HTTP 200 with an `errors` list; capacity is recognised by its
+message ("no longer any instances available"). RunPod has no label field: the pod name is the
+label. It has no driver field either: offers carry driver=None and admission after boot guards.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fleet.errors import AuthFailed, NoCapacity, ProviderError
+from fleet.providers import cards
+from fleet.providers.base import Box, Offer, RentRequest
+from fleet.providers.client import Client, p2p_public_port
+from fleet.providers.gql import Enum, literal, operation
+
+DEFAULT_BASE_URL = "https://api.runpod.io"
+
+_CAPACITY = ("no longer any instances available", "not enough free gpus")
+_GONE = ("not found", "does not exist")
+
+POD_FIELDS = (
+    "id name desiredStatus costPerHr gpuCount imageName lastStatusChange uptimeSeconds ports "
+    "runtime { uptimeInSeconds ports { ip isIpPublic privatePort publicPort type } } "
+    "machine { gpuDisplayName podHostId }"
+)
+_PRICE_FIELDS = "minimumBidPrice uninterruptablePrice stockStatus maxUnreservedGpuCount"
+
+# desiredStatus -> the fleet's status. RUNNING and EXITED need more (see `status_of`).
+_STATUS = {
+    "CREATED": "provisioning",
+    "RESTARTING": "provisioning",
+    "PAUSED": "stopped",
+    "DEAD": "exited",
+    "TERMINATED": "exited",
+}
+# lastStatusChange text of a host RunPod lost contact with ("Host machine is unreachable: ...")
+_HOST_TROUBLE = ("unreachable", "offline", "lost contact", "host down")
+
+
+def status_of(pod: dict[str, Any], ssh_published: bool) -> str:
+    """desiredStatus, refined by runtime and lastStatusChange, as the fleet's status.
+
+    RUNNING: "running" once SSH is published; without a runtime it is still booting, unless
+    lastStatusChange says the host is gone (desiredStatus stays RUNNING on host death).
+    EXITED: "stopped" when the user stopped it, else "exited" (spot reclaim, crash).
+    """
+    desired = str(pod.get("desiredStatus") or "")
+    change = str(pod.get("lastStatusChange") or "").lower()
+    if desired == "RUNNING":
+        if ssh_published:
+            return "running"
+        return "unknown" if any(s in change for s in _HOST_TROUBLE) else "provisioning"
+    if desired == "EXITED":
+        return "stopped" if "by user" in change else "exited"
+    return _STATUS.get(desired, "unknown")
+
+
+def base_url() -> str:
+    return os.environ.get("RUNPOD_API_BASE_URL") or DEFAULT_BASE_URL
+
+
+class RunPod(Client):
+    """The RunPod GraphQL client. See `Client` for rent and destroy semantics."""
+
+    name = "runpod"
+
+    # -- GraphQL plumbing -------------------------------------------------------------------
+
+    def _gql(self, call: str, document: str, *, idempotent: bool = True) -> dict[str, Any]:
+        resp = self.http.request(
+            "POST", "/graphql", call=call, json={"query": document}, idempotent=idempotent
+        )
+        body = self.http.json(resp, call)
+        if not isinstance(body, dict):
+            snippet = self.http.body_snippet(resp)
+            raise self.http.error(ProviderError, call, f"unexpected body: {snippet}")
+        if body.get("errors"):
+            raise self._gql_error(call, body["errors"])
+        if resp.status_code >= 400:
+            raise self.http.error(
+                ProviderError, call, f"HTTP {resp.status_code}: {self.http.body_snippet(resp)}"
+            )
+        data = body.get("data")
+        return data if isinstance(data, dict) else {}
+
+    def _gql_error(self, call: str, errors: Any) -> ProviderError:
+        msgs = [str(e.get("message", e)) if isinstance(e, dict) else str(e) for e in errors]
+        text = "; ".join(msgs) or "unspecified GraphQL error"
+        low = text.lower()
+        if any(s in low for s in _CAPACITY):
+            return self.http.error(NoCapacity, call, text, "try another offer, or later")
+        if "unauthorized" in low or "api key" in low:
+            return self.http.error(AuthFailed, call, text, "check RUNPOD_API_KEY")
+        return self.http.error(ProviderError, call, text)
+
+    # -- offers -----------------------------------------------------------------------------
+
+    def offers(
+        self,
+        card: str | None = None,
+        gpu_count: int = 1,
+        driver: str | None = None,
+        direct_ports: int = 0,
+        cuda: tuple[str, ...] = (),
+    ) -> list[Offer]:
+        """On-demand offers per GPU type and cloud, from `gpuTypes { lowestPrice }`.
+
+        RunPod cannot filter on a driver (`driver` is accepted and ignored: admission after
+        boot guards); `cuda` becomes `allowedCudaVersions`. Types whose stock is null are
+        dropped, as RunPod has nothing to place them on.
+        """
+        out: list[Offer] = []
+        type_filter = {"input": {"id": cards.runpod_type_id(card)}} if card else None
+        for cloud in ("SECURE", "COMMUNITY"):
+            price_in: dict[str, Any] = {"gpuCount": gpu_count, "secureCloud": cloud == "SECURE"}
+            if cuda:
+                price_in["allowedCudaVersions"] = list(cuda)
+            if direct_ports and cloud == "COMMUNITY":
+                price_in["supportPublicIp"] = True  # Secure Cloud always has a public IP
+            doc = operation(
+                "query", "gpuTypes", type_filter,
+                f"id displayName memoryInGb secureCloud communityCloud "
+                f"lowestPrice(input: {literal(price_in)}) {{ {_PRICE_FIELDS} }}",
+            )
+            for t in self._gql("gpuTypes", doc).get("gpuTypes") or []:
+                offer = self._offer(t, cloud, gpu_count)
+                if offer is not None:
+                    out.append(offer)
+        out.sort(key=lambda o: (o.usd_per_hour, o.offer_id))
+        return out
+
+    def _offer(self, t: dict[str, Any], cloud: str, gpu_count: int) -> Offer | None:
+        flag = "secureCloud" if cloud == "SECURE" else "communityCloud"
+        lp = t.get("lowestPrice") or {}
+        price = lp.get("uninterruptablePrice")
+        if t.get(flag) is False or not lp.get("stockStatus") or not price:
+            return None
+        type_id = t["id"]
+        return Offer(
+            provider=self.name, offer_id=f"{type_id}:{cloud}", card=cards.from_runpod(type_id),
+            gpu_count=gpu_count, usd_per_hour=round(float(price) * gpu_count, 6),
+            cloud=cloud, stock=lp.get("stockStatus"), raw=t,
+        )
+
+    # -- rent -------------------------------------------------------------------------------
+
+    def _create(self, offer: Offer, req: RentRequest) -> Box:
+        spot = req.spot_bid is not None
+        field = "podRentInterruptable" if spot else "podFindAndDeployOnDemand"
+        inp: dict[str, Any] = {
+            "name": req.label,
+            "imageName": req.image,
+            "gpuTypeId": cards.runpod_type_id(offer.card),
+            "gpuCount": offer.gpu_count,
+            "cloudType": Enum(offer.cloud or "ALL"),
+            "containerDiskInGb": req.disk_gb,
+            "volumeInGb": req.volume_gb,
+            "ports": ",".join(f"{p}/tcp" for p in req.tcp_ports),
+            "env": [{"key": k, "value": v} for k, v in req.env.items()],
+            "supportPublicIp": True,
+            "startSsh": True,
+        }
+        if req.volume_gb:
+            inp["volumeMountPath"] = "/workspace"
+        if req.allowed_cuda:
+            inp["allowedCudaVersions"] = list(req.allowed_cuda)
+        if req.onstart:
+            inp["dockerArgs"] = req.onstart
+        if spot:
+            assert req.spot_bid is not None
+            inp["bidPerGpu"] = round(req.spot_bid / offer.gpu_count, 6)
+        doc = operation(
+            "mutation", field, {"input": inp},
+            "id imageName env machineId desiredStatus machine { podHostId }",
+        )
+        pod = self._gql(field, doc, idempotent=False).get(field)
+        if not isinstance(pod, dict) or not pod.get("id"):
+            raise self.http.error(ProviderError, field, "no pod in the answer")
+        return Box(
+            provider=self.name, box_id=str(pod["id"]), label=req.label, card=offer.card,
+            gpu_count=offer.gpu_count,
+            usd_per_hour=req.spot_bid if spot and req.spot_bid else offer.usd_per_hour,
+            status="provisioning", raw=pod,
+        )
+
+    # -- boxes ------------------------------------------------------------------------------
+
+    def boxes(self) -> list[Box]:
+        doc = operation("query", "myself", None, f"pods {{ {POD_FIELDS} }}")
+        data = self._gql("myself.pods", doc)
+        pods = (data.get("myself") or {}).get("pods") or []
+        return [self._box(p) for p in pods]
+
+    def _by_label(self, label: str) -> list[Box]:
+        return [b for b in self.boxes() if b.label == label]
+
+    def box(self, box_id: str) -> Box | None:
+        doc = operation("query", "pod", {"input": {"podId": box_id}}, POD_FIELDS)
+        try:
+            pod = self._gql("pod", doc).get("pod")
+        except ProviderError as e:
+            if type(e) is ProviderError and any(s in e.detail.lower() for s in _GONE):
+                return None
+            raise
+        if not pod or pod.get("desiredStatus") == "TERMINATED":
+            return None
+        return self._box(pod)
+
+    def _box(self, pod: dict[str, Any]) -> Box:
+        runtime = pod.get("runtime") or {}
+        ports: dict[int, int] = {}
+        public_ip: str | None = None
+        for p in runtime.get("ports") or []:
+            if p.get("type") != "tcp" or not p.get("isIpPublic"):
+                continue  # http ports sit behind RunPod's proxy, unusable for SSH or p2p
+            if p.get("privatePort") is None or p.get("publicPort") is None:
+                continue
+            ports[int(p["privatePort"])] = int(p["publicPort"])
+            public_ip = public_ip or p.get("ip") or None
+        machine = pod.get("machine") or {}
+        return Box(
+            provider=self.name,
+            box_id=str(pod["id"]),
+            label=str(pod.get("name") or ""),
+            card=cards.from_runpod(machine.get("gpuDisplayName")),
+            gpu_count=int(pod.get("gpuCount") or 0),
+            usd_per_hour=float(pod.get("costPerHr") or 0.0),
+            status=status_of(pod, 22 in ports),
+            ssh_host=public_ip if 22 in ports else None,
+            ssh_port=ports.get(22),
+            public_ip=public_ip,
+            p2p_public_port=p2p_public_port(ports, self.p2p_port),
+            ports=ports,
+            raw=pod,
+        )
+
+    # -- stop / destroy ---------------------------------------------------------------------
+
+    def stop(self, box_id: str) -> None:
+        doc = operation("mutation", "podStop", {"input": {"podId": box_id}}, "id desiredStatus")
+        self._gql("podStop", doc)
+
+    def _terminate(self, box_id: str) -> None:
+        doc = operation("mutation", "podTerminate", {"input": {"podId": box_id}})
+        try:
+            self._gql("podTerminate", doc)
+        except ProviderError as e:
+            # "pod not found to terminate": already gone, which is what we wanted
+            if type(e) is not ProviderError or not any(s in e.detail.lower() for s in _GONE):
+                raise

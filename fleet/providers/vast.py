@@ -1,0 +1,287 @@
+"""Vast.ai through its REST API (`$VAST_URL`, v0 routes plus the paginated v1 listing).
+
+Offers are filtered on the server by exact driver (encoded as the vastai CLI encodes it) and on
+`direct_port_count`, then the driver is re-checked here. A create maps each extra TCP port with
+`-p P:P` and asks for direct SSH; the SSH endpoint is the direct mapping of 22 when the host
+gave one, else Vast's proxy at ssh_host:ssh_port.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import httpx
+
+from fleet.errors import NoCapacity, OfferGone, ProviderError, UsageError
+from fleet.providers.base import Box, Offer, RentRequest
+from fleet.providers.client import Client, p2p_public_port
+from fleet.providers.http import Http
+
+DEFAULT_URL = "https://console.vast.ai"
+PAGE = 25  # the most /api/v1/instances/ returns per page
+RUNTYPE = "ssh_direc ssh_proxy"  # the SDK's spelling: direct SSH, proxy as fallback
+_DEFAULTS = {
+    "verified": {"eq": True},
+    "external": {"eq": False},
+    "rentable": {"eq": True},
+    "rented": {"eq": False},
+}
+_GONE_ERRORS = {"no_such_instance", "not_found"}
+_PROVISIONING = {None, "", "loading", "created", "scheduling", "rebooting"}
+_STATUS = {"running": "running", "stopped": "stopped", "frozen": "stopped", "exited": "exited"}
+
+
+def base_url() -> str:
+    return os.environ.get("VAST_URL") or DEFAULT_URL
+
+
+def driver_code(driver: str) -> int:
+    """"580.95.05" -> 580095005: each part zero-padded to three digits, as the vastai CLI sends."""
+    parts = driver.strip().split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise UsageError(f"driver {driver!r} is not an exact X.Y.Z NVIDIA driver version")
+    return int("".join(p.zfill(3) for p in parts))
+
+
+def status_of(inst: dict[str, Any]) -> str:
+    """Vast's actual/cur/intended/next states -> the fleet's status."""
+    actual = inst.get("actual_status")
+    if all(inst.get(k) == "stopped" for k in ("cur_state", "intended_status", "next_state")):
+        return "stopped"  # a spot box outbid, whatever actual_status still says
+    if actual == "created" and "error" in str(inst.get("status_msg") or "").lower():
+        return "exited"  # "OCI runtime create failed": the container never started
+    if actual in _PROVISIONING:
+        return "provisioning"
+    return _STATUS.get(str(actual), "unknown")  # unknown, offline: no heartbeat from the host
+
+
+class Vast(Client):
+    """The Vast.ai REST client. See `Client` for rent and destroy semantics."""
+
+    name = "vast"
+
+    def __init__(self, http: Http, *, storage_gb: float = 10.0, **kw: Any) -> None:
+        super().__init__(http, **kw)
+        self.storage_gb = storage_gb  # the disk `dph_total` is priced for in searches
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _call(
+        self, method: str, path: str, call: str, *, gone_ok: bool = False, **kw: Any
+    ) -> dict[str, Any]:
+        """One REST call; returns the JSON body, raising a typed error for a refusal.
+
+        + gone_ok: a refusal saying the instance does not exist returns its body instead
+        """
+        resp = self.http.request(method, path, call=call, **kw)
+        body = self.http.json(resp, call)
+        if not isinstance(body, dict):
+            body = {"value": body}
+        if resp.status_code >= 400:
+            if gone_ok and _gone(body):
+                return body
+            raise self._refusal(call, resp, body)
+        return body
+
+    def _refusal(self, call: str, resp: httpx.Response, body: dict[str, Any]) -> ProviderError:
+        detail = f"HTTP {resp.status_code}: {_message(body) or self.http.body_snippet(resp)}"
+        if "/asks/" in call and (resp.status_code in (404, 410) or "no_such_ask" in detail):
+            return self.http.error(OfferGone, call, detail, "search again and pick another")
+        return self.http.error(ProviderError, call, detail)
+
+    # -- offers -----------------------------------------------------------------------------
+
+    def offers(
+        self,
+        card: str | None = None,
+        gpu_count: int = 1,
+        driver: str | None = None,
+        direct_ports: int = 0,
+        cuda: tuple[str, ...] = (),
+    ) -> list[Offer]:
+        """Rentable on-demand offers, cheapest first (POST /api/v0/bundles/)."""
+        q: dict[str, Any] = dict(_DEFAULTS)
+        q["num_gpus"] = {"eq": gpu_count}
+        if card:
+            q["gpu_name"] = {"eq": card}
+        if driver:
+            q["driver_version"] = {"eq": driver_code(driver)}
+        if direct_ports:
+            q["direct_port_count"] = {"gte": direct_ports}
+        if cuda:
+            q["cuda_max_good"] = {"in": [float(c) for c in cuda]}
+        q.update(order=[["dph_total", "asc"]], type="on-demand", allocated_storage=self.storage_gb)
+        call = "POST /api/v0/bundles/"
+        body = self._call("POST", "/api/v0/bundles/", call, json=q, final=_quota_spent)
+        out = [self._offer(o) for o in body.get("offers") or []]
+        # the server's driver filter is documented as fragile: check the exact string again
+        return [o for o in out if driver is None or o.driver == driver]
+
+    def _offer(self, o: dict[str, Any]) -> Offer:
+        geo = str(o.get("geolocation") or "")
+        country = geo.rsplit(",", 1)[-1].strip() if geo else None
+        cuda = o.get("cuda_max_good")
+        return Offer(
+            provider=self.name,
+            offer_id=str(o["id"]),
+            card=str(o.get("gpu_name") or ""),
+            gpu_count=int(o.get("num_gpus") or 0),
+            usd_per_hour=float(o.get("dph_total") or 0.0),
+            driver=o.get("driver_version") or None,
+            cuda=str(cuda) if cuda is not None else None,
+            cloud="datacenter" if o.get("hosting_type") == 1 else "community",
+            country=country or None,
+            reliability=o.get("reliability2", o.get("reliability")),
+            direct_ports=o.get("direct_port_count"),
+            raw=o,
+        )
+
+    # -- rent -------------------------------------------------------------------------------
+
+    def _create(self, offer: Offer, req: RentRequest) -> Box:
+        env: dict[str, str] = dict(req.env)
+        for port in req.tcp_ports:
+            if port != 22:  # the ssh runtype maps 22 itself
+                env[f"-p {port}:{port}"] = "1"
+        body: dict[str, Any] = {
+            "client_id": "me",
+            "image": req.image,
+            "disk": req.disk_gb + req.volume_gb,
+            "label": req.label,
+            "env": env,
+            "runtype": RUNTYPE,
+            "cancel_unavail": True,  # fail now rather than queue for a taken machine
+        }
+        if req.onstart:
+            body["onstart"] = req.onstart
+        if req.spot_bid is not None:
+            body["price"] = req.spot_bid
+        call = f"PUT /api/v0/asks/{offer.offer_id}/"
+        resp = self.http.request(
+            "PUT", f"/api/v0/asks/{offer.offer_id}/", call=call, json=body, idempotent=False
+        )
+        answer = self.http.json(resp, call)
+        answer = answer if isinstance(answer, dict) else {}
+        new = answer.get("new_contract")
+        if resp.status_code < 400 and answer.get("success") is not False and new:
+            return Box(
+                provider=self.name, box_id=str(new), label=req.label, card=offer.card,
+                gpu_count=offer.gpu_count,
+                usd_per_hour=req.spot_bid if req.spot_bid is not None else offer.usd_per_hour,
+                status="provisioning", driver=offer.driver, raw=answer,
+            )
+        if new:
+            # a refused bid still leaves a stopped instance behind that bills for its disk
+            self.destroy(str(new))
+            raise self.http.error(
+                NoCapacity, call,
+                f"refused ({_message(answer) or resp.status_code}); "
+                f"instance {new} it left behind was destroyed",
+                "raise the bid or pick another offer",
+            )
+        raise self._refusal(call, resp, answer)
+
+    # -- boxes ------------------------------------------------------------------------------
+
+    def _list(self, filters: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every instance matching `filters`, following next_token page by page."""
+        params = {
+            "select_filters": json.dumps(filters),
+            "order_by": json.dumps([{"col": "id", "dir": "asc"}]),
+            "limit": str(PAGE),
+        }
+        rows: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        call = "GET /api/v1/instances/"
+        while True:
+            body = self._call("GET", "/api/v1/instances/", call, params=params)
+            rows.extend(body.get("instances") or [])
+            token = body.get("next_token")
+            if not token:
+                return rows
+            if token in seen:
+                raise self.http.error(ProviderError, call, "next_token repeats; listing loops")
+            seen.add(token)
+            params["after_token"] = str(token)
+
+    def boxes(self) -> list[Box]:
+        return [self._box(i) for i in self._list({})]
+
+    def _by_label(self, label: str) -> list[Box]:
+        # filter here too: a server that ignored select_filters must not hand back strangers
+        rows = self._list({"label": {"eq": label}})
+        return [self._box(i) for i in rows if i.get("label") == label]
+
+    def box(self, box_id: str) -> Box | None:
+        call = "GET /api/v0/instances/{id}/"
+        body = self._call(
+            "GET", f"/api/v0/instances/{box_id}/", call, params={"owner": "me"}, gone_ok=True
+        )
+        inst = body.get("instances")
+        return self._box(inst) if isinstance(inst, dict) else None
+
+    def _box(self, inst: dict[str, Any]) -> Box:
+        ports: dict[int, int] = {}
+        for key, binds in (inst.get("ports") or {}).items():
+            port, _, proto = str(key).partition("/")
+            if proto in ("", "tcp") and binds and port.isdigit():
+                ports[int(port)] = int(binds[0]["HostPort"])  # HostPort is a string
+        public_ip = str(inst.get("public_ipaddr") or "").strip() or None
+        ssh_host: str | None
+        ssh_port: int | None
+        if 22 in ports and public_ip:
+            ssh_host, ssh_port = public_ip, ports[22]
+        else:
+            ssh_host = inst.get("ssh_host") or None
+            ssh_port = int(inst["ssh_port"]) if inst.get("ssh_port") else None
+        return Box(
+            provider=self.name,
+            box_id=str(inst["id"]),
+            label=str(inst.get("label") or ""),
+            card=str(inst.get("gpu_name") or ""),
+            gpu_count=int(inst.get("num_gpus") or 0),
+            usd_per_hour=float(inst.get("dph_total") or 0.0),
+            status=status_of(inst),
+            driver=inst.get("driver_version") or None,
+            ssh_host=ssh_host,
+            ssh_port=ssh_port,
+            public_ip=public_ip,
+            p2p_public_port=p2p_public_port(ports, self.p2p_port),
+            ports=ports,
+            raw=inst,
+        )
+
+    # -- label / stop / destroy -------------------------------------------------------------
+
+    def set_label(self, box_id: str, label: str) -> None:
+        self._call("PUT", f"/api/v0/instances/{box_id}/", "PUT /api/v0/instances/{id}/ label",
+                   json={"label": label})
+
+    def stop(self, box_id: str) -> None:
+        self._call("PUT", f"/api/v0/instances/{box_id}/", "PUT /api/v0/instances/{id}/ state",
+                   json={"state": "stopped"})
+
+    def _terminate(self, box_id: str) -> None:
+        call = "DELETE /api/v0/instances/{id}/"
+        body = self._call("DELETE", f"/api/v0/instances/{box_id}/", call, gone_ok=True)
+        if body.get("success") is False and not _gone(body):
+            raise self.http.error(ProviderError, call, _message(body) or "refused")
+
+
+def _gone(body: dict[str, Any]) -> bool:
+    """Vast's ways of saying the instance does not exist (the docs and the API disagree)."""
+    return body.get("error") in _GONE_ERRORS
+
+
+def _message(body: dict[str, Any]) -> str:
+    for k in ("msg", "message", "detail", "error"):
+        if body.get(k):
+            return str(body[k])
+    return ""
+
+
+def _quota_spent(resp: httpx.Response) -> bool:
+    """A daily search quota 429 resets at UTC midnight: retrying it only burns requests."""
+    return "search_quota_exceeded" in resp.text

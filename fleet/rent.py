@@ -1,0 +1,135 @@
+"""Renting a box: budget first, a registry row before the provider call, one box per label.
+
+The row is written (status `renting`) before the provider is asked, so a crash between the
+provider's answer and our bookkeeping leaves a label the fleet can look up instead of an
+unknown box that bills. The provider clients make the call itself idempotent per label.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from fleet import budget
+from fleet.config import Config, Role
+from fleet.errors import FleetError, NoCapacity, OfferGone, ProviderError
+from fleet.providers.base import Box, Offer, Provider, RentRequest
+from fleet.registry import Registry, Row, now_iso
+from fleet.sshkeys import ensure_key, fetch_host_key, public_key, write_known_hosts
+
+# the start hook every box is rented with: a container (re)start runs the fleet's boot script
+# once a deploy has written it (Vast: onstart; RunPod: run by the image's start script)
+ONSTART = "[ -x /root/fleet/boot.sh ] && /root/fleet/boot.sh; exit 0"
+
+
+def new_label(role: str, provider: str) -> str:
+    return f"{role}-{provider}-{secrets.token_hex(3)}"
+
+
+def request_for(cfg: Config, role: Role, label: str) -> RentRequest:
+    key = public_key(ensure_key(cfg.ssh_key))
+    return RentRequest(
+        label=label, image=role.image, disk_gb=role.disk_gb, tcp_ports=role.tcp_ports,
+        env={"PUBLIC_KEY": key}, onstart=ONSTART, allowed_cuda=role.allowed_cuda,
+    )
+
+
+@dataclass
+class RentOutcome:
+    row: Row
+    box: Box | None
+
+
+def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
+         providers: dict[str, Provider], label: str | None = None,
+         rerent_of: str | None = None) -> RentOutcome:
+    """Rent the cheapest offer that still has capacity; refuse if the budget would break."""
+    if not offers:
+        raise NoCapacity("fleet", "offers", f"no admissible offer for role {role.name!r}",
+                         "try another card or provider, or later")
+    budget.require_fits(
+        budget.project(reg.rows(), cfg.daily_budget_usd, offers[0].usd_per_hour),
+        f"renting a {offers[0].card} on {offers[0].provider} for ${offers[0].usd_per_hour:.3f}/h")
+    last: ProviderError | None = None
+    for offer in offers[:5]:
+        p = providers[offer.provider]
+        lab = label or new_label(role.name, offer.provider)
+        row = reg.add(Row(
+            label=lab, provider=offer.provider, role=role.name, kind=role.kind, card=offer.card,
+            gpu_count=offer.gpu_count, usd_per_hour=offer.usd_per_hour, driver=offer.driver,
+            rerent_of=rerent_of, node_sha16_wanted=None))
+        try:
+            box = p.rent(offer, request_for(cfg, role, lab))
+        except (NoCapacity, OfferGone) as e:
+            # the offer went between search and rent: the next one may still be there
+            reg.update(lab, status="failed", destroyed_at=now_iso(), note=str(e))
+            last, label = e, None
+            continue
+        except BaseException as e:
+            # whatever happened, a box carrying our label may exist: record it, never leak it
+            found = _lookup(p, lab)
+            if found is None:
+                reg.update(lab, status="failed", destroyed_at=now_iso(), note=str(e)[:300])
+                raise
+            box = found
+        row = record(reg, lab, box)
+        return RentOutcome(row, box)
+    assert last is not None
+    raise last
+
+
+def _lookup(p: Provider, label: str) -> Box | None:
+    try:
+        return p.find_by_label(label)
+    except ProviderError:
+        return None
+
+
+def record(reg: Registry, label: str, box: Box) -> Row:
+    """Copy what the provider says of a box into its row (the driver only where it says one)."""
+    changes = dict(
+        provider_id=box.box_id, status=box.status, usd_per_hour=box.usd_per_hour,
+        ssh_host=box.ssh_host, ssh_port=box.ssh_port, public_ip=box.public_ip,
+        p2p_public_port=box.p2p_public_port)
+    if box.driver:
+        changes["driver"] = box.driver
+    return reg.update(label, **changes)
+
+
+def wait_ready(cfg: Config, reg: Registry, providers: dict[str, Provider], labels: list[str],
+               timeout_s: float = 180.0, poll_s: float = 0.5,
+               progress: Callable[[str, str], None] | None = None) -> dict[str, Row]:
+    """Poll until every label's box is running with SSH up, pin its host key, return rows."""
+    pending = set(labels)
+    done: dict[str, Row] = {}
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        for label in sorted(pending):
+            row = reg.get(label)
+            if row is None or row.provider_id is None:
+                raise FleetError(f"{label}: no provider id recorded")
+            box = providers[row.provider].box(row.provider_id)
+            if box is None:
+                raise FleetError(f"{label}: {row.provider} no longer lists box {row.provider_id}")
+            row = record(reg, label, box)
+            if not box.ssh_ready:
+                continue
+            try:
+                key = fetch_host_key(box.ssh_host or "", box.ssh_port or 22, timeout=5)
+            except FleetError:
+                continue  # the endpoint is published before sshd answers
+            if row.host_key and row.host_key != key:
+                raise FleetError(f"{label}: host key changed since it was pinned; not trusting it")
+            done[label] = reg.update(label, host_key=key)
+            pending.discard(label)
+            if progress:
+                progress(label, "ready")
+        if pending:
+            if time.monotonic() > deadline:
+                late = ", ".join(sorted(pending))
+                raise FleetError(f"not SSH-ready after {timeout_s:.0f}s: {late}")
+            time.sleep(poll_s)
+    write_known_hosts(cfg.known_hosts, reg.rows())
+    return done

@@ -1,0 +1,159 @@
+"""One sandbox process: the world, both fake provider APIs and the control surface.
+
+`Sandbox` runs in-process (tests use it directly); `serve` runs it until SIGTERM/SIGINT and
+keeps `DIR/daemon.json` (pid, ports, URLs) true while it lives. The API keys live in
+`DIR/keys.json` (mode 0600): reused when present, generated otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sandbox.backend import BoxBackend, NullBackend
+from sandbox.control import ControlApp
+from sandbox.httpbase import App, Server
+from sandbox.runpod_api import RunpodApp
+from sandbox.vast_api import VastApp
+from sandbox.world import World
+
+log = logging.getLogger(__name__)
+
+BACKENDS = {"null": "sandbox.backend:NullBackend", "ns": "sandbox.boxes:NamespaceBackend"}
+
+
+@dataclass
+class Keys:
+    runpod: str
+    vast: str
+
+    @classmethod
+    def generate(cls) -> Keys:
+        return cls(runpod="rpa_" + secrets.token_hex(20).upper(), vast=secrets.token_hex(32))
+
+    @classmethod
+    def load_or_create(cls, path: Path) -> Keys:
+        if path.exists():
+            data = json.loads(path.read_text())
+            return cls(runpod=data["runpod"], vast=data["vast"])
+        keys = cls.generate()
+        write_private(path, json.dumps({"runpod": keys.runpod, "vast": keys.vast}))
+        return keys
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` (mode 0600) through a temporary file renamed into place."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def env_vars(info: dict[str, Any], keys: Keys) -> dict[str, str]:
+    """The environment that points fleet (and the official SDKs) at a sandbox."""
+    return {
+        "RUNPOD_API_BASE_URL": info["runpod_url"],
+        "RUNPOD_API_KEY": keys.runpod,
+        "VAST_URL": info["vast_url"],
+        "VAST_API_KEY": keys.vast,
+        "FLEET_SANDBOX_CONTROL": info["control_url"],
+    }
+
+
+def make_backend(name: str, state_dir: Path) -> BoxBackend:
+    """`null`, `ns` (namespaced SSH hosts from sandbox.boxes), or `module:Class`; a backend
+    other than null gets `state_dir/boxes` for its disks, keys and logs."""
+    target = BACKENDS.get(name, name)
+    if target == BACKENDS["null"]:
+        return NullBackend()
+    module, _, attr = target.partition(":")
+    cls = getattr(importlib.import_module(module), attr)
+    backend: BoxBackend = cls(state_dir=state_dir / "boxes")
+    return backend
+
+
+class Sandbox:
+    """The world and the three servers, started together and closed together."""
+
+    def __init__(
+        self,
+        seed: int = 0,
+        keys: Keys | None = None,
+        backend: BoxBackend | None = None,
+        boot_delay: float = 1.0,
+        notice_delay: float = 5.0,
+        machines_per_provider: int = 16,
+        ports: tuple[int, int, int] = (0, 0, 0),
+        ticker: bool = True,
+        clock: Callable[[], float] = time.time,
+        poll_interval: float = 0.1,  # how long closing a server may take
+    ) -> None:
+        self.keys = keys or Keys.generate()
+        self.world = World(seed, machines_per_provider, backend, boot_delay, notice_delay, clock)
+        apps: tuple[App, App, App] = (RunpodApp(self.world, self.keys.runpod),
+                                      VastApp(self.world, self.keys.vast), ControlApp(self.world))
+        self.runpod, self.vast, self.control = (
+            Server(app, port, poll_interval) for app, port in zip(apps, ports, strict=True)
+        )
+        if ticker:
+            self.world.start_ticker()
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "seed": self.world.seed,
+            "runpod_url": self.runpod.url,
+            "vast_url": self.vast.url,
+            "control_url": self.control.url,
+            "ports": {"runpod": self.runpod.port, "vast": self.vast.port,
+                      "control": self.control.port},
+        }
+
+    def env(self) -> dict[str, str]:
+        return env_vars(self.info(), self.keys)
+
+    def close(self) -> None:
+        closers = [threading.Thread(target=s.close) for s in (self.runpod, self.vast, self.control)]
+        for t in closers:  # each shutdown waits out a poll interval: overlap them
+            t.start()
+        for t in closers:
+            t.join()
+        self.world.close()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve(state_dir: Path, seed: int = 0, backend: str = "null", boot_delay: float = 1.0,
+          notice_delay: float = 5.0, machines_per_provider: int = 16) -> None:
+    """Run the sandbox in this process until SIGTERM or SIGINT."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    keys = Keys.load_or_create(state_dir / "keys.json")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    sandbox = Sandbox(seed, keys, make_backend(backend, state_dir), boot_delay, notice_delay,
+                      machines_per_provider)
+    info_path = state_dir / "daemon.json"
+    try:
+        write_private(info_path, json.dumps({**sandbox.info(), "backend": backend}, indent=2))
+        log.info("sandbox up: %s", sandbox.info())
+        stop.wait()
+    finally:
+        log.info("sandbox stopping")
+        info_path.unlink(missing_ok=True)
+        sandbox.close()

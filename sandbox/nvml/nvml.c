@@ -1,0 +1,593 @@
+/*
+ * Stand-in libnvidia-ml.so.1 for the sandbox.
+ *
+ * Loaded unchanged by nvidia-ml-py (module pynvml). It answers the calls the agent and the
+ * facts make (init, driver and CUDA versions, devices and their identity, memory, temperature,
+ * utilisation) from a JSON file named by $SANDBOX_NVML_CONFIG (default /etc/sandbox-nvml.json),
+ * re-read at every nvmlInit so a driver change under a live box shows on the next init.
+ * Every other symbol pynvml may look up answers NVML_ERROR_NOT_SUPPORTED (stubs.c).
+ *
+ * JSON shape (dataclasses.asdict(sandbox.backend.GpuSpec)):
+ *   {"driver_version": "580.95.05", "cuda_driver_version": 12080,
+ *    "devices": [{"uuid": "GPU-...", "name": "...", "pci_bus_id": "00000000:1B:00.0",
+ *                 "memory_total": 85899345920, "serial": "1650..." | null}]}
+ * Optional per device: memory_used, temperature_c, utilization_gpu, utilization_memory.
+ * A missing, unreadable or malformed file makes nvmlInit fail with NVML_ERROR_DRIVER_NOT_LOADED.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+typedef int nvmlReturn_t;
+
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    NVML_ERROR_UNKNOWN = 999,
+};
+
+#define MAX_DEVICES 64
+#define DRIVER_LEN 80
+#define UUID_LEN 96
+#define NAME_LEN 96
+#define SERIAL_LEN 30
+#define PCI_LEN 32
+#define PCI_LEGACY_LEN 16
+
+typedef struct {
+    char uuid[UUID_LEN];
+    char name[NAME_LEN];
+    char pci_bus_id[PCI_LEN];
+    char serial[SERIAL_LEN];
+    int has_serial;
+    unsigned long long memory_total;
+    unsigned long long memory_used;
+    unsigned int temperature_c;
+    unsigned int utilization_gpu;
+    unsigned int utilization_memory;
+} device_t;
+
+typedef struct {
+    char driver_version[DRIVER_LEN];
+    int cuda_driver_version;
+    unsigned int count;
+    device_t devices[MAX_DEVICES];
+} world_t;
+
+static world_t world;
+static int init_count;
+
+/* ---------------------------------------------------------------- minimal JSON reader */
+
+typedef struct {
+    const char *p;
+    const char *end;
+    int failed;
+} reader_t;
+
+static void skip_ws(reader_t *r) {
+    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
+        r->p++;
+}
+
+static int expect(reader_t *r, char c) {
+    skip_ws(r);
+    if (r->p < r->end && *r->p == c) {
+        r->p++;
+        return 1;
+    }
+    r->failed = 1;
+    return 0;
+}
+
+static int peek(reader_t *r, char c) {
+    skip_ws(r);
+    return r->p < r->end && *r->p == c;
+}
+
+static int hex4(reader_t *r, unsigned *out) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        if (r->p >= r->end || !isxdigit((unsigned char)*r->p)) return 0;
+        char c = *r->p++;
+        v = v * 16 + (unsigned)(isdigit((unsigned char)c) ? c - '0' : (tolower(c) - 'a' + 10));
+    }
+    *out = v;
+    return 1;
+}
+
+/* Reads a JSON string into buf (UTF-8, NUL-terminated). buf may be NULL to skip.
+ * Fails (r->failed) when the value does not fit in cap bytes. */
+static void read_string(reader_t *r, char *buf, size_t cap) {
+    size_t n = 0;
+    if (!expect(r, '"')) return;
+    while (r->p < r->end && *r->p != '"') {
+        unsigned cp;
+        char c = *r->p++;
+        if ((unsigned char)c < 0x20) { r->failed = 1; return; }
+        if (c != '\\') {
+            if (buf) {
+                if (n + 1 >= cap) { r->failed = 1; return; }
+                buf[n++] = c;
+            }
+            continue;
+        }
+        if (r->p >= r->end) { r->failed = 1; return; }
+        c = *r->p++;
+        switch (c) {
+        case '"': cp = '"'; break;
+        case '\\': cp = '\\'; break;
+        case '/': cp = '/'; break;
+        case 'b': cp = '\b'; break;
+        case 'f': cp = '\f'; break;
+        case 'n': cp = '\n'; break;
+        case 'r': cp = '\r'; break;
+        case 't': cp = '\t'; break;
+        case 'u':
+            if (!hex4(r, &cp)) { r->failed = 1; return; }
+            if (cp >= 0xD800 && cp <= 0xDBFF) {  /* surrogate pair */
+                unsigned lo;
+                if (r->end - r->p < 6 || r->p[0] != '\\' || r->p[1] != 'u') { r->failed = 1; return; }
+                r->p += 2;
+                if (!hex4(r, &lo) || lo < 0xDC00 || lo > 0xDFFF) { r->failed = 1; return; }
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            break;
+        default: r->failed = 1; return;
+        }
+        if (buf) {
+            char enc[4];
+            size_t k;
+            if (cp < 0x80) { enc[0] = (char)cp; k = 1; }
+            else if (cp < 0x800) { enc[0] = (char)(0xC0 | (cp >> 6)); enc[1] = (char)(0x80 | (cp & 0x3F)); k = 2; }
+            else if (cp < 0x10000) {
+                enc[0] = (char)(0xE0 | (cp >> 12)); enc[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                enc[2] = (char)(0x80 | (cp & 0x3F)); k = 3;
+            } else {
+                enc[0] = (char)(0xF0 | (cp >> 18)); enc[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+                enc[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); enc[3] = (char)(0x80 | (cp & 0x3F)); k = 4;
+            }
+            if (n + k >= cap) { r->failed = 1; return; }
+            memcpy(buf + n, enc, k);
+            n += k;
+        }
+    }
+    if (!expect(r, '"')) return;
+    if (buf) buf[n] = '\0';
+}
+
+/* Reads a JSON number; integers only are meaningful to us, so a fraction or exponent fails. */
+static long long read_int(reader_t *r) {
+    char tmp[32];
+    size_t n = 0;
+    skip_ws(r);
+    while (r->p < r->end && n + 1 < sizeof tmp &&
+           (isdigit((unsigned char)*r->p) || *r->p == '-' || *r->p == '+' || *r->p == '.' ||
+            *r->p == 'e' || *r->p == 'E'))
+        tmp[n++] = *r->p++;
+    tmp[n] = '\0';
+    if (n == 0) { r->failed = 1; return 0; }
+    errno = 0;
+    char *stop;
+    long long v = strtoll(tmp, &stop, 10);
+    if (*stop != '\0' || errno) r->failed = 1;
+    return v;
+}
+
+static int read_literal(reader_t *r, const char *word) {
+    size_t n = strlen(word);
+    skip_ws(r);
+    if ((size_t)(r->end - r->p) >= n && memcmp(r->p, word, n) == 0) {
+        r->p += n;
+        return 1;
+    }
+    return 0;
+}
+
+static void skip_value(reader_t *r, int depth);
+
+static void skip_number(reader_t *r) {
+    skip_ws(r);
+    const char *start = r->p;
+    while (r->p < r->end && (isdigit((unsigned char)*r->p) || *r->p == '-' || *r->p == '+' ||
+                             *r->p == '.' || *r->p == 'e' || *r->p == 'E'))
+        r->p++;
+    if (r->p == start) r->failed = 1;
+}
+
+static void skip_value(reader_t *r, int depth) {
+    if (depth > 64) { r->failed = 1; return; }
+    skip_ws(r);
+    if (r->p >= r->end) { r->failed = 1; return; }
+    switch (*r->p) {
+    case '"': read_string(r, NULL, 0); return;
+    case '{':
+        r->p++;
+        if (peek(r, '}')) { r->p++; return; }
+        while (!r->failed) {
+            read_string(r, NULL, 0);
+            expect(r, ':');
+            skip_value(r, depth + 1);
+            if (peek(r, ',')) { r->p++; continue; }
+            expect(r, '}');
+            return;
+        }
+        return;
+    case '[':
+        r->p++;
+        if (peek(r, ']')) { r->p++; return; }
+        while (!r->failed) {
+            skip_value(r, depth + 1);
+            if (peek(r, ',')) { r->p++; continue; }
+            expect(r, ']');
+            return;
+        }
+        return;
+    default:
+        if (read_literal(r, "true") || read_literal(r, "false") || read_literal(r, "null")) return;
+        skip_number(r);
+    }
+}
+
+static void read_device(reader_t *r, device_t *d) {
+    char key[64];
+    memset(d, 0, sizeof *d);
+    d->temperature_c = 35;
+    if (!expect(r, '{')) return;
+    if (peek(r, '}')) { r->p++; return; }
+    while (!r->failed) {
+        read_string(r, key, sizeof key);  /* keys longer than 63 bytes fail the parse */
+        expect(r, ':');
+        if (!strcmp(key, "uuid")) read_string(r, d->uuid, sizeof d->uuid);
+        else if (!strcmp(key, "name")) read_string(r, d->name, sizeof d->name);
+        else if (!strcmp(key, "pci_bus_id")) read_string(r, d->pci_bus_id, sizeof d->pci_bus_id);
+        else if (!strcmp(key, "serial")) {
+            if (read_literal(r, "null")) d->has_serial = 0;
+            else { read_string(r, d->serial, sizeof d->serial); d->has_serial = 1; }
+        }
+        else if (!strcmp(key, "memory_total")) d->memory_total = (unsigned long long)read_int(r);
+        else if (!strcmp(key, "memory_used")) d->memory_used = (unsigned long long)read_int(r);
+        else if (!strcmp(key, "temperature_c")) d->temperature_c = (unsigned)read_int(r);
+        else if (!strcmp(key, "utilization_gpu")) d->utilization_gpu = (unsigned)read_int(r);
+        else if (!strcmp(key, "utilization_memory")) d->utilization_memory = (unsigned)read_int(r);
+        else skip_value(r, 1);
+        if (peek(r, ',')) { r->p++; continue; }
+        expect(r, '}');
+        return;
+    }
+}
+
+static int parse_world(const char *text, size_t len, world_t *w) {
+    reader_t r = {text, text + len, 0};
+    char key[64];
+    int have_driver = 0;
+    memset(w, 0, sizeof *w);
+    if (!expect(&r, '{')) return 0;
+    if (!peek(&r, '}')) {
+        while (!r.failed) {
+            read_string(&r, key, sizeof key);
+            expect(&r, ':');
+            if (r.failed) break;
+            if (!strcmp(key, "driver_version")) {
+                read_string(&r, w->driver_version, sizeof w->driver_version);
+                have_driver = 1;
+            } else if (!strcmp(key, "cuda_driver_version")) {
+                w->cuda_driver_version = (int)read_int(&r);
+            } else if (!strcmp(key, "devices")) {
+                expect(&r, '[');
+                if (peek(&r, ']')) r.p++;
+                else {
+                    while (!r.failed) {
+                        if (w->count >= MAX_DEVICES) { r.failed = 1; break; }
+                        read_device(&r, &w->devices[w->count++]);
+                        if (peek(&r, ',')) { r.p++; continue; }
+                        expect(&r, ']');
+                        break;
+                    }
+                }
+            } else {
+                skip_value(&r, 1);
+            }
+            if (peek(&r, ',')) { r.p++; continue; }
+            expect(&r, '}');
+            break;
+        }
+    } else {
+        r.p++;
+    }
+    skip_ws(&r);
+    if (r.p != r.end) r.failed = 1;
+    return !r.failed && have_driver;
+}
+
+static int load_world(void) {
+    const char *path = getenv("SANDBOX_NVML_CONFIG");
+    if (!path || !*path) path = "/etc/sandbox-nvml.json";
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            if (cap > (1u << 22)) { free(text); fclose(f); return 0; }  /* 4 MiB is plenty */
+            char *grown = realloc(text, cap);
+            if (!grown) { free(text); fclose(f); return 0; }
+            text = grown;
+        }
+        size_t got = fread(text + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    static world_t fresh;
+    int ok = !bad && parse_world(text, len, &fresh);
+    free(text);
+    if (ok) world = fresh;
+    return ok;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+typedef device_t *nvmlDevice_t;
+
+static int valid_device(nvmlDevice_t d) {
+    return d >= world.devices && d < world.devices + world.count;
+}
+
+#define REQUIRE_INIT() do { if (init_count <= 0) return NVML_ERROR_UNINITIALIZED; } while (0)
+#define REQUIRE_DEVICE(d) do { REQUIRE_INIT(); if (!valid_device(d)) return NVML_ERROR_INVALID_ARGUMENT; } while (0)
+
+static nvmlReturn_t copy_out(const char *value, char *buf, unsigned int len) {
+    if (!buf) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(value) + 1 > len) return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(buf, value);
+    return NVML_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- init / shutdown */
+
+EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    if (!load_world()) return NVML_ERROR_DRIVER_NOT_LOADED;
+    init_count++;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+EXPORT nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+
+EXPORT nvmlReturn_t nvmlShutdown(void) {
+    REQUIRE_INIT();
+    init_count--;
+    return NVML_SUCCESS;
+}
+
+EXPORT const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case 0: return "Success";
+    case 1: return "Uninitialized";
+    case 2: return "Invalid Argument";
+    case 3: return "Not Supported";
+    case 4: return "Insufficient Permissions";
+    case 5: return "Already Initialized";
+    case 6: return "Not Found";
+    case 7: return "Insufficient Size";
+    case 9: return "Driver Not Loaded";
+    case 13: return "Function Not Found";
+    case 15: return "GPU is lost";
+    case 18: return "RM has detected an NVML/RM version mismatch.";
+    case 25: return "Argument version mismatch";
+    default: return "Unknown Error";
+    }
+}
+
+/* ---------------------------------------------------------------- system */
+
+EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    REQUIRE_INIT();
+    return copy_out(world.driver_version, version, length);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    char text[DRIVER_LEN + 16];
+    REQUIRE_INIT();
+    snprintf(text, sizeof text, "%d.%s", world.cuda_driver_version / 1000, world.driver_version);
+    return copy_out(text, version, length);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cuda) {
+    REQUIRE_INIT();
+    if (!cuda) return NVML_ERROR_INVALID_ARGUMENT;
+    *cuda = world.cuda_driver_version;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cuda) {
+    return nvmlSystemGetCudaDriverVersion(cuda);
+}
+
+/* ---------------------------------------------------------------- devices */
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) {
+    REQUIRE_INIT();
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = world.count;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return nvmlDeviceGetCount_v2(count); }
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    REQUIRE_INIT();
+    if (!device || index >= world.count) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &world.devices[index];
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
+    REQUIRE_INIT();
+    if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < world.count; i++) {
+        if (!strcmp(world.devices[i].uuid, uuid)) {
+            *device = &world.devices[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device) {
+    REQUIRE_INIT();
+    if (!serial || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < world.count; i++) {
+        if (world.devices[i].has_serial && !strcmp(world.devices[i].serial, serial)) {
+            *device = &world.devices[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *bus_id, nvmlDevice_t *device) {
+    REQUIRE_INIT();
+    if (!bus_id || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < world.count; i++) {
+        if (!strcasecmp(world.devices[i].pci_bus_id, bus_id)) {
+            *device = &world.devices[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *bus_id, nvmlDevice_t *device) {
+    return nvmlDeviceGetHandleByPciBusId_v2(bus_id, device);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    REQUIRE_DEVICE(device);
+    if (!index) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = (unsigned)(device - world.devices);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    REQUIRE_DEVICE(device);
+    return copy_out(device->uuid, uuid, length);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    REQUIRE_DEVICE(device);
+    return copy_out(device->name, name, length);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length) {
+    REQUIRE_DEVICE(device);
+    if (!device->has_serial) return NVML_ERROR_NOT_SUPPORTED;
+    return copy_out(device->serial, serial, length);
+}
+
+/* nvmlPciInfo_t as of NVML 9.0 (what nvmlDeviceGetPciInfo_v3 fills). */
+typedef struct {
+    char busIdLegacy[PCI_LEGACY_LEN];
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId;
+    unsigned int pciSubSystemId;
+    char busId[PCI_LEN];
+} nvmlPciInfo_t;
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    unsigned domain = 0, bus = 0, dev = 0, fn = 0;
+    REQUIRE_DEVICE(device);
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(pci, 0, sizeof *pci);
+    /* "00000000:1B:00.0": domain:bus:device.function, all hex */
+    sscanf(device->pci_bus_id, "%x:%x:%x.%x", &domain, &bus, &dev, &fn);
+    pci->domain = domain;
+    pci->bus = bus;
+    pci->device = dev;
+    pci->pciDeviceId = 0x233010DE;  /* vendor 0x10DE (NVIDIA); the device id is not modelled */
+    strncpy(pci->busId, device->pci_bus_id, PCI_LEN - 1);
+    snprintf(pci->busIdLegacy, PCI_LEGACY_LEN, "%04X:%02X:%02X.%X", domain & 0xFFFF, bus, dev, fn);
+    return NVML_SUCCESS;
+}
+
+typedef struct {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_v2_t;
+
+#define NVML_MEMORY_V2 0x02000028u
+
+static unsigned long long used_of(const device_t *d) {
+    return d->memory_used > d->memory_total ? d->memory_total : d->memory_used;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    REQUIRE_DEVICE(device);
+    if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
+    memory->total = device->memory_total;
+    memory->used = used_of(device);
+    memory->free = device->memory_total - memory->used;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    REQUIRE_DEVICE(device);
+    if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != NVML_MEMORY_V2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memory->total = device->memory_total;
+    memory->reserved = 0;
+    memory->used = used_of(device);
+    memory->free = device->memory_total - memory->used;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int *temp) {
+    REQUIRE_DEVICE(device);
+    if (!temp) return NVML_ERROR_INVALID_ARGUMENT;
+    if (sensor != 0) return NVML_ERROR_NOT_SUPPORTED;  /* only NVML_TEMPERATURE_GPU exists */
+    *temp = device->temperature_c;
+    return NVML_SUCCESS;
+}
+
+typedef struct {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *util) {
+    REQUIRE_DEVICE(device);
+    if (!util) return NVML_ERROR_INVALID_ARGUMENT;
+    util->gpu = device->utilization_gpu;
+    util->memory = device->utilization_memory;
+    return NVML_SUCCESS;
+}
