@@ -59,7 +59,7 @@ def standing() -> None:
                   restart=bool(state.get("agent_alive")) and stale)
     if not host.data.get("standing"):
         python.call(name="Registry: mark standing", function=mark_standing, label=host.name,
-                    role=role.name)
+                    role=role.name, node_sha16=rel.node_sha16)
 
 
 standing()

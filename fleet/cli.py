@@ -187,6 +187,57 @@ def destroy_cmd(label: str, force: bool = typer.Option(False, help="also destroy
     out.print(f"destroyed {label}")
 
 
+@app.command("check")
+def check_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Is every standing box well? SSH, agent, sync, exec tip, prover, admission, node binary."""
+    from fleet import check as check_mod
+    from fleet.inventory import build
+
+    c = cfg()
+    results = check_mod.check(c, build(c, providers()))
+    t = Table(title="standing boxes")
+    for col in ("label", "ssh", "agent", "synced", "blocks", "exec tip", "prover", "admission",
+                "node", "verdict"):
+        t.add_column(col)
+    for h in results:
+        node = h.node_sha16 or "-"
+        if h.wanted_sha16:
+            node += " ok" if h.node_sha16 == h.wanted_sha16 else f" (wanted {h.wanted_sha16})"
+        tip = "-" if h.exec_tip is None else f"{h.exec_tip}{'' if h.exec_moving else ' stuck'}"
+        t.add_row(h.label, "ok" if h.ssh else "DOWN", "up" if h.agent else "DOWN",
+                  str(h.synced), str(h.blocks), tip, h.prover or "-",
+                  "ok" if h.admitted else f"refused: {h.admission_reason}", node,
+                  "well" if h.well else "; ".join(h.problems))
+    if not results:
+        t.caption = "no standing boxes in the inventory"
+    emit(t, [h.to_dict() for h in results], as_json)
+    if any(not h.well for h in results):
+        raise typer.Exit(1)
+
+
+@app.command("converge")
+def converge_cmd(
+    role_kind: str = typer.Argument(..., help="what to converge: standing"),
+    dry: bool = typer.Option(False, "--dry", help="show what would change, change nothing"),
+) -> None:
+    """Run the deploy for ROLE_KIND, then the testinfra checks against the same inventory."""
+    import subprocess
+
+    if role_kind != "standing":
+        raise UsageError(f"nothing to converge for {role_kind!r} (standing)")
+    repo = Path(__file__).resolve().parent.parent
+    deploy = ["pyinfra", "-y", "inventory.py", "deploys/standing.py"] + (["--dry"] if dry else [])
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+    if subprocess.run(deploy, cwd=repo, env=env).returncode != 0:
+        raise FleetError("the standing deploy failed (see pyinfra's output above)")
+    if dry:
+        return
+    checks = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/infra"]
+    if subprocess.run(checks, cwd=repo, env=env).returncode != 0:
+        raise FleetError("the testinfra checks failed after the deploy")
+
+
 # --- the sandbox: the only commands that know it exists -------------------------------------
 
 def _sandbox_dir() -> Path:
@@ -239,7 +290,7 @@ def sandbox_fault(kind: str, target: str, count: int = typer.Option(1, min=1)) -
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
     except FleetError as e:
         err.print(f"error: {e}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(e.exit_code)
@@ -258,6 +309,7 @@ def main() -> None:
         if message:  # empty when the help was shown instead (no command given)
             err.print(f"error: {message}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """What the deploy files need from the operator's side, computed once per pyinfra run.
 
 A deploy file is exec'd once per host (concurrently, in greenlets), so everything here is
-memoised per process: the config, the agent bundle, release tarballs.
+memoised per process: the config, the agent bundle, release tarballs. Each builder runs under an
+in-process lock first (gevent makes it greenlet-aware): the builders also take a file lock, and
+a second greenlet blocking in flock would stall the whole process while the first one waits.
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ import functools
 import hashlib
 import io
 import tarfile
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from fleet import bundle as bundle_mod
 from fleet import releases
@@ -19,8 +24,26 @@ from fleet.config import Config, load
 from fleet.errors import ConfigError
 from fleet.fileutil import write_atomic
 
+_LOCK = threading.RLock()
 
-@functools.cache
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def once(fn: Callable[P, T]) -> Callable[P, T]:
+    """functools.cache, with concurrent first calls serialised."""
+    cached = functools.cache(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        with _LOCK:
+            return cached(*args, **kwargs)
+
+    return wrapper
+
+
+@once
 def config() -> Config:
     return load()
 
@@ -29,7 +52,7 @@ def cache_dir() -> Path:
     return config().registry.parent / "cache"
 
 
-@functools.cache
+@once
 def agent_bundle() -> bundle_mod.Bundle:
     return bundle_mod.build(cache_dir())
 
@@ -41,7 +64,7 @@ class ShippedRelease:
     sha256sums: str  # sha256sum -c input, names relative to the release folder
 
 
-@functools.cache
+@once
 def release(version: str) -> ShippedRelease:
     r = releases.find(config().releases, version)
     names = sorted(r.sha256)

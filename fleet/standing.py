@@ -6,10 +6,11 @@ from fleet.deploy_support import config
 from fleet.registry import Registry, now_iso
 
 
-def mark_standing(label: str, role: str) -> None:
-    """Mark the row standing (standing_since set once, never moved)."""
+def mark_standing(label: str, role: str, node_sha16: str) -> None:
+    """Mark the row standing (standing_since set once, never moved) with its wanted node."""
     reg = Registry(config().registry)
     row = reg.get(label)
     if row is None or row.standing:
         return
-    reg.update(label, standing=True, standing_since=now_iso(), role=role)
+    reg.update(label, standing=True, standing_since=now_iso(), role=role,
+               node_sha16_wanted=node_sha16)

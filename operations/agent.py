@@ -45,7 +45,7 @@ rm -rf "$root/.unpack" "$root/agent.old" "$tarball"
 _START = r"""
 root=$1
 cd "$root" || exit 1
-exec venv/bin/python -m agent run --config "$root/agent.toml" --detach
+exec venv/bin/python -m agent run --config "$root/agent.toml"
 """
 
 # Replace a running agent without touching its programs: the new one adopts them.
@@ -55,9 +55,10 @@ cd "$root" || exit 1
 pid=$(cat run/agent.pid 2>/dev/null)
 if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
   kill -TERM "$pid"
-  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  # it leaves its programs running; give it time to finish what it was doing
+  for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 fi
-exec venv/bin/python -m agent run --config "$root/agent.toml" --detach
+exec venv/bin/python -m agent run --config "$root/agent.toml"
 """
 
 

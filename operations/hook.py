@@ -16,7 +16,7 @@ def boot_script(root: str) -> str:
         "#!/bin/sh\n"
         "# written by fleet: start the agent after a container (re)start\n"
         f"mkdir -p {root}/log && cd {root} || exit 0\n"
-        f"exec venv/bin/python -m agent run --config {root}/agent.toml --detach "
+        f"exec venv/bin/python -m agent run --config {root}/agent.toml "
         f">>{root}/log/boot.log 2>&1\n"
     )
 

@@ -1,0 +1,136 @@
+"""`fleet check`: is every standing box well?
+
+One SSH command per box (the agent's own `status`, through the `AgentStatus` fact), so the
+operator reads exactly what the box reads. A box is well when SSH answers, the agent is alive,
+the node runs the wanted binary and is synced with its exec tip moving, the prover proves and
+the GPU programs are admitted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyinfra.api import Config as PyinfraConfig
+from pyinfra.api import Inventory, State
+from pyinfra.api.connect import connect_all, disconnect_all
+from pyinfra.api.facts import get_facts
+
+from facts.box import AgentStatus
+from fleet import releases
+from fleet.agent_config import ROOT
+from fleet.config import Config
+from fleet.errors import ConfigError
+from fleet.fileutil import write_atomic
+from fleet.inventory import Built
+
+
+@dataclass
+class Health:
+    label: str
+    provider: str
+    ssh: bool = False
+    agent: bool = False
+    synced: bool | None = None
+    blocks: int | None = None
+    exec_tip: int | None = None
+    exec_moving: bool | None = None
+    prover: str | None = None
+    admitted: bool | None = None
+    admission_reason: str | None = None
+    node_sha16: str | None = None
+    wanted_sha16: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def well(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "well": self.well}
+
+
+def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
+          wanted: str | None, previous_tip: int | None) -> Health:
+    """Turn one box's agent status into a verdict with its reasons."""
+    h = Health(label, str(data.get("provider")), wanted_sha16=wanted)
+    if status is None:
+        h.problems.append("ssh: box did not answer")
+        return h
+    h.ssh = True
+    if not status:
+        h.problems.append("agent: not installed")
+        return h
+    h.agent = bool(status.get("alive"))
+    if not h.agent:
+        h.problems.append(f"agent: not alive (heartbeat {status.get('heartbeat_age_s')}s old)")
+    node = status.get("node") or {}
+    rpc = node.get("rpc") or {}
+    h.synced, h.blocks, h.exec_tip = rpc.get("synced"), rpc.get("blocks"), rpc.get("exec_tip")
+    h.node_sha16 = node.get("sha16")
+    prog = (status.get("programs") or {}).get("node") or {}
+    if prog.get("state") != "running":
+        why = f"{prog.get('state') or 'absent'} {prog.get('reason') or ''}".strip()
+        h.problems.append(f"node: {why}")
+    if not h.synced:
+        h.problems.append("node: not synced" if rpc else f"node: no RPC ({node.get('rpc_error')})")
+    if h.exec_tip is not None:
+        h.exec_moving = h.exec_tip > 0 and (previous_tip is None or h.exec_tip > previous_tip)
+        if not h.exec_moving:
+            h.problems.append(f"node: exec tip stuck at {h.exec_tip}")
+    if wanted and h.node_sha16 != wanted:
+        h.problems.append(f"node: runs {h.node_sha16}, wanted {wanted}")
+    adm = status.get("admission") or {}
+    h.admitted, h.admission_reason = adm.get("admitted"), adm.get("reason")
+    if not h.admitted:
+        h.problems.append(f"admission refused: {h.admission_reason}")
+    h.prover = (status.get("prover") or {}).get("state")
+    if h.prover != "proving":
+        h.problems.append(f"prover: {h.prover or 'absent'}")
+    for name, p in (status.get("programs") or {}).items():
+        if p.get("degraded"):
+            h.problems.append(f"{name}: degraded ({p.get('reason')})")
+    return h
+
+
+def _wanted(cfg: Config, data: dict[str, Any]) -> str | None:
+    if data.get("node_sha16_wanted"):
+        return str(data["node_sha16_wanted"])
+    version = data.get("release")
+    if not version:
+        return None
+    try:
+        return releases.find(cfg.releases, str(version)).node_sha16
+    except ConfigError:
+        return None
+
+
+def check(cfg: Config, built: Built) -> list[Health]:
+    hosts = built.groups.get("standing", [])
+    if not hosts:
+        return []
+    history_path = cfg.registry.parent / "check-history.json"
+    try:
+        history: dict[str, Any] = json.loads(history_path.read_text())
+    except (OSError, ValueError):
+        history = {}
+    inventory = Inventory(([(name, dict(data)) for name, data in hosts], {}))
+    state = State(inventory=inventory, config=PyinfraConfig(PARALLEL=32, CONNECT_TIMEOUT=15))
+    connect_all(state)
+    try:
+        answers = get_facts(state, AgentStatus, kwargs={"root": ROOT})
+    finally:
+        disconnect_all(state)
+    by_name = {h.name: v for h, v in answers.items()}
+    out = []
+    for name, data in hosts:
+        prev = (history.get(name) or {}).get("exec_tip")
+        h = judge(name, data, by_name.get(name) if name in by_name else None,
+                  _wanted(cfg, data), prev)
+        if h.exec_tip is not None:
+            history[name] = {"exec_tip": h.exec_tip, "at": time.time()}
+        out.append(h)
+    write_atomic(history_path, json.dumps(history, indent=1) + "\n")
+    return out

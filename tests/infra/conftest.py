@@ -1,0 +1,74 @@
+"""testinfra over the fleet's own inventory: every standing box, through its pinned host key.
+
+Run after a deploy, against the sandbox or real providers alike:
+
+    pytest tests/infra                      # uses inventory.py (FLEET_INVENTORY to override)
+
+The inventory is the same file pyinfra reads (loaded without pyinfra's CLI, so no gevent
+patching); each box is reached with the fleet's key, and the key it presents must be the one
+pinned in the registry.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import warnings
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import testinfra
+
+ROOT = "/root/fleet"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _standing_hosts() -> list[tuple[str, dict[str, Any]]]:
+    path = os.environ.get("FLEET_INVENTORY", str(REPO / "inventory.py"))
+    ns = runpy.run_path(path)
+    return list(ns.get("standing", []))
+
+
+HOSTS = _standing_hosts()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if not HOSTS:
+        raise pytest.UsageError("tests/infra: the inventory has no standing boxes to check")
+
+
+@pytest.fixture(scope="module", params=HOSTS, ids=[name for name, _ in HOSTS])
+def box(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return request.param  # type: ignore[no-any-return]
+
+
+def _pinned_key(data: dict[str, Any]) -> str | None:
+    kh = Path(data["ssh_known_hosts_file"])
+    host, port = data["ssh_hostname"], int(data["ssh_port"])
+    name = host if port == 22 else f"[{host}]:{port}"
+    for line in kh.read_text().splitlines() if kh.exists() else []:
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] == name:
+            return f"{parts[1]} {parts[2]}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def host(box: tuple[str, dict[str, Any]]) -> Any:
+    """testinfra's `host`, for this box, refusing a host key other than the pinned one."""
+    name, data = box
+    spec = (f"paramiko://root@{data['ssh_hostname']}:{data['ssh_port']}"
+            f"?ssh_identity_file={quote(data['ssh_key'])}&timeout=30")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # paramiko backend warns about unknown host keys
+        h = testinfra.get_host(spec)
+        h.run("true")
+    transport = h.backend.client.get_transport()
+    key = transport.get_remote_server_key()
+    presented = f"{key.get_name()} {key.get_base64()}"
+    pinned = _pinned_key(data)
+    assert pinned is not None, f"{name}: no pinned host key in {data['ssh_known_hosts_file']}"
+    assert presented == pinned, f"{name}: host key differs from the pinned one"
+    return h
