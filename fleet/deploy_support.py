@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import TypeVar
 
 from fleet import bundle as bundle_mod
 from fleet import releases
@@ -27,18 +27,17 @@ from fleet.fileutil import write_atomic
 _LOCK = threading.RLock()
 
 
-P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def once(fn: Callable[P, T]) -> Callable[P, T]:
-    """functools.cache, with concurrent first calls serialised."""
+def once(fn: Callable[..., T]) -> Callable[..., T]:
+    """functools.cache, with concurrent first calls serialised (positional arguments only)."""
     cached = functools.cache(fn)
 
     @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+    def wrapper(*args: str) -> T:
         with _LOCK:
-            return cached(*args, **kwargs)
+            return cached(*args)
 
     return wrapper
 
