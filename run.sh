@@ -41,7 +41,9 @@ case "${1:-}" in
         setup
         .venv/bin/ruff check .
         .venv/bin/mypy fleet agent sandbox facts operations
-        .venv/bin/pytest -q "$@" ;;
+        .venv/bin/pytest -q "$@"
+        # pyinfra-testing monkeypatches with gevent on import: its own process
+        .venv/bin/pytest -q -p no:cacheprovider tests/pyinfra ;;
     demo)
         shift
         setup

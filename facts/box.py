@@ -102,6 +102,7 @@ class _AgentJson(FactBase[dict[str, Any]]):
 
     abstract = True
     subcommand = ""
+    reads_config = True
 
     @staticmethod
     def default() -> dict[str, Any]:
@@ -110,7 +111,8 @@ class _AgentJson(FactBase[dict[str, Any]]):
     def command(self, root: str) -> StringCommand:
         return StringCommand(
             "cd", QuoteString(root), "2>/dev/null && test -x venv/bin/python &&",
-            "venv/bin/python -m agent", self.subcommand, "--config agent.toml || true",
+            "venv/bin/python -m agent", self.subcommand,
+            "--config agent.toml" if self.reads_config else "", "|| true",
         )
 
     def process(self, output: list[str]) -> dict[str, Any]:
@@ -132,6 +134,7 @@ class GpuIdentity(_AgentJson):
     """The box's driver and GPUs as NVML reports them (``python -m agent gpu``)."""
 
     subcommand = "gpu"
+    reads_config = False
 
 
 class StandingLog(FactBase[dict[str, Any]]):

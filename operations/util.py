@@ -26,13 +26,9 @@ def box_state(host: Host, root: str) -> dict[str, Any]:
     Operations diff against the state the box had before this run, which is what a deploy of
     independent pieces wants; it also keeps a no-change re-run to one SSH command per box.
     """
-    # keyed by run and host name: `pyinfra.host` is a context proxy, not the host itself
-    key = (id(host.state), host.name, root)
-    hit = _CACHE.get(key)
-    if hit is None or hit[0] is not host.state:  # an id can be reused by a later run's State
-        hit = _CACHE[key] = (host.state, host.get_fact(
-            BoxState, root=root, files=managed_files(host, root)))
-    return hit[1]
-
-
-_CACHE: dict[tuple[int, str, str], tuple[object, dict[str, Any]]] = {}
+    # `pyinfra.host` is a context proxy shared by every host: cache on the host object itself
+    real: Any = host._get_module() if hasattr(host, "_get_module") else host
+    cache: dict[str, dict[str, Any]] = real.__dict__.setdefault("_fleet_box_state", {})
+    if root not in cache:
+        cache[root] = host.get_fact(BoxState, root=root, files=managed_files(host, root))
+    return cache[root]
