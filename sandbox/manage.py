@@ -116,6 +116,11 @@ def down(state_dir: Path) -> dict[str, Any]:
     state_dir = state_dir.resolve()
     info = _info(state_dir)
     stopped = info is not None and _terminate(int(info["pid"]))
+    if (state_dir / "boxes").exists():
+        # a daemon that crashed could not destroy its boxes: sweep whatever is left
+        from sandbox.boxes.cleanup import sweep
+
+        sweep(state_dir / "boxes")
     for name in (INFO_FILE, ENV_FILE):
         (state_dir / name).unlink(missing_ok=True)
     return {"stopped": stopped, "pid": info["pid"] if info else None}

@@ -1,0 +1,395 @@
+"""`NamespaceBackend`: every running sandbox instance is a real SSH host on this machine.
+
+A box is a process tree in its own network, PID, mount, UTS and IPC namespaces: `boxinit`
+as PID 1, OpenSSH's sshd under it. Its netns hangs off one bridge; its ports are forwarded
+from the machine's public address by `forward.Forwarder`. Stopping a box is one SIGKILL to its
+PID 1: the kernel kills the rest of the namespace before the init can be reaped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import marshal
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from sandbox.backend import BoxEndpoints, BoxSpec, GpuSpec
+from sandbox.boxes import config, layout
+from sandbox.boxes.errors import BoxError
+from sandbox.boxes.forward import Forwarder, Mapping, PortAllocator, bind
+from sandbox.boxes.host import BOX_PYTHON, preflight
+from sandbox.boxes.layout import BoxPaths, write_atomic, write_json
+from sandbox.boxes.net import Network
+from sandbox.boxes.proc import (
+    kill_pid,
+    listening,
+    notified_ready,
+    notify_socket,
+    only_child,
+    read_line,
+    start_time,
+    tail,
+)
+
+BOXINIT = Path(__file__).with_name("boxinit.py")
+NVML_LIB = "libnvidia-ml.so.1"
+NOTIFY = "notify.sock"  # in sys/: where the box's sshd reports READY=1
+_NAMESPACES = ["--net", "--pid", "--fork", "--kill-child", "--mount", "--uts", "--ipc",
+               "--propagation", "private", "--mount-proc"]
+
+
+@dataclasses.dataclass(eq=False)
+class _Box:
+    spec: BoxSpec
+    paths: BoxPaths
+    index: int
+    address: str
+    ports: dict[int, int] = dataclasses.field(default_factory=dict)  # internal -> public
+    mappings: list[Mapping] = dataclasses.field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None  # the `unshare` parent of the box's PID 1
+    pid: int | None = None  # the box's PID 1, as this machine numbers it
+    host_key: str | None = None
+    env: dict[str, str] = dataclasses.field(default_factory=dict)  # the container's
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+
+class NamespaceBackend:
+    """Boxes as namespaced SSH hosts; see the module docstring and docs/sandbox.md "Boxes".
+
+    + state_dir: where boxes keep their disks, keys and logs (e.g. `.sandbox/boxes`)
+    + bridge: the host bridge the boxes hang off (removed by `close`)
+    + subnet: its lower half holds the gateway and the machines' public addresses, its upper
+      half the boxes' own addresses
+    + ready_timeout: seconds a box may take to boot before `start` gives up
+    """
+
+    def __init__(self, state_dir: str | Path, *, bridge: str = "fleetbr0",
+                 subnet: str = "10.77.0.0/16", ready_timeout: float = 30.0) -> None:
+        preflight()
+        self.state_dir = layout.check_state_dir(Path(state_dir))
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.net = Network(bridge, subnet)
+        self.ready_timeout = ready_timeout
+        self._lib_dir = _library_dir()
+        self._unshare = shutil.which("unshare") or "unshare"  # not looked up on the box's PATH
+        self._nvml_layer = self._build_nvml()
+        self._lock = threading.Lock()  # the box table and the network
+        self._boxes: dict[str, _Box] = {}
+        self._closed = False
+        self._ports = PortAllocator()
+        self.net.up()  # refuses a network another sandbox uses before touching anything
+        # for sweep; written only now, so a refused backend can never sweep another's bridge
+        write_json(self.state_dir / "network.json", {"bridge": bridge, "subnet": subnet})
+        self._forwarder = Forwarder()
+
+    # --- the BoxBackend protocol ---------------------------------------------------------
+
+    def start(self, spec: BoxSpec) -> BoxEndpoints:
+        """Boot a box for `spec`; return once its sshd answers.
+
+        A box that was killed (a stopped instance) boots again on the disk it had, as a
+        resumed instance does; any other box id gets a fresh disk.
+        """
+        paths = BoxPaths.of(self.state_dir, spec.box_id)
+        if 22 not in spec.tcp_ports:
+            raise BoxError(f"box {spec.box_id}: tcp_ports must include 22")
+        with self._lock:
+            if self._closed:
+                raise BoxError("the box backend is closed")
+            self.net.add_public(spec.public_ip)
+            box = self._boxes.get(spec.box_id)
+            fresh = box is None
+            if box is None:
+                used = {b.index for b in self._boxes.values()}
+                index = next(i for i in range(1, len(used) + 2) if i not in used)
+                box = _Box(dataclasses.replace(spec), paths, index,
+                           str(self.net.box_address(index)))
+                self._boxes[spec.box_id] = box
+        with box.lock:
+            if not fresh and box.pid is not None:
+                raise BoxError(f"box {spec.box_id} is already running")
+            try:
+                if fresh:
+                    shutil.rmtree(paths.root, ignore_errors=True)  # a new rental, a new disk
+                else:
+                    self._resume(box, spec)
+                self._open_ports(box)
+                self._launch(box)
+            except BaseException:
+                self._stop(box)
+                self._close_ports(box)
+                if fresh:
+                    self._forget(box)
+                raise
+            return self._endpoints(box)
+
+    def destroy(self, box_id: str) -> None:
+        """Kill every process of the box and delete its disk; an unknown box is fine."""
+        with self._lock:
+            box = self._boxes.get(box_id)
+        if box is not None:
+            self._remove(box)
+
+    def kill(self, box_id: str) -> None:
+        """Host death: the box and its public ports vanish at once; its disk stays.
+
+        An unknown box is fine: its start may have failed before the fault arrived.
+        """
+        with self._lock:
+            box = self._boxes.get(box_id)
+        if box is None:
+            return
+        with box.lock:
+            self._stop(box)
+            self._close_ports(box)
+
+    def restart(self, box_id: str) -> None:
+        """Container restart: every process dies, the disk stays, init, sshd and hook rerun."""
+        box = self._get(box_id)
+        with box.lock:
+            self._stop(box)
+            self._open_ports(box)
+            self._launch(box)
+
+    def set_gpu(self, box_id: str, gpu: GpuSpec) -> None:
+        """Driver drift: the box's NVML reports `gpu` from the next nvmlInit on."""
+        box = self._get(box_id)
+        with box.lock:
+            box.spec.gpu = gpu
+            self._write_nvml_config(box)
+
+    def close(self) -> None:
+        """Destroy every box, stop forwarding and remove the bridge with its addresses."""
+        with self._lock:
+            self._closed = True
+            boxes = list(self._boxes.values())
+        for box in boxes:  # kill all first: the kernel tears the namespaces down in parallel
+            self.net.detach(box.index)
+            if box.pid is not None:
+                kill_pid(box.pid)
+        for box in boxes:
+            self._remove(box)
+        self._forwarder.close()
+        self.net.down()
+        (self.state_dir / "network.json").unlink(missing_ok=True)
+
+    # --- for tests and diagnostics ------------------------------------------------------------
+
+    def init_pid(self, box_id: str) -> int | None:
+        """The box's PID 1 as this machine numbers it; None while it is down."""
+        return self._get(box_id).pid
+
+    def address(self, box_id: str) -> str:
+        """The box's own address on the bridge (its eth0)."""
+        return self._get(box_id).address
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _get(self, box_id: str) -> _Box:
+        with self._lock:
+            box = self._boxes.get(box_id)
+        if box is None:
+            raise BoxError(f"no box {box_id} in this sandbox")
+        return box
+
+    def _endpoints(self, box: _Box) -> BoxEndpoints:
+        ip = box.spec.public_ip
+        return BoxEndpoints(ip, box.ports[22], ip, dict(box.ports), box.host_key)
+
+    def _resume(self, box: _Box, spec: BoxSpec) -> None:
+        """A killed box boots again: same disk and host key, the spec it is given now."""
+        if spec.public_ip != box.spec.public_ip or set(spec.tcp_ports) != set(box.ports):
+            self._close_ports(box)
+            box.ports.clear()
+        box.spec = dataclasses.replace(spec)
+
+    def _open_ports(self, box: _Box) -> None:
+        """Map each internal port to a public one; a restarted box gets its old ports back."""
+        if box.mappings:
+            return
+        ip = box.spec.public_ip
+        for inner in dict.fromkeys(box.spec.tcp_ports):
+            if inner in box.ports:
+                try:
+                    sock = bind(ip, box.ports[inner])
+                except OSError as e:
+                    raise BoxError(f"box {box.spec.box_id}: {ip}:{box.ports[inner]}: {e}") from e
+            else:
+                box.ports[inner], sock = self._ports.take(ip)
+            box.mappings.append(self._forwarder.open(sock, (box.address, inner)))
+
+    def _close_ports(self, box: _Box) -> None:
+        for mapping in box.mappings:
+            self._forwarder.close_mapping(mapping)
+        box.mappings.clear()
+
+    def _launch(self, box: _Box) -> None:
+        self._prepare(box)
+        paths = box.paths
+        with notify_socket(paths.sys / NOTIFY) as notify:
+            self._boot(box, notify)
+
+    def _boot(self, box: _Box, notify: socket.socket) -> None:
+        paths = box.paths
+        with open(paths.log / "init.log", "ab") as log:
+            argv = [self._unshare, *_NAMESPACES, BOX_PYTHON, "-I", "-S", str(BOXINIT)]
+            box.proc = subprocess.Popen(
+                [*argv, str(paths.root)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                env=box.env,  # PID 1's environment is the container's, as /proc/1/environ shows
+            )
+        proc = box.proc
+        assert proc.stdin is not None and proc.stdout is not None
+        deadline = time.monotonic() + self.ready_timeout
+        with proc.stdin, proc.stdout:
+            if read_line(proc.stdout, deadline) != "up":
+                raise self._boot_error(box, "its init did not come up")
+            box.pid = only_child(proc.pid)
+            if box.pid is None:
+                raise self._boot_error(box, "its init has no process")
+            self._record(box)
+            self.net.attach(box.index, box.pid, box.address)
+            proc.stdin.write(b"go\n")
+        self._wait_ready(box, notify, deadline)
+
+    def _prepare(self, box: _Box) -> None:
+        """Write what the box is made of; the host key is made once and kept."""
+        spec, paths = box.spec, box.paths
+        paths.make()
+        if not paths.host_key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+                            f"root@{spec.hostname}", "-f", str(paths.host_key)],
+                           check=True, capture_output=True)
+        box.host_key = " ".join(paths.host_key.with_suffix(".pub").read_text().split()[:2])
+        env = box.env = config.box_env(spec, box.ports)
+        write_atomic(paths.sys / "sshd_config", config.sshd_config(env))
+        write_atomic(paths.sys / "authorized_keys", spec.authorized_keys.strip() + "\n", 0o600)
+        self._write_nvml_config(box)
+        hook = paths.sys / "start-hook.sh"
+        if spec.start_hook:
+            write_atomic(hook, spec.start_hook.rstrip("\n") + "\n", 0o755)
+        else:
+            hook.unlink(missing_ok=True)
+        # The box is down, so its /etc overlay's upper dir may be written directly. Like a
+        # container runtime, the host rewrites hostname and hosts at every start.
+        upper = paths.etc_upper
+        write_atomic(upper / "hostname", spec.hostname + "\n")
+        write_atomic(upper / "hosts", config.hosts_file(spec.hostname, box.address))
+        nvml_link = upper / "sandbox-nvml.json"
+        if not nvml_link.is_symlink():
+            nvml_link.symlink_to(f"{config.SANDBOX_DIR}/nvml.json")
+        disk = paths.disk
+        _write_marshal(paths.init_config, {
+            "hostname": spec.hostname,
+            "sys": str(paths.sys),
+            "etc": {"upper": str(upper), "work": str(disk / "etc-work")},
+            "lib": {"layer": str(self._nvml_layer), "dir": self._lib_dir},
+            "binds": [[str(disk / "var-log"), "/var/log"], [str(disk / "root"), "/root"],
+                      [str(disk / "tmp"), "/tmp"]],
+            "hide": str(self.state_dir),
+            "hook": f"{config.SANDBOX_DIR}/start-hook.sh" if spec.start_hook else None,
+            "hook_log": config.HOOK_LOG,
+            "sshd_log": str(paths.log / "sshd.log"),
+            "notify": f"{config.SANDBOX_DIR}/{NOTIFY}",
+        })
+
+    def _write_nvml_config(self, box: _Box) -> None:
+        from sandbox import nvml
+
+        # atomic rename: the box reads it through a bind of the directory, so renames show
+        nvml.write_config(box.paths.nvml_config, box.spec.gpu)
+
+    def _record(self, box: _Box) -> None:
+        """What `cleanup.sweep` needs if this process dies without closing the backend."""
+        assert box.pid is not None
+        write_json(box.paths.record, {
+            "box_id": box.spec.box_id, "pid": box.pid, "pid_start": start_time(box.pid),
+            "veth": self.net.veth(box.index), "address": box.address, "ports": box.ports,
+        })
+
+    def _wait_ready(self, box: _Box, notify: socket.socket, deadline: float) -> None:
+        """Until sshd listens on port 22 in the box's netns.
+
+        Debian's sshd says READY=1 on $NOTIFY_SOCKET once it listens; the kernel's socket
+        table is the fallback. No probe connection: each would cost the box an sshd fork and
+        re-exec, which adds up when many boot at once.
+        """
+        assert box.proc is not None
+        table = Path(f"/proc/{box.pid}/net/tcp")
+        while time.monotonic() < deadline:
+            if notified_ready(notify, 0.05):
+                return
+            if box.proc.poll() is not None:
+                raise self._boot_error(box, "it exited while booting")
+            try:
+                if listening(table.read_text(), 22):
+                    return
+            except OSError:
+                pass
+        raise self._boot_error(box, f"sshd did not listen within {self.ready_timeout:g}s")
+
+    def _boot_error(self, box: _Box, why: str) -> BoxError:
+        logs = "".join(tail(box.paths.log / name) for name in ("init.log", "sshd.log"))
+        return BoxError(f"box {box.spec.box_id} failed to start: {why}\n{logs}".rstrip())
+
+    def _stop(self, box: _Box) -> None:
+        """Kill the box's processes and wait until every one is gone."""
+        self.net.detach(box.index)
+        pid = box.pid
+        if pid is None and box.proc is not None and box.proc.poll() is None:
+            pid = only_child(box.proc.pid)
+        if pid is not None:
+            kill_pid(pid)
+        elif box.proc is not None:
+            box.proc.kill()  # not forked yet: --kill-child takes the init along
+        if box.proc is not None:
+            # unshare reaps PID 1 only after the kernel has reaped the rest of its namespace
+            box.proc.wait()
+        box.pid = box.proc = None
+
+    def _remove(self, box: _Box) -> None:
+        with box.lock:
+            self._stop(box)
+            self._close_ports(box)
+            self._forget(box)
+
+    def _forget(self, box: _Box) -> None:
+        """Delete a stopped box's disk and take it out of the table."""
+        shutil.rmtree(box.paths.root, ignore_errors=True)
+        with self._lock:
+            if self._boxes.get(box.spec.box_id) is box:
+                del self._boxes[box.spec.box_id]
+
+    def _build_nvml(self) -> Path:
+        """The stand-in NVML as the only file of a layer over the box's library dir."""
+        from sandbox import nvml
+
+        built = nvml.build_library(self.state_dir / "nvml-build")
+        layer = self.state_dir / "nvml-layer"
+        layer.mkdir(exist_ok=True)
+        tmp = layer / f".{NVML_LIB}.tmp"
+        shutil.copyfile(built, tmp)
+        tmp.chmod(0o755)
+        os.replace(tmp, layer / NVML_LIB)
+        return layer
+
+
+def _write_marshal(path: Path, data: dict[str, object]) -> None:
+    """The init's config: marshal loads with no import (json would cost the box ~8 ms)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(marshal.dumps(data, 4))
+    os.replace(tmp, path)
+
+
+def _library_dir() -> str:
+    """Where the driver's libraries live and the dynamic loader looks without a cache entry."""
+    for d in (f"/usr/lib/{platform.machine()}-linux-gnu", "/usr/lib64", "/usr/lib"):
+        if os.path.isdir(d) and not os.path.islink(d):
+            return d
+    raise BoxError("no system library directory found for the stand-in NVML")

@@ -1,0 +1,69 @@
+"""The files a box is made of: its environment, sshd_config, /etc/hosts."""
+
+from __future__ import annotations
+
+from sandbox.backend import BoxSpec
+from sandbox.boxes.errors import BoxError
+
+BOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PORT_PREFIX = {"runpod": "RUNPOD_TCP_PORT_", "vast": "VAST_TCP_PORT_"}
+SANDBOX_DIR = "/run/sandbox"  # the box's read-only view of its sys/ dir
+HOOK_LOG = "/var/log/start-hook.log"
+
+
+def box_env(spec: BoxSpec, ports: dict[int, int]) -> dict[str, str]:
+    """The container environment: the provider's variables plus one per mapped TCP port."""
+    try:
+        prefix = PORT_PREFIX[spec.provider]
+    except KeyError:
+        raise BoxError(f"box {spec.box_id}: unknown provider {spec.provider!r}") from None
+    env = {"PATH": BOX_PATH, "HOME": "/root"}
+    env.update(spec.env)
+    env.update({f"{prefix}{inner}": str(public) for inner, public in ports.items()})
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key + value:
+            raise BoxError(f"box {spec.box_id}: {key!r} cannot be an environment variable")
+    return env
+
+
+def sshd_config(env: dict[str, str]) -> str:
+    # SSH sessions see the container's environment, as `docker exec` would. sshd honours only
+    # the first SetEnv line, so every variable goes on it; a value spanning lines (RunPod's
+    # PUBLIC_KEY with several keys) cannot be written in sshd_config and stays in the
+    # environment of PID 1 and the start hook only.
+    setenv = [f'"{key}={_quote(value)}"' for key, value in sorted(env.items())
+              if key.isidentifier() and "\n" not in value and "\r" not in value]
+    lines = [
+        "# written by the sandbox: one box's sshd, root by key only",
+        "Port 22",
+        "ListenAddress 0.0.0.0",
+        f"HostKey {SANDBOX_DIR}/ssh_host_ed25519_key",
+        # the account's keys, as the provider injects them; and the box's own file
+        f"AuthorizedKeysFile {SANDBOX_DIR}/authorized_keys .ssh/authorized_keys",
+        "PermitRootLogin prohibit-password",
+        "LogLevel VERBOSE",  # logs each exec'd command: how benchmarks count SSH requests
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "UsePAM no",
+        "StrictModes no",
+        "UseDNS no",
+        "PrintMotd no",
+        "PidFile none",
+        "Subsystem sftp internal-sftp",
+        "SetEnv " + " ".join(setenv),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _quote(value: str) -> str:
+    """Escape for a double-quoted sshd_config argument (only \\ and \" are escapes)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def hosts_file(hostname: str, address: str) -> str:
+    return (
+        "127.0.0.1\tlocalhost\n"
+        "::1\tlocalhost ip6-localhost ip6-loopback\n"
+        f"{address}\t{hostname}\n"
+    )

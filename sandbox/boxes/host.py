@@ -1,0 +1,46 @@
+"""What the operator's machine needs before it can host boxes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from sandbox.boxes.errors import BoxError
+
+# Debian packages the boxes use: sshd and its keygen, `ip`, `unshare`/`nsenter`, the boxes'
+# own Python (a pyenv Python under /root is hidden inside a box), bash for start hooks, `ps`.
+DEBIAN_PACKAGES = (
+    "openssh-server",
+    "iproute2",
+    "util-linux",
+    "python3",
+    "python3-venv",
+    "bash",
+    "procps",
+)
+
+SSHD = "/usr/sbin/sshd"
+BOX_PYTHON = "/usr/bin/python3"
+BASH = "/bin/bash"
+_TOOLS = {
+    SSHD: "openssh-server",
+    "ssh-keygen": "openssh-client",
+    "ip": "iproute2",
+    "unshare": "util-linux",
+    "nsenter": "util-linux",
+    BOX_PYTHON: "python3",
+    BASH: "bash",
+}
+
+
+def preflight() -> None:
+    """Raise `BoxError` naming what is missing: root, or the tools the boxes run."""
+    if os.geteuid() != 0:
+        raise BoxError("sandbox boxes need root (namespaces, veth, mounts)")
+    missing = sorted({pkg for tool, pkg in _TOOLS.items() if not _found(tool)})
+    if missing:
+        raise BoxError(f"sandbox boxes need Debian packages: apt-get install {' '.join(missing)}")
+
+
+def _found(tool: str) -> bool:
+    return os.access(tool, os.X_OK) if tool.startswith("/") else shutil.which(tool) is not None

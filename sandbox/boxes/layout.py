@@ -1,0 +1,107 @@
+"""Where a box lives on the operator's disk.
+
+```
+<state>/network.json         the bridge this backend made (for sweep)
+<state>/nvml-layer/          libnvidia-ml.so.1, the lower layer over the box's library dir
+<state>/<box_id>/
+  box.json                   runtime record: init pid, veth, address, ports (for sweep)
+  init.marshal               what the box's init needs: hostname, environment, mount sources
+  sys/                       read-only at /run/sandbox in the box: sshd_config, host key,
+                             authorized_keys, nvml.json, start-hook.sh
+  disk/root, disk/tmp, disk/var-log, disk/etc-upper, disk/etc-work
+                             the box's disk: kept across container restarts, gone on destroy
+  log/init.log, log/sshd.log the container's logs, outside the box
+```
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sandbox.boxes.errors import BoxError
+
+_BOX_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# Overlay mount options are comma/colon separated, so these may not appear in state paths.
+_BAD_PATH_CHARS = set(",:\\\n")
+
+
+def check_state_dir(state_dir: Path) -> Path:
+    state_dir = state_dir.resolve()
+    if _BAD_PATH_CHARS & set(str(state_dir)):
+        raise BoxError(f"state dir {state_dir} may not contain any of , : \\ or a newline")
+    return state_dir
+
+
+@dataclass(frozen=True)
+class BoxPaths:
+    root: Path
+
+    @classmethod
+    def of(cls, state_dir: Path, box_id: str) -> BoxPaths:
+        if not _BOX_ID.match(box_id):
+            raise BoxError(f"box id {box_id!r}: use letters, digits, '.', '_' or '-'")
+        return cls(state_dir / box_id)
+
+    @property
+    def record(self) -> Path:
+        return self.root / "box.json"
+
+    @property
+    def init_config(self) -> Path:
+        return self.root / "init.marshal"
+
+    @property
+    def sys(self) -> Path:
+        return self.root / "sys"
+
+    @property
+    def host_key(self) -> Path:
+        return self.sys / "ssh_host_ed25519_key"
+
+    @property
+    def nvml_config(self) -> Path:
+        return self.sys / "nvml.json"
+
+    @property
+    def disk(self) -> Path:
+        return self.root / "disk"
+
+    @property
+    def etc_upper(self) -> Path:
+        return self.disk / "etc-upper"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "log"
+
+    def make(self) -> None:
+        for d in (self.sys, self.log, self.etc_upper, self.disk / "etc-work", self.disk / "root",
+                  self.disk / "var-log"):
+            d.mkdir(parents=True, exist_ok=True)
+        tmp = self.disk / "tmp"
+        tmp.mkdir(exist_ok=True)
+        tmp.chmod(0o1777)
+        (self.disk / "root").chmod(0o700)
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write to a temporary file beside `path` and rename it into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -1,0 +1,79 @@
+"""Process and socket helpers for the host side of a box."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+
+def read_line(stream: IO[bytes], deadline: float) -> str:
+    ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+    return stream.readline().decode(errors="replace").strip() if ready else ""
+
+
+@contextlib.contextmanager
+def notify_socket(path: Path) -> Iterator[socket.socket]:
+    """A datagram socket bound at `path` (through /proc/self/fd: sun_path holds 108 bytes)."""
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dirfd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        sock.bind(f"/proc/self/fd/{dirfd}/{path.name}")
+        yield sock
+    finally:
+        os.close(dirfd)
+        sock.close()
+        path.unlink(missing_ok=True)
+
+
+def notified_ready(sock: socket.socket, timeout: float) -> bool:
+    """Whether an sd_notify `READY=1` arrives on `sock` within `timeout` seconds."""
+    return bool(select.select([sock], [], [], timeout)[0]) and b"READY=1" in sock.recv(256)
+
+
+def listening(table: str, port: int) -> bool:
+    """Whether a /proc/net/tcp table has a socket listening (state 0A) on `port`."""
+    suffix = f":{port:04X}"
+    for line in table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 3 and fields[1].endswith(suffix) and fields[3] == "0A":
+            return True
+    return False
+
+
+def only_child(pid: int) -> int | None:
+    """The one child of `unshare` (the box's PID 1), None before it forks."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+def start_time(pid: int) -> int:
+    """Field 22 of /proc/<pid>/stat: tells a reused pid from the process we started."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def kill_pid(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return "".join(f"  {path.name}: {line}\n" for line in text)
+
