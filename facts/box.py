@@ -17,7 +17,7 @@ from pyinfra.api.exceptions import FactProcessError
 # Runs under the box's python3 (stdlib only); argv[1] is the fleet root. It never fails: what is
 # missing is reported as null, so a fresh box reads as a fresh box, not as an error.
 _PROBE = r"""
-import fcntl, hashlib, json, os, sys
+import hashlib, json, os, sys
 root = sys.argv[1]
 def sha(p):
     try:
@@ -31,18 +31,17 @@ def text(p):
             return f.read().strip()
     except OSError:
         return None
-def alive(lock):
+def alive(run):
+    # the agent's own pid file, checked against what that pid runs (never its lock: taking
+    # the lock even for a moment could make an agent starting right then refuse to run)
     try:
-        fd = os.open(lock, os.O_RDONLY)
-    except OSError:
+        with open(os.path.join(run, "agent.pid")) as f:
+            pid = int(f.read().split()[0])
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = f.read().split(b"\0")
+    except (OSError, ValueError, IndexError):
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return b"agent" in argv and b"run" in argv
 rel = os.path.join(root, "releases")
 status = text(os.path.join(root, "run", "status.json"))
 try:
@@ -58,7 +57,7 @@ print(json.dumps({
     "releases": sorted(os.listdir(rel)) if os.path.isdir(rel) else [],
     "pointer": text(os.path.join(root, "standing.node")),
     "pointer_sha256": text(os.path.join(root, "standing.node.sha256")),
-    "agent_alive": alive(os.path.join(root, "run", "agent.lock")),
+    "agent_alive": alive(os.path.join(root, "run")),
     "status": status,
 }))
 """

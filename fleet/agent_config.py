@@ -46,17 +46,16 @@ def render(role: Role, release_sha16: str, root: str = ROOT) -> str:
             ["{node_bin}", "--datadir", f"{root}/node", "--p2p-port", "{p2p_port}",
              "--p2p-public", "{p2p_public_ip}:{p2p_public_port}",
              "--peers-file", f"{root}/peers.txt", "--rpc-port", str(NODE_RPC_PORT)],
-            [f"status_url = {_q(rpc + '/status')}", 'match = "igneumd"'],
+            [f"status_url = {_q(rpc + '/status')}"],
         ),
         "miner": (
             [f"{rel}/igneum-miner", "--node-rpc", rpc, "--pack", f"{root}/pack",
              "--status-file", f"{root}/run/miner.json"],
-            ["needs_gpu = true", f"status_file = {_q(f'{root}/run/miner.json')}",
-             'match = "igneum-miner"'],
+            ["needs_gpu = true", f"status_file = {_q(f'{root}/run/miner.json')}"],
         ),
         "prover": (
             [f"{rel}/igneum-prover", "--node-rpc", rpc, "--status-file", f"{root}/run/prover.json"],
-            [f"status_file = {_q(f'{root}/run/prover.json')}", 'match = "igneum-prover"'],
+            [f"status_file = {_q(f'{root}/run/prover.json')}"],
         ),
     }
     for name in role.programs:

@@ -1,0 +1,149 @@
+"""`python -m agent run|status|gpu|admit|ports|manifest DIR|stop`.
+
+Every command but `run` prints one JSON document on stdout (the pyinfra facts parse these) and
+exits 0. A user's mistake (bad config, bad argument) is one line `error: ...` on stderr and
+exit status 2; a refusal (a second agent, a stop that did not finish) is one line and status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from agent.config import Config, load_config
+from agent.errors import AgentError
+from agent.layout import DEFAULT_CONFIG
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m agent", description="The fleet on-box agent.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def with_config(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                       help=f"agent.toml (default {DEFAULT_CONFIG})")
+        p.add_argument("--json", action="store_true", help="accepted; output is always JSON")
+        return p
+
+    run = with_config("run", "supervise the programs (detaches unless --foreground)")
+    run.add_argument("--foreground", action="store_true",
+                     help="stay attached (under tini, a test, a benchmark)")
+    with_config("status", "print the last status.json and whether the agent is alive")
+    with_config("admit", "print the admission verdict for this box")
+    with_config("ports", "print the p2p port mapping the provider gave")
+    with_config("stop", "stop the programs and the agent")
+    gpu = sub.add_parser("gpu", help="print the driver, CUDA version and GPUs NVML reports")
+    gpu.add_argument("--json", action="store_true", help="accepted; output is always JSON")
+    manifest = sub.add_parser("manifest", help="print path, size and sha256 of files under DIR")
+    manifest.add_argument("dir", type=Path)
+    manifest.add_argument("--json", action="store_true", help="accepted; output is always JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except AgentError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "gpu":
+        from agent.gpu import read_gpu
+
+        return _print(read_gpu().as_dict())
+    if args.command == "manifest":
+        from agent.manifest import manifest
+
+        return _print(manifest(args.dir))
+    cfg = load_config(args.config)
+    if args.command == "run":
+        return _run(cfg, args.foreground)
+    if args.command == "status":
+        return _print(_status(cfg))
+    if args.command == "admit":
+        from agent.gpu import admit, read_gpu
+        from agent.journal import utc
+
+        verdict = admit(read_gpu(), cfg.admitted_driver, cfg.qualified_gpus).as_dict()
+        verdict["checked_at"] = utc(verdict["checked_at"])
+        return _print(verdict)
+    if args.command == "ports":
+        from agent.ports import find_p2p
+
+        return _print(find_p2p(cfg.p2p_port).as_dict())
+    if args.command == "stop":
+        from agent.stopper import stop_all
+
+        return _print(stop_all(cfg))
+    raise AgentError(f"unknown command {args.command}", exit_code=2)
+
+
+def _print(value: Any) -> int:
+    print(json.dumps(value, indent=1, sort_keys=True))
+    return 0
+
+
+def _run(cfg: Config, foreground: bool) -> int:
+    from agent.daemon import detach
+    from agent.journal import Journal
+    from agent.lock import AgentLock
+
+    layout = cfg.layout
+    try:
+        layout.ensure()
+    except OSError as e:
+        raise AgentError(f"cannot create {layout.root}: {e.strerror}") from None
+    lock = AgentLock(layout.lock)
+    if not lock.acquire():
+        try:
+            pid = layout.agent_pid.read_text().strip() or "?"
+        except OSError:
+            pid = "?"
+        raise AgentError(f"an agent already runs for {layout.root} (pid {pid}); not starting "
+                         "a second one")
+    report = None if foreground else detach(layout.agent_log)
+    journal = Journal(layout.agent_log, echo=foreground)
+    from agent.supervisor import Supervisor
+
+    try:
+        return Supervisor(cfg, journal).run(ready=report)
+    except Exception as e:
+        journal(f"agent failed: {type(e).__name__}: {e}")
+        if report:
+            report(f"error: agent failed while starting: {e}")
+        raise
+    finally:
+        lock.release()
+
+
+def _status(cfg: Config) -> dict[str, Any]:
+    from agent.files import read_json
+    from agent.stopper import live_agent
+
+    layout = cfg.layout
+    current = read_json(layout.status)
+    pid = live_agent(cfg)
+    try:  # the agent touches the heartbeat file every tick
+        age: float | None = round(max(0.0, time.time() - layout.heartbeat.stat().st_mtime), 3)
+    except OSError:
+        age = None
+    fresh = age is not None and age <= 3 * cfg.tick_s + 5.0
+    out: dict[str, Any] = current if isinstance(current, dict) else {"error": "no status yet"}
+    out.update(alive=pid is not None and fresh, agent_pid=pid, heartbeat_age_s=age)
+    return out

@@ -1,0 +1,102 @@
+"""The standing pointer: /root/fleet/standing.node names the node binary to run.
+
+`standing.node` holds one line, the binary's absolute path; `standing.node.sha256` beside it
+holds the binary's full hex sha256 (a `sha256sum` line is accepted too). A pointer is taken
+only when the file exists, is executable and matches the digest; otherwise it is refused with
+a reason and checked again on the next tick (the binary may still be on its way).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.files import DigestCache
+from agent.layout import Layout
+
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Pointer:
+    target: str  # the first line of standing.node
+    digest_text: str  # the first word of standing.node.sha256, lowercased ("" if absent)
+
+    @property
+    def key(self) -> str:
+        """Identity of this pointer's content: a rewrite changes it."""
+        return f"{self.target}\n{self.digest_text}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    path: str
+    sha256: str | None = None
+    reason: str | None = None
+
+
+def pointer_signature(layout: Layout) -> tuple[tuple[int, int, int] | None, ...]:
+    """Cheap identity of both pointer files (two stats): unchanged means nothing to do."""
+    out: list[tuple[int, int, int] | None] = []
+    for path in (layout.pointer, layout.pointer_digest):
+        try:
+            st = os.stat(path)
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+def read_pointer(layout: Layout) -> Pointer | None:
+    """The pointer, or None when standing.node does not exist."""
+    try:
+        target = layout.pointer.read_text(errors="replace").strip().splitlines()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        target = []
+    try:
+        words = layout.pointer_digest.read_text(errors="replace").split()
+    except OSError:
+        words = []
+    return Pointer(target[0].strip() if target else "", words[0].lower() if words else "")
+
+
+def check_pointer(pointer: Pointer, digests: DigestCache) -> Verdict:
+    path = pointer.target
+
+    def refuse(reason: str) -> Verdict:
+        return Verdict(False, path, None, reason)
+
+    if not path:
+        return refuse("standing.node is empty")
+    if not os.path.isabs(path):
+        return refuse(f"standing.node names {path!r}, not an absolute path")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return refuse(f"{path} does not exist")
+    except OSError as e:
+        return refuse(f"{path} cannot be read: {e.strerror}")
+    if not stat.S_ISREG(st.st_mode):
+        return refuse(f"{path} is not a regular file")
+    if not st.st_mode & 0o111 or not os.access(path, os.X_OK):
+        return refuse(f"{path} is not executable")
+    if not pointer.digest_text:
+        return refuse("standing.node.sha256 is missing or empty")
+    if not HEX64.match(pointer.digest_text):
+        return refuse(f"standing.node.sha256 holds {pointer.digest_text[:20]!r}, not a sha256")
+    try:
+        actual = digests.sha256(Path(path))
+    except OSError as e:
+        return refuse(f"{path} cannot be read: {e.strerror}")
+    if actual != pointer.digest_text:
+        return refuse(
+            f"{path} has sha256 {actual[:16]}..., standing.node.sha256 says "
+            f"{pointer.digest_text[:16]}..."
+        )
+    return Verdict(True, path, actual)

@@ -1,0 +1,222 @@
+"""Processes: identity that survives PID reuse, finding programs by command line, signalling.
+
+A process is identified by (pid, create_time): a pidfile whose create time does not match the
+live process with that pid names a process that is gone and whose pid was reused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import psutil
+
+CREATE_TIME_SLACK = 0.05  # s; create times come from clock ticks, so allow rounding
+INTERPRETER = re.compile(r"^(sh|bash|dash|env|python[0-9.]*|perl[0-9.]*|ruby[0-9.]*)$")
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    create_time: float
+    argv: tuple[str, ...]
+    pgid: int
+    ppid: int
+
+
+_BOOT_TIME: float | None = None
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[str, int, int, float] | None:
+    """(state, ppid, pgid, create_time) from one read of /proc/<pid>/stat; create_time is
+    computed as psutil computes it (boot time + start ticks), so the two agree."""
+    global _BOOT_TIME
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    if _BOOT_TIME is None:
+        _BOOT_TIME = psutil.boot_time()
+    try:
+        created = int(fields[19]) / _CLOCK_TICKS + _BOOT_TIME
+        return fields[0].decode(), int(fields[1]), int(fields[2]), created
+    except (IndexError, ValueError):
+        return None
+
+
+def identify(pid: int) -> ProcInfo | None:
+    """The live (non-zombie) process with this pid, or None."""
+    stat = _stat(pid)
+    if stat is None or stat[0] in ("Z", "X"):
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = split_cmdline(f.read())
+    except OSError:
+        return None
+    return ProcInfo(pid, stat[3], argv, stat[2], stat[1])
+
+
+def is_same(pid: int, create_time: float) -> bool:
+    """True when pid still names the process created at create_time (and it is not a zombie)."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X") and (
+        abs(stat[3] - create_time) <= CREATE_TIME_SLACK)
+
+
+def create_time_of(pid: int) -> float | None:
+    stat = _stat(pid)
+    return None if stat is None else stat[3]
+
+
+def split_cmdline(raw: bytes) -> tuple[str, ...]:
+    return tuple(a.decode(errors="replace") for a in raw.rstrip(b"\0").split(b"\0")) if raw else ()
+
+
+def executable_index(argv: Sequence[str]) -> int | None:
+    """Index of the argument naming the program: argv[0], or the script after an interpreter
+    (python3 -u /x/miner.py -> 2)."""
+    if not argv:
+        return None
+    if INTERPRETER.match(os.path.basename(argv[0])):
+        for i, arg in enumerate(argv[1:], start=1):
+            if not arg.startswith("-"):
+                return i
+    return 0
+
+
+def executable_arg(argv: Sequence[str]) -> str | None:
+    i = executable_index(argv)
+    return None if i is None else argv[i]
+
+
+def binary_of(info: ProcInfo) -> str | None:
+    """Absolute path of the program file a process runs (the script for interpreted ones)."""
+    arg = executable_arg(info.argv)
+    if not arg:
+        return None
+    if not os.path.isabs(arg):
+        try:
+            arg = os.path.join(psutil.Process(info.pid).cwd(), arg)
+        except psutil.Error:
+            return None
+    return os.path.normpath(arg)
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """A test "this process (pid, argv) is the program". Command lines lacking `needle` can
+    never match, which lets a scan skip most processes without decoding them."""
+
+    test: Callable[[int, Sequence[str]], bool]
+    needle: bytes = b""
+
+    def __call__(self, pid: int, argv: Sequence[str]) -> bool:
+        return self.test(pid, argv)
+
+
+def regex_matcher(pattern: str) -> Matcher:
+    """The configured `match`: a regex searched in the space-joined command line."""
+    regex = re.compile(pattern)
+    return Matcher(lambda pid, argv: bool(argv) and regex.search(" ".join(argv)) is not None)
+
+
+def path_matcher(name: str, accept: Callable[[str], bool],
+                 args: Sequence[str] | None = None) -> Matcher:
+    """Processes whose program file (see executable_index) is called `name` and whose
+    absolute, normalised path `accept` takes; with `args`, the arguments after the program
+    file must be exactly these. Relative paths are resolved against the process's cwd."""
+    wanted_args = None if args is None else tuple(args)
+
+    def matches(pid: int, argv: Sequence[str]) -> bool:
+        i = executable_index(argv)
+        if i is None or os.path.basename(argv[i]) != name:
+            return False
+        if wanted_args is not None and tuple(argv[i + 1 :]) != wanted_args:
+            return False
+        arg = argv[i]
+        if not os.path.isabs(arg):
+            try:
+                arg = os.path.join(os.readlink(f"/proc/{pid}/cwd"), arg)
+            except OSError:
+                return False
+        return accept(os.path.normpath(arg))
+
+    return Matcher(matches, name.encode())
+
+
+def command_lines() -> list[tuple[int, bytes]]:
+    """(pid, raw NUL-separated command line) of every process that has one (not kernel
+    threads or zombies). Reads /proc directly: the reconcile does this every minute, and
+    psutil.process_iter costs several times more."""
+    table = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fd = os.open(f"/proc/{entry}/cmdline", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            raw = os.read(fd, 1 << 16)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        if raw:
+            table.append((int(entry), raw))
+    return table
+
+
+def scan(matches: Matcher, exclude: set[int] | None = None,
+         table: list[tuple[int, bytes]] | None = None) -> list[ProcInfo]:
+    """Live processes whose command line matches, oldest first (from `table` when given).
+
+    Processes whose parent also matches are left out: they are a program's own workers.
+    """
+    exclude = (exclude or set()) | {os.getpid()}
+    hits = []
+    for pid, raw in command_lines() if table is None else table:
+        if pid in exclude or matches.needle not in raw:
+            continue
+        if matches(pid, split_cmdline(raw)):
+            info = identify(pid)
+            if info is not None:
+                hits.append(info)
+    pids = {h.pid for h in hits}
+    return sorted((h for h in hits if h.ppid not in pids), key=lambda h: h.create_time)
+
+
+def signal_program(pid: int, pgid: int, sig: int) -> None:
+    """Signal a program's whole process group when it leads one, else the process alone."""
+    try:
+        if pgid == pid:
+            os.killpg(pgid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_group_leftovers(pgid: int) -> None:
+    """SIGKILL whatever is left in a program's group after its leader exited."""
+    if pgid <= 1 or pgid == os.getpgid(0):
+        return
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def pidfd(pid: int) -> int | None:
+    """A pidfd that turns readable when the process exits (Linux >= 5.3), else None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None

@@ -1,0 +1,203 @@
+"""One supervised program: its process, its state and its crash-loop bookkeeping.
+
+States: running; backoff (crashed after a short run, waiting to start again); stopping (TERM
+sent to its process group, KILL at the deadline); blocked (a guard forbids it: admission, no
+node binary); stopped (not running and not held back: between an exit and the restart, or the
+agent is shutting down). The supervisor decides *when*; this class
+knows *how* (spawn, adopt, signal) and keeps the counts the status reports.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agent import procs
+from agent.backoff import Backoff
+from agent.config import ProgramConfig
+from agent.files import write_json
+from agent.layout import Layout
+
+KILL_WAIT_S = 5.0  # after SIGKILL, how long before we stop expecting an exit event
+
+
+@dataclass
+class Process:
+    pid: int
+    create_time: float
+    pgid: int
+    argv: list[str]
+    started_mono: float  # monotonic clock at start (estimated for adopted processes)
+    started_at: float  # wall clock at start
+    adopted: bool
+    child: subprocess.Popen[bytes] | None = None  # None when adopted: not our child
+    pidfd: int | None = None
+    binary: str | None = None
+    sha256: str | None = None
+
+
+class Program:
+    def __init__(self, cfg: ProgramConfig, layout: Layout, backoff: Backoff,
+                 degraded_after: int, journal: Callable[[str], None]) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.layout = layout
+        self.backoff = backoff
+        self.degraded_after = degraded_after
+        self.journal = journal
+        self.state = "stopped"
+        self.proc: Process | None = None
+        self.failures = 0  # consecutive runs shorter than stable_s
+        self.degraded = False
+        self.starts = 0
+        self.next_start: float | None = None  # monotonic, while in backoff
+        self.stop_deadline: float | None = None
+        self.killed = False
+        self.start_after_stop = False
+        self.reason: str | None = None
+        self.last_exit: dict[str, Any] | None = None
+        self.unhealthy_since: float | None = None
+
+    # ------------------------------------------------------------------ starting
+
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: str, log: str,
+              binary: str | None = None, sha256: str | None = None) -> bool:
+        """Start the program in its own session (so it is its own process group).
+        False when the exec itself failed; that counts as a crash."""
+        now_mono, now = time.monotonic(), time.time()
+        self.starts += 1
+        try:
+            os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
+            out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            try:
+                child = subprocess.Popen(
+                    argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                )
+            finally:
+                os.close(out)
+        except (OSError, subprocess.SubprocessError) as e:
+            detail = getattr(e, "strerror", None) or str(e)
+            self.journal(f"{self.name}: cannot start {argv[0] if argv else '?'}: {detail}")
+            self.proc = None
+            self.last_exit = {"code": None, "at": now, "run_s": 0.0, "error": detail}
+            self._short_run(now_mono)
+            return False
+        create_time = procs.create_time_of(child.pid) or now
+        self.proc = Process(child.pid, create_time, child.pid, list(argv), now_mono, now,
+                            adopted=False, child=child, pidfd=procs.pidfd(child.pid),
+                            binary=binary, sha256=sha256)
+        self.state, self.reason, self.next_start = "running", None, None
+        self.unhealthy_since = None
+        self.write_pidfile()
+        self.journal(f"{self.name}: started pid {child.pid}: {' '.join(argv)}")
+        return True
+
+    def adopt(self, info: procs.ProcInfo, binary: str | None, sha256: str | None) -> None:
+        age = max(0.0, time.time() - info.create_time)
+        self.proc = Process(info.pid, info.create_time, info.pgid, list(info.argv),
+                            time.monotonic() - age, info.create_time, adopted=True,
+                            child=None, pidfd=procs.pidfd(info.pid), binary=binary,
+                            sha256=sha256)
+        self.state, self.reason, self.next_start = "running", None, None
+        self.write_pidfile()
+        self.journal(f"{self.name}: adopted pid {info.pid} (running {age:.0f} s): "
+                     f"{' '.join(info.argv)}")
+
+    def write_pidfile(self) -> None:
+        p = self.proc
+        assert p is not None
+        write_json(self.layout.pidfile(self.name), {
+            "pid": p.pid, "create_time": p.create_time, "pgid": p.pgid, "argv": p.argv,
+            "started_at": p.started_at, "binary": p.binary, "sha256": p.sha256,
+        })
+
+    # ------------------------------------------------------------------ stopping
+
+    def begin_stop(self, grace_s: float, why: str, start_after: bool = False) -> None:
+        """TERM the process group now; `tick` sends KILL when the grace runs out."""
+        p = self.proc
+        if p is None or self.state != "running":
+            return
+        self.state = "stopping"
+        self.start_after_stop = start_after
+        self.stop_deadline = time.monotonic() + grace_s
+        self.killed = False
+        self.journal(f"{self.name}: stopping pid {p.pid} ({why})")
+        procs.signal_program(p.pid, p.pgid, signal.SIGTERM)
+
+    def enforce_deadline(self, now: float) -> None:
+        p = self.proc
+        if self.state != "stopping" or p is None or self.stop_deadline is None:
+            return
+        if now >= self.stop_deadline and not self.killed:
+            self.journal(f"{self.name}: pid {p.pid} ignored SIGTERM; sending SIGKILL")
+            procs.signal_program(p.pid, p.pgid, signal.SIGKILL)
+            self.killed = True
+            self.stop_deadline = now + KILL_WAIT_S
+
+    # ------------------------------------------------------------------ exits
+
+    def exited(self, code: int | None, stable_s: float) -> str:
+        """Book an exit of the current process. Returns what should happen next:
+        "restart" (at once), "backoff" (at next_start) or "stopped" (after a stop)."""
+        p = self.proc
+        assert p is not None
+        now_mono, now = time.monotonic(), time.time()
+        run_s = now_mono - p.started_mono
+        if p.child is not None:
+            p.child.returncode = code  # reaped by us: keep Popen from waiting on the pid again
+        if p.pidfd is not None:
+            os.close(p.pidfd)
+        procs.kill_group_leftovers(p.pgid if p.pgid == p.pid else -1)
+        self.layout.pidfile(self.name).unlink(missing_ok=True)
+        self.proc = None
+        self.last_exit = {"code": code, "at": now, "run_s": round(run_s, 3)}
+        if self.state == "stopping":
+            self.state = "stopped"
+            self.journal(f"{self.name}: pid {p.pid} stopped ({describe(code)})")
+            return "stopped"
+        if run_s >= stable_s:
+            self.state = "stopped"  # not running; the supervisor starts it again at once
+            self.failures = 0
+            self.degraded = False
+            self.journal(f"{self.name}: pid {p.pid} exited ({describe(code)}) after "
+                         f"{run_s:.1f} s; restarting")
+            return "restart"
+        self.journal(f"{self.name}: pid {p.pid} exited ({describe(code)}) after {run_s:.1f} s")
+        self._short_run(now_mono)
+        return "backoff"
+
+    def _short_run(self, now_mono: float) -> None:
+        self.failures += 1
+        delay = self.backoff.delay(self.failures)
+        self.state = "backoff"
+        self.next_start = now_mono + delay
+        self.reason = f"crash loop: {self.failures} short run(s) in a row"
+        if self.failures >= self.degraded_after and not self.degraded:
+            self.degraded = True
+            self.journal(f"{self.name}: degraded after {self.failures} short runs; "
+                         "still retrying")
+        self.journal(f"{self.name}: next start in {delay:.2f} s")
+
+    def mark_stable(self) -> None:
+        if self.failures or self.degraded:
+            self.journal(f"{self.name}: stable again after {self.failures} short run(s)")
+        self.failures = 0
+        self.degraded = False
+
+
+def describe(code: int | None) -> str:
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit {code}"

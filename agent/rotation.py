@@ -1,0 +1,38 @@
+"""Size-based log rotation, copy-truncate style.
+
+Programs keep their log file descriptors (opened O_APPEND), so the file cannot be renamed away
+under them: its content is copied to <log>.1 (older copies shift to .2 ... .keep) and the file
+is truncated in place; the next append lands at offset 0. Lines written between the copy and
+the truncate are lost, the usual price of copy-truncate.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def rotate_if_big(path: Path, max_bytes: int, keep: int) -> bool:
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    if size <= max_bytes:
+        return False
+    for n in range(keep - 1, 0, -1):
+        older = path.with_name(f"{path.name}.{n}")
+        if older.exists():
+            os.replace(older, path.with_name(f"{path.name}.{n + 1}"))
+    first = path.with_name(f"{path.name}.1")
+    tmp = path.with_name(f".{path.name}.1.tmp")
+    with open(path, "rb") as src, open(tmp, "wb") as dst:
+        remaining = size
+        while remaining > 0:
+            block = src.read(min(remaining, 1 << 20))
+            if not block:
+                break
+            dst.write(block)
+            remaining -= len(block)
+    os.replace(tmp, first)
+    os.truncate(path, 0)
+    return True

@@ -1,0 +1,100 @@
+"""`python -m agent stop`: stop the agent (it stops its programs), then anything left.
+
+The agent is asked with SIGUSR1 (SIGTERM would make it exit and leave the programs running,
+which is how it is restarted or upgraded). Programs still running afterwards, because no agent
+ran or it died, are found by pidfile and by command line and stopped as process groups.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from agent import procs
+from agent.config import Config
+from agent.errors import AgentError
+from agent.files import read_json
+from agent.identity import matcher_for
+from agent.persist import AgentState
+
+POLL_S = 0.1
+
+
+def live_agent(cfg: Config) -> int | None:
+    """The pid of the running agent of this root, or None.
+
+    run/agent.pid holds the pid; the heartbeat file holds that process's create time, so a
+    pid reused by another process after the agent died is not taken for the agent."""
+    try:
+        pid = int(cfg.layout.agent_pid.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    record = read_json(cfg.layout.heartbeat)
+    if not isinstance(record, dict) or record.get("pid") != pid:
+        return None
+    created = record.get("create_time")
+    if isinstance(created, int | float) and procs.is_same(pid, created):
+        return pid
+    return None
+
+
+def stop_all(cfg: Config) -> dict[str, Any]:
+    pid = live_agent(cfg)
+    agent = "not running"
+    if pid is not None:
+        os.kill(pid, signal.SIGUSR1)
+        limit = max((cfg.grace(p) for p in cfg.programs.values()), default=cfg.stop_grace_s)
+        if not _wait_gone([pid], limit + 15.0):
+            raise AgentError(f"the agent (pid {pid}) did not stop within {limit + 15:.0f} s")
+        agent = "stopped"
+    stopped = []
+    for name, prog in cfg.programs.items():
+        found = _instances(cfg, name)
+        if not found:
+            continue
+        for info in found:
+            procs.signal_program(info.pid, info.pgid, signal.SIGTERM)
+        if not _wait_gone([i.pid for i in found], cfg.grace(prog)):
+            for info in found:
+                procs.signal_program(info.pid, info.pgid, signal.SIGKILL)
+            _wait_gone([i.pid for i in found], 5.0)
+        for info in found:
+            procs.kill_group_leftovers(info.pgid if info.pgid == info.pid else -1)
+        cfg.layout.pidfile(name).unlink(missing_ok=True)
+        stopped.append(name)
+    return {"agent": agent, "stopped_without_agent": stopped}
+
+
+def _instances(cfg: Config, name: str) -> list[procs.ProcInfo]:
+    found: dict[int, procs.ProcInfo] = {}
+    record = read_json(cfg.layout.pidfile(name))
+    if isinstance(record, dict) and isinstance(record.get("pid"), int):
+        info = procs.identify(record["pid"])
+        created = record.get("create_time")
+        if info and isinstance(created, int | float) and (
+                abs(info.create_time - created) <= procs.CREATE_TIME_SLACK):
+            found[info.pid] = info
+    binary = AgentState.load(cfg.layout.state).node_binary
+    values: dict[str, str | None] = {
+        "root": str(cfg.root), "name": name, "node_bin": binary.path if binary else None,
+        "p2p_port": str(cfg.p2p_port), "p2p_public_ip": None, "p2p_public_port": None,
+    }
+    matches = matcher_for(cfg, name, values)
+    if matches is not None:
+        for info in procs.scan(matches):
+            found.setdefault(info.pid, info)
+    return list(found.values())
+
+
+def _wait_gone(pids: list[int], timeout: float) -> bool:
+    created = {pid: procs.create_time_of(pid) for pid in pids}
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p, ct in created.items() if ct is not None and procs.is_same(p, ct)]
+        if not alive:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)

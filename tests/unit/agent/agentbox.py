@@ -1,0 +1,273 @@
+"""Test helpers for the agent: a box in a temporary directory (the agent's root, stand-in
+programs, a stand-in NVML).
+
+Everything a test starts carries the test's temporary path in its command line, so teardown
+finds and kills it all (agent, programs, their groups), whether the test passed or not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from sandbox.backend import GpuDevice, GpuSpec
+from sandbox.nvml import write_config
+
+PY = sys.executable
+STANDIN = Path(__file__).with_name("standin.py")
+DRIVER = "580.95.05"
+UUIDS = ["GPU-0f6a1c2e-0000-4000-8000-000000000001", "GPU-0f6a1c2e-0000-4000-8000-000000000002"]
+
+
+def gpu_spec(driver: str = DRIVER, uuids: list[str] | None = None) -> GpuSpec:
+    devices = [
+        GpuDevice(u, "NVIDIA H100 80GB HBM3", f"00000000:{0x1B + i:02X}:00.0", 85899345920,
+                  None if i else "1650123456789")
+        for i, u in enumerate(UUIDS if uuids is None else uuids)
+    ]
+    return GpuSpec(driver, 12080, devices)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    """Poll until condition() is truthy and return its value; fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = condition()
+        except (OSError, ValueError, KeyError, TypeError):
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        time.sleep(0.05)
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(v)
+
+
+class Box:
+    def __init__(self, tmp: Path, nvml_dir: Path) -> None:
+        self.tmp = tmp
+        self.root = tmp / "fleet"
+        self.bin = tmp / "bin"
+        self.nvml_dir = nvml_dir
+        self.nvml_config = tmp / "nvml.json"
+        self.invocations_log = tmp / "invocations.log"
+        self.node_state = tmp / "nodestate.json"
+        self.rpc_port = free_port()
+        self.config_path = self.root / "agent.toml"
+        self.agents: list[subprocess.Popen[bytes]] = []
+        self.env_extra: dict[str, str] = {}
+        for d in (self.root, self.bin, self.root / "releases"):
+            d.mkdir(parents=True, exist_ok=True)
+        self.set_gpu(gpu_spec())
+        for role in ("miner", "prover"):
+            (self.bin / f"{role}.py").write_text(STANDIN.read_text())
+
+    # ------------------------------------------------------------------ the world
+
+    def set_gpu(self, spec: GpuSpec) -> None:
+        write_config(self.nvml_config, spec)
+
+    def set_node_state(self, **fields: Any) -> None:
+        tmp = self.node_state.with_suffix(".tmp")
+        tmp.write_text(json.dumps(fields))
+        os.replace(tmp, self.node_state)
+
+    def release(self, version: str) -> tuple[Path, str]:
+        """A node binary (the stand-in with its own VERSION) under releases/<sha16>/node."""
+        text = f"#!{PY}\n" + STANDIN.read_text().replace('VERSION = "v1"', f'VERSION = "{version}"')
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        path = self.root / "releases" / sha[:16] / "node"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755)
+        return path, sha
+
+    def point(self, path: Path | str, sha: str) -> None:
+        """Write standing.node.sha256, then standing.node (each replaced atomically)."""
+        for name, content in (("standing.node.sha256", sha), ("standing.node", str(path))):
+            tmp = self.root / f".{name}.tmp"
+            tmp.write_text(content + "\n")
+            os.replace(tmp, self.root / name)
+
+    def configure(self, programs: tuple[str, ...] = ("node", "miner", "prover"),
+                  program_overrides: dict[str, dict[str, Any]] | None = None,
+                  sections: dict[str, dict[str, Any]] | None = None, **top: Any) -> None:
+        settings: dict[str, Any] = {
+            "root": str(self.root), "tick_s": 0.2, "stable_s": 1.0, "reconcile_s": 1.0,
+            "result_every_s": 600, "stop_grace_s": 2.0, "backoff_base_s": 0.1,
+            "backoff_cap_s": 0.8, "degraded_after": 3, "admitted_driver": DRIVER,
+            "p2p_port": 16111,
+        }
+        settings.update(top)
+        env = {"STANDIN_LOG": str(self.invocations_log)}
+        defaults: dict[str, dict[str, Any]] = {
+            "node": {
+                "command": ["{node_bin}", "node", "--rpc-port", str(self.rpc_port), "--state",
+                            str(self.node_state), "--p2p={p2p_public_ip}:{p2p_public_port}"],
+                "status_url": f"http://127.0.0.1:{self.rpc_port}/status",
+                "env": env,
+            },
+            "miner": {
+                "command": f"{PY} {self.bin}/miner.py miner --status {{root}}/run/miner.json "
+                           f"--pack {{root}}/pack.txt",
+                "status_file": "{root}/run/miner.json",
+                "needs_gpu": True,
+                "env": env,
+            },
+            "prover": {
+                "command": [PY, f"{self.bin}/prover.py", "prover", "--status",
+                            "{root}/run/prover.json"],
+                "status_file": "{root}/run/prover.json",
+                "needs_gpu": True,
+                "env": env,
+            },
+        }
+        lines = [f"{k} = {toml_value(v)}" for k, v in settings.items()]
+        for name, table in (sections or {}).items():
+            lines.append(f"\n[{name}]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
+        for name in programs:
+            table = dict(defaults[name], **(program_overrides or {}).get(name, {}))
+            lines.append(f"\n[programs.{name}]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in table.items()]
+        self.config_path.write_text("\n".join(lines) + "\n")
+
+    # ------------------------------------------------------------------ the agent
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RUNPOD_", "VAST_", "PUBLIC_IPADDR"))}
+        env.update(LD_LIBRARY_PATH=str(self.nvml_dir), SANDBOX_NVML_CONFIG=str(self.nvml_config))
+        env.update(self.env_extra)
+        return env
+
+    def agent_cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([PY, "-m", "agent", *args], env=self.env(), capture_output=True,
+                              text=True, timeout=60)
+        if check and done.returncode != 0:
+            raise AssertionError(f"agent {args} failed ({done.returncode}): {done.stderr}")
+        return done
+
+    def start_agent(self) -> subprocess.Popen[bytes]:
+        out = open(self.tmp / f"agent-{len(self.agents)}.out", "wb")
+        agent = subprocess.Popen(
+            [PY, "-m", "agent", "run", "--foreground", "--config", str(self.config_path)],
+            env=self.env(), stdout=out, stderr=subprocess.STDOUT,
+        )
+        out.close()
+        self.agents.append(agent)
+        wait_for(lambda: self.status().get("agent", {}).get("pid") == agent.pid
+                 or agent.poll() is not None, "the agent's first status")
+        assert agent.poll() is None, self.agent_output()
+        return agent
+
+    def kill_agent(self, agent: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+        agent.send_signal(sig)
+        agent.wait(timeout=30)
+
+    def agent_output(self) -> str:
+        outs = sorted(self.tmp.glob("agent-*.out"))
+        return "\n".join(p.read_text(errors="replace") for p in outs)
+
+    def journal(self) -> str:
+        path = self.root / "log" / "agent.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    # ------------------------------------------------------------------ observations
+
+    def status(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.root / "run" / "status.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def program(self, name: str) -> dict[str, Any]:
+        return self.status().get("programs", {}).get(name, {})
+
+    def pid_of(self, name: str) -> int | None:
+        """The pid the agent reports for a running program."""
+        p = self.program(name)
+        return p.get("pid") if p.get("state") == "running" else None
+
+    def ticks(self) -> int:
+        return int(self.status().get("agent", {}).get("ticks", 0))
+
+    def wait_ticks(self, n: int) -> None:
+        """Let n more ticks pass (a tick also applies observations and writes status)."""
+        target = self.ticks() + n
+        wait_for(lambda: self.ticks() >= target, f"{n} more agent ticks")
+
+    def invocations(self, role: str) -> list[dict[str, Any]]:
+        if not self.invocations_log.exists():
+            return []
+        rows = [json.loads(ln) for ln in self.invocations_log.read_text().splitlines() if ln]
+        return [r for r in rows if r["role"] == role]
+
+    def running(self, role: str) -> list[psutil.Process]:
+        """Live stand-in processes of this role started from this box."""
+        found = []
+        for p in psutil.process_iter(["cmdline", "status"]):
+            argv = p.info["cmdline"] or []
+            if p.info["status"] == psutil.STATUS_ZOMBIE or len(argv) < 3:
+                continue
+            if argv[2] == role and str(self.tmp) in argv[1]:
+                found.append(p)
+        return found
+
+    # ------------------------------------------------------------------ teardown
+
+    def cleanup(self) -> None:
+        for agent in self.agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait(timeout=10)
+        marker = str(self.tmp)
+        victims = []
+        for p in psutil.process_iter(["cmdline"]):
+            if p.pid != os.getpid() and any(marker in a for a in p.info["cmdline"] or []):
+                victims.append(p)
+        for p in victims:
+            try:
+                os.killpg(p.pid, signal.SIGKILL) if os.getpgid(p.pid) == p.pid else p.kill()
+            except (psutil.Error, ProcessLookupError, PermissionError):
+                pass
+        wait_for(lambda: not [p for p in victims if alive(p)], "the test's processes gone", 10)
+
+
+def alive(p: psutil.Process) -> bool:
+    """Running and not a zombie (an orphaned zombie waits for PID 1, which may be slow)."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
