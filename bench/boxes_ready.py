@@ -122,13 +122,14 @@ def _cpu() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def api_rounds(tmp: Path, pub: str, key: Path, counts: list[int], rounds: int) -> list[Timing]:
+def api_rounds(tmp: Path, pub: str, key: Path, counts: list[int], rounds: int,
+               boot_delay: float = 0.0) -> list[Timing]:
     import httpx
 
     from sandbox.daemon import Sandbox
 
     backend = NamespaceBackend(tmp / "api-boxes", bridge="flbench1")
-    with Sandbox(backend=backend, boot_delay=0.0) as sandbox:
+    with Sandbox(backend=backend, boot_delay=boot_delay) as sandbox:
         http = httpx.Client(base_url=sandbox.vast.url, timeout=30,
                             headers={"Authorization": f"Bearer {sandbox.keys.vast}"})
         http.post("/api/v0/ssh/", json={"ssh_key": pub}).raise_for_status()
@@ -173,6 +174,10 @@ def main() -> None:
     ap.add_argument("--boxes", type=int, nargs="+", default=[2, 8],
                     help="box counts to compare with one box")
     ap.add_argument("--api", action="store_true", help="also rent through the fake Vast API")
+    ap.add_argument("--boot-delay", type=float, default=0.0,
+                    help="with --api: the world's provisioning time (the sandbox default is 1 s)")
+    ap.add_argument("--direct", action=argparse.BooleanOptionalAction, default=True,
+                    help="time NamespaceBackend.start directly (--no-direct: only the API)")
     args = ap.parse_args()
     counts = [1, *args.boxes]
     with tempfile.TemporaryDirectory(prefix="boxes-bench-") as tmp_name:
@@ -185,14 +190,16 @@ def main() -> None:
         unused: list[float] = []
         try:
             direct(backend, pub, key, 1, True)  # warm-up: page cache, first sshd exec
-            rows = [(rounds_of(args.rounds, functools.partial(direct, backend, pub, key, c, False),
-                               cpu[c])[0],
-                     rounds_of(args.rounds, functools.partial(direct, backend, pub, key, c, True),
-                               unused)[1])
-                    for c in counts]
+            rows: list[Timing] = []
+            for c in counts if args.direct else []:
+                ready = rounds_of(args.rounds,
+                                  functools.partial(direct, backend, pub, key, c, False), cpu[c])
+                logged = rounds_of(args.rounds,
+                                   functools.partial(direct, backend, pub, key, c, True), unused)
+                rows.append((ready[0], logged[1]))
         finally:
             backend.close()
-        api = api_rounds(tmp, pub, key, counts, args.rounds) if args.api else None
+        api = api_rounds(tmp, pub, key, counts, args.rounds, args.boot_delay) if args.api else None
     print(f"date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
           f"load average {os.getloadavg()[0]:.2f}")
@@ -202,6 +209,11 @@ def main() -> None:
         head += " API rent -> running | API rent -> SSH login |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
+    if not rows:  # --no-direct
+        rows = [(float("nan"), float("nan"))] * len(counts)
+        cpu = {c: [float("nan")] for c in counts}
+    if args.api:
+        print(f"API boot delay (provider provisioning): {args.boot_delay:g} s")
     for i, c in enumerate(counts):
         line = (f"| {c} | {rows[i][0] * 1000:.0f} ms | {rows[i][1] * 1000:.0f} ms | "
                 f"{statistics.median(cpu[c]) / c * 1000:.0f} ms |")
