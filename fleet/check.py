@@ -53,7 +53,7 @@ class Health:
 
 
 def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
-          wanted: str | None, previous_tip: int | None) -> Health:
+          wanted: str | None, previous: dict[str, Any] | None) -> Health:
     """Turn one box's agent status into a verdict with its reasons."""
     h = Health(label, str(data.get("provider")), wanted_sha16=wanted)
     if status is None:
@@ -77,7 +77,7 @@ def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
     if not h.synced:
         h.problems.append("node: not synced" if rpc else f"node: no RPC ({node.get('rpc_error')})")
     if h.exec_tip is not None:
-        h.exec_moving = h.exec_tip > 0 and (previous_tip is None or h.exec_tip > previous_tip)
+        h.exec_moving = _moving(h.exec_tip, node.get("rpc_at"), previous)
         if not h.exec_moving:
             h.problems.append(f"node: exec tip stuck at {h.exec_tip}")
     if wanted and h.node_sha16 != wanted:
@@ -93,6 +93,18 @@ def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
         if p.get("degraded"):
             h.problems.append(f"{name}: degraded ({p.get('reason')})")
     return h
+
+
+def _moving(tip: int, read_at: str | None, previous: dict[str, Any] | None) -> bool:
+    """Is the exec tip moving? Judged against the last *different* reading of the node: the
+    agent probes it every tick, so two checks within one tick see the same reading."""
+    if tip <= 0:
+        return False
+    if not previous or previous.get("exec_tip") is None:
+        return True  # first look: a tip above 0 that follows the blocks
+    if read_at is not None and previous.get("rpc_at") == read_at:
+        return bool(previous.get("moving", True))
+    return tip > int(previous["exec_tip"])
 
 
 def _wanted(cfg: Config, data: dict[str, Any]) -> str | None:
@@ -126,11 +138,12 @@ def check(cfg: Config, built: Built) -> list[Health]:
     by_name = {h.name: v for h, v in answers.items()}
     out = []
     for name, data in hosts:
-        prev = (history.get(name) or {}).get("exec_tip")
-        h = judge(name, data, by_name.get(name) if name in by_name else None,
-                  _wanted(cfg, data), prev)
-        if h.exec_tip is not None:
-            history[name] = {"exec_tip": h.exec_tip, "at": time.time()}
+        status = by_name.get(name) if name in by_name else None
+        h = judge(name, data, status, _wanted(cfg, data), history.get(name))
+        if h.exec_tip is not None and status:
+            history[name] = {"exec_tip": h.exec_tip, "moving": h.exec_moving,
+                             "rpc_at": (status.get("node") or {}).get("rpc_at"),
+                             "at": time.time()}
         out.append(h)
     write_atomic(history_path, json.dumps(history, indent=1) + "\n")
     return out

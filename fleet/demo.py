@@ -62,15 +62,18 @@ def main() -> int:
         return 1
 
     step("3. verify: the testinfra checks in tests/infra")
-    # give every agent time to write its first RESULT line
-    time.sleep(3)
     if run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/infra"],
            env) != 0:
         return 1
 
     step("4. fleet check")
-    run(["fleet", "check"], env)
-    time.sleep(5)  # exec tips are judged moving between two looks
+    # a box just converted may still be syncing: look again until all are well (bounded)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        r = subprocess.run(["fleet", "check", "--json"], cwd=REPO, env=env, capture_output=True)
+        if r.returncode == 0:
+            break
+        time.sleep(5)
     rc = run(["fleet", "check"], env)
 
     step("5. the roster")

@@ -11,8 +11,10 @@ pinned in the registry.
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -72,3 +74,22 @@ def host(box: tuple[str, dict[str, Any]]) -> Any:
     assert pinned is not None, f"{name}: no pinned host key in {data['ssh_known_hosts_file']}"
     assert presented == pinned, f"{name}: host key differs from the pinned one"
     return h
+
+
+SETTLE_S = float(os.environ.get("FLEET_INFRA_SETTLE_S", "90"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def settled(host: Any) -> None:
+    """Right after a deploy the agent may not have probed its node or written its first RESULT
+    line yet (it reports every tick): wait, bounded, for the box to report, then check it."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        r = host.run(f"cd {ROOT} && venv/bin/python -m agent status --config agent.toml")
+        status = json.loads(r.stdout) if r.rc == 0 and r.stdout.strip() else {}
+        logged = host.run(f"grep -q '^RESULT standing' {ROOT}/out/standing.log").rc == 0
+        if status.get("alive") and (status.get("node") or {}).get("rpc") and logged:
+            return
+        if time.monotonic() > deadline:
+            return  # the checks then say what is missing
+        time.sleep(1)

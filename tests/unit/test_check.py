@@ -1,0 +1,58 @@
+"""`fleet check`'s verdicts from an agent's status (no SSH: the judging only)."""
+
+from typing import Any
+
+from fleet.check import judge
+
+DATA = {"provider": "vast"}
+
+
+def status(**over: Any) -> dict[str, Any]:
+    s: dict[str, Any] = {
+        "alive": True, "heartbeat_age_s": 1.0,
+        "node": {"sha16": "ab" * 8, "rpc": {"synced": True, "blocks": 1300, "exec_tip": 1298},
+                 "rpc_at": "2026-12-02T10:00:00Z"},
+        "programs": {"node": {"state": "running"}, "miner": {"state": "running"},
+                     "prover": {"state": "running"}},
+        "admission": {"admitted": True, "reason": "driver 580.95.05, 1 GPU(s)"},
+        "prover": {"state": "proving"},
+    }
+    s.update(over)
+    return s
+
+
+def test_well_box() -> None:
+    h = judge("b", DATA, status(), "ab" * 8, None)
+    assert h.well and h.exec_moving and h.problems == []
+
+
+def test_unreachable_and_uninstalled() -> None:
+    assert judge("b", DATA, None, None, None).problems == ["ssh: box did not answer"]
+    assert judge("b", DATA, {}, None, None).problems == ["agent: not installed"]
+
+
+def test_refused_driver_is_named() -> None:
+    s = status(admission={"admitted": False,
+                          "reason": "driver 580.82.07 is not the admitted 580.95.05"})
+    h = judge("b", DATA, s, None, None)
+    assert not h.well and any("580.82.07" in p for p in h.problems)
+
+
+def test_exec_tip_judged_against_the_last_different_reading() -> None:
+    s = status()
+    same_reading = {"exec_tip": 1298, "rpc_at": "2026-12-02T10:00:00Z", "moving": True}
+    assert judge("b", DATA, s, None, same_reading).exec_moving  # no new reading: as before
+    older = {"exec_tip": 1298, "rpc_at": "2026-12-02T09:59:45Z", "moving": True}
+    stuck = judge("b", DATA, s, None, older)
+    assert not stuck.exec_moving and "node: exec tip stuck at 1298" in stuck.problems
+    zero = status(node={"sha16": None, "rpc": {"synced": True, "blocks": 1300, "exec_tip": 0},
+                        "rpc_at": "x"})
+    assert not judge("b", DATA, zero, None, None).exec_moving
+
+
+def test_wrong_binary_and_degraded_program() -> None:
+    s = status()
+    s["programs"]["prover"] = {"state": "backoff", "degraded": True, "reason": "crash loop"}
+    h = judge("b", DATA, s, "cd" * 8, None)
+    assert f"node: runs {'ab' * 8}, wanted {'cd' * 8}" in h.problems
+    assert "prover: degraded (crash loop)" in h.problems
