@@ -45,7 +45,7 @@ def main() -> int:
     sandbox_dir = REPO / ".sandbox"
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
-           "PYINFRA_PROGRESS": "off"}
+           "PYINFRA_PROGRESS": "off", "COLUMNS": os.environ.get("COLUMNS", "150")}
 
     step("1. the sandbox: fake RunPod and Vast APIs, boxes as real SSH hosts")
     live = [r for r in Registry(cfg.registry).live_rows() if r.kind == "standing"]
