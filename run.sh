@@ -39,6 +39,11 @@ case "${1:-}" in
     test)
         shift
         setup
+        if [ -f .sandbox/daemon.json ]; then
+            # the integration tests build sandboxes on the same network as the demo's
+            echo "stopping the demo's sandbox first (fleet sandbox down)"
+            .venv/bin/fleet sandbox down || true
+        fi
         .venv/bin/ruff check .
         .venv/bin/mypy fleet agent sandbox facts operations
         .venv/bin/pytest -q "$@"

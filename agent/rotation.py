@@ -19,10 +19,6 @@ def rotate_if_big(path: Path, max_bytes: int, keep: int) -> bool:
         return False
     if size <= max_bytes:
         return False
-    for n in range(keep - 1, 0, -1):
-        older = path.with_name(f"{path.name}.{n}")
-        if older.exists():
-            os.replace(older, path.with_name(f"{path.name}.{n + 1}"))
     first = path.with_name(f"{path.name}.1")
     tmp = path.with_name(f".{path.name}.1.tmp")
     with open(path, "rb") as src, open(tmp, "wb") as dst:
@@ -33,6 +29,15 @@ def rotate_if_big(path: Path, max_bytes: int, keep: int) -> bool:
                 break
             dst.write(block)
             remaining -= len(block)
+    # shift .n -> .n+1 through hard links, so that every name keeps existing while a reader
+    # looks (a rename would leave a moment with no .1)
+    for n in range(keep - 1, 0, -1):
+        older = path.with_name(f"{path.name}.{n}")
+        if older.exists():
+            link = path.with_name(f".{path.name}.{n + 1}.tmp")
+            link.unlink(missing_ok=True)
+            os.link(older, link)
+            os.replace(link, path.with_name(f"{path.name}.{n + 1}"))
     os.replace(tmp, first)
     os.truncate(path, 0)
     return True

@@ -42,7 +42,7 @@ def standing() -> None:
 
     agent.installed(name="Agent installed", bundle=str(bundle.path),
                     bundle_sha256=bundle.sha256, root=ROOT)
-    box.file(name="agent.toml", path=toml_path, content=toml_text, mode="600", root=ROOT)
+    agent.configured(name="agent.toml", content=toml_text, root=ROOT)
     peers = [(h.name, dict(h.data.dict())) for h in inventory.get_group("standing")]
     box.file(name="Peers", path=f"{ROOT}/peers.txt", content=support.peers_text(host.name, peers),
              root=ROOT)

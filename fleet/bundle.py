@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import os
 import subprocess
 import sys
 import tarfile
@@ -56,10 +57,17 @@ def _add(tar: tarfile.TarFile, arcname: str, data: bytes, mode: int) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
+def wheel_cache() -> Path:
+    """Where the agent's wheels are kept between runs and state folders (one download)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fleet" / "wheels"
+
+
 def build(cache: Path) -> Bundle:
     """Pack agent/, the wheels and in/ into cache/agent-<sha16>.tar.gz (reused if unchanged)."""
     with locked(cache / ".bundle.lock"):
-        wheels = _download_wheels(cache / "wheels")
+        with locked(wheel_cache().parent / ".wheels.lock"):
+            wheels = _download_wheels(wheel_cache())
         files: list[tuple[str, Path, int]] = []
         for p in sorted((REPO / "agent").rglob("*.py")):
             files.append((f"agent/{p.relative_to(REPO / 'agent')}", p, 0o644))

@@ -16,6 +16,7 @@ from typing import Any
 from pyinfra.api import Config as PyinfraConfig
 from pyinfra.api import Inventory, State
 from pyinfra.api.connect import connect_all, disconnect_all
+from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.facts import get_facts
 
 from facts.box import AgentStatus
@@ -121,8 +122,11 @@ def _wanted(cfg: Config, data: dict[str, Any]) -> str | None:
 
 def check(cfg: Config, built: Built) -> list[Health]:
     hosts = built.groups.get("standing", [])
+    # standing boxes the provider no longer runs are the least well of all
+    down = [Health(row.label, row.provider, problems=[f"provider: box is {status}"])
+            for row, status in built.down if row.kind == "standing"]
     if not hosts:
-        return []
+        return down
     history_path = cfg.registry.parent / "check-history.json"
     try:
         history: dict[str, Any] = json.loads(history_path.read_text())
@@ -130,9 +134,12 @@ def check(cfg: Config, built: Built) -> list[Health]:
         history = {}
     inventory = Inventory(([(name, dict(data)) for name, data in hosts], {}))
     state = State(inventory=inventory, config=PyinfraConfig(PARALLEL=32, CONNECT_TIMEOUT=15))
-    connect_all(state)
+    answers: dict[Any, Any] = {}
     try:
+        connect_all(state)  # raises when no box answers at all
         answers = get_facts(state, AgentStatus, kwargs={"root": ROOT})
+    except PyinfraError:
+        pass  # every box then reads as not answering
     finally:
         disconnect_all(state)
     by_name = {h.name: v for h, v in answers.items()}
@@ -146,4 +153,4 @@ def check(cfg: Config, built: Built) -> list[Health]:
                              "at": time.time()}
         out.append(h)
     write_atomic(history_path, json.dumps(history, indent=1) + "\n")
-    return out
+    return out + down

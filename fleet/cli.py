@@ -226,9 +226,12 @@ def converge_cmd(
     if role_kind != "standing":
         raise UsageError(f"nothing to converge for {role_kind!r} (standing)")
     repo = Path(__file__).resolve().parent.parent
-    deploy = ["pyinfra", "-y", "inventory.py", "deploys/standing.py"] + (["--dry"] if dry else [])
+    # --dry shows the detected changes; with -y pyinfra would skip detecting them
+    deploy = ["pyinfra", "--dry" if dry else "-y", "--limit", "standing", "inventory.py",
+              "deploys/standing.py"]
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+           "FLEET_CONFIG": str(cfg().path)}  # pyinfra and the checks read the same fleet.toml
     if subprocess.run(deploy, cwd=repo, env=env).returncode != 0:
         raise FleetError("the standing deploy failed (see pyinfra's output above)")
     if dry:

@@ -25,7 +25,8 @@ Hosts = list[tuple[str, dict[str, Any]]]
 class Built:
     groups: dict[str, Hosts] = field(default_factory=dict)
     orphans: list[Box] = field(default_factory=list)
-    unreachable_api: list[str] = field(default_factory=list)
+    # registry boxes no deploy can reach: (row, what the provider says: a status, or "gone")
+    down: list[tuple[Row, str]] = field(default_factory=list)
 
 
 def host_data(cfg: Config, row: Row, box: Box) -> dict[str, Any]:
@@ -68,9 +69,10 @@ def build(cfg: Config, providers: Mapping[str, Provider]) -> Built:
     v = view(reg, providers)
     if v.failures:
         raise FleetError("; ".join(str(f) for f in v.failures))
-    built = Built(orphans=v.orphans)
+    built = Built(orphans=v.orphans, down=[(r, "gone") for r in v.gone])
     for row, box in sorted(v.matched, key=lambda rb: rb[0].label):
         if box.status != "running" or not (box.ssh_host or row.ssh_host):
+            built.down.append((row, box.status))
             continue
         entry = (row.label, host_data(cfg, row, box))
         for g in (row.role, row.kind, row.provider):

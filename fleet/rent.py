@@ -19,20 +19,21 @@ from fleet.providers.base import Box, Offer, Provider, RentRequest
 from fleet.registry import Registry, Row, now_iso
 from fleet.sshkeys import ensure_key, fetch_host_key, public_key, write_known_hosts
 
-# the start hook every box is rented with: a container (re)start runs the fleet's boot script
-# once a deploy has written it (Vast: onstart; RunPod: run by the image's start script)
-ONSTART = "[ -x /root/fleet/boot.sh ] && /root/fleet/boot.sh; exit 0"
+# Vast's start hook (onstart, run at every container start): the fleet's boot script, once a
+# deploy has written it. RunPod gets none: its dockerArgs would replace the image's /start.sh
+# (and with it sshd); the deploy registers /post_start.sh, which that script runs instead.
+ONSTART = {"vast": "[ -x /root/fleet/boot.sh ] && /root/fleet/boot.sh; exit 0"}
 
 
 def new_label(role: str, provider: str) -> str:
     return f"{role}-{provider}-{secrets.token_hex(3)}"
 
 
-def request_for(cfg: Config, role: Role, label: str) -> RentRequest:
+def request_for(cfg: Config, role: Role, label: str, provider: str) -> RentRequest:
     key = public_key(ensure_key(cfg.ssh_key))
     return RentRequest(
         label=label, image=role.image, disk_gb=role.disk_gb, tcp_ports=role.tcp_ports,
-        env={"PUBLIC_KEY": key}, onstart=ONSTART, allowed_cuda=role.allowed_cuda,
+        env={"PUBLIC_KEY": key}, onstart=ONSTART.get(provider), allowed_cuda=role.allowed_cuda,
     )
 
 
@@ -49,11 +50,12 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
     if not offers:
         raise NoCapacity("fleet", "offers", f"no admissible offer for role {role.name!r}",
                          "try another card or provider, or later")
-    budget.require_fits(
-        budget.project(reg.rows(), cfg.daily_budget_usd, offers[0].usd_per_hour),
-        f"renting a {offers[0].card} on {offers[0].provider} for ${offers[0].usd_per_hour:.3f}/h")
     last: ProviderError | None = None
     for offer in offers[:5]:
+        # every candidate is checked: a later one may cost more than the first
+        budget.require_fits(
+            budget.project(reg.rows(), cfg.daily_budget_usd, offer.usd_per_hour),
+            f"renting a {offer.card} on {offer.provider} for ${offer.usd_per_hour:.3f}/h")
         p = providers[offer.provider]
         lab = label or new_label(role.name, offer.provider)
         row = reg.add(Row(
@@ -61,7 +63,7 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
             gpu_count=offer.gpu_count, usd_per_hour=offer.usd_per_hour, driver=offer.driver,
             rerent_of=rerent_of, node_sha16_wanted=None))
         try:
-            box = p.rent(offer, request_for(cfg, role, lab))
+            box = p.rent(offer, request_for(cfg, role, lab, offer.provider))
         except (NoCapacity, OfferGone) as e:
             # the offer went between search and rent: the next one may still be there
             reg.update(lab, status="failed", destroyed_at=now_iso(), note=str(e))

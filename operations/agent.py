@@ -9,6 +9,7 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 from pyinfra.api.command import QuoteString
 
+from operations import box
 from operations.util import box_state
 
 # Unpack the bundle and make the agent's environment without pip or a package index: a bare
@@ -66,6 +67,10 @@ def _need_python(state: dict[str, object]) -> None:
     if state.get("python3") is None:
         raise OperationError(
             "this box has no python3: the agent needs Python 3.11 or newer in the image")
+    major, _, minor = str(state.get("python_version") or "0.0").partition(".")
+    if (int(major), int(minor or 0)) < (3, 11):
+        raise OperationError(f"this box's python3 is {state.get('python_version')}: the agent "
+                             "needs Python 3.11 or newer in the image")
 
 
 @operation()
@@ -92,6 +97,23 @@ def installed(bundle: str, bundle_sha256: str, root: str = "/root/fleet"):
     yield FileUploadCommand(bundle, tarball)
     yield StringCommand("sh -c", QuoteString(_INSTALL), "install", QuoteString(root),
                         QuoteString(tarball), QuoteString(bundle_sha256))
+
+
+@operation()
+def configured(content: str, root: str = "/root/fleet"):
+    """
+    Write the agent's configuration, ``<root>/agent.toml``, mode 0600, when it differs.
+
+    + content: the full agent.toml text (``fleet.agent_config.render``)
+    + root: the fleet's directory on the box
+
+    **Example:**
+
+    .. code:: python
+
+        agent.configured(name="Agent config", content=render(role, sha16))
+    """
+    yield from box.file._inner(path=f"{root}/agent.toml", content=content, mode="600", root=root)
 
 
 @operation()

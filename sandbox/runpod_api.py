@@ -309,10 +309,16 @@ def parse_ports(text: str | None) -> tuple[list[int], list[int]]:
     return tcp, http
 
 
+# What RunPod's images do at container start when dockerArgs leaves their start script alone:
+# /start.sh starts sshd (the box does that here) and then runs /post_start.sh if present.
+IMAGE_START = "[ -x /post_start.sh ] && /post_start.sh; exit 0"
+
+
 def start_hook(docker_args: str | None) -> str | None:
-    """The start command a pod's dockerArgs asks for: plain text, or dstack's JSON form."""
+    """The start command a pod's dockerArgs asks for: plain text, or dstack's JSON form;
+    without dockerArgs, the image's own start script (IMAGE_START)."""
     if not docker_args:
-        return None
+        return IMAGE_START
     try:
         spec = json.loads(docker_args)
     except ValueError:

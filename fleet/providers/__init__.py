@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from fleet.errors import UsageError
+from fleet.errors import AuthFailed, UsageError
 from fleet.providers import runpod, vast
 from fleet.providers.base import Provider
 from fleet.providers.http import Http, RetryPolicy
@@ -58,8 +58,18 @@ def get_provider(
 
 
 def all_providers(**kw: Any) -> dict[str, Provider]:
-    """Every provider, by name; a provider without a key raises AuthFailed."""
-    return {name: get_provider(name, **kw) for name in NAMES}
+    """Every provider the operator has a key for, by name (an operator may use only one);
+    AuthFailed when there is a key for none."""
+    out: dict[str, Provider] = {}
+    missing: list[AuthFailed] = []
+    for name in NAMES:
+        try:
+            out[name] = get_provider(name, **kw)
+        except AuthFailed as e:
+            missing.append(e)
+    if not out:
+        raise missing[0]
+    return out
 
 
 __all__ = ["NAMES", "AnyClient", "all_providers", "get_provider"]

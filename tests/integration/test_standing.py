@@ -147,6 +147,16 @@ def drifted(f: Fleet) -> str:
     return max(f.rows().values(), key=lambda r: r.created_at).label
 
 
+def test_dry_run_changes_nothing(fleet: Fleet) -> None:
+    r = fleet.run(str(BIN / "pyinfra"), "--dry", "inventory.py", "deploys/standing.py")
+    out = r.stdout + r.stderr
+    assert "Agent installed" in out and "Agent running" in out
+    for label in fleet.rows():
+        assert fleet.ssh(label, "ls /root/fleet 2>&1 || true").strip().endswith(
+            "No such file or directory")
+    assert not any(r.standing for r in fleet.rows().values())
+
+
 def test_conversion_is_idempotent_and_verified(fleet: Fleet) -> None:
     rows = fleet.rows()
     assert len(rows) == 4 and {r.provider for r in rows.values()} == {"runpod", "vast"}
@@ -220,3 +230,38 @@ def test_container_restart_brings_the_agent_back_through_the_start_hook(fleet: F
         wait_for(f"{label}: agent back after the container restart", back, timeout=120)
         boot_log = fleet.ssh(label, "cat /root/fleet/log/boot.log 2>/dev/null; ls /root/fleet")
         assert "agent.toml" in boot_log  # the disk survived the restart
+
+
+def test_standing_boxes_are_not_destroyed_by_accident(fleet: Fleet) -> None:
+    label = next(iter(fleet.rows()))
+    r = fleet.fleet("destroy", label, check=False)
+    assert r.returncode == 2 and "standing box" in r.stderr
+    r = fleet.fleet("destroy", label, "--force", "--dry-run")
+    assert "dry run: would destroy" in r.stdout
+    assert label in fleet.rows()
+
+
+def test_host_death_is_seen(fleet: Fleet) -> None:
+    label = next(r.label for r in fleet.rows().values() if r.provider == "vast")
+    fleet.fleet("sandbox", "fault", "host_death", label)
+
+    def seen() -> bool:
+        roster = json.loads(fleet.fleet("roster", "--json").stdout)
+        status = {b["label"]: b["live_status"] for b in roster["boxes"]}
+        return status[label] != "running"
+
+    wait_for("the provider to report the dead host", seen, timeout=120)
+    verdict = fleet.check()[label]
+    assert not verdict["well"] and verdict["problems"][0].startswith("provider: box is ")
+
+
+def test_zz_sandbox_down_leaves_nothing_behind(fleet: Fleet) -> None:
+    boxes_dir = Path(fleet.env["FLEET_SANDBOX_DIR"]) / "boxes"
+    fleet.fleet("sandbox", "down")
+    leftovers = subprocess.run(["pgrep", "-f", str(boxes_dir)], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == ""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert "fleetbr0" not in links
+    addrs = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
+    assert "10.77." not in addrs
+    assert not any(r.live for r in Registry(fleet.tmp / "state" / "boxes.json").rows())

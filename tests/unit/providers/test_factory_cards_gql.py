@@ -88,3 +88,11 @@ def test_literals_survive_hostile_strings() -> None:
     assert "cloud: SECURE" in literal(value)
     with pytest.raises(TypeError):
         literal(object())
+
+
+def test_an_operator_with_one_provider_account(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VAST_API_KEY", "k")
+    assert sorted(all_providers()) == ["vast"]  # no RunPod key: RunPod is simply not asked
+    monkeypatch.delenv("VAST_API_KEY")
+    with pytest.raises(AuthFailed, match="RUNPOD_API_KEY"):
+        all_providers()
