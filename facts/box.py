@@ -14,9 +14,10 @@ from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.command import QuoteString
 from pyinfra.api.exceptions import FactProcessError
 
-# Runs under the box's python3 (stdlib only); argv[1] is the fleet root. It never fails: what is
-# missing is reported as null, so a fresh box reads as a fresh box, not as an error.
-_PROBE = r"""
+# Shared by the probes below, which run under the box's python3 (stdlib only) with the fleet
+# root as argv[1]. They never fail: what is missing reads as null, so a fresh box reads as a
+# fresh box, not as an error.
+_HELPERS = r"""
 import hashlib, json, os, sys
 root = sys.argv[1]
 def sha(p):
@@ -31,6 +32,9 @@ def text(p):
             return f.read().strip()
     except OSError:
         return None
+"""
+
+_PROBE = _HELPERS + r"""
 def alive(run):
     # the agent's own pid file, checked against what that pid runs (never its lock: taking
     # the lock even for a moment could make an agent starting right then refuse to run)
@@ -181,20 +185,9 @@ class NodeBinary(FactBase[dict[str, Any]]):
         return data
 
 
-_NODE_PROBE = r"""
-import hashlib, json, os, sys
-root = sys.argv[1]
-def text(p):
-    try:
-        with open(p) as f:
-            return f.read().strip()
-    except OSError:
-        return None
+_NODE_PROBE = _HELPERS + r"""
 pointer = text(os.path.join(root, "standing.node"))
-digest = None
-if pointer and os.path.isfile(pointer):
-    with open(pointer, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
+digest = sha(pointer) if pointer else None
 try:
     status = json.loads(text(os.path.join(root, "run", "status.json")) or "{}")
 except ValueError:

@@ -557,12 +557,15 @@ class World:
                 if machine.free_gpus < gpu_count:
                     continue
                 storage = 0.0 if provider == "runpod" else vast_storage_rate(disk_gb)
-                made.append(self.create(
+                inst = self.create(
                     provider, machine, gpu_count, image=image,
                     label=f"{label_prefix}-{len(made):04d}", env=env or {},
                     tcp_ports=tcp_ports, disk_gb=disk_gb, gpu_rate=machine.price * gpu_count,
                     storage_rate=storage,
-                ))
+                )
+                if provider == "runpod":  # as its API path records them: ports get published
+                    inst.extra["tcp_requested"] = list(tcp_ports)
+                made.append(inst)
         if len(made) < count:
             raise WorldError("no_capacity", f"only {len(made)} of {count} boxes fit")
         return made
