@@ -23,6 +23,8 @@ from urllib.parse import quote
 import pytest
 import testinfra
 
+from fleet.sshkeys import fetch_host_key
+
 ROOT = "/root/fleet"
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,18 +63,19 @@ def _pinned_key(data: dict[str, Any]) -> str | None:
 def host(box: tuple[str, dict[str, Any]]) -> Any:
     """testinfra's `host`, for this box, refusing a host key other than the pinned one."""
     name, data = box
+    pinned = _pinned_key(data)
+    assert pinned is not None, f"{name}: no pinned host key in {data['ssh_known_hosts_file']}"
+    # compare before running anything on the box: a box presenting another key is not ours
+    presented = fetch_host_key(data["ssh_hostname"], int(data["ssh_port"]))
+    assert presented == pinned, f"{name}: host key differs from the pinned one"
     spec = (f"paramiko://root@{data['ssh_hostname']}:{data['ssh_port']}"
             f"?ssh_identity_file={quote(data['ssh_key'])}&timeout=30")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # paramiko backend warns about unknown host keys
         h = testinfra.get_host(spec)
         h.run("true")
-    transport = h.backend.client.get_transport()
-    key = transport.get_remote_server_key()
-    presented = f"{key.get_name()} {key.get_base64()}"
-    pinned = _pinned_key(data)
-    assert pinned is not None, f"{name}: no pinned host key in {data['ssh_known_hosts_file']}"
-    assert presented == pinned, f"{name}: host key differs from the pinned one"
+    key = h.backend.client.get_transport().get_remote_server_key()
+    assert f"{key.get_name()} {key.get_base64()}" == pinned, f"{name}: host key changed"
     return h
 
 

@@ -62,6 +62,21 @@ def run(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
+def test_offers_are_admissible_and_cheapest_first(sandbox: dict[str, str]) -> None:
+    r = run(sandbox, str(BIN / "fleet"), "offers", "live", "--limit", "50", "--json")
+    assert r.returncode == 0, r.stderr
+    offers = json.loads(r.stdout)
+    assert {o["provider"] for o in offers} == {"runpod", "vast"}
+    prices = [o["usd_per_hour"] for o in offers]
+    assert prices == sorted(prices)
+    # Vast filters on the exact driver; RunPod cannot say (admission after boot guards it)
+    assert {o["driver"] for o in offers if o["provider"] == "vast"} == {"580.95.05"}
+    assert {o["driver"] for o in offers if o["provider"] == "runpod"} == {None}
+    dry = run(sandbox, str(BIN / "fleet"), "rent", "live", "--dry-run")
+    assert dry.returncode == 0 and "dry run: would rent" in dry.stdout
+    assert run(sandbox, str(BIN / "fleet"), "roster", "--json").stdout.count('"label"') == 0
+
+
 def test_groups_and_orphans(sandbox: dict[str, str]) -> None:
     fleet = str(BIN / "fleet")
     for role, provider in (("live", "vast"), ("live", "runpod"), ("bench", "vast")):
