@@ -36,7 +36,7 @@ class ProgramConfig:
     status_file: str = ""
     match: str = ""
     health_max_age_s: float = 60.0
-    restart_unhealthy_after_s: float = 0.0
+    restart_unhealthy_after_s: float = 300.0  # 0 = report only
     stop_grace_s: float | None = None
 
 
@@ -128,6 +128,13 @@ def parse_config(raw: dict[str, Any], path: Path) -> Config:
     t.done()
     if cfg.backoff_cap_s < cfg.backoff_base_s:
         raise usage_error(f"{path}: backoff_cap_s is below backoff_base_s")
+    # fail closed: GPU work runs only on a named driver, never on "whatever this box has"
+    if not cfg.admitted_driver.strip():
+        for name, program in cfg.programs.items():
+            if program.needs_gpu:
+                raise usage_error(
+                    f"{path}: programs.{name} needs the GPU but admitted_driver is not set; "
+                    "name the exact NVIDIA driver it may run on (e.g. \"580.95.05\")")
     return cfg
 
 
@@ -184,7 +191,7 @@ def _programs(t: _Table) -> dict[str, ProgramConfig]:
             status_file=status_file,
             match=match,
             health_max_age_s=p.number("health_max_age_s", 60.0, low=0.1),
-            restart_unhealthy_after_s=p.number("restart_unhealthy_after_s", 0.0, low=0.0),
+            restart_unhealthy_after_s=p.number("restart_unhealthy_after_s", 300.0, low=0.0),
             stop_grace_s=None if grace < 0 else grace,
         )
         if programs[name].status_url and not programs[name].status_url.startswith("http://"):

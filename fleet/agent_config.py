@@ -2,63 +2,116 @@
 
 The programs are the igneum node, miner and prover of the role's release. The node is started
 from the pointer (`{node_bin}`), so a later publish switches it without a new agent.toml.
+The file's shape is the Jinja2 template below; every value goes through the `toml` filter,
+so a driver string or a path can never break the file. The `{node_bin}`-style placeholders
+are the agent's own, filled on the box (they are plain text to Jinja2).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from typing import Any
+
+import jinja2
 
 from fleet.config import Role
 
 ROOT = "/root/fleet"
 NODE_RPC_PORT = 16110
 
+TEMPLATE = """\
+# written by fleet's standing deploy; edits are overwritten
+root = {{ root | toml }}
+admitted_driver = {{ admitted_driver | toml }}
+qualified_gpus = {{ qualified_gpus | toml }}
+p2p_port = {{ p2p_port | toml }}
 
-def _q(value: str) -> str:
-    return json.dumps(value)  # a JSON string is a valid TOML basic string
+[recovery]
+recipe = {{ recipe | toml }}
+min_blocks = 1000
+cooldown_s = 1800
+
+[miner_pack]
+command = {{ pack_command | toml }}
+{% for p in programs %}
+
+[programs.{{ p.name }}]
+command = {{ p.command | toml }}
+{% if p.needs_gpu %}
+needs_gpu = true
+{% endif %}
+{% if p.status_url %}
+status_url = {{ p.status_url | toml }}
+{% endif %}
+{% if p.status_file %}
+status_file = {{ p.status_file | toml }}
+{% endif %}
+{% if p.restart_unhealthy_after_s is not none %}
+restart_unhealthy_after_s = {{ p.restart_unhealthy_after_s | toml }}
+{% endif %}
+{% endfor %}
+"""
 
 
-def _argv(args: Sequence[str]) -> str:
-    return "[" + ", ".join(_q(a) for a in args) + "]"
+def toml_value(value: Any) -> str:
+    """A TOML literal for a string, number, bool or list of them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML literal for {type(value).__name__}")
+
+
+_ENV = jinja2.Environment(
+    autoescape=False, undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+    trim_blocks=True, lstrip_blocks=True,
+)
+_ENV.filters["toml"] = toml_value
+_TEMPLATE = _ENV.from_string(TEMPLATE)
 
 
 def render(role: Role, release_sha16: str, root: str = ROOT) -> str:
+    """The agent.toml text; a role whose GPU programs have no admitted driver is refused."""
+    role.check_gpu_guard()
     rel = f"{root}/releases/{release_sha16}"
     rpc = f"http://127.0.0.1:{NODE_RPC_PORT}"
-    lines = [
-        "# written by fleet's standing deploy; edits are overwritten",
-        f"root = {_q(root)}",
-        f"admitted_driver = {_q(role.admitted_driver or '')}",
-        f"qualified_gpus = {_argv(role.qualified_gpus)}",
-        f"p2p_port = {role.p2p_port or 0}",
-        "",
-        "[recovery]",
-        f"recipe = {_argv([f'{root}/in/box-exec-snapshot.sh', f'{root}/node'])}",
-        "min_blocks = 1000",
-        "cooldown_s = 1800",
-        "",
-        "[miner_pack]",
-        f"command = {_argv([f'{rel}/igneum-miner', 'export-pack', '--node-rpc', rpc, '--pack', f'{root}/pack'])}",  # noqa: E501
-    ]
-    programs = {
-        "node": (
-            ["{node_bin}", "--datadir", f"{root}/node", "--p2p-port", "{p2p_port}",
-             "--p2p-public", "{p2p_public_ip}:{p2p_public_port}",
-             "--peers-file", f"{root}/peers.txt", "--rpc-port", str(NODE_RPC_PORT)],
-            [f"status_url = {_q(rpc + '/status')}"],
-        ),
-        "miner": (
-            [f"{rel}/igneum-miner", "--node-rpc", rpc, "--pack", f"{root}/pack",
-             "--status-file", f"{root}/run/miner.json"],
-            ["needs_gpu = true", f"status_file = {_q(f'{root}/run/miner.json')}"],
-        ),
-        "prover": (
-            [f"{rel}/igneum-prover", "--node-rpc", rpc, "--status-file", f"{root}/run/prover.json"],
-            [f"status_file = {_q(f'{root}/run/prover.json')}"],
-        ),
+    known: dict[str, dict[str, Any]] = {
+        "node": {
+            "command": ["{node_bin}", "--datadir", f"{root}/node", "--p2p-port", "{p2p_port}",
+                        "--p2p-public", "{p2p_public_ip}:{p2p_public_port}",
+                        "--peers-file", f"{root}/peers.txt", "--rpc-port", str(NODE_RPC_PORT)],
+            "status_url": f"{rpc}/status",
+            "restart_unhealthy_after_s": role.node_unhealthy_restart_s,
+        },
+        "miner": {
+            "command": [f"{rel}/igneum-miner", "--node-rpc", rpc, "--pack", f"{root}/pack",
+                        "--status-file", f"{root}/run/miner.json"],
+            "status_file": f"{root}/run/miner.json",
+        },
+        "prover": {
+            "command": [f"{rel}/igneum-prover", "--node-rpc", rpc,
+                        "--status-file", f"{root}/run/prover.json"],
+            "status_file": f"{root}/run/prover.json",
+        },
     }
-    for name in role.programs:
-        argv, extra = programs[name]
-        lines += ["", f"[programs.{name}]", f"command = {_argv(argv)}", *extra]
-    return "\n".join(lines) + "\n"
+    programs = [
+        {"name": name, "needs_gpu": role.needs_gpu(name), "status_url": "", "status_file": "",
+         "restart_unhealthy_after_s": None, **known[name]}
+        for name in role.programs
+    ]
+    return _TEMPLATE.render(
+        root=root,
+        admitted_driver=role.admitted_driver or "",
+        qualified_gpus=role.qualified_gpus,
+        p2p_port=role.p2p_port or 0,
+        recipe=[f"{root}/in/box-exec-snapshot.sh", f"{root}/node"],
+        pack_command=[f"{rel}/igneum-miner", "export-pack", "--node-rpc", rpc,
+                      "--pack", f"{root}/pack"],
+        programs=programs,
+    )

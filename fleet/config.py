@@ -17,6 +17,9 @@ from fleet.errors import ConfigError
 PROVIDERS = ("runpod", "vast")
 KINDS = ("standing", "oneshot")
 PROGRAMS = ("node", "miner", "prover")
+# programs gated by admission unless a role says otherwise (`gpu_programs`)
+GPU_PROGRAMS = ("miner", "prover")
+NODE_UNHEALTHY_RESTART_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -31,10 +34,25 @@ class Role:
     qualified_gpus: tuple[str, ...] = ()
     release: str | None = None
     allowed_cuda: tuple[str, ...] = ()
+    gpu_programs: tuple[str, ...] = GPU_PROGRAMS  # run only where admission passes
+    node_unhealthy_restart_s: float = NODE_UNHEALTHY_RESTART_S  # 0 = report only
 
     @property
     def tcp_ports(self) -> tuple[int, ...]:
         return (22, self.p2p_port) if self.p2p_port else (22,)
+
+    def needs_gpu(self, program: str) -> bool:
+        return program in self.programs and program in self.gpu_programs
+
+    def check_gpu_guard(self) -> None:
+        """GPU work runs only on a named driver: a GPU program without one is a config error."""
+        if (self.admitted_driver or "").strip():
+            return
+        for program in self.programs:
+            if self.needs_gpu(program):
+                raise ConfigError(
+                    f"roles.{self.name}: {program} needs the GPU but admitted_driver is not "
+                    "set; name the exact NVIDIA driver it may run on (e.g. \"580.95.05\")")
 
 
 @dataclass(frozen=True)
@@ -91,7 +109,8 @@ def _strings(where: str, values: list[Any]) -> tuple[str, ...]:
 _ROLE_SPEC: dict[str, tuple[type, ...]] = {
     "kind": (str,), "image": (str,), "disk_gb": (int,), "programs": (list,),
     "p2p_port": (int,), "admitted_driver": (str,), "qualified_gpus": (list,),
-    "release": (str,), "allowed_cuda": (list,),
+    "release": (str,), "allowed_cuda": (list,), "gpu_programs": (list,),
+    "node_unhealthy_restart_s": (int, float),
 }
 
 
@@ -112,13 +131,31 @@ def _role(name: str, table: Any, src: str) -> Role:
         raise ConfigError(f"{where}.p2p_port: {port} is not a TCP port")
     if table["disk_gb"] < 8:
         raise ConfigError(f"{where}.disk_gb: at least 8 GB, got {table['disk_gb']}")
-    return Role(
+    if "gpu_programs" in table:
+        named = _strings(f"{where}.gpu_programs", table["gpu_programs"])
+        for p in named:
+            if p not in programs:
+                raise ConfigError(f"{where}.gpu_programs: {p!r} is not one of the role's programs")
+    else:
+        named = GPU_PROGRAMS
+    restart = table.get("node_unhealthy_restart_s", NODE_UNHEALTHY_RESTART_S)
+    if restart < 0:
+        raise ConfigError(
+            f"{where}.node_unhealthy_restart_s: must be 0 (report only) or more, got {restart}")
+    role = Role(
         name=name, kind=table["kind"], image=table["image"], disk_gb=table["disk_gb"],
         programs=programs, p2p_port=port, admitted_driver=table.get("admitted_driver"),
         qualified_gpus=_strings(f"{where}.qualified_gpus", table.get("qualified_gpus", [])),
         release=table.get("release"),
         allowed_cuda=_strings(f"{where}.allowed_cuda", table.get("allowed_cuda", [])),
+        gpu_programs=tuple(p for p in programs if p in named),
+        node_unhealthy_restart_s=float(restart),
     )
+    try:
+        role.check_gpu_guard()
+    except ConfigError as e:
+        raise ConfigError(f"{src}: {e}") from None
+    return role
 
 
 def _wants(role: str, entries: Any, src: str) -> list[Want]:

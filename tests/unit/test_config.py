@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,74 @@ def test_unknown_role_lookup(tmp_path: Path) -> None:
     cfg = load(write(tmp_path, GOOD))
     with pytest.raises(ConfigError, match="unknown role 'bench' \\(roles: live\\)"):
         cfg.role("bench")
+
+
+# ---------------------------------------------------------------- the GPU guard and health
+
+
+def test_gpu_programs_default_to_the_miner_and_the_prover(tmp_path: Path) -> None:
+    cfg = load(write(tmp_path, GOOD.replace('"node", "miner"', '"node", "miner", "prover"')))
+    live = cfg.roles["live"]
+    assert live.gpu_programs == ("miner", "prover")
+    assert live.needs_gpu("miner") and live.needs_gpu("prover") and not live.needs_gpu("node")
+    shipped = load(ROOT / "fleet.toml").roles["live"]
+    assert shipped.gpu_programs == ("miner", "prover") and shipped.admitted_driver
+
+
+def test_gpu_programs_can_be_named(tmp_path: Path) -> None:
+    text = GOOD.replace('p2p_port = 26611', 'p2p_port = 26611\ngpu_programs = ["node", "miner"]')
+    assert load(write(tmp_path, text)).roles["live"].gpu_programs == ("node", "miner")
+    # no GPU program at all: no driver needed (the node alone runs on any box)
+    text = GOOD.replace('admitted_driver = "580.95.05"\n', 'gpu_programs = []\n')
+    assert load(write(tmp_path, text)).roles["live"].gpu_programs == ()
+
+
+def test_node_restart_after_unhealthy_defaults_to_300_s(tmp_path: Path) -> None:
+    assert load(write(tmp_path, GOOD)).roles["live"].node_unhealthy_restart_s == 300
+    text = GOOD.replace("p2p_port = 26611", "p2p_port = 26611\nnode_unhealthy_restart_s = 0")
+    assert load(write(tmp_path, text)).roles["live"].node_unhealthy_restart_s == 0
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        # a role whose programs use the GPU must name the driver they are admitted on
+        (GOOD.replace('admitted_driver = "580.95.05"\n', ""),
+         "roles.live: miner needs the GPU but admitted_driver is not set"),
+        (GOOD.replace('admitted_driver = "580.95.05"', 'admitted_driver = ""'),
+         "roles.live: miner needs the GPU but admitted_driver is not set"),
+        (GOOD.replace('programs = ["node", "miner"]',
+                      'programs = ["node", "prover"]').replace('admitted_driver = "580.95.05"\n',
+                                                               ""),
+         "roles.live: prover needs the GPU but admitted_driver is not set"),
+        (GOOD.replace("p2p_port = 26611", 'p2p_port = 26611\ngpu_programs = ["prover"]'),
+         "roles.live.gpu_programs: 'prover' is not one of the role's programs"),
+        (GOOD.replace("p2p_port = 26611", 'p2p_port = 26611\ngpu_programs = "miner"'),
+         "roles.live.gpu_programs: expected list"),
+        (GOOD.replace("p2p_port = 26611", "p2p_port = 26611\nnode_unhealthy_restart_s = -1"),
+         "roles.live.node_unhealthy_restart_s: must be 0 (report only) or more"),
+        (GOOD.replace("p2p_port = 26611", "p2p_port = 26611\nnode_unhealthy_restart_s = true"),
+         "roles.live.node_unhealthy_restart_s: expected int or float, got bool"),
+    ],
+)
+def test_gpu_and_health_mistakes_are_one_clear_line(tmp_path: Path, text: str,
+                                                    message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load(write(tmp_path, text))
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_the_cli_refuses_an_unguarded_gpu_role(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = write(tmp_path, GOOD.replace('admitted_driver = "580.95.05"\n', ""))
+    # no provider keys and a home of its own: a config that loaded could reach nothing
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNPOD_", "VAST_"))}
+    env["HOME"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "fleet.cli", "--config", str(path), "roster"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
+    assert "miner needs the GPU but admitted_driver is not set" in done.stderr
