@@ -1,29 +1,42 @@
 """What a deploy ships to a box, packed so that a box needs one upload and no package index.
 
 The agent bundle holds the agent's code, the wheels of its two dependencies (psutil,
-nvidia-ml-py: downloaded once from PyPI into a local cache) and the scripts of `in/`. It is a
-deterministic tarball (sorted names, zero mtimes), so its sha256 names exactly one content and
-the box can compare stamps instead of files.
+nvidia-ml-py) and the scripts of `in/`. The wheels are the box's, not the operator's: pip is
+asked for CPython 3.11 on manylinux x86_64 (the boxes run Debian's python3; psutil's abi3
+wheel serves every CPython from 3.6 on, so a newer python3 on the box is fine too), and they
+are kept in a local cache between runs. A cached wheel is used only when its name, version and
+tags fit the pins and the box; another version or another platform in the cache is ignored.
+The bundle is a deterministic tarball (`fleet.tarball`), so its sha256 names exactly one
+content and the box can compare stamps instead of files.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import os
 import subprocess
 import sys
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import Requirement
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
 from fleet.errors import FleetError
 from fleet.fileutil import locked, write_atomic
+from fleet.tarball import Entry, deterministic_tar
 
 REPO = Path(__file__).resolve().parent.parent
 # the agent's runtime dependencies, pinned as in pyproject.toml
 AGENT_WHEELS = ("psutil==7.2.2", "nvidia-ml-py==13.615.71")
+# the box: Debian's CPython 3.11 on x86_64 with glibc >= 2.28 (Debian 10 and every image since)
+BOX_PYTHON = (3, 11)
+BOX_PLATFORMS = (
+    "manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+    "manylinux_2_12_x86_64", "manylinux2010_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64",
+)
 
 
 @dataclass(frozen=True)
@@ -36,25 +49,63 @@ class Bundle:
         return self.sha256[:16]
 
 
-def _download_wheels(dest: Path) -> list[Path]:
-    have = sorted(dest.glob("*.whl"))
-    names = {p.name.split("-")[0].lower().replace("_", "-") for p in have}
-    if {"psutil", "nvidia-ml-py"} <= names:
-        return have
+def box_tags() -> list[Tag]:
+    """The wheel tags the box's interpreter accepts, most specific first (as pip ranks them)."""
+    abi = f"cp{BOX_PYTHON[0]}{BOX_PYTHON[1]}"
+    return [*cpython_tags(BOX_PYTHON, abis=[abi], platforms=BOX_PLATFORMS),
+            *compatible_tags(BOX_PYTHON, interpreter=abi, platforms=BOX_PLATFORMS)]
+
+
+def pip_download_command(dest: Path, pins: tuple[str, ...] = AGENT_WHEELS) -> list[str]:
+    """`pip download` of the pinned wheels for the box's platform and Python, into dest."""
+    platforms = [arg for p in BOX_PLATFORMS for arg in ("--platform", p)]
+    return [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
+            "--only-binary=:all:", "--no-deps", *platforms,
+            "--python-version", ".".join(map(str, BOX_PYTHON)), "--implementation", "cp",
+            "--abi", f"cp{BOX_PYTHON[0]}{BOX_PYTHON[1]}", "-d", str(dest), *pins]
+
+
+def _pick(dest: Path, pins: tuple[str, ...]) -> tuple[list[Path], list[str]]:
+    """The cached wheel for each pin (exact name and version, a tag the box accepts): the
+    found wheels and the pins that have none."""
+    rank = {tag: i for i, tag in enumerate(box_tags())}
+    best: dict[str, tuple[int, Path]] = {}
+    wanted = {}
+    for pin in pins:
+        req = Requirement(pin)
+        (spec,) = req.specifier  # pins are exact: name==version
+        wanted[canonicalize_name(req.name)] = (Version(spec.version), pin)
+    for path in sorted(dest.glob("*.whl")) if dest.is_dir() else []:
+        try:
+            name, version, _, tags = parse_wheel_filename(path.name)
+        except InvalidWheelFilename:
+            continue
+        if name not in wanted or version != wanted[name][0]:
+            continue  # another package, or a stale version of ours
+        fits = [rank[t] for t in tags if t in rank]
+        if fits and (name not in best or min(fits) < best[name][0]):
+            best[name] = (min(fits), path)
+    found = [best[n][1] for n in wanted if n in best]
+    missing = [pin for n, (_, pin) in wanted.items() if n not in best]
+    return found, missing
+
+
+def _download_wheels(dest: Path, pins: tuple[str, ...] = AGENT_WHEELS) -> list[Path]:
+    """The box's wheels for the pins, from the cache in dest or fetched into it."""
+    found, missing = _pick(dest, pins)
+    if not missing:
+        return sorted(found)
     dest.mkdir(parents=True, exist_ok=True)
-    # boxes run Debian's CPython 3.11 on the operator's architecture
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--no-deps",
-           "-d", str(dest), *AGENT_WHEELS]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(pip_download_command(dest, pins), capture_output=True, text=True)
     if r.returncode != 0:
-        raise FleetError(f"cannot fetch the agent's wheels: {r.stderr.strip().splitlines()[-1:]}")
-    return sorted(dest.glob("*.whl"))
-
-
-def _add(tar: tarfile.TarFile, arcname: str, data: bytes, mode: int) -> None:
-    info = tarfile.TarInfo(arcname)
-    info.size, info.mode, info.mtime, info.uname, info.gname = len(data), mode, 0, "root", "root"
-    tar.addfile(info, io.BytesIO(data))
+        lines = r.stderr.strip().splitlines() or [f"pip exited with {r.returncode}"]
+        raise FleetError(f"cannot fetch the agent's wheels: {lines[-1]}")
+    found, missing = _pick(dest, pins)
+    if missing:
+        raise FleetError(f"cannot fetch the agent's wheels: pip left no {missing[0]} wheel "
+                         f"for the box (CPython {BOX_PYTHON[0]}.{BOX_PYTHON[1]}, "
+                         f"{BOX_PLATFORMS[0]}) in {dest}")
+    return sorted(found)
 
 
 def wheel_cache() -> Path:
@@ -68,21 +119,15 @@ def build(cache: Path) -> Bundle:
     with locked(cache / ".bundle.lock"):
         with locked(wheel_cache().parent / ".wheels.lock"):
             wheels = _download_wheels(wheel_cache())
-        files: list[tuple[str, Path, int]] = []
+        entries: list[Entry] = []
         for p in sorted((REPO / "agent").rglob("*.py")):
-            files.append((f"agent/{p.relative_to(REPO / 'agent')}", p, 0o644))
+            entries.append(Entry(f"agent/{p.relative_to(REPO / 'agent')}", p.read_bytes()))
         for p in wheels:
-            files.append((f"wheels/{p.name}", p, 0o644))
+            entries.append(Entry(f"wheels/{p.name}", p.read_bytes()))
         for p in sorted((REPO / "in").glob("*")):
             if p.is_file():
-                files.append((f"in/{p.name}", p, 0o755))
-        raw = io.BytesIO()
-        # gzip's header carries an mtime: zero it so equal contents give equal digests
-        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz, \
-                tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for arc, path, mode in files:
-                _add(tar, arc, path.read_bytes(), mode)
-        data = raw.getvalue()
+                entries.append(Entry(f"in/{p.name}", p.read_bytes(), 0o755))
+        data = deterministic_tar(entries, gzip=True)
         sha = hashlib.sha256(data).hexdigest()
         out = cache / f"agent-{sha[:16]}.tar.gz"
         if not out.exists():

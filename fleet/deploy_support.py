@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
-import tarfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ from fleet import releases
 from fleet.config import Config, load
 from fleet.errors import ConfigError
 from fleet.fileutil import write_atomic
+from fleet.tarball import Entry, deterministic_tar
 
 _LOCK = threading.RLock()
 
@@ -66,21 +65,17 @@ class ShippedRelease:
 @once
 def release(version: str) -> ShippedRelease:
     r = releases.find(config().releases, version)
-    names = sorted(r.sha256)
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in names:
-            data = (r.path / name).read_bytes()
-            if hashlib.sha256(data).hexdigest() != r.sha256[name]:
-                raise ConfigError(
-                    f"release {r.version}: {name} does not match releases.json; rebuild the store")
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o755, 0
-            tar.addfile(info, io.BytesIO(data))
+    entries = []
+    for name in sorted(r.sha256):
+        data = (r.path / name).read_bytes()
+        if hashlib.sha256(data).hexdigest() != r.sha256[name]:
+            raise ConfigError(
+                f"release {r.version}: {name} does not match releases.json; rebuild the store")
+        entries.append(Entry(name, data, 0o755))
     out = cache_dir() / f"release-{r.node_sha16}.tar"
     if not out.exists():
-        write_atomic(out, raw.getvalue())
-    sums = "".join(f"{r.sha256[n]}  {n}\n" for n in names)
+        write_atomic(out, deterministic_tar(entries))
+    sums = "".join(f"{r.sha256[e.name]}  {e.name}\n" for e in entries)
     return ShippedRelease(r, out, sums)
 
 
