@@ -3,11 +3,15 @@
 Projected day = what the registry's boxes have cost since UTC midnight, plus what the live ones
 will cost until the next midnight at their current price, plus the new box until midnight.
 Prices are the providers' live figures recorded at rent time.
+
+A rent checks the budget and writes its row in one locked step (`guard` run by
+`Registry.add(check=...)`), so two rents at once cannot both fit into the same headroom.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from fleet.errors import BudgetExceeded
@@ -54,6 +58,29 @@ def project(rows: list[Row], budget_usd: float, new_usd_per_hour: float = 0.0,
         if end is None and r.live:
             committed += r.usd_per_hour * left_h
     return Projection(spent, committed, new_usd_per_hour * left_h, budget_usd)
+
+
+def project_new(rows: list[Row], budget_usd: float, new_usd_per_hour: float,
+                replacing: str | None = None, now: datetime | None = None) -> Projection:
+    """The projected day with a new box; a live row labelled `replacing` (an unfinished rent
+    whose place the new box takes) counts what it has cost until now and nothing after."""
+    if replacing is not None:
+        end = (now or datetime.now(UTC)).isoformat()
+        rows = [replace(r, destroyed_at=end) if r.label == replacing and r.live else r
+                for r in rows]
+    return project(rows, budget_usd, new_usd_per_hour, now)
+
+
+def guard(budget_usd: float, new_usd_per_hour: float, what: str,
+          replacing: str | None = None) -> Callable[[list[Row]], None]:
+    """The budget check of one rent, for `Registry.add(check=...)`: it runs under the
+    registry's lock with the rows as they stand and raises BudgetExceeded when the box does
+    not fit (see `project_new` for `replacing`)."""
+
+    def check(rows: list[Row]) -> None:
+        require_fits(project_new(rows, budget_usd, new_usd_per_hour, replacing), what)
+
+    return check
 
 
 def require_fits(p: Projection, what: str) -> None:

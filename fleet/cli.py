@@ -17,10 +17,10 @@ from fleet import budget
 from fleet import offers as offers_mod
 from fleet import rent as rent_mod
 from fleet.config import PROVIDERS, Config, load
-from fleet.errors import FleetError, UsageError
+from fleet.errors import AuthFailed, FleetError, ProviderError, UsageError
 from fleet.providers import all_providers
 from fleet.providers.base import Provider
-from fleet.registry import Registry, check_label, now_iso
+from fleet.registry import Registry, Row, check_label, now_iso
 from fleet.sync import view
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -96,15 +96,44 @@ def rent_cmd(role: str, provider: str = typer.Option(None, help="runpod or vast"
              wait: bool = typer.Option(True, help="wait until SSH answers and pin its host key"),
              dry_run: bool = typer.Option(False, "--dry-run"),
              as_json: bool = typer.Option(False, "--json")) -> None:
-    """Rent one box for ROLE: cheapest admissible offer, within the daily budget."""
+    """Rent one box for ROLE: cheapest admissible offer, within the daily budget.
+
+    With the --label of a rent that stopped half-way (a crash while renting or waiting for
+    SSH), resume it: the box its provider lists under the label is recorded and waited for;
+    if there is none, the label is rented again there (budget checked).
+    """
     c, reg = cfg(), registry()
     r = c.role(role)
-    if label:
-        check_label(label)
     if provider and provider not in PROVIDERS:
         raise UsageError(f"unknown provider {provider!r} (runpod, vast)")
-    ps = providers()
-    chosen = {provider: ps[provider]} if provider else ps
+    old = None
+    if label:
+        check_label(label)
+        old = reg.get(label)
+        if old is not None:
+            rent_mod.check_resume(old, r, provider)
+    if old is not None:
+        ps = _providers()
+        again = f"fleet rent {role} --label {label}"
+        p = rent_mod.provider_for(ps, old.provider, f"cannot resume {label}")
+        try:
+            box = rent_mod.find_unfinished(p, old)
+        except ProviderError as e:
+            raise rent_mod.cannot_ask(e, old.label, again) from None
+        if box is not None:
+            if dry_run:
+                out.print(f"dry run: would resume {old.label}: record {old.provider} box "
+                          f"{box.box_id} ({box.status}) and wait for SSH")
+                return
+            row = rent_mod.record(reg, old.label, box)
+            _rented(c, reg, ps, row.label, wait, as_json)
+            return
+        chosen = {old.provider: p}
+    elif provider:
+        ps = _providers()
+        chosen = {provider: rent_mod.provider_for(ps, provider, f"cannot rent on {provider}")}
+    else:
+        ps = chosen = providers()  # no key at all: AuthFailed names the variables
     found, failures = offers_mod.search(r, chosen.values(), card=card, gpus=gpus)
     for f in failures:
         err.print(f"warning: {f}")
@@ -112,16 +141,32 @@ def rent_cmd(role: str, provider: str = typer.Option(None, help="runpod or vast"
         if not found:
             raise FleetError(f"no admissible offer for {role}")
         o = found[0]
-        p = budget.project(reg.rows(), c.daily_budget_usd, o.usd_per_hour)
-        verdict = "fits" if p.fits else "would be REFUSED"
+        day = budget.project_new(reg.rows(), c.daily_budget_usd, o.usd_per_hour,
+                                 replacing=old.label if old else None)
+        verdict = "fits" if day.fits else "would be REFUSED"
+        resumed = f" under the unfinished label {old.label}" if old else ""
         out.print(f"dry run: would rent {o.card} x{o.gpu_count} on {o.provider} "
-                  f"(offer {o.offer_id}) at ${o.usd_per_hour:.3f}/h; projected day "
-                  f"${p.total_usd:.2f} of ${p.budget_usd:.2f}: {verdict}")
+                  f"(offer {o.offer_id}) at ${o.usd_per_hour:.3f}/h{resumed}; projected day "
+                  f"${day.total_usd:.2f} of ${day.budget_usd:.2f}: {verdict}")
         return
-    res = rent_mod.rent(c, reg, r, found, ps, label=label)
-    row = res.row
-    if wait:
-        row = rent_mod.wait_ready(c, reg, ps, [row.label])[row.label]
+    res = rent_mod.rent(c, reg, r, found, ps, label=label, resume=old is not None)
+    _rented(c, reg, ps, res.row.label, wait, as_json)
+
+
+def _providers() -> dict[str, Provider]:
+    """The providers with a key; none at all is an empty dict (the caller names the key)."""
+    try:
+        return providers()
+    except AuthFailed:
+        return {}
+
+
+def _rented(c: Config, reg: Registry, ps: dict[str, Provider], label: str, wait: bool,
+            as_json: bool) -> None:
+    """Wait for the rented box (unless told not to) and show its row."""
+    row = rent_mod.wait_ready(c, reg, ps, [label])[label] if wait else reg.get(label)
+    if row is None:
+        raise FleetError(f"{label}: its registry row went missing while renting")
     t = Table(title="rented")
     for col in ("label", "provider", "id", "card", "USD/h", "status", "ssh"):
         t.add_column(col)
@@ -167,24 +212,47 @@ def roster_cmd(
 @app.command("destroy")
 def destroy_cmd(label: str, force: bool = typer.Option(False, help="also destroy a standing box"),
                 dry_run: bool = typer.Option(False, "--dry-run")) -> None:
-    """Destroy the box LABEL (standing boxes only with --force)."""
-    reg = registry()
+    """Destroy the box LABEL (boxes of standing roles only with --force).
+
+    A row without a provider id (a rent stopped before it learnt one) is looked up by its
+    label at its provider; the row is marked destroyed once the provider lists no such box.
+    """
+    c, reg = cfg(), registry()
     row = reg.get(check_label(label))
     if row is None:
         raise UsageError(f"no box labelled {label!r} in the registry")
     if not row.live:
         raise UsageError(f"{label} is already {row.status}")
-    if row.standing and not force:
-        raise UsageError(f"{label} is a standing box; standing boxes are replaced, not destroyed "
-                         "(use --force to destroy it anyway)")
-    if dry_run:
+    if _standing(c, row) and not force:
+        raise UsageError(f"{label} is a box of the standing role {row.role}; standing boxes are "
+                         "replaced, not destroyed (use --force to destroy it anyway)")
+    if dry_run and row.provider_id:
         out.print(f"dry run: would destroy {label} ({row.provider} {row.provider_id}, "
                   f"${row.usd_per_hour:.3f}/h)")
         return
+    p = rent_mod.provider_for(_providers(), row.provider, f"cannot destroy {label}")
+    again = f"fleet destroy {label}"
     if row.provider_id:
-        providers()[row.provider].destroy(row.provider_id)
+        p.destroy(row.provider_id)  # returns once the provider no longer lists it
+    elif dry_run:
+        try:
+            box = p.find_by_label(label)
+        except ProviderError as e:
+            raise rent_mod.cannot_ask(e, label, again) from None
+        what = f"{row.provider} {box.box_id}" if box else f"no box at {row.provider} carries it"
+        out.print(f"dry run: would destroy {label} ({what}, ${row.usd_per_hour:.3f}/h)")
+        return
+    else:
+        rent_mod.destroy_by_label(p, reg, label, again)
     reg.update(label, status="destroyed", destroyed_at=now_iso())
     out.print(f"destroyed {label}")
+
+
+def _standing(c: Config, row: Row) -> bool:
+    """A box of a standing role, converted or not: by the row's kind or fleet.toml's role."""
+    role = c.roles.get(row.role)
+    return row.standing or row.kind == "standing" or (role is not None and
+                                                      role.kind == "standing")
 
 
 @app.command("check")

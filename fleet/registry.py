@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +23,7 @@ from fleet.fileutil import locked, write_atomic
 SCHEMA = 1
 LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 LIVE = ("renting", "provisioning", "running", "stopped", "exited", "unknown")
+UNFINISHED = ("renting", "provisioning")
 
 
 def now_iso() -> str:
@@ -66,6 +67,13 @@ class Row:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def unfinished(row: Row) -> bool:
+    """A rent that stopped (a crash, an interrupt) before its box was SSH-ready and pinned:
+    live and still `renting` or `provisioning`, or `running` without a pinned host key."""
+    return row.destroyed_at is None and (
+        row.status in UNFINISHED or (row.status == "running" and not row.host_key))
 
 
 _FIELDS = {f.name for f in fields(Row)}
@@ -142,13 +150,29 @@ class Registry:
             yield rows
             self._write(rows)
 
-    def add(self, row: Row) -> Row:
+    def add(self, row: Row, check: Callable[[list[Row]], None] | None = None, *,
+            resume: bool = False) -> Row:
+        """Add `row`: the label's check, `check` and the write are one locked step.
+
+        + check: called under the lock with every row as it stands (the budget guard); if it
+          raises, nothing is written, so two concurrent adds can never both pass it
+        + resume: the label may hold an unfinished row (see `unfinished`), which `row`
+          replaces, keeping its created_at and rerent_of (the first attempt's)
+
+        Example: `reg.add(row, check=budget.guard(cfg.daily_budget_usd, 0.4, "renting"))`
+        """
         check_label(row.label)
         if not row.created_at:
             row.created_at = now_iso()
         with self.transaction() as rows:
-            if row.label in rows:
+            old = rows.get(row.label)
+            if old is not None and not (resume and unfinished(old)):
                 raise UsageError(f"label {row.label!r} is already in the registry")
+            if check is not None:
+                check(list(rows.values()))
+            if old is not None:
+                row.created_at = old.created_at
+                row.rerent_of = row.rerent_of or old.rerent_of
             rows[row.label] = row
         return row
 

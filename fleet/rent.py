@@ -3,6 +3,11 @@
 The row is written (status `renting`) before the provider is asked, so a crash between the
 provider's answer and our bookkeeping leaves a label the fleet can look up instead of an
 unknown box that bills. The provider clients make the call itself idempotent per label.
+The budget check and the row are one locked step (`Registry.add(check=budget.guard(...))`).
+
+A rent that stopped half-way (its row `unfinished`) is resumed by renting its label again:
+`find_unfinished` looks the box up at the row's provider; one found is recorded, none found
+is rented under the same label (`rent(..., resume=True)`), its row replaced.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from dataclasses import dataclass
 
 from fleet import budget
 from fleet.config import Config, Role
-from fleet.errors import FleetError, NoCapacity, OfferGone, ProviderError
+from fleet.errors import FleetError, NoCapacity, OfferGone, ProviderError, UsageError
 from fleet.providers.base import Box, Offer, Provider, RentRequest
-from fleet.registry import Registry, Row, now_iso
+from fleet.providers.keys import ENV
+from fleet.registry import Registry, Row, now_iso, unfinished
 from fleet.sshkeys import ensure_key, fetch_host_key, public_key, write_known_hosts
 
 # Vast's start hook (onstart, run at every container start): the fleet's boot script, once a
@@ -45,29 +51,40 @@ class RentOutcome:
 
 def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
          providers: dict[str, Provider], label: str | None = None,
-         rerent_of: str | None = None) -> RentOutcome:
-    """Rent the cheapest offer that still has capacity; refuse if the budget would break."""
+         rerent_of: str | None = None, resume: bool = False) -> RentOutcome:
+    """Rent the cheapest offer that still has capacity; refuse if the budget would break.
+
+    + label: the box's label (default: generated); after an offer that went, the next one
+      gets a generated label (the first one's row is kept, `failed`)
+    + rerent_of: the label of the box this one replaces
+    + resume: `label` holds an unfinished rent's row whose box the provider does not list
+      (see `find_unfinished`): the new row replaces it, and its budget check counts the old
+      row's cost until now but not beside the new box
+    """
     if not offers:
         raise NoCapacity("fleet", "offers", f"no admissible offer for role {role.name!r}",
                          "try another card or provider, or later")
     last: ProviderError | None = None
     for offer in offers[:5]:
-        # every candidate is checked: a later one may cost more than the first
-        budget.require_fits(
-            budget.project(reg.rows(), cfg.daily_budget_usd, offer.usd_per_hour),
-            f"renting a {offer.card} on {offer.provider} for ${offer.usd_per_hour:.3f}/h")
         p = providers[offer.provider]
         lab = label or new_label(role.name, offer.provider)
+        # every candidate is checked: a later one may cost more than the first; the check
+        # and the row are one locked step, so concurrent rents cannot both pass it
+        what = f"renting a {offer.card} on {offer.provider} for ${offer.usd_per_hour:.3f}/h"
         row = reg.add(Row(
             label=lab, provider=offer.provider, role=role.name, kind=role.kind, card=offer.card,
             gpu_count=offer.gpu_count, usd_per_hour=offer.usd_per_hour, driver=offer.driver,
-            rerent_of=rerent_of, node_sha16_wanted=None))
+            rerent_of=rerent_of, node_sha16_wanted=None,
+            note="resumed after an unfinished rent" if resume else None),
+            check=budget.guard(cfg.daily_budget_usd, offer.usd_per_hour, what,
+                               replacing=lab if resume else None),
+            resume=resume)
         try:
             box = p.rent(offer, request_for(cfg, role, lab, offer.provider))
         except (NoCapacity, OfferGone) as e:
             # the offer went between search and rent: the next one may still be there
             reg.update(lab, status="failed", destroyed_at=now_iso(), note=str(e))
-            last, label = e, None
+            last, label, resume = e, None, False
             continue
         except BaseException as e:
             # whatever happened, a box carrying our label may exist: record it, never leak it
@@ -80,6 +97,80 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
         return RentOutcome(row, box)
     assert last is not None
     raise last
+
+
+def provider_for(providers: dict[str, Provider], name: str, what: str) -> Provider:
+    """The client for `name`, or a UsageError saying which key to set (nothing changed)."""
+    p = providers.get(name)
+    if p is None:
+        raise UsageError(f"{what}: no {name} API key (set {ENV.get(name, 'its key')}); "
+                         "nothing was changed")
+    return p
+
+
+def check_resume(row: Row, role: Role, provider: str | None) -> None:
+    """Refuse (one UsageError line) renting under `row`'s label unless that resumes its
+    unfinished rent with the same role and provider."""
+    label = row.label
+    if row.destroyed_at is not None or row.status in ("destroyed", "failed"):
+        what = "its rent failed" if row.status == "failed" else f"its box was {row.status}"
+        raise UsageError(f"label {label!r} is already in the registry: {what} at "
+                         f"{row.destroyed_at}; labels are not reused, pick another")
+    if not unfinished(row):
+        raise UsageError(f"label {label!r} is already in the registry: a live box "
+                         f"({row.status} on {row.provider}, id {row.provider_id}); "
+                         "pick another label")
+    if row.role != role.name:
+        raise UsageError(f"label {label!r} was being rented for role {row.role}, not "
+                         f"{role.name}: run `fleet rent {row.role} --label {label}` to resume it")
+    if provider and provider != row.provider:
+        raise UsageError(f"label {label!r} was being rented on {row.provider}: run it without "
+                         f"--provider or with --provider {row.provider} to resume it")
+
+
+def cannot_ask(e: ProviderError, label: str, again: str) -> FleetError:
+    """The one-line refusal when a provider cannot say whether a box carries `label`."""
+    err = FleetError(f"cannot look {label} up at {e.provider} ({e}); nothing was changed: "
+                     f"run `{again}` again once {e.provider} answers")
+    err.exit_code = e.exit_code
+    return err
+
+
+def find_unfinished(p: Provider, row: Row) -> Box | None:
+    """The box an unfinished rent left at its provider: by its recorded id, else by its label
+    (the rent's idempotency key). A ProviderError means the provider could not say."""
+    if row.provider_id:
+        box = p.box(row.provider_id)
+        if box is not None:
+            return box
+    return p.find_by_label(row.label)
+
+
+def destroy_by_label(p: Provider, reg: Registry, label: str, again: str,
+                     rounds: int = 5) -> list[str]:
+    """Destroy whatever `p` lists under `label` (a row that never learnt its box's id) and
+    return the ids destroyed; done only once the provider lists no box carrying it.
+
+    Each id found is recorded on the row before it is destroyed, so a destroy that fails
+    leaves the row pointing at the box. A lookup that fails is `cannot_ask` (nothing changed);
+    a box still listed after `rounds` lookups is a ProviderError (it may still bill).
+    """
+    gone: list[str] = []
+    for _ in range(rounds):
+        try:
+            box = p.find_by_label(label)
+        except ProviderError as e:
+            if not gone:
+                raise cannot_ask(e, label, again) from None
+            raise
+        if box is None:
+            return gone
+        reg.update(label, provider_id=box.box_id)
+        p.destroy(box.box_id)  # returns once the provider no longer lists it
+        gone.append(box.box_id)
+    raise ProviderError(p.name, "destroy", f"a box labelled {label} is still listed after "
+                        f"destroying {', '.join(gone)}",
+                        "it may still bill: check the provider's console and destroy it there")
 
 
 def _lookup(p: Provider, label: str) -> Box | None:

@@ -2,12 +2,14 @@ import json
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from fleet.errors import RegistryError, UsageError
+from fleet.errors import BudgetExceeded, RegistryError, UsageError
 from fleet.registry import Registry, Row
 
 
@@ -103,3 +105,68 @@ def test_concurrent_writers_with_one_killed_mid_write(tmp_path: Path) -> None:
         assert w.exitcode == 0
     labels = {r.label for r in Registry(p).rows()}
     assert labels == {f"w{k}-{i}" for k in range(4) for i in range(25)}
+
+
+def _reserver(path: str, label: str, limit: int, start: Any) -> None:
+    """Add a row only while fewer than `limit` rows are live; exit 3 when refused."""
+
+    def room(rows: list[Row]) -> None:
+        time.sleep(0.2)  # a slow check: every process is inside it at once unless it is locked
+        if sum(r.live for r in rows) >= limit:
+            raise BudgetExceeded(f"{label}: {limit} live rows already")
+
+    start.wait(30)
+    try:
+        Registry(Path(path)).add(row(label), check=room)
+    except BudgetExceeded:
+        sys.exit(3)
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_check_and_add_are_one_locked_step(tmp_path: Path, limit: int) -> None:
+    p = tmp_path / "boxes.json"
+    n = 5
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Barrier(n)
+    procs = [ctx.Process(target=_reserver, args=(str(p), f"r-{i}", limit, start))
+             for i in range(n)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(60)
+        assert proc.exitcode is not None, "a reserver hung"
+    assert sorted(proc.exitcode for proc in procs) == [0] * limit + [3] * (n - limit)
+    assert len(Registry(p).rows()) == limit
+
+
+def test_a_refused_check_writes_nothing(tmp_path: Path) -> None:
+    p = tmp_path / "boxes.json"
+    reg = Registry(p)
+    reg.add(row("a-1"))
+    before = p.read_bytes()
+
+    def refuse(rows: list[Row]) -> None:
+        assert [r.label for r in rows] == ["a-1"]
+        raise BudgetExceeded("no")
+
+    with pytest.raises(BudgetExceeded):
+        reg.add(row("a-2"), check=refuse)
+    assert p.read_bytes() == before
+
+
+def test_resume_replaces_only_an_unfinished_row(tmp_path: Path) -> None:
+    reg = Registry(tmp_path / "boxes.json")
+    first = reg.add(row("a-1", created_at="2026-01-01T00:00:00Z", rerent_of="old-1"))
+    seen: list[list[str]] = []
+    again = reg.add(row("a-1", usd_per_hour=0.5), check=lambda rows: seen.append(
+        [r.label for r in rows]), resume=True)
+    assert seen == [["a-1"]]  # the check sees the row it replaces
+    (kept,) = reg.rows()
+    assert kept.usd_per_hour == 0.5 and kept.created_at == first.created_at == again.created_at
+    assert kept.rerent_of == "old-1"  # what the first attempt was for stays
+    for status, extra in [("running", {"host_key": "ssh-ed25519 AAAA"}),
+                          ("failed", {"destroyed_at": "2026-01-01T01:00:00Z"}),
+                          ("destroyed", {"destroyed_at": "2026-01-01T01:00:00Z"})]:
+        reg.update("a-1", status=status, **extra)
+        with pytest.raises(UsageError, match="already in the registry"):
+            reg.add(row("a-1"), resume=True)

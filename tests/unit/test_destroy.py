@@ -1,0 +1,98 @@
+"""`fleet destroy`: a row without a provider id, a provider that cannot be asked, standing kinds.
+
+The provider side is the sandbox's fake APIs over real HTTP (see cli_sandbox).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli_sandbox import FleetRun, fleet_run
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+          capsys: pytest.CaptureFixture[str]) -> Iterator[FleetRun]:
+    with fleet_run(tmp_path, monkeypatch, capsys) as f:
+        yield f
+
+
+@pytest.mark.parametrize("provider", ["vast", "runpod"])
+def test_row_without_id_destroys_the_box_carrying_its_label(fleet: FleetRun,
+                                                            provider: str) -> None:
+    # a rent that crashed after its create landed: the row never learnt the box's id
+    box = fleet.land(provider, "bench-x-1")
+    fleet.row("bench-x-1", provider=provider, status="renting")
+    r = fleet("destroy", "bench-x-1")
+    assert r.code == 0, r.err
+    assert fleet.boxes(provider, "bench-x-1") == []  # nothing with the label bills
+    assert fleet.client(provider).box(box.box_id) is None
+    (row,) = fleet.reg.rows()
+    assert row.status == "destroyed" and row.destroyed_at and row.provider_id == box.box_id
+
+
+def test_row_without_id_and_no_box_is_marked_destroyed(fleet: FleetRun) -> None:
+    fleet.row("bench-x-2", status="renting")
+    r = fleet("destroy", "bench-x-2")
+    assert r.code == 0, r.err
+    (row,) = fleet.reg.rows()
+    assert row.status == "destroyed" and row.destroyed_at and row.provider_id is None
+
+
+def test_dry_run_names_the_box_it_found_and_changes_nothing(fleet: FleetRun) -> None:
+    box = fleet.land("vast", "bench-x-3")
+    fleet.row("bench-x-3", status="renting")
+    before = fleet.registry_bytes()
+    r = fleet("destroy", "bench-x-3", "--dry-run")
+    assert r.code == 0, r.err
+    assert f"would destroy bench-x-3 (vast {box.box_id}" in r.out
+    assert fleet.registry_bytes() == before
+    assert [b.box_id for b in fleet.boxes("vast", "bench-x-3")] == [box.box_id]
+
+
+@pytest.mark.parametrize("provider_id", [None, "12345"])
+def test_provider_without_a_key_is_refused_in_one_line(fleet: FleetRun,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       provider_id: str | None) -> None:
+    fleet.row("bench-x-4", status="renting", provider_id=provider_id)
+    before = fleet.registry_bytes()
+    monkeypatch.delenv("VAST_API_KEY")  # RunPod's key stays: the fleet still has a provider
+    r = fleet("destroy", "bench-x-4")
+    assert r.code == 2, r.err
+    assert len(r.err_lines) == 1 and r.err_lines[0].startswith("error: "), r.err
+    assert "vast" in r.err and "VAST_API_KEY" in r.err and "Traceback" not in r.err
+    assert fleet.registry_bytes() == before  # row unchanged
+
+
+def test_provider_that_does_not_answer_is_refused_in_one_line(fleet: FleetRun) -> None:
+    box = fleet.land("vast", "bench-x-5")
+    fleet.row("bench-x-5", status="renting")
+    before = fleet.registry_bytes()
+    fleet.sbx.world.inject("server_error", "vast", count=2)  # both tries of the lookup fail
+    r = fleet("destroy", "bench-x-5")
+    assert r.code == 1, r.err
+    assert len(r.err_lines) == 1 and r.err_lines[0].startswith("error: "), r.err
+    assert "vast" in r.err and "fleet destroy bench-x-5" in r.err
+    assert fleet.registry_bytes() == before
+    assert [b.box_id for b in fleet.boxes("vast", "bench-x-5")] == [box.box_id]
+
+
+@pytest.mark.parametrize("role, kind", [("live", "standing"),   # both say standing
+                                        ("live", "oneshot"),    # fleet.toml's role says so
+                                        ("bench", "standing")])  # the row's kind says so
+def test_box_of_a_standing_role_not_yet_converted_needs_force(fleet: FleetRun, role: str,
+                                                              kind: str) -> None:
+    box = fleet.land("vast", "live-x-6")
+    fleet.row("live-x-6", role=role, kind=kind, status="running", provider_id=box.box_id)
+    before = fleet.registry_bytes()
+    r = fleet("destroy", "live-x-6")
+    assert r.code == 2, r.err
+    assert len(r.err_lines) == 1 and "standing" in r.err and "--force" in r.err, r.err
+    assert fleet.registry_bytes() == before
+    assert fleet.client("vast").box(box.box_id) is not None
+    r = fleet("destroy", "live-x-6", "--force")
+    assert r.code == 0, r.err
+    assert fleet.client("vast").box(box.box_id) is None
+    assert fleet.reg.rows()[0].status == "destroyed"
