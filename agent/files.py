@@ -16,31 +16,42 @@ except ImportError:  # Python >= 3.12 names it _sha2
         from hashlib import sha256 as _sha256  # type: ignore[no-redef,assignment]
 
 
-def atomic_write(path: Path, data: str | bytes, mode: int = 0o644) -> None:
+def atomic_write(path: Path, data: str | bytes, mode: int = 0o644, durable: bool = False) -> None:
     """Replace path with data so that readers see either the old or the new file, never half.
 
-    No fsync: what the agent writes (status, pidfiles, state) is rebuilt after a crash, and a
-    power loss takes the container with it.
+    `durable` adds an fsync of the file and its folder, for what the agent acts on only once it
+    is recorded (the state: a switch, a running task). The status, pidfiles and heartbeat skip
+    it: they are rewritten every tick or rebuilt after a crash.
+    A failure (a full disk) raises OSError and leaves the old file in place.
     """
     raw = data.encode() if isinstance(data, str) else data
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:
-        view = memoryview(raw)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        try:
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    if durable:
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
 
-def write_json(path: Path, value: Any, mode: int = 0o644) -> None:
+def write_json(path: Path, value: Any, mode: int = 0o644, durable: bool = False) -> None:
     # compact: json's C encoder only runs without indent (status.json is written every tick)
-    atomic_write(path, json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n", mode)
+    text = json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n"
+    atomic_write(path, text, mode, durable)
 
 
 def read_json(path: Path) -> Any:

@@ -1,7 +1,10 @@
 """Processes: identity that survives PID reuse, finding programs by command line, signalling.
 
-A process is identified by (pid, create_time): a pidfile whose create time does not match the
-live process with that pid names a process that is gone and whose pid was reused.
+A process is identified by (pid, start_ticks, boot_id): its start time in clock ticks since
+boot, read from /proc/<pid>/stat, and the kernel's boot id. Neither depends on the wall clock,
+so an NTP step never makes a live process look gone (a create time derived from `btime` moves
+with every step). A record whose start ticks or boot id do not match the live process with
+that pid names a process that is gone and whose pid was reused.
 """
 
 from __future__ import annotations
@@ -9,43 +12,63 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import psutil
 
-CREATE_TIME_SLACK = 0.05  # s; create times come from clock ticks, so allow rounding
 INTERPRETER = re.compile(r"^(sh|bash|dash|env|python[0-9.]*|perl[0-9.]*|ruby[0-9.]*)$")
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_BOOT_ID: str | None = None
+
+
+def boot_id() -> str:
+    """The kernel's random id of this boot: start ticks only compare within one boot."""
+    global _BOOT_ID
+    if _BOOT_ID is None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                _BOOT_ID = f.read().strip()
+        except OSError:
+            _BOOT_ID = ""
+    return _BOOT_ID
+
+
+def uptime_s() -> float:
+    """Seconds since boot on the clock that start ticks count (CLOCK_BOOTTIME)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 @dataclass(frozen=True)
 class ProcInfo:
     pid: int
-    create_time: float
+    start_ticks: int  # start time in clock ticks since boot (/proc/<pid>/stat field 22)
     argv: tuple[str, ...]
     pgid: int
     ppid: int
 
+    @property
+    def age_s(self) -> float:
+        return max(0.0, uptime_s() - self.start_ticks / _CLOCK_TICKS)
 
-_BOOT_TIME: float | None = None
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+    def record(self) -> dict[str, int | str]:
+        """What a pidfile or state record keeps to find this very process again."""
+        return {"pid": self.pid, "start_ticks": self.start_ticks, "boot_id": boot_id()}
 
 
-def _stat(pid: int) -> tuple[str, int, int, float] | None:
-    """(state, ppid, pgid, create_time) from one read of /proc/<pid>/stat; create_time is
-    computed as psutil computes it (boot time + start ticks), so the two agree."""
-    global _BOOT_TIME
+def _stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, ppid, pgid, start_ticks) from one read of /proc/<pid>/stat."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
     except OSError:
         return None
     fields = raw[raw.rfind(b")") + 2 :].split()
-    if _BOOT_TIME is None:
-        _BOOT_TIME = psutil.boot_time()
     try:
-        created = int(fields[19]) / _CLOCK_TICKS + _BOOT_TIME
-        return fields[0].decode(), int(fields[1]), int(fields[2]), created
+        return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19])
     except (IndexError, ValueError):
         return None
 
@@ -63,16 +86,29 @@ def identify(pid: int) -> ProcInfo | None:
     return ProcInfo(pid, stat[3], argv, stat[2], stat[1])
 
 
-def is_same(pid: int, create_time: float) -> bool:
-    """True when pid still names the process created at create_time (and it is not a zombie)."""
+def is_same(pid: int, start_ticks: int) -> bool:
+    """True when pid still names the process started at start_ticks (and is not a zombie)."""
     stat = _stat(pid)
-    return stat is not None and stat[0] not in ("Z", "X") and (
-        abs(stat[3] - create_time) <= CREATE_TIME_SLACK)
+    return stat is not None and stat[0] not in ("Z", "X") and stat[3] == start_ticks
 
 
-def create_time_of(pid: int) -> float | None:
+def start_ticks_of(pid: int) -> int | None:
     stat = _stat(pid)
     return None if stat is None else stat[3]
+
+
+def from_record(record: object) -> ProcInfo | None:
+    """The live process a pidfile or state record names, or None when it is gone, the pid was
+    reused, the machine rebooted since, or the record lacks the identity (an older format)."""
+    if not isinstance(record, dict):
+        return None
+    pid, ticks, boot = record.get("pid"), record.get("start_ticks"), record.get("boot_id")
+    if not isinstance(pid, int) or isinstance(ticks, bool) or not isinstance(ticks, int):
+        return None
+    if boot != boot_id():
+        return None
+    info = identify(pid)
+    return info if info is not None and info.start_ticks == ticks else None
 
 
 def split_cmdline(raw: bytes) -> tuple[str, ...]:
@@ -190,7 +226,7 @@ def scan(matches: Matcher, exclude: set[int] | None = None,
             if info is not None:
                 hits.append(info)
     pids = {h.pid for h in hits}
-    return sorted((h for h in hits if h.ppid not in pids), key=lambda h: h.create_time)
+    return sorted((h for h in hits if h.ppid not in pids), key=lambda h: h.start_ticks)
 
 
 def signal_program(pid: int, pgid: int, sig: int) -> None:

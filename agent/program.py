@@ -23,13 +23,13 @@ from agent.config import ProgramConfig
 from agent.files import write_json
 from agent.layout import Layout
 
-KILL_WAIT_S = 5.0  # after SIGKILL, how long before we stop expecting an exit event
+KILL_WAIT_S = 5.0  # after SIGKILL, how long before we send it again and say so
 
 
 @dataclass
 class Process:
     pid: int
-    create_time: float
+    start_ticks: int  # identity with the pid (see procs): survives wall-clock steps
     pgid: int
     argv: list[str]
     started_mono: float  # monotonic clock at start (estimated for adopted processes)
@@ -72,8 +72,7 @@ class Program:
         now_mono, now = time.monotonic(), time.time()
         self.starts += 1
         try:
-            os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
-            out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            out = _open_log(log, self.journal, self.name)
             try:
                 child = subprocess.Popen(
                     argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
@@ -88,8 +87,9 @@ class Program:
             self.last_exit = {"code": None, "at": now, "run_s": 0.0, "error": detail}
             self._short_run(now_mono)
             return False
-        create_time = procs.create_time_of(child.pid) or now
-        self.proc = Process(child.pid, create_time, child.pid, list(argv), now_mono, now,
+        # a child is never reaped behind our back, so its stat is there until we wait on it
+        ticks = procs.start_ticks_of(child.pid) or 0
+        self.proc = Process(child.pid, ticks, child.pid, list(argv), now_mono, now,
                             adopted=False, child=child, pidfd=procs.pidfd(child.pid),
                             binary=binary, sha256=sha256)
         self.state, self.reason, self.next_start = "running", None, None
@@ -99,9 +99,9 @@ class Program:
         return True
 
     def adopt(self, info: procs.ProcInfo, binary: str | None, sha256: str | None) -> None:
-        age = max(0.0, time.time() - info.create_time)
-        self.proc = Process(info.pid, info.create_time, info.pgid, list(info.argv),
-                            time.monotonic() - age, info.create_time, adopted=True,
+        age = info.age_s  # from boot-relative ticks: right even after a wall-clock step
+        self.proc = Process(info.pid, info.start_ticks, info.pgid, list(info.argv),
+                            time.monotonic() - age, time.time() - age, adopted=True,
                             child=None, pidfd=procs.pidfd(info.pid), binary=binary,
                             sha256=sha256)
         self.state, self.reason, self.next_start = "running", None, None
@@ -109,13 +109,24 @@ class Program:
         self.journal(f"{self.name}: adopted pid {info.pid} (running {age:.0f} s): "
                      f"{' '.join(info.argv)}")
 
-    def write_pidfile(self) -> None:
+    def pidfile_record(self) -> dict[str, Any]:
         p = self.proc
         assert p is not None
-        write_json(self.layout.pidfile(self.name), {
-            "pid": p.pid, "create_time": p.create_time, "pgid": p.pgid, "argv": p.argv,
-            "started_at": p.started_at, "binary": p.binary, "sha256": p.sha256,
-        })
+        return {"pid": p.pid, "start_ticks": p.start_ticks, "boot_id": procs.boot_id(),
+                "pgid": p.pgid, "argv": p.argv, "started_at": p.started_at,
+                "binary": p.binary, "sha256": p.sha256}
+
+    def write_pidfile(self) -> None:
+        try:
+            write_json(self.layout.pidfile(self.name), self.pidfile_record())
+        except OSError as e:  # a full disk must not stop supervision; the scan still finds it
+            self.journal(f"{self.name}: cannot write its pidfile: {e.strerror or e}")
+
+    def remove_pidfile(self) -> None:
+        try:
+            self.layout.pidfile(self.name).unlink(missing_ok=True)
+        except OSError as e:
+            self.journal(f"{self.name}: cannot remove its pidfile: {e.strerror or e}")
 
     # ------------------------------------------------------------------ stopping
 
@@ -135,11 +146,17 @@ class Program:
         p = self.proc
         if self.state != "stopping" or p is None or self.stop_deadline is None:
             return
-        if now >= self.stop_deadline and not self.killed:
+        if now < self.stop_deadline:
+            return
+        if not self.killed:
             self.journal(f"{self.name}: pid {p.pid} ignored SIGTERM; sending SIGKILL")
-            procs.signal_program(p.pid, p.pgid, signal.SIGKILL)
-            self.killed = True
-            self.stop_deadline = now + KILL_WAIT_S
+        else:  # still there: uninterruptible sleep (D state) delays even SIGKILL
+            self.journal(f"{self.name}: pid {p.pid} still there {KILL_WAIT_S:.0f} s after "
+                         "SIGKILL (uninterruptible sleep?); sending it again")
+        procs.signal_program(p.pid, p.pgid, signal.SIGKILL)
+        self.killed = True
+        # always a deadline in the future: a past one would make the loop's wait zero (a spin)
+        self.stop_deadline = now + KILL_WAIT_S
 
     # ------------------------------------------------------------------ exits
 
@@ -155,7 +172,7 @@ class Program:
         if p.pidfd is not None:
             os.close(p.pidfd)
         procs.kill_group_leftovers(p.pgid if p.pgid == p.pid else -1)
-        self.layout.pidfile(self.name).unlink(missing_ok=True)
+        self.remove_pidfile()
         self.proc = None
         self.last_exit = {"code": code, "at": now, "run_s": round(run_s, 3)}
         if self.state == "stopping":
@@ -190,6 +207,17 @@ class Program:
             self.journal(f"{self.name}: stable again after {self.failures} short run(s)")
         self.failures = 0
         self.degraded = False
+
+
+def _open_log(log: str, journal: Callable[[str], None], name: str) -> int:
+    """The program's log opened for appending; /dev/null when it cannot be (a full or read-only
+    disk must not keep a program from running: losing its output is the lesser harm)."""
+    try:
+        os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
+        return os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        journal(f"{name}: cannot open its log {log}: {e.strerror or e}; output discarded")
+        return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
 
 
 def describe(code: int | None) -> str:

@@ -8,37 +8,70 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from agent import __version__
+from agent.config import Config
+from agent.gpu import Admission
 from agent.journal import utc
-
-if TYPE_CHECKING:
-    from agent.program import Program
-    from agent.supervisor import Supervisor
+from agent.layout import Layout
+from agent.persist import AgentState
+from agent.ports import P2PMapping
+from agent.probes import Reading
+from agent.program import Program
 
 SCHEMA = 1
 NODE_FIELDS = ("version", "blocks", "daa_score", "peers", "synced", "exec_tip", "seed")
+
+
+class Source(Protocol):
+    """What the status is built from (the supervisor, seen through what it reports)."""
+
+    cfg: Config
+    layout: Layout
+    state: AgentState
+    mode: str | None
+    admission: Admission
+    p2p: P2PMapping
+    started_at: float
+    ticks: int
+
+    @property
+    def programs(self) -> Mapping[str, Program]: ...
+
+    def readings(self) -> dict[str, Reading]: ...
+    def pointer_view(self) -> dict[str, Any]: ...
+    def recovery_view(self, now: float) -> dict[str, Any]: ...
+    def pack_view(self) -> dict[str, Any]: ...
+    def observer_view(self) -> dict[str, Any]: ...
+    def storage_view(self) -> dict[str, Any]: ...
 
 
 def iso(ts: Any) -> str | None:
     return utc(ts) if isinstance(ts, int | float) else None
 
 
-def build(sup: Supervisor, final: bool = False) -> dict[str, Any]:
+def _isos(view: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: iso(v) if k in keys else v for k, v in view.items()}
+
+
+def build(src: Source, final: bool = False) -> dict[str, Any]:
     now = time.time()
-    readings = sup.observer.readings if sup.observer else {}
+    readings = src.readings()
     if final:
-        agent_state = "stopped" if sup.mode == "stop" else "exited"
+        agent_state = "stopped" if src.mode == "stop" else "exited"
     else:
-        agent_state = "stopping" if sup.mode == "stop" else "running"
+        agent_state = "stopping" if src.mode == "stop" else "running"
     node_reading = readings.get("node")
     miner_reading = readings.get("miner")
     prover_reading = readings.get("prover")
-    binary = sup.state.node_binary
-    rec = sup.state.recovery
-    admission = sup.admission.as_dict()
+    binary = src.state.node_binary
+    admission = src.admission.as_dict()
     admission["checked_at"] = iso(admission["checked_at"])
+    pack = src.pack_view()
+    if pack.get("last_error"):
+        pack["last_error"] = _isos(pack["last_error"], "at")
     return {
         "schema": SCHEMA,
         "ts": utc(now),
@@ -46,21 +79,23 @@ def build(sup: Supervisor, final: bool = False) -> dict[str, Any]:
             "pid": os.getpid(),
             "version": __version__,
             "state": agent_state,
-            "started_at": utc(sup.started_at),
-            "uptime_s": round(now - sup.started_at, 1),
-            "ticks": sup.ticks,
-            "tick_s": sup.cfg.tick_s,
-            "root": str(sup.layout.root),
-            "config": str(sup.cfg.path),
+            "started_at": utc(src.started_at),
+            "uptime_s": round(now - src.started_at, 1),
+            "ticks": src.ticks,
+            "tick_s": src.cfg.tick_s,
+            "root": str(src.layout.root),
+            "config": str(src.cfg.path),
         },
+        "observer": _isos(src.observer_view(), "round_at"),
+        "storage": _isos(src.storage_view(), "since"),
         "admission": admission,
-        "p2p": sup.p2p.as_dict(),
+        "p2p": src.p2p.as_dict(),
         "node": {
             "binary": binary.path if binary else None,
             "sha256": binary.sha256 if binary else None,
             "sha16": binary.sha16 if binary else None,
             "source": binary.source if binary else None,
-            "pointer": dict(sup.pointer_view),
+            "pointer": src.pointer_view(),
             "rpc": _pick(node_reading.data, NODE_FIELDS) if node_reading else None,
             "rpc_error": node_reading.error if node_reading else None,
             "rpc_at": iso(node_reading.at) if node_reading else None,
@@ -69,27 +104,23 @@ def build(sup: Supervisor, final: bool = False) -> dict[str, Any]:
             "hashrate": _get(miner_reading, "hashrate"),
             "seed": _get(miner_reading, "seed"),
             "status_error": miner_reading.error if miner_reading else None,
-            "pack": {
-                "seed": sup.state.pack_seed,
-                "exporting": sup.pack_task_seed,
-                "last_error": _pack_error(sup.pack_error),
-            },
+            "pack": pack,
         },
         "prover": {
             "state": _get(prover_reading, "state"),
             "status_error": prover_reading.error if prover_reading else None,
         },
-        "recovery": _recovery(sup, rec, now),
-        "programs": {name: _program(p, sup, now) for name, p in sup.programs.items()},
-        "standing": {"last_result_at": iso(sup.state.last_result_at),
-                     "every_s": sup.cfg.result_every_s},
+        "recovery": _isos(src.recovery_view(now), "last_started_at", "last_finished_at",
+                          "cooldown_until"),
+        "programs": {name: _program(p, readings.get(name), now)
+                     for name, p in src.programs.items()},
+        "standing": {"last_result_at": iso(src.state.last_result_at),
+                     "every_s": src.cfg.result_every_s},
     }
 
 
-def _program(p: Program, sup: Supervisor, now: float) -> dict[str, Any]:
+def _program(p: Program, reading: Reading | None, now: float) -> dict[str, Any]:
     proc = p.proc
-    readings = sup.observer.readings if sup.observer else {}
-    reading = readings.get(p.name)
     next_in = None
     if p.state == "backoff" and p.next_start is not None:
         next_in = round(max(0.0, p.next_start - time.monotonic()), 3)
@@ -115,33 +146,9 @@ def _program(p: Program, sup: Supervisor, now: float) -> dict[str, Any]:
         "needs_gpu": p.cfg.needs_gpu,
         "healthy": reading.healthy if reading else None,
         "health_error": reading.error if reading else None,
+        # the time of the reading `healthy` is judged by: old means the observer is stuck
+        "reading_at": iso(reading.at) if reading and reading.healthy is not None else None,
     }
-
-
-def _recovery(sup: Supervisor, rec: dict[str, Any], now: float) -> dict[str, Any]:
-    cfg = sup.cfg.recovery
-    finished = rec.get("finished_at")
-    cooldown_until = None
-    state = "running" if sup.recovery_task is not None else "idle"
-    if state == "idle" and isinstance(finished, int | float) and now < finished + cfg.cooldown_s:
-        state, cooldown_until = "cooldown", finished + cfg.cooldown_s
-    return {
-        "configured": bool(cfg.recipe),
-        "state": state,
-        "runs": rec.get("runs", 0),
-        "last_started_at": iso(rec.get("started_at")),
-        "last_finished_at": iso(finished),
-        "last_rc": rec.get("rc"),
-        "last_outcome": rec.get("outcome"),
-        "cooldown_until": iso(cooldown_until),
-    }
-
-
-def _pack_error(err: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not err:
-        return None
-    return {"seed": err.get("seed"), "rc": err.get("rc"), "outcome": err.get("outcome"),
-            "error": err.get("error"), "at": iso(err.get("at"))}
 
 
 def _pick(data: dict[str, Any] | None, keys: tuple[str, ...]) -> dict[str, Any] | None:
@@ -180,6 +187,8 @@ def result_line(s: dict[str, Any]) -> str:
     degraded = [name for name, p in s["programs"].items() if p.get("degraded")]
     if degraded:
         fields.append(("degraded", ",".join(degraded)))
+    if not (s.get("storage") or {}).get("ok", True):  # run/ cannot be written (disk full?)
+        fields.append(("storage", "failing"))
     return "RESULT standing " + " ".join(f"{k}={_value(v)}" for k, v in fields)
 
 

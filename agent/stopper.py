@@ -25,8 +25,9 @@ POLL_S = 0.1
 def live_agent(cfg: Config) -> int | None:
     """The pid of the running agent of this root, or None.
 
-    run/agent.pid holds the pid; the heartbeat file holds that process's create time, so a
-    pid reused by another process after the agent died is not taken for the agent."""
+    run/agent.pid holds the pid; the heartbeat file holds that process's identity (start ticks
+    since boot and the boot id, never a wall-clock time), so a pid reused by another process
+    after the agent died is not taken for the agent, and a clock step changes nothing."""
     try:
         pid = int(cfg.layout.agent_pid.read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -34,10 +35,7 @@ def live_agent(cfg: Config) -> int | None:
     record = read_json(cfg.layout.heartbeat)
     if not isinstance(record, dict) or record.get("pid") != pid:
         return None
-    created = record.get("create_time")
-    if isinstance(created, int | float) and procs.is_same(pid, created):
-        return pid
-    return None
+    return pid if procs.from_record(record) is not None else None
 
 
 def stop_all(cfg: Config) -> dict[str, Any]:
@@ -69,13 +67,9 @@ def stop_all(cfg: Config) -> dict[str, Any]:
 
 def _instances(cfg: Config, name: str) -> list[procs.ProcInfo]:
     found: dict[int, procs.ProcInfo] = {}
-    record = read_json(cfg.layout.pidfile(name))
-    if isinstance(record, dict) and isinstance(record.get("pid"), int):
-        info = procs.identify(record["pid"])
-        created = record.get("create_time")
-        if info and isinstance(created, int | float) and (
-                abs(info.create_time - created) <= procs.CREATE_TIME_SLACK):
-            found[info.pid] = info
+    info = procs.from_record(read_json(cfg.layout.pidfile(name)))
+    if info is not None:
+        found[info.pid] = info
     binary = AgentState.load(cfg.layout.state).node_binary
     values: dict[str, str | None] = {
         "root": str(cfg.root), "name": name, "node_bin": binary.path if binary else None,
@@ -89,10 +83,10 @@ def _instances(cfg: Config, name: str) -> list[procs.ProcInfo]:
 
 
 def _wait_gone(pids: list[int], timeout: float) -> bool:
-    created = {pid: procs.create_time_of(pid) for pid in pids}
+    started = {pid: procs.start_ticks_of(pid) for pid in pids}
     deadline = time.monotonic() + timeout
     while True:
-        alive = [p for p, ct in created.items() if ct is not None and procs.is_same(p, ct)]
+        alive = [p for p, t in started.items() if t is not None and procs.is_same(p, t)]
         if not alive:
             return True
         if time.monotonic() >= deadline:

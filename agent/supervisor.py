@@ -1,14 +1,20 @@
 """The supervision loop: `python -m agent run`.
 
-The loop sleeps in one select() on (a) a pidfd per supervised process, readable the moment
-that process exits, whether it is our child or adopted, and (b) the signal wakeup pipe
-(SIGCHLD, TERM, USR1). So an exit is handled within milliseconds, not at the next tick.
-Timers (backoff starts, stop deadlines, the tick, the reconcile) bound the sleep.
+The loop sleeps in one select() on (a) a pidfd per supervised process and adopted task,
+readable the moment that process exits, whether it is our child or adopted, and (b) the signal
+wakeup pipe (SIGCHLD, TERM, USR1). So an exit is handled within milliseconds, not at the next
+tick. Timers (backoff starts, stop deadlines, the tick, the reconcile) bound the sleep; none of
+them is ever left in the past, so the loop never spins.
 
-Each tick (tick_s) writes the heartbeat and status.json, follows the standing pointer, runs
-the exec-snapshot recovery and the miner's pack export when due, rotates logs and appends the
-RESULT line when due. Each reconcile (reconcile_s) checks every process again from scratch,
-stops duplicates, adopts programs someone else started and re-checks admission.
+Each tick (tick_s) writes the heartbeat and status.json, follows the standing pointer
+(switch.py), runs the exec-snapshot recovery (recovery.py) and the miner's pack export
+(pack.py) when due, and appends the RESULT line when due. Each reconcile (reconcile_s) checks
+every process again from scratch, stops duplicates, adopts programs someone else started and
+rotates logs. The observer thread (observer.py) probes the programs and re-checks admission.
+
+Writes that fail (a full disk, an unwritable run/) never stop supervision: they are reported
+in the status's `storage` and the RESULT line, and whatever depends on a durable record (a
+pointer switch, a task) waits until it can be recorded.
 """
 
 from __future__ import annotations
@@ -32,12 +38,15 @@ from agent.files import DigestCache, append_line, atomic_write, read_json, touch
 from agent.gpu import Admission, admit, read_gpu
 from agent.identity import matcher_for
 from agent.journal import Journal
-from agent.persist import AgentState, NodeBinary
-from agent.pointer import check_pointer, pointer_signature, read_pointer
+from agent.observer import Observer
+from agent.pack import PackExport
+from agent.persist import AgentState
 from agent.ports import find_p2p
-from agent.probes import Observer, Reading
+from agent.probes import HTTP_TIMEOUT_S, Reading
 from agent.program import Program
+from agent.recovery import ExecRecovery
 from agent.rotation import rotate_if_big
+from agent.switch import NodeSwitch
 from agent.tasks import Task
 from agent.template import render_argv, render_env, render_text
 
@@ -54,7 +63,7 @@ class Stray:
     program: str
     pid: int
     pgid: int
-    create_time: float
+    start_ticks: int
     deadline: float
     killed: bool = False
 
@@ -71,22 +80,21 @@ class Supervisor:
             name: Program(p, self.layout, backoff, cfg.degraded_after, journal)
             for name, p in cfg.programs.items()
         }
+        self.switch = NodeSwitch(self)
+        self.recovery = ExecRecovery(self)
+        self.pack = PackExport(self)
         self.strays: dict[int, Stray] = {}
         self.tasks: dict[int, Task] = {}
-        self.recovery_task: Task | None = None
-        self.pack_task: Task | None = None
-        self.pack_task_seed: str | None = None
-        self.pack_error: dict[str, Any] | None = None
-        self.pointer_view: dict[str, Any] = {"state": "absent"}
         self.p2p = find_p2p(cfg.p2p_port)
         self.admission: Admission = admit(read_gpu(), cfg.admitted_driver, cfg.qualified_gpus)
         self.observer: Observer | None = None
+        self.observer_restarts = 0
         self.started_at = time.time()
         self.ticks = 0
         self.mode: str | None = None  # None: supervising; "leave": exit, programs keep running;
         #                                "stop": stop every program, then exit
+        self.write_errors: dict[str, tuple[str, float]] = {}  # what -> (error, since)
         self._logs: list[Path] | None = None
-        self._pointer_seen: object = None
         self.selector = selectors.DefaultSelector()
         self._wakeup_r = -1
         now = time.monotonic()
@@ -102,14 +110,19 @@ class Supervisor:
         self._install_signals()
         self.journal(f"agent {__version__} started pid {os.getpid()} root {self.layout.root}"
                      f"{'' if subreaper else ' (could not become child subreaper)'}")
+        clamped = self.state.clamp_future(time.time())
+        if clamped:
+            self.journal(f"clock: {', '.join(clamped)} lay in the future (a clock step); reset")
+            self.save_state()
         self._log_admission(None, self.admission)
         if not self.p2p.mapped:
             self.journal(f"p2p: no mapping ({self.p2p.reason})")
-        self._resume_recovery_record()
+        for task in (self.recovery.resume(), self.pack.resume()):
+            if task is not None:
+                self._track_task(task)
         self._adopt_at_start()
-        self._follow_pointer()
-        self.observer = Observer(self.cfg, self.values, self._check_admission, self.admission)
-        self.observer.start()
+        self.switch.follow(self.cfg.stop_grace_s)
+        self._start_observer()
         self._step(time.monotonic())
         self._tick()
         if ready:
@@ -136,6 +149,8 @@ class Supervisor:
                     pass
             elif kind == "program":
                 self._pidfd_fired(obj)
+            elif kind == "task" and not obj.alive():
+                self._exited(obj.pid, None)
         self._reap()
         self._poll_without_pidfd()
         now = time.monotonic()
@@ -154,23 +169,23 @@ class Supervisor:
         if self.observer:
             self.observer.stop()
         if self.mode == "stop":
-            for name in self.programs:
-                self.layout.pidfile(name).unlink(missing_ok=True)
+            for prog in self.programs.values():
+                prog.remove_pidfile()
             self.journal("agent stopped its programs and exits")
         else:
             self.journal("agent exits; programs keep running and will be adopted")
         self._write_status(final=True)
-        self.layout.agent_pid.unlink(missing_ok=True)
+        self._try("agent.pid", lambda: self.layout.agent_pid.unlink(missing_ok=True))
         return 0
 
     def _write_agent_pid(self) -> None:
         # run/agent.pid is the plain pid (what `kill $(cat run/agent.pid)` expects); the
         # heartbeat file carries the identity that guards against PID reuse
-        write_json(self.layout.heartbeat, {
-            "pid": os.getpid(), "create_time": procs.create_time_of(os.getpid()),
-            "started_at": self.started_at, "version": __version__, "tick_s": self.cfg.tick_s,
-        })
-        atomic_write(self.layout.agent_pid, f"{os.getpid()}\n")
+        me = procs.identify(os.getpid())
+        record: dict[str, Any] = me.record() if me else {"pid": os.getpid()}
+        record.update(started_at=self.started_at, version=__version__, tick_s=self.cfg.tick_s)
+        self._try("heartbeat", lambda: write_json(self.layout.heartbeat, record))
+        self._try("agent.pid", lambda: atomic_write(self.layout.agent_pid, f"{os.getpid()}\n"))
 
     def _install_signals(self) -> None:
         r, w = os.pipe()
@@ -193,6 +208,32 @@ class Supervisor:
         busy = any(p.state in ("running", "stopping") for p in self.programs.values())
         return not busy and not self.strays and not self.tasks
 
+    # ================================================================== writes that may fail
+
+    def _try(self, what: str, write: Callable[[], object]) -> bool:
+        """Run one write; a failure is remembered (status `storage`), never raised."""
+        try:
+            write()
+        except OSError as e:
+            error = f"cannot write {what}: {e.strerror or e}"
+            if what not in self.write_errors:
+                self.journal(error)
+                self.write_errors[what] = (error, time.time())
+            return False
+        if self.write_errors.pop(what, None) is not None:
+            self.journal(f"{what} written again")
+        return True
+
+    def save_state(self) -> bool:
+        return self._try("run/state.json", lambda: self.state.save(self.layout.state))
+
+    def storage_view(self) -> dict[str, Any]:
+        if not self.write_errors:
+            return {"ok": True, "error": None, "since": None, "failing": []}
+        first = min(self.write_errors.values(), key=lambda e: e[1])
+        return {"ok": False, "error": first[0], "since": first[1],
+                "failing": sorted(self.write_errors)}
+
     # ================================================================== values and wants
 
     def values(self, name: str = "") -> dict[str, str | None]:
@@ -206,6 +247,12 @@ class Supervisor:
             "p2p_public_ip": self.p2p.public_ip if mapped else None,
             "p2p_public_port": str(self.p2p.public_port) if mapped else None,
         }
+
+    def program(self, name: str) -> Program | None:
+        return self.programs.get(name)
+
+    def wanted(self, prog: Program) -> bool:
+        return self._desired(prog)[0]
 
     def _desired(self, prog: Program) -> tuple[bool, str | None]:
         if self.mode == "stop":
@@ -247,11 +294,13 @@ class Supervisor:
         if prog.name == NODE:
             if any(s.program == NODE for s in self.strays.values()):
                 return  # never two nodes: wait until the old one is gone
-            running = self._find_instances(prog)
-            if running:  # someone started a node: adopt it rather than start a second one
-                self._adopt(prog, running[-1])
-                for other in running[:-1]:
-                    self._add_stray(prog, other, "duplicate node")
+            keeper, others = self.switch.choose(self._find_instances(prog), None)
+            for other in others:
+                self._add_stray(prog, other, "not the node the pointer names"
+                                if keeper is None else "duplicate node")
+            if keeper is not None:  # someone started a node: adopt it rather than start another
+                self._adopt(prog, keeper)
+            if keeper is not None or others:
                 return
             assert self.state.node_binary is not None
             binary, sha256 = self.state.node_binary.path, self.state.node_binary.sha256
@@ -276,10 +325,10 @@ class Supervisor:
         if prog.proc is not None and prog.proc.pidfd is not None:
             self.selector.register(prog.proc.pidfd, selectors.EVENT_READ, ("program", prog))
 
-    def _unwatch(self, prog: Program) -> None:
-        if prog.proc is not None and prog.proc.pidfd is not None:
+    def _unwatch(self, fd: int | None) -> None:
+        if fd is not None:
             try:
-                self.selector.unregister(prog.proc.pidfd)
+                self.selector.unregister(fd)
             except (KeyError, ValueError):
                 pass
 
@@ -294,7 +343,7 @@ class Supervisor:
                 return  # already reaped by _reap, which booked the exit
             if pid == p.pid:
                 self._exited(pid, os.waitstatus_to_exitcode(wstatus))
-        elif not procs.is_same(p.pid, p.create_time):
+        elif not procs.is_same(p.pid, p.start_ticks):
             self._exited(p.pid, None)
 
     def _poll_without_pidfd(self) -> None:
@@ -302,8 +351,11 @@ class Supervisor:
         for prog in self.programs.values():
             p = prog.proc
             if p is not None and p.pidfd is None and p.child is None:
-                if not procs.is_same(p.pid, p.create_time):
+                if not procs.is_same(p.pid, p.start_ticks):
                     self._exited(p.pid, None)
+        for task in list(self.tasks.values()):
+            if task.adopted and task.pidfd is None and not task.alive():
+                self._exited(task.pid, None)
 
     def _reap(self) -> None:
         """Reap every exited child: our programs and tasks, and orphans reparented to us."""
@@ -319,21 +371,24 @@ class Supervisor:
     def _exited(self, pid: int, code: int | None) -> None:
         for prog in self.programs.values():
             if prog.proc is not None and prog.proc.pid == pid:
-                self._unwatch(prog)
+                self._unwatch(prog.proc.pidfd)
                 outcome = prog.exited(code, self.cfg.stable_s)
                 if outcome == "restart" and self._desired(prog)[0]:
                     self._start(prog)
                 return
         task = self.tasks.pop(pid, None)
         if task is not None:
+            self._unwatch(task.pidfd)
             task.finished(code)
-            self._task_done(task, code)
+            self.state.tasks.pop(task.kind, None)
+            (self.recovery if task.kind == "recovery" else self.pack).done(task, code)
+            self.save_state()
             return
         self.strays.pop(pid, None)  # else: an orphan we reaped as subreaper
 
     def _check_strays(self, now: float) -> None:
         for pid, stray in list(self.strays.items()):
-            if not procs.is_same(pid, stray.create_time):
+            if not procs.is_same(pid, stray.start_ticks):
                 del self.strays[pid]
                 procs.kill_group_leftovers(stray.pgid if stray.pgid == pid else -1)
             elif now >= stray.deadline and not stray.killed:
@@ -358,20 +413,43 @@ class Supervisor:
                     wake.append(prog.proc.started_mono + self.cfg.stable_s)
                 if prog.proc.pidfd is None:
                     wake.append(now + NO_PIDFD_POLL_S)
-        wake.extend(t.deadline for t in self.tasks.values())
+        for task in self.tasks.values():
+            wake.append(task.deadline)
+            if task.adopted and task.pidfd is None:
+                wake.append(now + NO_PIDFD_POLL_S)
         if self.strays:
             wake.append(now + STRAY_POLL_S)
         return min(wake)
 
-    # ================================================================== adoption
+    # ================================================================== tasks
 
-    def _matcher(self, prog: Program) -> procs.Matcher | None:
-        return matcher_for(self.cfg, prog.name, self.values(prog.name))
+    def start_task(self, kind: str, argv: list[str], log: Path, timeout_s: float,
+                   **record: Any) -> Task | None:
+        env = dict(os.environ, FLEET_ROOT=str(self.layout.root))
+        try:
+            task = Task.start(kind, argv, env, str(self.layout.root), str(log), timeout_s)
+        except OSError as e:
+            self.journal(f"{kind}: cannot start {argv[0]}: {e.strerror or e}")
+            return None
+        self._track_task(task)
+        self.state.tasks[kind] = task.record(**record)
+        if not self.save_state():  # an unrecorded task could be doubled by the next agent
+            self.journal(f"{kind}: cannot record pid {task.pid} in run/state.json; stopping it")
+            self.state.tasks.pop(kind, None)
+            task.stop()
+        return task
+
+    def _track_task(self, task: Task) -> None:
+        self.tasks[task.pid] = task
+        if task.pidfd is not None:
+            self.selector.register(task.pidfd, selectors.EVENT_READ, ("task", task))
+
+    # ================================================================== adoption
 
     def _find_instances(self, prog: Program, table: list[tuple[int, bytes]] | None = None
                         ) -> list[procs.ProcInfo]:
         """Live processes that are this program, not counting ours; oldest first."""
-        matches = self._matcher(prog)
+        matches = matcher_for(self.cfg, prog.name, self.values(prog.name))
         if matches is None:
             return []
         tracked = [p.proc for p in self.programs.values() if p.proc is not None]
@@ -381,64 +459,38 @@ class Supervisor:
         groups |= {s.pgid for s in self.strays.values() if s.pgid == s.pid}
         return [i for i in procs.scan(matches, skip, table) if i.pgid not in groups]
 
-    def _from_pidfile(self, prog: Program) -> procs.ProcInfo | None:
-        record = read_json(self.layout.pidfile(prog.name))
-        if not isinstance(record, dict):
-            return None
-        pid, create_time = record.get("pid"), record.get("create_time")
-        if not isinstance(pid, int) or not isinstance(create_time, int | float):
-            return None
-        info = procs.identify(pid)
-        if info is None or abs(info.create_time - create_time) > procs.CREATE_TIME_SLACK:
-            return None  # gone, or the pid now names another process (PID reuse)
-        return info
-
     def _adopt_at_start(self) -> None:
         for prog in self.programs.values():
-            mine = self._from_pidfile(prog)
+            mine = procs.from_record(read_json(self.layout.pidfile(prog.name)))
             found = self._find_instances(prog)
             if mine is not None and all(i.pid != mine.pid for i in found):
                 found.append(mine)
             if not found:
-                self.layout.pidfile(prog.name).unlink(missing_ok=True)
+                prog.remove_pidfile()
                 continue
-            keeper = self._keeper(prog, found, mine)
-            self._adopt(prog, keeper)
-            for other in found:
-                if other.pid != keeper.pid:
-                    self._add_stray(prog, other, f"duplicate {prog.name}")
-
-    def _keeper(self, prog: Program, found: list[procs.ProcInfo],
-                mine: procs.ProcInfo | None) -> procs.ProcInfo:
-        newest = max(found, key=lambda i: i.create_time)
-        if prog.name == NODE and read_pointer(self.layout) is None:
-            return newest  # no pointer: a newer node someone started is never downgraded
-        return mine if mine is not None else newest
+            if prog.name == NODE:
+                keeper, others = self.switch.choose(found, mine)
+            else:
+                keeper = mine if mine is not None else max(found, key=lambda i: i.start_ticks)
+                others = [i for i in found if i.pid != keeper.pid]
+            for other in others:
+                self._add_stray(prog, other, f"duplicate {prog.name}" if keeper is not None
+                                else "not the node the pointer names")
+            if keeper is not None:
+                self._adopt(prog, keeper)
 
     def _adopt(self, prog: Program, info: procs.ProcInfo) -> None:
-        binary = procs.binary_of(info)
-        sha256 = None
-        if binary:
-            try:
-                sha256 = self.digests.sha256(Path(binary))
-            except OSError:
-                sha256 = None
+        binary, sha256 = self.switch.sha256_of(info)
         prog.adopt(info, binary, sha256)
         self._watch(prog)
-        if prog.name == NODE and binary and sha256:
-            pointer = read_pointer(self.layout)
-            unchanged = pointer is None or pointer.key == self.state.pointer_applied
-            current = self.state.node_binary
-            if unchanged and (current is None or current.sha256 != sha256):
-                self.state.node_binary = NodeBinary(binary, sha256, "adopted")
-                self._save_state()
-                self.journal(f"node: recorded running binary {binary} ({sha256[:16]})")
+        if prog.name == NODE:
+            self.switch.adopted(binary, sha256)
 
     def _add_stray(self, prog: Program, info: procs.ProcInfo, why: str) -> None:
         if info.pid in self.strays:
             return
         grace = self.cfg.grace(prog.cfg)
-        self.strays[info.pid] = Stray(prog.name, info.pid, info.pgid, info.create_time,
+        self.strays[info.pid] = Stray(prog.name, info.pid, info.pgid, info.start_ticks,
                                       time.monotonic() + grace)
         self.journal(f"{prog.name}: stopping pid {info.pid} ({why}): {' '.join(info.argv)}")
         procs.signal_program(info.pid, info.pgid, signal.SIGTERM)
@@ -447,7 +499,7 @@ class Supervisor:
         """From scratch: are our processes alive, are there others, is the p2p mapping the same."""
         for prog in self.programs.values():
             p = prog.proc
-            if p is not None and not procs.is_same(p.pid, p.create_time):
+            if p is not None and not procs.is_same(p.pid, p.start_ticks):
                 if p.child is not None:
                     self._reap()
                 if prog.proc is p:  # not caught by events: book it now
@@ -466,10 +518,16 @@ class Supervisor:
                 for info in others:
                     self._add_stray(prog, info, f"duplicate {prog.name}" if wanted
                                     else f"{prog.name} must not run: {prog.reason}")
-            else:  # wanted but not running: someone started it; adopt instead of a second one
-                self._adopt(prog, others[-1])
-                for info in others[:-1]:
-                    self._add_stray(prog, info, f"duplicate {prog.name}")
+                continue
+            # wanted but not running: someone started it; adopt instead of a second one
+            if prog.name == NODE:
+                keeper, rest = self.switch.choose(others, None)
+            else:
+                keeper, rest = others[-1], others[:-1]
+            for info in rest:
+                self._add_stray(prog, info, f"duplicate {prog.name}")
+            if keeper is not None:
+                self._adopt(prog, keeper)
         self._rotate_logs()
         p2p = find_p2p(self.cfg.p2p_port)
         if p2p != self.p2p:
@@ -480,22 +538,27 @@ class Supervisor:
 
     def _tick(self) -> None:
         self.ticks += 1
-        if self.observer is not None and self.observer.admission is not self.admission:
-            previous, self.admission = self.admission, self.observer.admission
-            self._log_admission(previous, self.admission)
-        self._follow_pointer()
-        readings = self.observer.readings if self.observer else {}
+        self._keep_observer()
+        admission = self._fresh_admission()
+        if admission is not self.admission:
+            previous, self.admission = self.admission, admission
+            self._log_admission(previous, admission)
+        node = self.programs.get(NODE)
+        self.switch.follow(self.cfg.grace(node.cfg) if node else self.cfg.stop_grace_s)
+        readings = self.readings()
         self._track_health(readings)
-        self._maybe_recover(readings.get(NODE))
-        self._maybe_export_pack(readings.get(NODE), readings.get(MINER))
+        self.recovery.maybe_start(readings.get(NODE))
+        self.pack.maybe_export(readings.get(NODE), readings.get(MINER))
         now = time.time()
-        touch(self.layout.heartbeat)
+        self._try("heartbeat", lambda: touch(self.layout.heartbeat))
         current = self._write_status()
+        # the RESULT line goes to out/, independently of whether status.json could be written
         last = self.state.last_result_at
         if (last is None or now - last >= self.cfg.result_every_s) and self._figures_ready(now):
-            append_line(self.layout.standing_log, status.result_line(current))
-            self.state.last_result_at = now
-            self._save_state()
+            line = status.result_line(current)
+            if self._try("out/standing.log", lambda: append_line(self.layout.standing_log, line)):
+                self.state.last_result_at = now
+                self.save_state()
 
     def _figures_ready(self, now: float) -> bool:
         """Whether a RESULT line would carry the node's figures: its RPC has answered, or it
@@ -503,14 +566,64 @@ class Supervisor:
         node = self.cfg.programs.get(NODE)
         if node is None or not node.status_url:
             return True
-        reading = self.observer.readings.get(NODE) if self.observer else None
+        reading = self.readings().get(NODE)
         waited = now - self.started_at >= min(self.cfg.result_every_s, 4 * self.cfg.tick_s)
         return (reading is not None and reading.data is not None) or waited
 
     def _write_status(self, final: bool = False) -> dict[str, Any]:
         current = status.build(self, final)
-        write_json(self.layout.status, current)
+        self._try("run/status.json", lambda: write_json(self.layout.status, current))
         return current
+
+    # ================================================================== the observer
+
+    def _start_observer(self) -> None:
+        old = self.observer
+        self.observer = Observer(self.cfg, self.values, self._check_admission,
+                                 old.admission if old else self.admission,
+                                 old.readings if old else None)
+        self.observer.start()
+
+    def _keep_observer(self) -> None:
+        """A dead observer would freeze the readings and admission: start a new one."""
+        if self.observer is None or self.observer.is_alive() or self.mode is not None:
+            return
+        self.observer_restarts += 1
+        self.journal(f"observer: thread ended ({self.observer.last_error or 'no error'}); "
+                     f"restarting it (restart {self.observer_restarts})")
+        self._start_observer()
+
+    def _fresh_admission(self) -> Admission:
+        """The observer's latest verdict, or a refusal when it is too old to trust (NVML hung,
+        the observer stuck): a guard that cannot tell says no."""
+        adm = self.observer.admission if self.observer else self.admission
+        limit = 3 * max(self.cfg.reconcile_s, self.cfg.tick_s) + 10.0
+        age = time.time() - adm.checked_at
+        if age <= limit or not adm.admitted:
+            return adm
+        if not self.admission.admitted and self.admission.reason.startswith("admission not"):
+            return self.admission  # already refused for staleness: keep the same object
+        return Admission(False, f"admission not re-checked for {age:.0f} s (NVML hung?)",
+                         adm.driver, adm.wanted_driver, adm.uuids, adm.qualified_gpus,
+                         adm.checked_at)
+
+    def readings(self) -> dict[str, Reading]:
+        return self.observer.readings if self.observer else {}
+
+    def observer_view(self) -> dict[str, Any]:
+        obs = self.observer
+        return {"alive": bool(obs and obs.is_alive()), "restarts": self.observer_restarts,
+                "last_error": obs.last_error if obs else None,
+                "round_at": obs.round_at if obs else None}
+
+    def pointer_view(self) -> dict[str, Any]:
+        return dict(self.switch.view)
+
+    def recovery_view(self, now: float) -> dict[str, Any]:
+        return self.recovery.view(now)
+
+    def pack_view(self) -> dict[str, Any]:
+        return self.pack.view()
 
     def _check_admission(self) -> Admission:
         return admit(read_gpu(), self.cfg.admitted_driver, self.cfg.qualified_gpus)
@@ -525,8 +638,11 @@ class Supervisor:
 
     def _track_health(self, readings: dict[str, Reading]) -> None:
         now = time.monotonic()
+        too_old = time.time() - 3 * self.cfg.tick_s - 2 * HTTP_TIMEOUT_S
         for prog in self.programs.values():
             reading = readings.get(prog.name)
+            if reading is not None and reading.at < too_old:
+                continue  # a frozen reading tells nothing: neither restart nor all-clear
             if prog.state != "running" or prog.proc is None or reading is None:
                 prog.unhealthy_since = None
                 continue
@@ -553,137 +669,3 @@ class Supervisor:
                     self.journal(f"rotated {path}")
             except OSError as e:
                 self.journal(f"cannot rotate {path}: {e}")
-
-    # ================================================================== the standing pointer
-
-    def _follow_pointer(self) -> None:
-        seen = pointer_signature(self.layout)
-        if seen == self._pointer_seen and self.pointer_view.get("state") != "refused":
-            return  # unchanged since the last look, which applied it or found it absent
-        self._pointer_seen = seen
-        pointer = read_pointer(self.layout)
-        if pointer is None:
-            self.pointer_view = {"state": "absent", "path": None, "reason": None}
-            return
-        if pointer.key == self.state.pointer_applied:
-            self.pointer_view = {"state": "applied", "path": pointer.target, "reason": None}
-            return
-        verdict = check_pointer(pointer, self.digests)
-        if not verdict.ok:
-            if self.pointer_view.get("reason") != verdict.reason:
-                self.journal(f"pointer refused: {verdict.reason}; the node keeps running")
-            self.pointer_view = {"state": "refused", "path": pointer.target,
-                                 "reason": verdict.reason}
-            return
-        assert verdict.sha256 is not None
-        self.state.node_binary = NodeBinary(verdict.path, verdict.sha256, "pointer")
-        self.state.pointer_applied = pointer.key
-        self._save_state()
-        self.pointer_view = {"state": "applied", "path": pointer.target, "reason": None}
-        self.journal(f"pointer: node binary is now {verdict.path} ({verdict.sha256[:16]})")
-        node = self.programs.get(NODE)
-        if node and node.state == "running" and node.proc and node.proc.sha256 != verdict.sha256:
-            node.begin_stop(self.cfg.grace(node.cfg), f"switching to {verdict.sha256[:16]}")
-
-    # ================================================================== recovery and pack
-
-    def _resume_recovery_record(self) -> None:
-        rec = self.state.recovery
-        if rec.get("state") == "running":  # the previous agent died while the recipe ran
-            rec.update(state="idle", outcome="interrupted", finished_at=time.time())
-            self._save_state()
-
-    def _maybe_recover(self, node: Reading | None) -> None:
-        rc = self.cfg.recovery
-        if not rc.recipe or self.recovery_task is not None or node is None or not node.data:
-            return
-        data = node.data
-        stuck = (data.get("synced") is True and _int(data.get("blocks")) > rc.min_blocks
-                 and _int(data.get("exec_tip"), -1) == 0)
-        if not stuck:
-            return
-        finished = self.state.recovery.get("finished_at")
-        if isinstance(finished, int | float) and time.time() < finished + rc.cooldown_s:
-            return
-        argv = render_argv(rc.recipe, self.values())
-        self.recovery_task = self._run_task("recovery", argv, self.layout.recovery_log,
-                                            rc.timeout_s)
-        if self.recovery_task is None:
-            return
-        runs = _int(self.state.recovery.get("runs"), 0) + 1
-        self.state.recovery = {"state": "running", "runs": runs,
-                               "started_at": self.recovery_task.started_at,
-                               "blocks": data.get("blocks"), "argv": argv}
-        self._save_state()
-        self.journal(f"recovery: node synced at {data.get('blocks')} blocks with exec tip 0; "
-                     f"running {' '.join(argv)}")
-
-    def _maybe_export_pack(self, node: Reading | None, miner: Reading | None) -> None:
-        seed = node.data.get("seed") if node and node.data else None
-        prog = self.programs.get(MINER)
-        if not isinstance(seed, str) or not seed or seed == self.state.pack_seed:
-            return
-        if prog is None or self.pack_task is not None or not self._desired(prog)[0]:
-            return
-        if self.state.pack_seed is None and miner and miner.data and miner.data.get("seed") == seed:
-            self.state.pack_seed = seed  # first sight: the miner already mines this seed
-            self._save_state()
-            return
-        pc = self.cfg.miner_pack
-        if not pc.command:
-            return
-        err = self.pack_error
-        if err and err["seed"] == seed and time.monotonic() < err["mono"] + pc.retry_s:
-            return
-        argv = render_argv(pc.command, {**self.values(MINER), "seed": seed})
-        self.pack_task = self._run_task("pack", argv, self.layout.pack_log, pc.timeout_s)
-        if self.pack_task is not None:
-            self.pack_task_seed = seed
-            self.journal(f"pack: node seed is now {seed}; exporting: {' '.join(argv)}")
-
-    def _run_task(self, kind: str, argv: list[str], log: Any, timeout_s: float) -> Task | None:
-        env = dict(os.environ, FLEET_ROOT=str(self.layout.root))
-        try:
-            task = Task(kind, argv, env, str(self.layout.root), str(log), timeout_s)
-        except OSError as e:
-            self.journal(f"{kind}: cannot start {argv[0]}: {e.strerror or e}")
-            if kind == "pack":
-                self.pack_error = {"seed": None, "mono": time.monotonic(), "error": str(e)}
-            return None
-        self.tasks[task.pid] = task
-        return task
-
-    def _task_done(self, task: Task, code: int | None) -> None:
-        outcome = "timeout" if task.timed_out else "ok" if code == 0 else "failed"
-        took = time.time() - task.started_at
-        if task is self.recovery_task:
-            self.recovery_task = None
-            self.state.recovery.update(state="idle", finished_at=time.time(), rc=code,
-                                       outcome=outcome)
-            self._save_state()
-            self.journal(f"recovery: {outcome} (exit {code}) after {took:.1f} s; "
-                         f"cooldown {self.cfg.recovery.cooldown_s:.0f} s")
-        elif task is self.pack_task:
-            seed, self.pack_task, self.pack_task_seed = self.pack_task_seed, None, None
-            if outcome == "ok" and seed is not None:
-                self.state.pack_seed = seed
-                self.pack_error = None
-                self._save_state()
-                self.journal(f"pack: exported for seed {seed}; restarting the miner")
-                miner = self.programs.get(MINER)
-                if miner and miner.state == "running":
-                    miner.begin_stop(self.cfg.grace(miner.cfg), f"new pack for seed {seed}")
-            else:
-                self.pack_error = {"seed": seed, "mono": time.monotonic(), "rc": code,
-                                   "outcome": outcome, "at": time.time()}
-                self.journal(f"pack: export {outcome} (exit {code}); retry in "
-                             f"{self.cfg.miner_pack.retry_s:.0f} s")
-
-    def _save_state(self) -> None:
-        self.state.save(self.layout.state)
-
-
-def _int(value: Any, default: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return default
-    return int(value)

@@ -1,6 +1,12 @@
 """One-off commands the agent runs beside the programs (the exec-snapshot recipe, the miner's
 pack export): started in their own process group, output appended to a log, reaped by the
-supervision loop like any child, killed at their deadline."""
+supervision loop like any child, killed at their deadline.
+
+Each running task is recorded in the agent's state (pid and identity, see procs), so an agent
+started after the previous one was SIGKILLed finds it again (`Task.adopt`) instead of starting a
+second one beside it. An adopted task is not our child: its exit is seen through a pidfd (or by
+polling) and its exit status is unknown.
+"""
 
 from __future__ import annotations
 
@@ -8,34 +14,85 @@ import os
 import signal
 import subprocess
 import time
+from typing import Any
 
 from agent import procs
 
+KILL_RETRY_S = 5.0  # after SIGKILL, the next look (never a deadline in the past: no spin)
+
 
 class Task:
-    def __init__(self, kind: str, argv: list[str], env: dict[str, str], cwd: str, log: str,
-                 timeout_s: float) -> None:
+    def __init__(self, kind: str, argv: list[str], pid: int, start_ticks: int,
+                 started_at: float, timeout_s: float,
+                 child: subprocess.Popen[bytes] | None) -> None:
         self.kind = kind
         self.argv = argv
-        self.started_at = time.time()
-        self.deadline = time.monotonic() + timeout_s
+        self.pid = pid
+        self.start_ticks = start_ticks
+        self.started_at = started_at
+        self.timeout_s = timeout_s
+        self.child = child
+        self.adopted = child is None
+        # the deadline counts from the real start, also for a task found after a restart
+        self.deadline = time.monotonic() + max(0.0, started_at + timeout_s - time.time())
         self.timed_out = False
+        self.pidfd = procs.pidfd(pid) if child is None else None
+
+    @classmethod
+    def start(cls, kind: str, argv: list[str], env: dict[str, str], cwd: str, log: str,
+              timeout_s: float) -> Task:
+        """Start argv in its own session with output appended to log (OSError if it cannot)."""
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         try:
-            os.write(out, f"--- {kind}: {' '.join(argv)}\n".encode())
-            self.child = subprocess.Popen(
+            try:
+                os.write(out, f"--- {kind}: {' '.join(argv)}\n".encode())
+            except OSError:
+                pass  # a full disk loses the header, not the task
+            child = subprocess.Popen(
                 argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
             )
         finally:
             os.close(out)
-        self.pid = self.child.pid
+        return cls(kind, argv, child.pid, procs.start_ticks_of(child.pid) or 0, time.time(),
+                   timeout_s, child)
+
+    @classmethod
+    def adopt(cls, kind: str, record: dict[str, Any], timeout_s: float) -> Task | None:
+        """The task a state record names, if that very process still runs."""
+        info = procs.from_record(record)
+        if info is None:
+            return None
+        started = record.get("started_at")
+        started_at = float(started) if isinstance(started, int | float) else time.time()
+        started_at = min(started_at, time.time())  # a clock step back must not extend it
+        argv = record.get("argv")
+        return cls(kind, [str(a) for a in argv] if isinstance(argv, list) else list(info.argv),
+                   info.pid, info.start_ticks, started_at, timeout_s, None)
+
+    def record(self, **extra: Any) -> dict[str, Any]:
+        return {"pid": self.pid, "start_ticks": self.start_ticks, "boot_id": procs.boot_id(),
+                "argv": self.argv, "started_at": self.started_at, **extra}
+
+    def alive(self) -> bool:
+        return procs.is_same(self.pid, self.start_ticks)
+
+    def stop(self) -> None:
+        """Kill the task's group now (it is then waited for like any exit)."""
+        self.deadline = time.monotonic()
+        self.enforce_deadline(self.deadline)
 
     def enforce_deadline(self, now: float) -> None:
-        if not self.timed_out and now >= self.deadline:
-            self.timed_out = True
-            procs.signal_program(self.pid, self.pid, signal.SIGKILL)
+        if now < self.deadline:
+            return
+        self.timed_out = True
+        procs.signal_program(self.pid, self.pid, signal.SIGKILL)
+        self.deadline = now + KILL_RETRY_S
 
     def finished(self, code: int | None) -> None:
-        self.child.returncode = code  # reaped by the loop
+        if self.child is not None:
+            self.child.returncode = code  # reaped by the loop
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
         procs.kill_group_leftovers(self.pid)

@@ -3,6 +3,7 @@
 Copied per role and per node release (the copies differ in VERSION, so in digest). Usage:
     <copy> ROLE [--rpc-port N] [--state FILE] [--status FILE] [--pack FILE]
                 [--crash-unless FILE] [--chatty BYTES] [--orphan FILE] [--ignore-term]
+                [--bad-chunks FILE]
 Every start appends one JSON line to $STANDIN_LOG: the invocation record the tests count.
 """
 
@@ -36,9 +37,20 @@ def write_json(path: str, value: dict) -> None:
     os.replace(tmp, path)
 
 
-def serve_node(port: int, state_file: str) -> None:
+def serve_node(port: int, state_file: str, bad_chunks: str = "") -> None:
     class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
         def do_GET(self) -> None:  # noqa: N802
+            if bad_chunks and os.path.exists(bad_chunks):  # a malformed chunked answer
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(b"zz\r\n{}\r\n0\r\n\r\n")
+                self.close_connection = True
+                return
             status = {"version": VERSION, "blocks": 10, "daa_score": 100, "peers": 3,
                       "synced": False, "exec_tip": 5, "seed": "seed-0"}
             try:
@@ -50,6 +62,7 @@ def serve_node(port: int, state_file: str) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(body)
 
@@ -72,6 +85,7 @@ def main() -> None:
     ap.add_argument("--orphan", default="")
     ap.add_argument("--ignore-term", action="store_true")
     ap.add_argument("--p2p", default="")
+    ap.add_argument("--bad-chunks", default="")
     args = ap.parse_args()
     record_start(args.role)
     if args.crash_unless and not os.path.exists(args.crash_unless):
@@ -80,7 +94,7 @@ def main() -> None:
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.rpc_port:
-        serve_node(args.rpc_port, args.state)
+        serve_node(args.rpc_port, args.state, args.bad_chunks)
     if args.orphan:
         # the shell exits at once; its background sleep is orphaned and reparented to the
         # nearest subreaper (the agent), which must reap it when it exits

@@ -1,0 +1,134 @@
+"""The standing pointer and the node binary it names: which node must run.
+
+`standing.node` names the node binary, `standing.node.sha256` its digest (see pointer.py). A
+pointer is *applied* once the agent has recorded it durably in its state; only then does the
+switch begin (stop the old node, start the new one), so a failed write never leaves a pointer
+that reads "applied" while the old node runs.
+
+Once a pointer is applied, the node binary is pinned to its digest: adoption (after the agent's
+own restart, or a node someone started) never replaces it, and a node running any other digest
+is stopped and the pointer's binary started. An agent SIGKILLed in the middle of a switch thus
+finishes the switch; it never falls back to the old release. Without a pointer there is nothing
+to pin to: a running node is adopted and its binary recorded (a newer node someone started by
+hand is never downgraded).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agent import procs
+from agent.context import Context
+from agent.persist import NodeBinary
+from agent.pointer import check_pointer, pointer_signature, read_pointer
+
+NODE = "node"
+
+
+class NodeSwitch:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.view: dict[str, Any] = {"state": "absent", "path": None, "reason": None}
+        self._seen: object = None
+
+    # ------------------------------------------------------------------ what must run
+
+    def pinned_sha256(self) -> str | None:
+        """The digest the node must run: the applied pointer's; None without a pointer."""
+        binary = self.ctx.state.node_binary
+        if binary is None or binary.source != "pointer" or read_pointer(self.ctx.layout) is None:
+            return None
+        return binary.sha256
+
+    def sha256_of(self, info: procs.ProcInfo) -> tuple[str | None, str | None]:
+        """(program file, its sha256) of a running node; (path, None) when unreadable."""
+        binary = procs.binary_of(info)
+        if not binary:
+            return None, None
+        try:
+            return binary, self.ctx.digests.sha256(Path(binary))
+        except OSError:
+            return binary, None
+
+    def choose(self, found: list[procs.ProcInfo], mine: procs.ProcInfo | None
+               ) -> tuple[procs.ProcInfo | None, list[procs.ProcInfo]]:
+        """Of the node processes found running, the one to adopt (None: start the pointer's
+        binary once the others are gone) and the ones to stop."""
+        if not found:
+            return None, []
+        pinned = self.pinned_sha256()
+        if pinned is not None:
+            good = [i for i in found if self.sha256_of(i)[1] == pinned]
+            keeper = mine if mine in good else max(good, key=lambda i: i.start_ticks,
+                                                   default=None)
+        elif read_pointer(self.ctx.layout) is None:
+            keeper = max(found, key=lambda i: i.start_ticks)  # never downgrade a newer one
+        else:  # a pointer not applied yet: keep what runs; following the pointer decides
+            keeper = mine if mine is not None else max(found, key=lambda i: i.start_ticks)
+        return keeper, [i for i in found if keeper is None or i.pid != keeper.pid]
+
+    def adopted(self, binary: str | None, sha256: str | None) -> None:
+        """Record the binary of an adopted node, unless a pointer pins another one."""
+        current = self.ctx.state.node_binary
+        if not binary or not sha256 or self.pinned_sha256() is not None:
+            return
+        if current is None or current.sha256 != sha256:
+            self.ctx.state.node_binary = NodeBinary(binary, sha256, "adopted")
+            self.ctx.save_state()
+            self.ctx.journal(f"node: recorded running binary {binary} ({sha256[:16]})")
+
+    # ------------------------------------------------------------------ following the pointer
+
+    def follow(self, grace_s: float) -> None:
+        """Each tick: take a changed pointer (two stats when nothing changed), and stop a node
+        that runs anything but the pinned digest."""
+        self._take_pointer()
+        node = self.ctx.program(NODE)
+        pinned = self.pinned_sha256()
+        if (node is not None and pinned is not None and node.state == "running"
+                and node.proc is not None and node.proc.sha256 != pinned):
+            runs = (node.proc.sha256 or "an unknown digest")[:16]
+            node.begin_stop(grace_s, f"runs {runs}, the pointer says {pinned[:16]}")
+
+    def _take_pointer(self) -> None:
+        seen = pointer_signature(self.ctx.layout)
+        if seen == self._seen and self.view.get("state") not in ("refused", "pending"):
+            return  # unchanged since the last look, which applied it or found it absent
+        self._seen = seen
+        pointer = read_pointer(self.ctx.layout)
+        state = self.ctx.state
+        if pointer is None:
+            self.view = {"state": "absent", "path": None, "reason": None}
+            return
+        if pointer.key == state.pointer_applied and state.node_binary is not None:
+            self.view = {"state": "applied", "path": pointer.target, "reason": None}
+            return
+        verdict = check_pointer(pointer, self.ctx.digests)
+        if not verdict.ok:
+            if self.view.get("reason") != verdict.reason:
+                self.ctx.journal(f"pointer refused: {verdict.reason}; the node keeps running")
+            self.view = {"state": "refused", "path": pointer.target, "reason": verdict.reason}
+            return
+        assert verdict.sha256 is not None
+        before = (state.node_binary, state.pointer_applied)
+        state.node_binary = NodeBinary(verdict.path, verdict.sha256, "pointer")
+        state.pointer_applied = pointer.key
+        if not self.ctx.save_state():  # applied only once recorded: retried every tick
+            reason = "cannot record the switch in run/state.json (disk full or unwritable?)"
+            first = self.view.get("reason") != reason
+            if before[0] is not None and before[0].sha256 != verdict.sha256:
+                state.node_binary, state.pointer_applied = before  # the running one stays
+                if first:
+                    self.ctx.journal(f"pointer: {reason}; the node keeps running until it can")
+            else:  # nothing to switch away from: run the pointer's binary, record it later
+                state.pointer_applied = before[1]
+                if first:
+                    self.ctx.journal(f"pointer: {reason}; running {verdict.path} meanwhile")
+            self.view = {"state": "pending", "path": pointer.target, "reason": reason}
+            return
+        self.view = {"state": "applied", "path": pointer.target, "reason": None}
+        self.ctx.journal(f"pointer: node binary is now {verdict.path} ({verdict.sha256[:16]})")
+        node = self.ctx.program(NODE)
+        if node and node.state == "running" and node.proc and node.proc.sha256 != verdict.sha256:
+            node.begin_stop(self.ctx.cfg.grace(node.cfg), f"switching to {verdict.sha256[:16]}")
