@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pyinfra.api import Config as PyinfraConfig
@@ -53,9 +54,13 @@ class Health:
         return {**asdict(self), "well": self.well}
 
 
+STALE_TICKS = 3  # a status or reading older than this many agent ticks tells nothing
+
+
 def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
           wanted: str | None, previous: dict[str, Any] | None) -> Health:
-    """Turn one box's agent status into a verdict with its reasons."""
+    """Turn one box's agent status into a verdict with its reasons. What cannot be told (an
+    old status, an old reading, a dead observer) is a problem, never the last good verdict."""
     h = Health(label, str(data.get("provider")), wanted_sha16=wanted)
     if status is None:
         h.problems.append("ssh: box did not answer")
@@ -64,11 +69,31 @@ def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
     if not status:
         h.problems.append("agent: not installed")
         return h
+    disk = status.get("disk") or {}
+    if disk.get("full"):
+        free = disk.get("free_bytes") or {}
+        h.problems.append("disk full: " + ", ".join(
+            f"{k}/ has {v} bytes free" for k, v in sorted(free.items()) if v is not None))
     h.agent = bool(status.get("alive"))
     if not h.agent:
         h.problems.append(f"agent: not alive (heartbeat {status.get('heartbeat_age_s')}s old)")
+    limit = STALE_TICKS * float((status.get("agent") or {}).get("tick_s") or 15.0)
+    status_age = status.get("status_age_s")
+    if not isinstance(status_age, int | float) or status_age > limit:
+        h.problems.append(f"agent: status not written for {status_age} s")
+    storage = status.get("storage") or {}
+    if storage.get("ok") is False:
+        h.problems.append(f"agent: {storage.get('error')}")
+    observer = status.get("observer") or {}
+    if observer.get("alive") is not True:
+        h.problems.append(f"agent: observer not running ({observer.get('last_error')})")
     node = status.get("node") or {}
     rpc = node.get("rpc") or {}
+    reading_age = _age(status.get("ts"), node.get("rpc_at"), status_age)
+    fresh = reading_age is not None and reading_age <= limit
+    if rpc and not fresh:  # a frozen reading: neither synced nor moving can be told
+        h.problems.append(f"node: reading is {reading_age} s old (unknown)")
+        rpc = {}
     h.synced, h.blocks, h.exec_tip = rpc.get("synced"), rpc.get("blocks"), rpc.get("exec_tip")
     h.node_sha16 = node.get("sha16")
     prog = (status.get("programs") or {}).get("node") or {}
@@ -96,9 +121,22 @@ def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
     return h
 
 
+def _age(status_ts: Any, read_at: Any, status_age: Any) -> float | None:
+    """Seconds since a reading was taken, on the box's own clock: from the reading to the
+    status that carries it, plus the status's age. None when either time is unknown."""
+    try:
+        gap = (datetime.fromisoformat(str(status_ts).replace("Z", "+00:00"))
+               - datetime.fromisoformat(str(read_at).replace("Z", "+00:00"))).total_seconds()
+    except ValueError:
+        return None
+    if not isinstance(status_age, int | float):
+        return None
+    return round(max(0.0, gap) + status_age, 1)
+
+
 def _moving(tip: int, read_at: str | None, previous: dict[str, Any] | None) -> bool:
     """Is the exec tip moving? Judged against the last *different* reading of the node: the
-    agent probes it every tick, so two checks within one tick see the same reading."""
+    agent probes it every tick, so two checks within one tick see the same (fresh) reading."""
     if tip <= 0:
         return False
     if not previous or previous.get("exec_tip") is None:

@@ -9,7 +9,11 @@ DATA = {"provider": "vast"}
 
 def status(**over: Any) -> dict[str, Any]:
     s: dict[str, Any] = {
-        "alive": True, "heartbeat_age_s": 1.0,
+        "alive": True, "heartbeat_age_s": 1.0, "status_age_s": 1.0,
+        "ts": "2026-12-02T10:00:01Z", "agent": {"tick_s": 15},
+        "observer": {"alive": True, "restarts": 0, "last_error": None},
+        "storage": {"ok": True, "error": None},
+        "disk": {"free_bytes": {"run": 10**9, "out": 10**9}, "full": False},
         "node": {"sha16": "ab" * 8, "rpc": {"synced": True, "blocks": 1300, "exec_tip": 1298},
                  "rpc_at": "2026-12-02T10:00:00Z"},
         "programs": {"node": {"state": "running"}, "miner": {"state": "running"},
@@ -56,3 +60,34 @@ def test_wrong_binary_and_degraded_program() -> None:
     h = judge("b", DATA, s, "cd" * 8, None)
     assert f"node: runs {'ab' * 8}, wanted {'cd' * 8}" in h.problems
     assert "prover: degraded (crash loop)" in h.problems
+
+
+def test_a_frozen_reading_is_unknown_never_moving() -> None:
+    """The observer stopped: the status is still written, its node reading is 2 minutes old.
+    Even with a previous verdict of "moving" for that same reading, it is not well."""
+    s = status(ts="2026-12-02T10:02:00Z")
+    same_reading = {"exec_tip": 1298, "rpc_at": "2026-12-02T10:00:00Z", "moving": True}
+    h = judge("b", DATA, s, None, same_reading)
+    assert not h.well
+    assert h.exec_moving is None and h.synced is None
+    assert "node: reading is 121.0 s old (unknown)" in h.problems
+
+
+def test_an_old_status_a_dead_observer_and_a_full_disk_are_named() -> None:
+    s = status(status_age_s=300.0, observer={"alive": False, "last_error": "boom"},
+               storage={"ok": False, "error": "cannot write run/status.json: No space left"},
+               disk={"free_bytes": {"run": 0, "out": 4096}, "full": True})
+    h = judge("b", DATA, s, None, None)
+    assert h.problems[0] == "disk full: out/ has 4096 bytes free, run/ has 0 bytes free"
+    assert "agent: status not written for 300.0 s" in h.problems
+    assert "agent: observer not running (boom)" in h.problems
+    assert "agent: cannot write run/status.json: No space left" in h.problems
+    assert not h.well
+
+
+def test_a_status_without_freshness_fields_is_not_well() -> None:
+    s = status()
+    for key in ("status_age_s", "observer"):
+        del s[key]
+    h = judge("b", DATA, s, None, None)
+    assert not h.well and h.exec_moving is None
