@@ -1,4 +1,4 @@
-"""`python -m agent run|status|gpu|admit|ports|manifest DIR|stop`.
+"""`python -m agent run|status|gpu|admit|ports|manifest DIR|stop|readback|switch`.
 
 Every command but `run` prints one JSON document on stdout (the pyinfra facts parse these) and
 exits 0. A user's mistake (bad config, bad argument) is one line `error: ...` on stderr and
@@ -43,6 +43,15 @@ def _parser() -> argparse.ArgumentParser:
     with_config("admit", "print the admission verdict for this box")
     with_config("ports", "print the p2p port mapping the provider gave")
     with_config("stop", "stop the programs and the agent")
+    with_config("readback", "print what runs: digests read from /proc, the node's own RPC")
+    sw = with_config("switch", "point the node at a release, wait until it runs synced, "
+                               "revert on failure")
+    sw.add_argument("--node", required=True, help="absolute path of the node binary")
+    sw.add_argument("--sha256", required=True, help="its full sha256")
+    sw.add_argument("--stable-s", type=float, default=60.0,
+                    help="synced this long without a break (default 60)")
+    sw.add_argument("--deadline-s", type=float, default=300.0,
+                    help="healthy within this long, else revert (default 300)")
     gpu = sub.add_parser("gpu", help="print the driver, CUDA version and GPUs NVML reports")
     gpu.add_argument("--json", action="store_true", help="accepted; output is always JSON")
     manifest = sub.add_parser("manifest", help="print path, size and sha256 of files under DIR")
@@ -91,6 +100,21 @@ def _dispatch(args: argparse.Namespace) -> int:
         from agent.stopper import stop_all
 
         return _print(stop_all(cfg))
+    if args.command == "readback":
+        from agent.readback import readback
+
+        return _print(readback(cfg))
+    if args.command == "switch":
+        from agent.pointer import HEX64
+        from agent.switch_cmd import switch
+
+        if not HEX64.match(args.sha256):
+            raise AgentError(f"--sha256 {args.sha256[:20]!r} is not a sha256", exit_code=2)
+        if args.stable_s < 0 or args.deadline_s <= 0:
+            raise AgentError("--stable-s must be >= 0 and --deadline-s > 0", exit_code=2)
+        outcome, code = switch(cfg, args.node, args.sha256, args.stable_s, args.deadline_s)
+        _print(outcome)
+        return code
     raise AgentError(f"unknown command {args.command}", exit_code=2)
 
 

@@ -15,6 +15,8 @@ import os
 
 from agent import procs
 from agent.config import Config
+from agent.files import read_json
+from agent.persist import AgentState
 from agent.template import Values, render_argv, render_text
 
 NODE = "node"
@@ -59,3 +61,22 @@ def _program_file(cfg: Config, name: str, values: Values) -> tuple[str, list[str
     if not os.path.isabs(exe):
         exe = os.path.join(render_text(program.cwd, values) or str(cfg.root), exe)
     return os.path.normpath(exe), argv[i + 1 :]
+
+
+def instances(cfg: Config, name: str) -> list[procs.ProcInfo]:
+    """From outside the agent (`stop`, `readback`): the live processes that are this program,
+    the one its pidfile names first, then any other the command line identifies."""
+    found: dict[int, procs.ProcInfo] = {}
+    info = procs.from_record(read_json(cfg.layout.pidfile(name)))
+    if info is not None:
+        found[info.pid] = info
+    binary = AgentState.load(cfg.layout.state).node_binary
+    values: dict[str, str | None] = {
+        "root": str(cfg.root), "name": name, "node_bin": binary.path if binary else None,
+        "p2p_port": str(cfg.p2p_port), "p2p_public_ip": None, "p2p_public_port": None,
+    }
+    matches = matcher_for(cfg, name, values)
+    if matches is not None:
+        for other in procs.scan(matches):
+            found.setdefault(other.pid, other)
+    return list(found.values())

@@ -39,6 +39,7 @@ class AgentState:
     recovery: dict[str, Any] = field(default_factory=dict)  # runs, started_at, finished_at, ...
     last_result_at: float | None = None
     tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind -> Task.record()
+    switch: dict[str, Any] = field(default_factory=dict)  # the last switch's timeline
 
     @classmethod
     def load(cls, path: Path) -> AgentState:
@@ -53,6 +54,7 @@ class AgentState:
         recovery = raw.get("recovery")
         last_result = raw.get("last_result_at")
         tasks = raw.get("tasks")
+        switch = raw.get("switch")
         return cls(
             node_binary=node_binary,
             pointer_applied=_str_or_none(raw.get("pointer_applied")),
@@ -61,6 +63,7 @@ class AgentState:
             last_result_at=float(last_result) if isinstance(last_result, int | float) else None,
             tasks={k: v for k, v in tasks.items() if isinstance(v, dict)}
             if isinstance(tasks, dict) else {},
+            switch=switch if isinstance(switch, dict) else {},
         )
 
     def clamp_future(self, now: float) -> list[str]:

@@ -99,6 +99,8 @@ def build(src: Source, final: bool = False) -> dict[str, Any]:
             "rpc": _pick(node_reading.data, NODE_FIELDS) if node_reading else None,
             "rpc_error": node_reading.error if node_reading else None,
             "rpc_at": iso(node_reading.at) if node_reading else None,
+            "switch": _isos(dict(src.state.switch), "applied_at", "old_exit_at",
+                            "new_started_at", "synced_at") if src.state.switch else None,
         },
         "miner": {
             "hashrate": _get(miner_reading, "hashrate"),

@@ -16,8 +16,7 @@ from agent import procs
 from agent.config import Config
 from agent.errors import AgentError
 from agent.files import read_json
-from agent.identity import matcher_for
-from agent.persist import AgentState
+from agent.identity import instances
 
 POLL_S = 0.1
 
@@ -49,7 +48,7 @@ def stop_all(cfg: Config) -> dict[str, Any]:
         agent = "stopped"
     stopped = []
     for name, prog in cfg.programs.items():
-        found = _instances(cfg, name)
+        found = instances(cfg, name)
         if not found:
             continue
         for info in found:
@@ -63,23 +62,6 @@ def stop_all(cfg: Config) -> dict[str, Any]:
         cfg.layout.pidfile(name).unlink(missing_ok=True)
         stopped.append(name)
     return {"agent": agent, "stopped_without_agent": stopped}
-
-
-def _instances(cfg: Config, name: str) -> list[procs.ProcInfo]:
-    found: dict[int, procs.ProcInfo] = {}
-    info = procs.from_record(read_json(cfg.layout.pidfile(name)))
-    if info is not None:
-        found[info.pid] = info
-    binary = AgentState.load(cfg.layout.state).node_binary
-    values: dict[str, str | None] = {
-        "root": str(cfg.root), "name": name, "node_bin": binary.path if binary else None,
-        "p2p_port": str(cfg.p2p_port), "p2p_public_ip": None, "p2p_public_port": None,
-    }
-    matches = matcher_for(cfg, name, values)
-    if matches is not None:
-        for info in procs.scan(matches):
-            found.setdefault(info.pid, info)
-    return list(found.values())
 
 
 def _wait_gone(pids: list[int], timeout: float) -> bool:

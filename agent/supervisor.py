@@ -65,6 +65,7 @@ class Stray:
     pgid: int
     start_ticks: int
     deadline: float
+    sha256: str | None = None
     killed: bool = False
 
 
@@ -318,6 +319,8 @@ class Supervisor:
                 binary = os.path.normpath(os.path.join(cwd, exe))
         if prog.spawn(argv, env, cwd, log, binary, sha256):
             self._watch(prog)
+            if prog.name == NODE and prog.proc is not None:
+                self.switch.node_started(sha256, prog.proc.started_at)
 
     # ================================================================== exits
 
@@ -372,6 +375,8 @@ class Supervisor:
         for prog in self.programs.values():
             if prog.proc is not None and prog.proc.pid == pid:
                 self._unwatch(prog.proc.pidfd)
+                if prog.name == NODE:
+                    self.switch.node_exited(prog.proc.sha256)
                 outcome = prog.exited(code, self.cfg.stable_s)
                 if outcome == "restart" and self._desired(prog)[0]:
                     self._start(prog)
@@ -390,6 +395,8 @@ class Supervisor:
         for pid, stray in list(self.strays.items()):
             if not procs.is_same(pid, stray.start_ticks):
                 del self.strays[pid]
+                if stray.program == NODE:  # the old node of a switch the last agent began
+                    self.switch.node_exited(stray.sha256)
                 procs.kill_group_leftovers(stray.pgid if stray.pgid == pid else -1)
             elif now >= stray.deadline and not stray.killed:
                 procs.signal_program(pid, stray.pgid, signal.SIGKILL)
@@ -483,15 +490,17 @@ class Supervisor:
         binary, sha256 = self.switch.sha256_of(info)
         prog.adopt(info, binary, sha256)
         self._watch(prog)
-        if prog.name == NODE:
+        if prog.name == NODE and prog.proc is not None:
             self.switch.adopted(binary, sha256)
+            self.switch.node_started(sha256, prog.proc.started_at)
 
     def _add_stray(self, prog: Program, info: procs.ProcInfo, why: str) -> None:
         if info.pid in self.strays:
             return
         grace = self.cfg.grace(prog.cfg)
+        sha256 = self.switch.sha256_of(info)[1] if prog.name == NODE else None
         self.strays[info.pid] = Stray(prog.name, info.pid, info.pgid, info.start_ticks,
-                                      time.monotonic() + grace)
+                                      time.monotonic() + grace, sha256)
         self.journal(f"{prog.name}: stopping pid {info.pid} ({why}): {' '.join(info.argv)}")
         procs.signal_program(info.pid, info.pgid, signal.SIGTERM)
 
@@ -547,6 +556,10 @@ class Supervisor:
         self.switch.follow(self.cfg.grace(node.cfg) if node else self.cfg.stop_grace_s)
         readings = self.readings()
         self._track_health(readings)
+        node_reading, node_prog = readings.get(NODE), self.programs.get(NODE)
+        if node_reading and node_reading.data and node_prog and node_prog.proc:
+            self.switch.node_reading(node_reading.data.get("synced") is True, node_reading.at,
+                                     node_prog.proc.sha256)
         self.recovery.maybe_start(readings.get(NODE))
         self.pack.maybe_export(readings.get(NODE), readings.get(MINER))
         now = time.time()

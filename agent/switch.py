@@ -15,6 +15,7 @@ hand is never downgraded).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,5 +131,42 @@ class NodeSwitch:
         self.view = {"state": "applied", "path": pointer.target, "reason": None}
         self.ctx.journal(f"pointer: node binary is now {verdict.path} ({verdict.sha256[:16]})")
         node = self.ctx.program(NODE)
+        running = node.proc if node and node.state in ("running", "stopping") else None
+        if running is None or running.sha256 != verdict.sha256:
+            self._begin_timeline(running.sha256 if running else None, verdict.sha256)
         if node and node.state == "running" and node.proc and node.proc.sha256 != verdict.sha256:
             node.begin_stop(self.ctx.cfg.grace(node.cfg), f"switching to {verdict.sha256[:16]}")
+
+    # ------------------------------------------------------------------ the switch's timeline
+    # What a publish reads back as the node's downtime: the old node's exit, the new process
+    # up, the new node synced (wall-clock times, in the state so they survive a restart).
+
+    def _begin_timeline(self, old_sha256: str | None, new_sha256: str) -> None:
+        self.ctx.state.switch = {
+            "from_sha16": old_sha256[:16] if old_sha256 else None, "to_sha16": new_sha256[:16],
+            "applied_at": time.time(), "old_exit_at": None if old_sha256 else time.time(),
+            "new_started_at": None, "synced_at": None, "downtime_s": None}
+        self.ctx.save_state()
+
+    def node_exited(self, sha256: str | None) -> None:
+        sw = self.ctx.state.switch
+        if sw and sw.get("old_exit_at") is None and (sha256 or "")[:16] != sw.get("to_sha16"):
+            sw["old_exit_at"] = time.time()
+            self.ctx.save_state()
+
+    def node_started(self, sha256: str | None, started_at: float) -> None:
+        sw = self.ctx.state.switch
+        if sw and sw.get("new_started_at") is None and (sha256 or "")[:16] == sw.get("to_sha16"):
+            sw["new_started_at"] = started_at
+            self.ctx.save_state()
+
+    def node_reading(self, synced: bool, at: float, sha256: str | None) -> None:
+        sw = self.ctx.state.switch
+        started = sw.get("new_started_at") if sw else None
+        if (not sw or sw.get("synced_at") is not None or not synced or started is None
+                or at < started or (sha256 or "")[:16] != sw.get("to_sha16")):
+            return
+        sw["synced_at"] = at
+        gone = sw.get("old_exit_at")
+        sw["downtime_s"] = round(at - gone, 3) if isinstance(gone, int | float) else None
+        self.ctx.save_state()

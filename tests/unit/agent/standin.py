@@ -58,6 +58,8 @@ def serve_node(port: int, state_file: str, bad_chunks: str = "") -> None:
                     status.update(json.load(f))
             except (OSError, ValueError):
                 pass
+            if VERSION in status.pop("unsynced_versions", []):  # a release that never syncs
+                status["synced"] = False
             body = json.dumps(status).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")

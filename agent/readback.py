@@ -1,0 +1,93 @@
+"""`python -m agent readback`: what actually runs on this box, read from /proc, never from the
+pointer or the agent's own status. A publish checks every row of its table against this.
+
+For each program: the process (pidfile identity first, else the command line), whether it runs
+a binary (`exe`: the digest of /proc/<pid>/exe, which is the very file the process maps, even
+if the path was since replaced) or a script under an interpreter (`script`: the digest of the
+script the process was started with). For the node also: the version and sync state its own
+status RPC reports now, when it started, and whether that was after the pointer was written.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from agent import procs
+from agent.config import Config
+from agent.files import sha256_file
+from agent.identity import instances
+from agent.journal import utc
+from agent.persist import AgentState
+from agent.pointer import read_pointer
+from agent.probes import ProbeError, http_get_json
+
+
+def process_view(cfg: Config, name: str) -> dict[str, Any] | None:
+    found = instances(cfg, name)
+    if not found:
+        return None
+    info = found[0]
+    exe = _exe(info.pid)
+    if exe and procs.INTERPRETER.match(os.path.basename(exe).split(" ")[0]):
+        kind, path = "script", procs.binary_of(info)
+        source = path
+    else:
+        kind, path, source = "exe", exe, f"/proc/{info.pid}/exe"
+    try:
+        digest = sha256_file(Path(source)) if source else None
+    except OSError:
+        digest = None
+    return {"pid": info.pid, "exe_kind": kind, "path": path, "sha256": digest,
+            "started_at": utc(time.time() - info.age_s), "started_ts": time.time() - info.age_s,
+            "instances": len(found)}
+
+
+def readback(cfg: Config) -> dict[str, Any]:
+    layout = cfg.layout
+    out: dict[str, Any] = {name: process_view(cfg, name) for name in ("node", "miner", "prover")
+                           if name in cfg.programs}
+    node = out.get("node")
+    if node is not None:
+        node.update(version=None, synced=None, rpc_error=None)
+        url = cfg.programs["node"].status_url
+        if url:
+            try:
+                answer = http_get_json(url)
+                if isinstance(answer, dict):
+                    node.update(version=answer.get("version"), synced=answer.get("synced"))
+            except ProbeError as e:
+                node["rpc_error"] = str(e)
+    pointer = read_pointer(layout)
+    out["pointer"] = None
+    written = None
+    if pointer is not None:
+        try:
+            written = max(os.stat(p).st_mtime for p in (layout.pointer, layout.pointer_digest))
+        except OSError:
+            written = None
+        try:
+            target_sha = sha256_file(Path(pointer.target)) if pointer.target else None
+        except OSError:
+            target_sha = None
+        out["pointer"] = {"target": pointer.target, "sha256": pointer.digest_text or None,
+                          "target_sha256": target_sha,
+                          "written_at": utc(written) if written else None}
+    out["started_after_pointer"] = (
+        None if node is None or written is None else node["started_ts"] >= written - 0.05)
+    switch = AgentState.load(layout.state).switch
+    out["switch"] = {k: utc(v) if k.endswith("_at") and isinstance(v, int | float) else v
+                     for k, v in switch.items()} if switch else None
+    for name in ("node", "miner", "prover"):
+        if out.get(name):
+            out[name].pop("started_ts", None)
+    return out
+
+
+def _exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    except OSError:
+        return None

@@ -1,0 +1,111 @@
+"""`python -m agent switch --node PATH --sha256 HEX`: one box's part of a publish.
+
+Writes the pointer (digest file first, each by rename), then waits until the node runs the new
+digest (read back from /proc) and its own RPC reports synced continuously for `stable_s`,
+within `deadline_s` of the pointer write. The agent does the switch itself (stop the old node,
+then start the new one); this command only points and watches. Not healthy by the deadline:
+the previous pointer goes back and the command waits until the previous digest runs again
+(read back too). Exit 0 switched or unchanged, 3 reverted, 4 failed (could not even revert),
+1 refused (the file is missing or does not match: nothing changed).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from agent.config import Config
+from agent.files import atomic_write, sha256_file
+from agent.layout import Layout
+from agent.pointer import read_pointer
+from agent.readback import readback
+
+POLL_S = 0.25
+EXIT = {"switched": 0, "unchanged": 0, "refused": 1, "reverted": 3, "failed": 4}
+
+
+def write_pointer(layout: Layout, target: str, sha256: str) -> None:
+    """The digest first, then the path, each replaced atomically and durably: the agent never
+    sees a path without its digest."""
+    atomic_write(layout.pointer_digest, sha256 + "\n", durable=True)
+    atomic_write(layout.pointer, target + "\n", durable=True)
+
+
+def switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: float
+           ) -> tuple[dict[str, Any], int]:
+    layout = cfg.layout
+    wanted = {"target": target, "sha256": sha256}
+    current = read_pointer(layout)
+    previous = ({"target": current.target, "sha256": current.digest_text}
+                if current is not None else None)
+
+    def result(outcome: str, reason: str | None) -> tuple[dict[str, Any], int]:
+        return ({"outcome": outcome, "reason": reason, "previous": previous, "target": wanted,
+                 "readback": readback(cfg)}, EXIT[outcome])
+
+    refusal = _check_file(target, sha256)
+    if refusal:
+        return result("refused", refusal)
+    pointed = previous == wanted
+    if pointed and _healthy(cfg, sha256):
+        return result("unchanged", None)
+    if not pointed:
+        write_pointer(layout, target, sha256)
+    deadline = time.monotonic() + deadline_s
+    if _wait_healthy(cfg, sha256, stable_s, deadline):
+        return result("switched", None)
+    why = (f"the node did not run {sha256[:16]} synced for {stable_s:.0f} s within "
+           f"{deadline_s:.0f} s")
+    if previous is None or pointed:
+        return result("failed", f"{why}; no earlier pointer to go back to")
+    write_pointer(layout, previous["target"], previous["sha256"])
+    if _wait_running(cfg, previous["sha256"], time.monotonic() + deadline_s):
+        return result("reverted", f"{why}; reverted to {previous['sha256'][:16]}")
+    return result("failed", f"{why}; the revert to {previous['sha256'][:16]} did not come back "
+                  f"within {deadline_s:.0f} s")
+
+
+def _check_file(target: str, sha256: str) -> str | None:
+    if not os.path.isabs(target):
+        return f"{target!r} is not an absolute path"
+    try:
+        st = os.stat(target)
+    except OSError as e:
+        return f"{target} cannot be read: {e.strerror}"
+    if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
+        return f"{target} is not an executable file"
+    actual = sha256_file(Path(target))
+    if actual != sha256:
+        return f"{target} has sha256 {actual[:16]}..., the release says {sha256[:16]}..."
+    return None
+
+
+def _healthy(cfg: Config, sha256: str) -> bool:
+    node = readback(cfg).get("node") or {}
+    return node.get("sha256") == sha256 and node.get("synced") is True
+
+
+def _wait_healthy(cfg: Config, sha256: str, stable_s: float, deadline: float) -> bool:
+    since: float | None = None
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        if _healthy(cfg, sha256):
+            since = now if since is None else since
+            if now - since >= stable_s:
+                return True
+        else:
+            since = None
+        time.sleep(POLL_S)
+    return False
+
+
+def _wait_running(cfg: Config, sha256: str, deadline: float) -> bool:
+    while time.monotonic() < deadline:
+        node = readback(cfg).get("node") or {}
+        if node.get("sha256") == sha256 and node.get("version") is not None:
+            return True
+        time.sleep(POLL_S)
+    return False
