@@ -201,3 +201,16 @@ print(json.dumps({
     "running_binary": node.get("binary") or (status.get("node") or {}).get("binary"),
 }))
 """
+
+
+class NodeReadback(_AgentJson):
+    """
+    What the box runs, read from the processes themselves (``python -m agent readback``): the
+    node's pid, what it executes (``exe``, or the script of an interpreted program) with that
+    file's sha256, when it started, the version its status RPC reports and whether it is
+    synced; the miner's and prover's digests; the pointer (its target and the digests written
+    and found); whether the node started after the pointer was written; the last switch
+    (from/to sha16, old exit, new start, synced, downtime). ``{}`` without an agent.
+    """
+
+    subcommand = "readback"

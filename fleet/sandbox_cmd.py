@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import cycle
@@ -18,6 +19,7 @@ from typing import Any
 from rich.console import Console
 
 from fleet import offers as offers_mod
+from fleet import releases
 from fleet import rent as rent_mod
 from fleet.config import Config
 from fleet.errors import FleetError, UsageError
@@ -66,8 +68,10 @@ def up(cfg: Config, state_dir: Path, boxes: int, role: str | None, backend: str,
 
     with _sandbox_errors():
         info = manage.up(state_dir, seed=seed, backend=_backend(backend))
-    # stands in for the release publisher: the simulators' versions, with their digests
-    build_store(cfg.releases)
+    # stands in for the release publisher: the simulators' versions, with their digests,
+    # recorded through the store's own writer (a release added by hand stays)
+    with tempfile.TemporaryDirectory(prefix="fleet-sandbox-releases-") as tmp:
+        releases.import_built(cfg.releases, [(r.version, r.path) for r in build_store(Path(tmp))])
     load_env(state_dir)
     from sandbox.control_client import ControlClient
 

@@ -6,10 +6,13 @@ node binary to run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, StringCommand, operation
+from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 from pyinfra.api.command import QuoteString
 
+from facts.box import NodeReadback
 from operations.util import box_state
 
 # Unpack into a temporary folder, check every file against the digests the operator sent, and
@@ -24,6 +27,19 @@ cd "$tmp" && printf '%s' "$sums" | sha256sum -c --quiet -
 rm -rf "$dest" && mv "$tmp" "$dest" && rm -f "$tarball"
 """
 
+# A folder already in place is checked again, file by file: a staged file that changed on the
+# box fails here, naming it, instead of being switched to.
+_VERIFY = r"""
+set -e
+dest=$1 sums=$2
+cd "$dest"
+if ! out=$(printf '%s' "$sums" | sha256sum -c --quiet - 2>&1); then
+  printf '%s\n' "$out" | grep FAILED | sed "s|^|$dest/|" >&2
+  echo "release files on the box differ from the release's digests" >&2
+  exit 1
+fi
+"""
+
 _POINT = r"""
 set -e
 root=$1 node=$2 sha=$3
@@ -35,7 +51,8 @@ mv -f "$root/.standing.node.new" "$root/standing.node"
 
 
 @operation()
-def present(tarball: str, sha16: str, sha256sums: str, root: str = "/root/fleet"):
+def present(tarball: str, sha16: str, sha256sums: str, root: str = "/root/fleet",
+            verify: bool = False):
     """
     Place a release's files under ``<root>/releases/<sha16>/``, checked against their digests.
 
@@ -43,15 +60,28 @@ def present(tarball: str, sha16: str, sha256sums: str, root: str = "/root/fleet"
     + sha16: the release's node sha16 (its folder name on the box)
     + sha256sums: ``sha256sum``-format lines for every file of the release
     + root: the fleet's directory on the box
+    + verify: check a folder that is already there too, and fail naming any file that differs
+
+    **Example:**
+
+    .. code:: python
+
+        release.present(name="Stage 1.5.0", tarball=str(shipped.tarball),
+                        sha16=rel.node_sha16, sha256sums=shipped.sha256sums, verify=True)
     """
     state = box_state(host, root)
+    dest = f"{root}/releases/{sha16}"
     if sha16 in state.get("releases", []):
+        if verify:
+            yield StringCommand("sh -c", QuoteString(_VERIFY), "verify", QuoteString(dest),
+                                QuoteString(sha256sums))
+            return
         host.noop(f"release {sha16} is present")
         return
     remote = f"/tmp/fleet-release-{sha16}.tar"
     yield FileUploadCommand(tarball, remote)
     yield StringCommand("sh -c", QuoteString(_UNPACK), "release",
-                        QuoteString(f"{root}/releases/{sha16}"), QuoteString(remote),
+                        QuoteString(dest), QuoteString(remote),
                         QuoteString(sha256sums))
 
 
@@ -76,3 +106,50 @@ def pointer(node: str, sha256: str, root: str = "/root/fleet", only_if_absent: b
         return
     yield StringCommand("sh -c", QuoteString(_POINT), "pointer", QuoteString(root),
                         QuoteString(node), QuoteString(sha256))
+
+
+@operation()
+def switched(node: str, sha256: str, stable_s: int = 60, deadline_s: int = 300,
+             root: str = "/root/fleet", older: Sequence[str] = (), downgrade: bool = False):
+    """
+    The node runs ``node`` (digest ``sha256``): the agent on the box writes the pointer, waits
+    until the new node runs and stays synced for ``stable_s`` within ``deadline_s``, and puts
+    the previous pointer back by itself when it does not (the command then fails: exit 3
+    reverted, 4 failed, 1 refused). Compares with what the box *runs* (``NodeReadback``),
+    never with the registry.
+
+    + node: absolute path of the node binary on the box (staged by ``release.present``)
+    + sha256: the binary's full sha256
+    + stable_s: seconds the new node must stay synced
+    + deadline_s: seconds from the pointer write for it to get there
+    + root: the fleet's directory on the box
+    + older: node digests of the releases this one may replace (not newer than it); a node
+      running any other digest (a newer release, or one the store does not know) is ahead
+      and left alone
+    + downgrade: switch even a box that is ahead
+
+    **Example:**
+
+    .. code:: python
+
+        release.switched(name="Switch to 1.5.0", node=f"{ROOT}/releases/{sha16}/igneumd",
+                         sha256=rel.node_sha256, older=[r.node_sha256 for r in older])
+    """
+    readback = host.get_fact(NodeReadback, root=root)
+    if not readback:
+        raise OperationError(f"no agent answers under {root}; convert the box first "
+                             "(deploys/standing.py)")
+    running = (readback.get("node") or {}).get("sha256")
+    if running == sha256:
+        host.noop(f"node runs {sha256[:16]}")
+        return
+    if not running and not downgrade:
+        raise OperationError("no node runs: what the box runs cannot be compared; not switching")
+    if running and running not in older and not downgrade:
+        host.noop(f"node runs {running[:16]}, not an older release: ahead, left alone")
+        return
+    yield StringCommand(
+        "cd", QuoteString(root), "&&", "venv/bin/python -m agent switch --config agent.toml",
+        "--node", QuoteString(node), "--sha256", QuoteString(sha256),
+        "--stable-s", str(int(stable_s)), "--deadline-s", str(int(deadline_s)),
+    )

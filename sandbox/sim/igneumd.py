@@ -43,6 +43,7 @@ DEFAULT_KNOBS: dict[str, Any] = {
     "seed_every": 300,  # blocks per seed epoch
     "start_height": 0,  # height of a fresh datadir
     "network_height": 1200,  # the network's height at first start; raising it makes the node resync
+    "never_sync_versions": [],  # versions (e.g. ["1.5.0"]) that stay one block behind, never synced
 }
 PING_EVERY_S = 2.0
 PEER_SILENT_S = 10.0
@@ -98,6 +99,8 @@ class Knobs:
             value = raw.get(key, default)
             if key == "crash_after_s":
                 ok = value is None or isinstance(value, int | float)
+            elif isinstance(default, list):
+                ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
             elif isinstance(default, bool):
                 ok = isinstance(value, bool)
             else:
@@ -147,6 +150,8 @@ class Chain:
             if self.height < self.network:
                 catch_up = max(rate, float(knobs["sync_blocks_per_s"]))
                 self.height = min(self.network, self.height + catch_up * dt)
+            if VERSION in knobs["never_sync_versions"]:  # a release that cannot follow
+                self.height = min(self.height, self.network - 1.0)
             was = self.synced
             self.synced = self.height >= self.network
             if self.synced and not was:
