@@ -124,6 +124,10 @@ def _print(value: Any) -> int:
 
 
 def _run(cfg: Config, foreground: bool) -> int:
+    # The daemon speaks plain http only (its probes); http.client would import ssl for HTTPS,
+    # mapping OpenSSL (~4 MiB of RSS) into a process that lives for months. Refused here, in
+    # the daemon alone (a process that already loaded ssl keeps it).
+    sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
     from agent.daemon import detach
     from agent.journal import Journal
     from agent.lock import AgentLock
