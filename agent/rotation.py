@@ -9,6 +9,7 @@ the truncate are lost, the usual price of copy-truncate.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
@@ -41,3 +42,14 @@ def rotate_if_big(path: Path, max_bytes: int, keep: int) -> bool:
     os.replace(tmp, first)
     os.truncate(path, 0)
     return True
+
+
+def rotate_logs(paths: Iterable[Path], max_bytes: int, keep: int,
+                journal: Callable[[str], None]) -> None:
+    """Rotate each log that is too big; a failure is logged, never raised (a full disk)."""
+    for path in paths:
+        try:
+            if rotate_if_big(path, max_bytes, keep):
+                journal(f"rotated {path}")
+        except OSError as e:
+            journal(f"cannot rotate {path}: {e}")

@@ -26,7 +26,6 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,37 +35,26 @@ from agent.config import Config
 from agent.daemon import become_subreaper
 from agent.files import DigestCache, append_line, atomic_write, read_json, touch, write_json
 from agent.gpu import Admission, admit, read_gpu
+from agent.health import restart_unhealthy
 from agent.identity import matcher_for
 from agent.journal import Journal
 from agent.observer import Observer
 from agent.pack import PackExport
 from agent.persist import AgentState
 from agent.ports import find_p2p
-from agent.probes import HTTP_TIMEOUT_S, Reading
+from agent.probes import Reading
 from agent.program import Program
 from agent.recovery import ExecRecovery
-from agent.rotation import rotate_if_big
+from agent.rotation import rotate_logs
+from agent.storage import Storage
+from agent.strays import STRAY_POLL_S, Strays
 from agent.switch import NodeSwitch
 from agent.tasks import Task
 from agent.template import render_argv, render_env, render_text
 
 NODE = "node"
 MINER = "miner"
-STRAY_POLL_S = 0.2
 NO_PIDFD_POLL_S = 0.5
-
-
-@dataclass
-class Stray:
-    """A duplicate of a program being stopped (TERM, then KILL after the grace)."""
-
-    program: str
-    pid: int
-    pgid: int
-    start_ticks: int
-    deadline: float
-    sha256: str | None = None
-    killed: bool = False
 
 
 class Supervisor:
@@ -84,7 +72,7 @@ class Supervisor:
         self.switch = NodeSwitch(self)
         self.recovery = ExecRecovery(self)
         self.pack = PackExport(self)
-        self.strays: dict[int, Stray] = {}
+        self.strays = Strays(journal)
         self.tasks: dict[int, Task] = {}
         self.p2p = find_p2p(cfg.p2p_port)
         self.admission: Admission = admit(read_gpu(), cfg.admitted_driver, cfg.qualified_gpus)
@@ -94,8 +82,8 @@ class Supervisor:
         self.ticks = 0
         self.mode: str | None = None  # None: supervising; "leave": exit, programs keep running;
         #                                "stop": stop every program, then exit
-        self.write_errors: dict[str, tuple[str, float]] = {}  # what -> (error, since)
-        self._logs: list[Path] | None = None
+        self.storage = Storage(journal)  # writes that fail (a full disk), reported
+        self._logs: list[Path] = []
         self.selector = selectors.DefaultSelector()
         self._wakeup_r = -1
         now = time.monotonic()
@@ -176,7 +164,7 @@ class Supervisor:
         else:
             self.journal("agent exits; programs keep running and will be adopted")
         self._write_status(final=True)
-        self._try("agent.pid", lambda: self.layout.agent_pid.unlink(missing_ok=True))
+        self.storage.attempt("agent.pid", lambda: self.layout.agent_pid.unlink(missing_ok=True))
         return 0
 
     def _write_agent_pid(self) -> None:
@@ -185,8 +173,9 @@ class Supervisor:
         me = procs.identify(os.getpid())
         record: dict[str, Any] = me.record() if me else {"pid": os.getpid()}
         record.update(started_at=self.started_at, version=__version__, tick_s=self.cfg.tick_s)
-        self._try("heartbeat", lambda: write_json(self.layout.heartbeat, record))
-        self._try("agent.pid", lambda: atomic_write(self.layout.agent_pid, f"{os.getpid()}\n"))
+        self.storage.attempt("heartbeat", lambda: write_json(self.layout.heartbeat, record))
+        pid_line = f"{os.getpid()}\n"
+        self.storage.attempt("agent.pid", lambda: atomic_write(self.layout.agent_pid, pid_line))
 
     def _install_signals(self) -> None:
         r, w = os.pipe()
@@ -211,29 +200,11 @@ class Supervisor:
 
     # ================================================================== writes that may fail
 
-    def _try(self, what: str, write: Callable[[], object]) -> bool:
-        """Run one write; a failure is remembered (status `storage`), never raised."""
-        try:
-            write()
-        except OSError as e:
-            error = f"cannot write {what}: {e.strerror or e}"
-            if what not in self.write_errors:
-                self.journal(error)
-                self.write_errors[what] = (error, time.time())
-            return False
-        if self.write_errors.pop(what, None) is not None:
-            self.journal(f"{what} written again")
-        return True
-
     def save_state(self) -> bool:
-        return self._try("run/state.json", lambda: self.state.save(self.layout.state))
+        return self.storage.attempt("run/state.json", lambda: self.state.save(self.layout.state))
 
     def storage_view(self) -> dict[str, Any]:
-        if not self.write_errors:
-            return {"ok": True, "error": None, "since": None, "failing": []}
-        first = min(self.write_errors.values(), key=lambda e: e[1])
-        return {"ok": False, "error": first[0], "since": first[1],
-                "failing": sorted(self.write_errors)}
+        return self.storage.view()
 
     # ================================================================== values and wants
 
@@ -293,7 +264,7 @@ class Supervisor:
     def _start(self, prog: Program) -> None:
         binary = sha256 = None
         if prog.name == NODE:
-            if any(s.program == NODE for s in self.strays.values()):
+            if any(s.program == NODE for s in self.strays):
                 return  # never two nodes: wait until the old one is gone
             keeper, others = self.switch.choose(self._find_instances(prog), None)
             for other in others:
@@ -389,18 +360,12 @@ class Supervisor:
             (self.recovery if task.kind == "recovery" else self.pack).done(task, code)
             self.save_state()
             return
-        self.strays.pop(pid, None)  # else: an orphan we reaped as subreaper
+        self.strays.forget(pid)  # else: an orphan we reaped as subreaper
 
     def _check_strays(self, now: float) -> None:
-        for pid, stray in list(self.strays.items()):
-            if not procs.is_same(pid, stray.start_ticks):
-                del self.strays[pid]
-                if stray.program == NODE:  # the old node of a switch the last agent began
-                    self.switch.node_exited(stray.sha256)
-                procs.kill_group_leftovers(stray.pgid if stray.pgid == pid else -1)
-            elif now >= stray.deadline and not stray.killed:
-                procs.signal_program(pid, stray.pgid, signal.SIGKILL)
-                stray.killed = True
+        for stray in self.strays.check(now):
+            if stray.program == NODE:  # the old node of a switch (maybe one the last agent began)
+                self.switch.node_exited(stray.sha256)
 
     def _check_tasks(self, now: float) -> None:
         for task in self.tasks.values():
@@ -460,10 +425,10 @@ class Supervisor:
         if matches is None:
             return []
         tracked = [p.proc for p in self.programs.values() if p.proc is not None]
-        skip = set(self.strays) | set(self.tasks) | {p.pid for p in tracked}
+        skip = self.strays.pids() | set(self.tasks) | {p.pid for p in tracked}
         # process groups we own: a program's or a task's workers are not instances
         groups = {p.pgid for p in tracked if p.pgid == p.pid} | set(self.tasks)
-        groups |= {s.pgid for s in self.strays.values() if s.pgid == s.pid}
+        groups |= {s.pgid for s in self.strays if s.pgid == s.pid}
         return [i for i in procs.scan(matches, skip, table) if i.pgid not in groups]
 
     def _adopt_at_start(self) -> None:
@@ -495,14 +460,8 @@ class Supervisor:
             self.switch.node_started(sha256, prog.proc.started_at)
 
     def _add_stray(self, prog: Program, info: procs.ProcInfo, why: str) -> None:
-        if info.pid in self.strays:
-            return
-        grace = self.cfg.grace(prog.cfg)
         sha256 = self.switch.sha256_of(info)[1] if prog.name == NODE else None
-        self.strays[info.pid] = Stray(prog.name, info.pid, info.pgid, info.start_ticks,
-                                      time.monotonic() + grace, sha256)
-        self.journal(f"{prog.name}: stopping pid {info.pid} ({why}): {' '.join(info.argv)}")
-        procs.signal_program(info.pid, info.pgid, signal.SIGTERM)
+        self.strays.add(prog.name, info, self.cfg.grace(prog.cfg), why, sha256)
 
     def _reconcile(self) -> None:
         """From scratch: are our processes alive, are there others, is the p2p mapping the same."""
@@ -537,7 +496,7 @@ class Supervisor:
                 self._add_stray(prog, info, f"duplicate {prog.name}")
             if keeper is not None:
                 self._adopt(prog, keeper)
-        self._rotate_logs()
+        rotate_logs(self._log_paths(), self.cfg.log_max_bytes, self.cfg.log_keep, self.journal)
         p2p = find_p2p(self.cfg.p2p_port)
         if p2p != self.p2p:
             self.journal(f"p2p: mapping changed to {p2p.as_dict()} (used at the node's next start)")
@@ -555,7 +514,7 @@ class Supervisor:
         node = self.programs.get(NODE)
         self.switch.follow(self.cfg.grace(node.cfg) if node else self.cfg.stop_grace_s)
         readings = self.readings()
-        self._track_health(readings)
+        restart_unhealthy(self.cfg, self.programs.values(), readings)
         node_reading, node_prog = readings.get(NODE), self.programs.get(NODE)
         if node_reading and node_reading.data and node_prog and node_prog.proc:
             self.switch.node_reading(node_reading.data.get("synced") is True, node_reading.at,
@@ -563,13 +522,14 @@ class Supervisor:
         self.recovery.maybe_start(readings.get(NODE))
         self.pack.maybe_export(readings.get(NODE), readings.get(MINER))
         now = time.time()
-        self._try("heartbeat", lambda: touch(self.layout.heartbeat))
+        self.storage.attempt("heartbeat", lambda: touch(self.layout.heartbeat))
         current = self._write_status()
         # the RESULT line goes to out/, independently of whether status.json could be written
         last = self.state.last_result_at
         if (last is None or now - last >= self.cfg.result_every_s) and self._figures_ready(now):
             line = status.result_line(current)
-            if self._try("out/standing.log", lambda: append_line(self.layout.standing_log, line)):
+            log = self.layout.standing_log
+            if self.storage.attempt("out/standing.log", lambda: append_line(log, line)):
                 self.state.last_result_at = now
                 self.save_state()
 
@@ -585,7 +545,7 @@ class Supervisor:
 
     def _write_status(self, final: bool = False) -> dict[str, Any]:
         current = status.build(self, final)
-        self._try("run/status.json", lambda: write_json(self.layout.status, current))
+        self.storage.attempt("run/status.json", lambda: write_json(self.layout.status, current))
         return current
 
     # ================================================================== the observer
@@ -649,36 +609,11 @@ class Supervisor:
         verdict = "admitted" if after.admitted else "REFUSED"
         self.journal(f"admission: {verdict}: {after.reason}")
 
-    def _track_health(self, readings: dict[str, Reading]) -> None:
-        now = time.monotonic()
-        too_old = time.time() - 3 * self.cfg.tick_s - 2 * HTTP_TIMEOUT_S
-        for prog in self.programs.values():
-            reading = readings.get(prog.name)
-            if reading is not None and reading.at < too_old:
-                continue  # a frozen reading tells nothing: neither restart nor all-clear
-            if prog.state != "running" or prog.proc is None or reading is None:
-                prog.unhealthy_since = None
-                continue
-            if reading.healthy is not False:
-                prog.unhealthy_since = None
-                continue
-            if prog.unhealthy_since is None:
-                prog.unhealthy_since = now
-            limit = prog.cfg.restart_unhealthy_after_s
-            old_enough = now - prog.proc.started_mono >= max(self.cfg.stable_s, limit)
-            if limit and old_enough and now - prog.unhealthy_since >= limit:
-                prog.begin_stop(self.cfg.grace(prog.cfg), f"unhealthy: {reading.error}")
-
-    def _rotate_logs(self) -> None:
-        if self._logs is None:
+    def _log_paths(self) -> list[Path]:
+        if not self._logs:
             self._logs = [self.layout.agent_log, self.layout.recovery_log, self.layout.pack_log]
             for name, p in self.cfg.programs.items():
                 text = render_text(p.log, self.values(name))
                 if text:
                     self._logs.append(Path(text))
-        for path in self._logs:
-            try:
-                if rotate_if_big(path, self.cfg.log_max_bytes, self.cfg.log_keep):
-                    self.journal(f"rotated {path}")
-            except OSError as e:
-                self.journal(f"cannot rotate {path}: {e}")
+        return self._logs
