@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -58,9 +59,12 @@ STALE_TICKS = 3  # a status or reading older than this many agent ticks tells no
 
 
 def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
-          wanted: str | None, previous: dict[str, Any] | None) -> Health:
+          wanted: str | None, previous: dict[str, Any] | None,
+          known: Sequence[releases.Release] = ()) -> Health:
     """Turn one box's agent status into a verdict with its reasons. What cannot be told (an
-    old status, an old reading, a dead observer) is a problem, never the last good verdict."""
+    old status, an old reading, a dead observer) is a problem, never the last good verdict.
+    With the release store's releases (`known`), a box on an older release than the wanted
+    one (the last publish's) is named *behind*."""
     h = Health(label, str(data.get("provider")), wanted_sha16=wanted)
     if status is None:
         h.problems.append("ssh: box did not answer")
@@ -107,7 +111,7 @@ def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
         if not h.exec_moving:
             h.problems.append(f"node: exec tip stuck at {h.exec_tip}")
     if wanted and h.node_sha16 != wanted:
-        h.problems.append(f"node: runs {h.node_sha16}, wanted {wanted}")
+        h.problems.append(_wrong_node(h.node_sha16, wanted, known))
     adm = status.get("admission") or {}
     h.admitted, h.admission_reason = adm.get("admitted"), adm.get("reason")
     if not h.admitted:
@@ -119,6 +123,16 @@ def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
         if p.get("degraded"):
             h.problems.append(f"{name}: degraded ({p.get('reason')})")
     return h
+
+
+def _wrong_node(running: str | None, wanted: str, known: Sequence[releases.Release]) -> str:
+    have = releases.by_node_sha256(known, running)
+    want = releases.by_node_sha256(known, wanted)
+    if have is not None and want is not None:
+        where = "behind" if have.key < want.key else "ahead"
+        return (f"node: {where}: runs {have.version} ({running}), wanted {want.version} "
+                f"({wanted})")
+    return f"node: runs {running}, wanted {wanted}"
 
 
 def _age(status_ts: Any, read_at: Any, status_age: Any) -> float | None:
@@ -165,6 +179,10 @@ def check(cfg: Config, built: Built) -> list[Health]:
             for row, status in built.down if row.kind == "standing"]
     if not hosts:
         return down
+    try:
+        known = releases.load_or_empty(cfg.releases)
+    except ConfigError:
+        known = []
     history_path = cfg.registry.parent / "check-history.json"
     try:
         history: dict[str, Any] = json.loads(history_path.read_text())
@@ -184,7 +202,7 @@ def check(cfg: Config, built: Built) -> list[Health]:
     out = []
     for name, data in hosts:
         status = by_name.get(name) if name in by_name else None
-        h = judge(name, data, status, _wanted(cfg, data), history.get(name))
+        h = judge(name, data, status, _wanted(cfg, data), history.get(name), known)
         if h.exec_tip is not None and status:
             history[name] = {"exec_tip": h.exec_tip, "moving": h.exec_moving,
                              "rpc_at": (status.get("node") or {}).get("rpc_at"),

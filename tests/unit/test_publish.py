@@ -316,3 +316,24 @@ def test_a_never_sync_version_stays_behind_and_others_sync(tmp_path: Path,
         assert chain.synced is synced, version
         assert chain.status(knobs, 0)["synced"] is synced
         assert chain.height >= chain.network - 1.0  # caught up to within a block either way
+
+
+# --- fleet check after a publish -------------------------------------------------------------
+
+def test_check_names_a_box_behind_its_wanted_release(tmp_path: Path) -> None:
+    from test_check import DATA, status
+
+    from fleet.check import judge
+
+    old, new, newer = known = _store(tmp_path)
+    s = status(node={"sha16": old.node_sha16, "rpc": {"synced": True, "blocks": 1300,
+                                                      "exec_tip": 1298},
+                     "rpc_at": "2026-12-02T10:00:00Z"})
+    h = judge("b", DATA, s, new.node_sha16, None, known)
+    assert f"node: behind: runs 1.4.0 ({old.node_sha16}), wanted 1.5.0 ({new.node_sha16})" \
+        in h.problems and not h.well
+    ahead = judge("b", DATA, s, old.node_sha16, None, known)  # on the wanted one: well
+    assert ahead.well
+    s["node"]["sha16"] = newer.node_sha16
+    assert any(p.startswith("node: ahead: runs 1.6.0") for p in judge(
+        "b", DATA, s, new.node_sha16, None, known).problems)
