@@ -314,6 +314,9 @@ def table_row(label: str, provider: str, state: str, note: str, rb: Readback | N
         "new_started_at": sw.get("new_started_at") if ours else None,
         "synced_at": sw.get("synced_at") if ours else None,
         "synced_after_s": _secs(sw.get("applied_at"), sw.get("synced_at")) if ours else None,
+        # no node process at all: the old one's exit to the new one's start (the agent's own
+        # process events); to synced: the agent's first synced reading (one per agent tick)
+        "gap_s": _secs(sw.get("old_exit_at"), sw.get("new_started_at")) if ours else None,
         "downtime_s": sw.get("downtime_s") if ours else None,
     })
     row["problems"] = check_row(release, known, rb) if state == "switched" else []
@@ -648,7 +651,7 @@ def _want(cfg: Config, labels: Sequence[str], release: releases.Release) -> None
 # --- the table -------------------------------------------------------------------------------
 
 COLUMNS = ("box", "state", "version", "node sha16 (of)", "after pointer", "miner", "prover",
-           "pointer", "synced after", "downtime", "manifest")
+           "pointer", "synced after", "down: exit→up / →synced", "manifest")
 
 
 def cells(row: dict[str, Any]) -> list[str]:
@@ -677,4 +680,6 @@ def cells(row: dict[str, Any]) -> list[str]:
         check = "-"
     return [row["label"], state, row.get("version") or "-", node,
             yes(row.get("started_after_pointer")), prog("miner"), prog("prover"), ptr,
-            secs(row.get("synced_after_s")), secs(row.get("downtime_s")), check]
+            secs(row.get("synced_after_s")),
+            f"{secs(row.get('gap_s'))} / {secs(row.get('downtime_s'))}"
+            if row.get("gap_s") is not None else "-", check]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -328,9 +327,9 @@ def test_agent_sigkilled_mid_switch_still_ends_on_the_new_release(fleet: Fleet) 
         "                a = open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')\n"
         "            except OSError:\n"
         "                continue\n"
-        "            if any(x.endswith(b'/igneumd') for x in a):\n"
-        "                now.append([int(p), next(x for x in a if x.endswith(b'/igneumd'))"
-        ".decode()])\n"
+        "            prog = a[1] if a[0].endswith(b'python3') and len(a) > 1 else a[0]\n"
+        "            if prog.endswith(b'/igneumd'):  # the node itself (a script), not a\n"
+        "                now.append([int(p), prog.decode()])  # command naming it\n"
         "        if now != seen:\n"
         "            f.write(json.dumps([time.time(), sorted(now)]) + '\\n'); f.flush()\n"
         "            seen = now\n"
@@ -364,7 +363,9 @@ def test_agent_sigkilled_mid_switch_still_ends_on_the_new_release(fleet: Fleet) 
     assert fleet.node(label)[1:] == (new.node_sha16, "1.5.0")
     samples = [json.loads(line) for line in fleet.ssh(label, "pkill -f '/tmp/[s]ampler.py'; "
                                                              "cat /tmp/nodes.log").splitlines()]
-    assert samples and max(len(s[1]) for s in samples) == 1, samples  # never two nodes
+    logs = fleet.ssh(label, f"tail -40 {ROOT}/log/agent.log; tail -15 {ROOT}/log/node.log")
+    # never two nodes
+    assert samples and max(len(s[1]) for s in samples) == 1, json.dumps(samples) + "\n" + logs
     paths = [s[1][0][1] for s in samples if s[1]]
     first_new = next(i for i, p in enumerate(paths) if new.node_sha16 in p)
     assert all(new.node_sha16 in p for p in paths[first_new:]), paths  # never back to old

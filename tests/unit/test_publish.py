@@ -191,6 +191,7 @@ def test_table_row_reports_downtime_and_the_kind_of_file(tmp_path: Path) -> None
     _, new, _ = known = _store(tmp_path)
     row = pub.table_row("box-a", "vast", "switched", "", _rb(new), new, known)
     assert row["matches_manifest"] and row["downtime_s"] == 2.5 and row["synced_after_s"] == 3.5
+    assert row["gap_s"] == 1.0
     assert row["miner_version"] == "1.5.0" and row["node_kind"] == "script"
     cells = pub.cells(row)
     assert cells[0] == "box-a" and cells[-1] == "ok" and "(script)" in cells[3]
