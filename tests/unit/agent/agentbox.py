@@ -271,3 +271,20 @@ def alive(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def gone(pid: int) -> bool:
+    """No such process any more, or only its zombie (exited, not yet reaped by its parent).
+    Asked once: a process that exits between two questions is never an error."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def zombie(p: psutil.Process) -> bool:
+    """An exited process its parent has not reaped (one that is gone altogether is not)."""
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

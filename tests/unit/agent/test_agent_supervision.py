@@ -8,7 +8,7 @@ import signal
 import subprocess
 
 import psutil
-from agentbox import PY, Box, wait_for
+from agentbox import PY, Box, gone, wait_for, zombie
 
 
 def start_box(box: Box, **top: object) -> subprocess.Popen[bytes]:
@@ -39,7 +39,7 @@ def test_sigkilled_programs_come_back_every_time(box: Box) -> None:
             new = wait_for(lambda n=name, o=old: (box.pid_of(n) or o) != o and box.pid_of(n),
                            f"{name} restarted after SIGKILL of {old}")
             assert psutil.pid_exists(new)
-            assert not psutil.pid_exists(old) or psutil.Process(old).status() == "zombie"
+            assert gone(old)
     for name in ("node", "miner", "prover"):  # the first start and three restarts
         wait_for(lambda n=name: len(box.invocations(n)) >= 4, f"{name} started 4 times")
         assert len(box.invocations(name)) == 4
@@ -159,7 +159,7 @@ def test_run_detaches_from_the_session_and_stop_ends_everything(box: Box) -> Non
     assert out["agent"] == "stopped"
     for pid in [daemon.pid, *pids]:
         assert pid is not None
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+        assert gone(pid)
     status = json.loads(box.agent_cli("status", "--config", str(box.config_path)).stdout)
     assert status["alive"] is False
     assert status["agent"]["state"] == "stopped"
@@ -183,7 +183,7 @@ def test_a_program_ignoring_sigterm_is_killed_after_the_grace(box: Box) -> None:
     pid = wait_for(lambda: box.pid_of("prover"), "prover running")
     out = json.loads(box.agent_cli("stop", "--config", str(box.config_path)).stdout)
     assert out["agent"] == "stopped"
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+    assert gone(pid)
     assert "ignored SIGTERM; sending SIGKILL" in box.journal()
 
 
@@ -191,17 +191,19 @@ def test_the_agent_reaps_orphans_of_its_programs(box: Box) -> None:
     """A program's child whose parent exits is reparented to the agent (child subreaper),
     which reaps it when it exits: no zombie is left."""
     orphan_file = box.tmp / "orphan.pid"
+    # A subshell starts the orphan and exits at once, then the program carries on. The orphan
+    # lives until the test kills it (its command line names the test's directory, so teardown
+    # finds it too): no race between a fixed lifetime and a loaded machine.
+    orphan_cmd = f"{PY} -c 'import time; time.sleep(600)' {box.tmp}/orphan"
+    script = (f"( {orphan_cmd} & echo $! > {orphan_file}.tmp && mv {orphan_file}.tmp "
+              f"{orphan_file} ); exec {PY} {box.bin}/prover.py prover")
     box.configure(programs=("prover",), program_overrides={"prover": {
-        "command": [PY, f"{box.bin}/prover.py", "prover", "--orphan", str(orphan_file)]}})
+        "command": ["sh", "-c", script]}})
     agent = box.start_agent()
     orphan = wait_for(lambda: int(orphan_file.read_text()), "the orphan's pid")
-
-    def adopted_by_agent() -> bool:
-        try:
-            return psutil.Process(orphan).ppid() == agent.pid
-        except psutil.NoSuchProcess:
-            return False  # it lives 2 s: gone before we saw it would mean it was never ours
-    wait_for(adopted_by_agent, "the orphan reparented to the agent")
+    wait_for(lambda: psutil.Process(orphan).ppid() == agent.pid,
+             "the orphan reparented to the agent")
+    os.kill(orphan, signal.SIGKILL)
 
     def reaped() -> bool:
         try:
@@ -209,7 +211,7 @@ def test_the_agent_reaps_orphans_of_its_programs(box: Box) -> None:
         except psutil.NoSuchProcess:
             return True
     wait_for(reaped, "the orphan reaped")
-    zombies = [c for c in psutil.Process(agent.pid).children() if c.status() == "zombie"]
+    zombies = [c for c in psutil.Process(agent.pid).children() if zombie(c)]
     assert zombies == []
 
 

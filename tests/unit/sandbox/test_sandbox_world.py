@@ -196,10 +196,15 @@ def test_billing_runpod(world: World, booted: Boot) -> None:
     assert after["gpu_usd_per_hour"] == after["storage_usd_per_hour"] == 0
 
 
-def test_billing_vast_storage_from_creation(world: World, booted: Boot) -> None:
+def test_billing_vast_storage_from_creation(world: World, backend) -> None:
     inst = rent(world, "vast", disk_gb=40.0, storage_rate=vast_storage_rate(40.0))
-    world.advance(1800)  # provisioning (the boot is due but not started): storage only
-    booted(world)
+    # The boot falls due during this jump and its start goes to a worker thread; held there,
+    # it finishes only after the clock moved on below, not at a moment the threads choose.
+    backend.hold.clear()
+    world.advance(1800)  # provisioning (the boot is due, its start held): storage only
+    world.advance(world.boot_delay)
+    backend.hold.set()
+    assert world.settle(30)  # running from creation + 1801 s
     world.advance(3600)
     world.stop(inst)
     world.advance(3600)
