@@ -62,7 +62,8 @@ def publish() -> None:
         return
     if host.data.get("kind") != "standing" or not host.data.get("standing"):
         python.raise_exception(
-            ValueError, f"{host.name} is not a converted standing box; publish skips it",
+            ValueError, f"{host.name} is not a converted standing box; nothing is published "
+            "to it (select standing boxes: --limit standing)",
             name="Refuse box")
         return
     shipped = support.release(str(version))

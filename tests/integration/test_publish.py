@@ -301,6 +301,7 @@ def test_a_release_that_never_syncs_is_reverted_and_stops_the_waves(fleet: Fleet
                                   "--deadline-s", "20")
     assert rc == 1
     assert canary in err and "reverted" in err and "no further wave" in err, err[-2000:]
+    (fleet.tmp / "revert.txt").write_text(err)  # what the operator saw (for the docs)
     row = by_label(data)[canary]
     assert row["state"] == "reverted" and row["version"] == "1.4.0"
     assert row["node_sha256"] == old.node_sha256
@@ -436,6 +437,11 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(fleet: Fleet) -> None:
         lines = [line for line in r.stderr.splitlines() if line.strip()]
         assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), \
             (args, r.stderr)
+    # a dry run reads the boxes back and shows the waves, and changes nothing either
+    rc, data, err = fleet.publish("1.5.0", "--dry-run", "--waves", "1,2,rest")
+    assert rc == 0, err
+    assert [len(w) for w in data["waves"]] == [1, 2, 1] and data["switched_now"] == []
+    assert {row["state"] for row in data["boxes"]} == {"untouched"}
     assert (fleet.tmp / "state" / "boxes.json").read_text() == registry
     assert not list(fleet.store.glob("*/publish.json"))
     assert {x: fleet.node(x) for x in labels} == before
