@@ -187,8 +187,13 @@ class Supervisor:
         signal.signal(signal.SIGTERM, lambda *_: self._request("leave"))
         signal.signal(signal.SIGINT, lambda *_: self._request("leave"))
         signal.signal(signal.SIGUSR1, lambda *_: self._request("stop"))
+        signal.signal(signal.SIGUSR2, lambda *_: self._tick_now())  # `agent switch` pointed
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.selector.register(r, selectors.EVENT_READ, ("wakeup", None))
+
+    def _tick_now(self) -> None:
+        """Look at the pointer (and everything else a tick does) now, not at the next tick."""
+        self.next_tick = time.monotonic()
 
     def _request(self, mode: str) -> None:
         if self.mode != "stop":  # a stop in progress is not downgraded to a leave

@@ -1,6 +1,7 @@
 """`python -m agent switch --node PATH --sha256 HEX`: one box's part of a publish.
 
-Writes the pointer (digest file first, each by rename), then waits until the node runs the new
+Writes the pointer (digest file first, each by rename), asks the agent to look at it now
+(SIGUSR2: the next tick comes at once), then waits until the node runs the new
 digest (read back from /proc) and its own RPC reports synced continuously for `stable_s`,
 within `deadline_s` of the pointer write. The agent does the switch itself (stop the old node,
 then start the new one); this command only points and watches. Not healthy by the deadline:
@@ -12,6 +13,7 @@ the previous pointer goes back and the command waits until the previous digest r
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import time
 from pathlib import Path
@@ -22,6 +24,7 @@ from agent.files import atomic_write, sha256_file
 from agent.layout import Layout
 from agent.pointer import read_pointer
 from agent.readback import readback
+from agent.stopper import live_agent
 
 POLL_S = 0.25
 EXIT = {"switched": 0, "unchanged": 0, "refused": 1, "reverted": 3, "failed": 4}
@@ -54,6 +57,7 @@ def switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: f
         return result("unchanged", None)
     if not pointed:
         write_pointer(layout, target, sha256)
+        _nudge(cfg)
     deadline = time.monotonic() + deadline_s
     if _wait_healthy(cfg, sha256, stable_s, deadline):
         return result("switched", None)
@@ -62,10 +66,22 @@ def switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: f
     if previous is None or pointed:
         return result("failed", f"{why}; no earlier pointer to go back to")
     write_pointer(layout, previous["target"], previous["sha256"])
+    _nudge(cfg)
     if _wait_running(cfg, previous["sha256"], time.monotonic() + deadline_s):
         return result("reverted", f"{why}; reverted to {previous['sha256'][:16]}")
     return result("failed", f"{why}; the revert to {previous['sha256'][:16]} did not come back "
                   f"within {deadline_s:.0f} s")
+
+
+def _nudge(cfg: Config) -> None:
+    """Ask the live agent to look at the pointer now (SIGUSR2) rather than at its next tick;
+    without an agent (or if the signal is lost) the next tick takes it anyway."""
+    pid = live_agent(cfg)
+    if pid is not None:
+        try:
+            os.kill(pid, signal.SIGUSR2)
+        except OSError:
+            pass
 
 
 def _check_file(target: str, sha256: str) -> str | None:

@@ -110,3 +110,19 @@ def test_a_file_that_does_not_match_is_refused_and_nothing_changes(box: Box) -> 
                            "--config", str(box.config_path)], env=box.env(),
                           capture_output=True, text=True)
     assert done.returncode == 2 and done.stderr.startswith("error: --sha256")
+
+
+def test_switch_nudges_the_agent_instead_of_waiting_for_its_tick(box: Box) -> None:
+    """With a 60 s tick the pointer would be read a minute late; `switch` signals the agent
+    (SIGUSR2) so it follows the pointer at once: well inside a 20 s deadline."""
+    box.set_node_state(synced=True, blocks=1500, exec_tip=1400)
+    path1, sha1 = box.release("v1")
+    box.point(path1, sha1)
+    box.configure(tick_s=60.0, reconcile_s=60.0)
+    box.start_agent()
+    wait_for(lambda: box.running("node") and box.invocations("node"), "v1 started")
+    path2, sha2 = box.release("v2")
+    code, out = agent(box, "switch", "--node", str(path2), "--sha256", sha2,
+                      "--stable-s", "0.5", "--deadline-s", "20")
+    assert code == 0 and out["outcome"] == "switched", out
+    assert out["readback"]["node"]["sha256"] == sha2
