@@ -308,6 +308,10 @@ def test_a_release_that_never_syncs_is_reverted_and_stops_the_waves(fleet: Fleet
     assert fleet.node(canary)[1:] == (old.node_sha16, "1.4.0")  # read back again: the old one
     assert {x: fleet.node(x) for x in labels if x != canary} == before  # no later wave
     assert data["switched_now"] == []
+    # the registry wants 1.5.0 there now: `fleet check` names the box behind it
+    checks = json.loads(fleet.fleet("check", "--json", check=False).stdout)
+    problems = next(h["problems"] for h in checks if h["label"] == canary)
+    assert any(p.startswith("node: behind: runs 1.4.0") for p in problems), problems
 
 
 def test_agent_sigkilled_mid_switch_still_ends_on_the_new_release(fleet: Fleet) -> None:
