@@ -1,13 +1,23 @@
-"""What every standing box must show after a deploy (testinfra, over SSH, any inventory)."""
+"""What every standing box must show after a deploy (testinfra, over SSH, any inventory).
+
+Besides what runs, the checks ask whether what the box reports is fresh: a status written
+within three ticks, an agent started after its configuration was last written, a RESULT line
+within its interval, readings of the node and programs within three ticks of the status, and a
+live observer thread. Ages are taken on the box's own clock, so a skewed operator clock never
+makes a box look stale or fresh.
+"""
 
 from __future__ import annotations
 
 import json
 import shlex
+import tomllib
+from datetime import datetime
 from typing import Any
 
 ROOT = "/root/fleet"
 AGENT = f"cd {ROOT} && venv/bin/python -m agent"
+STALE_TICKS = 3  # a status, reading or observer round older than this many ticks is stale
 
 
 def agent_json(host: Any, sub: str) -> dict[str, Any]:
@@ -16,6 +26,26 @@ def agent_json(host: Any, sub: str) -> dict[str, Any]:
     data = json.loads(out)
     assert isinstance(data, dict)
     return data
+
+
+def epoch(iso: str | None, what: str) -> float:
+    """Seconds since the epoch of one of the agent's UTC ISO-8601 times."""
+    assert iso, f"{what}: no time recorded"
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def status_and_clock(host: Any) -> tuple[dict[str, Any], float]:
+    """The agent's status and the box's clock right after it was read (one SSH command)."""
+    out = host.check_output(f"{AGENT} status --config {ROOT}/agent.toml && "
+                            "venv/bin/python -c 'import time; print(time.time())'")
+    doc, _, now = out.strip().rpartition("\n")
+    status = json.loads(doc)
+    assert isinstance(status, dict)
+    return status, float(now)
+
+
+def tick(status: dict[str, Any]) -> float:
+    return float(status["agent"]["tick_s"])
 
 
 def test_agent_runs_with_a_fresh_heartbeat(host: Any) -> None:
@@ -85,3 +115,62 @@ def test_p2p_port_listening(host: Any, box: tuple[str, dict[str, Any]]) -> None:
 def test_agent_config_is_private(host: Any) -> None:
     f = host.file(f"{ROOT}/agent.toml")
     assert f.user == "root" and f.mode == 0o600
+
+
+# --- freshness ---------------------------------------------------------------------------------
+
+def test_status_was_written_within_three_ticks(host: Any) -> None:
+    status, now = status_and_clock(host)
+    age = now - epoch(status["ts"], "status.ts")
+    assert 0 <= age < STALE_TICKS * tick(status), (
+        f"status.json written {age:.0f} s ago (tick {tick(status):g} s): the agent's loop is "
+        "stuck or the agent is gone")
+
+
+def test_agent_started_after_its_config_was_written(host: Any) -> None:
+    status, _ = status_and_clock(host)
+    heartbeat = json.loads(host.file(f"{ROOT}/run/heartbeat").content_string)
+    assert heartbeat["pid"] == status["agent_pid"], "the heartbeat is not the live agent's"
+    written = float(host.check_output(
+        f"{ROOT}/venv/bin/python -c 'import os; print(os.stat(\"{ROOT}/agent.toml\").st_mtime)'"))
+    assert heartbeat["started_at"] >= written, (
+        f"agent.toml was written {written - heartbeat['started_at']:.0f} s after the agent "
+        "started: the running agent has not read it (the deploy must restart it)")
+
+
+def test_last_result_line_is_within_its_interval(host: Any) -> None:
+    status, now = status_and_clock(host)
+    lines = [ln for ln in host.file(f"{ROOT}/out/standing.log").content_string.splitlines()
+             if ln.startswith("RESULT standing ")]
+    assert lines, "no RESULT standing line"
+    fields = dict(part.split("=", 1) for part in lines[-1].split()[2:])
+    every = float(status["standing"]["every_s"])
+    age = now - epoch(fields.get("ts"), "RESULT ts")
+    assert 0 <= age <= every + STALE_TICKS * tick(status), (
+        f"the last RESULT line is {age:.0f} s old; one is due every {every:g} s")
+
+
+def test_readings_are_within_three_ticks_of_the_status(host: Any) -> None:
+    status, _ = status_and_clock(host)
+    ts, limit = epoch(status["ts"], "status.ts"), STALE_TICKS * tick(status)
+    rpc_gap = abs(ts - epoch(status["node"]["rpc_at"], "node.rpc_at"))
+    assert rpc_gap <= limit, f"the node's RPC was last read {rpc_gap:.0f} s before the status"
+    config = tomllib.loads(host.file(f"{ROOT}/agent.toml").content_string)
+    for name, prog in status["programs"].items():
+        source = config.get("programs", {}).get(name, {})
+        if not (source.get("status_url") or source.get("status_file")):
+            assert prog["reading_at"] is None, f"{name} has no status source, yet a reading"
+            continue
+        gap = abs(ts - epoch(prog["reading_at"], f"programs.{name}.reading_at"))
+        assert gap <= limit, (f"{name}: its health is judged by a reading {gap:.0f} s older "
+                              "than the status (the observer is stuck)")
+
+
+def test_observer_is_alive_and_going_round(host: Any) -> None:
+    status, _ = status_and_clock(host)
+    observer = status["observer"]
+    assert observer["alive"] is True, (
+        f"the observer thread is dead (restarts {observer['restarts']}, last error "
+        f"{observer['last_error']})")
+    gap = abs(epoch(status["ts"], "status.ts") - epoch(observer["round_at"], "observer.round_at"))
+    assert gap <= STALE_TICKS * tick(status), f"the observer's last round was {gap:.0f} s ago"

@@ -222,7 +222,8 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NamespaceBacke
 
 @pytest.fixture(scope="module")
 def boxes(backend: NamespaceBackend, key: Key) -> Iterator[dict[str, Started]]:
-    """One RunPod and one Vast box, up for the whole module (read-only checks)."""
+    """One RunPod and one Vast box, up for the whole module: only for tests that leave them
+    as they found them (a test that starts a process or changes the box uses `fresh`)."""
     hook = "cat /proc/$$/environ > /root/hook-env"
     specs = {"runpod": runpod_spec(key.pub, 1, hook=hook), "vast": vast_spec(key.pub, 2, hook=hook)}
     started: dict[str, Started] = {}
@@ -289,9 +290,12 @@ def test_sftp_works(boxes, key, tmp_path):
     src.write_bytes(os.urandom(3 * 2**20))
     with connect(ep, key) as client, client.open_sftp() as sftp:
         sftp.put(str(src), "/root/payload.bin")
-        assert run(client, "sha256sum /root/payload.bin").split()[0] == \
-            subprocess.run(["sha256sum", str(src)], capture_output=True, text=True,
-                           check=True).stdout.split()[0]
+        try:
+            assert run(client, "sha256sum /root/payload.bin").split()[0] == \
+                subprocess.run(["sha256sum", str(src)], capture_output=True, text=True,
+                               check=True).stdout.split()[0]
+        finally:
+            sftp.remove("/root/payload.bin")  # the shared box as it was
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -383,8 +387,11 @@ def test_nvidia_ml_py_reports_the_advertised_driver_and_uuids(backend, boxes, ke
     spec, ep = boxes[provider]
     with connect(ep, key) as client:
         install_pynvml(client)
-        report = nvml_report(client)
-        lib = run(client, "sha256sum /usr/lib/*-linux-gnu/libnvidia-ml.so.1").split()
+        try:
+            report = nvml_report(client)
+            lib = run(client, "sha256sum /usr/lib/*-linux-gnu/libnvidia-ml.so.1").split()
+        finally:
+            run(client, "rm -rf /root/pylib")  # the shared box as it was
     stand_in = backend.state_dir / "nvml-layer" / "libnvidia-ml.so.1"
     assert report["module"] == "/root/pylib/pynvml.py"
     assert report["driver"] == spec.gpu.driver_version
@@ -408,8 +415,9 @@ def test_driver_drift_changes_what_a_live_box_reports(backend, fresh, key):
 
 # --- ports -------------------------------------------------------------------------------
 
-def test_p2p_port_is_reachable_through_the_public_mapping(boxes, key):
-    (rp_spec, rp), (va_spec, va) = boxes["runpod"], boxes["vast"]
+def test_p2p_port_is_reachable_through_the_public_mapping(fresh, key):
+    # boxes of its own: the listeners it leaves would show in the shared boxes' process tables
+    (rp_spec, rp), (va_spec, va) = fresh("runpod"), fresh("vast")
     with connect(rp, key) as rp_client, connect(va, key) as va_client:
         start_listener(rp_client)  # both boxes listen on the same internal port
         start_listener(va_client)
