@@ -326,31 +326,60 @@ def table_row(label: str, provider: str, state: str, note: str, rb: Readback | N
 
 # --- talking to the boxes --------------------------------------------------------------------
 
-def read_back(hosts: Hosts) -> dict[str, Readback | None]:
-    """`python -m agent readback` on every host (one SSH command each); None = no answer."""
-    from pyinfra.api import Config as PyinfraConfig
-    from pyinfra.api import Inventory, State
-    from pyinfra.api.connect import connect_all, disconnect_all
-    from pyinfra.api.exceptions import PyinfraError
-    from pyinfra.api.facts import get_facts
+def read_back(hosts: Hosts, errors: dict[str, str] | None = None
+              ) -> dict[str, Readback | None]:
+    """`python -m agent readback` on every host at once (one SSH command each): the
+    `NodeReadback` fact's own command and parser, over the host data's SSH settings (the
+    fleet's key, the pinned known_hosts, strict). None = the box did not answer; why goes into
+    `errors`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not hosts:
+        return {}
+    with ThreadPoolExecutor(min(32, len(hosts))) as pool:
+        answers = list(pool.map(lambda h: _read_one(h[1]), hosts))
+    out: dict[str, Readback | None] = {}
+    for (name, _), (rb, error) in zip(hosts, answers, strict=True):
+        out[name] = rb
+        if error is not None and errors is not None:
+            errors[name] = error
+    return out
+
+
+def _read_one(data: Mapping[str, Any], timeout: float = 10.0) -> tuple[Readback | None, str | None]:
+    import paramiko
+    from pyinfra.api.exceptions import FactProcessError
 
     from facts.box import NodeReadback
     from fleet.agent_config import ROOT
 
-    if not hosts:
-        return {}
-    inventory = Inventory(([(name, dict(data)) for name, data in hosts], {}))
-    state = State(inventory=inventory, config=PyinfraConfig(PARALLEL=32, CONNECT_TIMEOUT=10))
-    answers: dict[Any, Any] = {}
-    try:
-        connect_all(state)
-        answers = get_facts(state, NodeReadback, kwargs={"root": ROOT})
-    except PyinfraError:
-        pass  # no box answered
-    finally:
-        disconnect_all(state)
-    by_name = {h.name: v for h, v in answers.items()}
-    return {name: by_name.get(name) for name, _ in hosts}
+    command = NodeReadback().command(ROOT).get_raw_value()
+    tries = 1 + int(data.get("ssh_connect_retries") or 0)
+    error = "no answer"
+    for attempt in range(tries):
+        client = paramiko.SSHClient()
+        try:
+            if data.get("ssh_known_hosts_file") and Path(data["ssh_known_hosts_file"]).exists():
+                client.load_host_keys(str(data["ssh_known_hosts_file"]))
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+            client.connect(str(data["ssh_hostname"]), int(data.get("ssh_port") or 22),
+                           str(data.get("ssh_user") or "root"),
+                           key_filename=str(data["ssh_key"]) if data.get("ssh_key") else None,
+                           look_for_keys=False, allow_agent=False, timeout=timeout,
+                           banner_timeout=timeout, auth_timeout=timeout)
+            _, stdout, _ = client.exec_command(command, timeout=60)
+            lines = stdout.read().decode(errors="replace").splitlines()
+            try:
+                return NodeReadback().process(lines), None
+            except FactProcessError as e:
+                return {}, f"readback: {e}"
+        except (OSError, EOFError, paramiko.SSHException) as e:
+            error = f"{type(e).__name__}: {e}"
+            if attempt + 1 < tries:
+                time.sleep(0.5 * (attempt + 1))
+        finally:
+            client.close()
+    return None, error
 
 
 @dataclass
@@ -505,11 +534,14 @@ def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release
     labels = [n for n, _ in hosts]
     downgrade = set(opts.allow_downgrade)
     echo(f"publish {release.version} ({release.node_sha16}): reading back {len(hosts)} boxes")
-    seen = read_back(hosts)
+    why: dict[str, str] = {}
+    seen = read_back(hosts, why)
     rows: dict[str, dict[str, Any]] = {}
     pending = []
     for label in labels:
         state, note, switch = preflight(release, known, seen[label], label in downgrade)
+        if state == "unreachable" and label in why:
+            note = f"SSH did not answer ({why[label]})"
         if switch:
             pending.append(label)
             note = f"pending: {note}"
@@ -566,8 +598,8 @@ def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release
         failed = [x for x in pending if x not in staged]
         if failed or run.rc != 0:
             for label in failed:
-                why = "; ".join(run.errors_for(label)) or "staging did not finish"
-                note = f"staging failed: {why}"
+                said = "; ".join(run.errors_for(label)) or "staging did not finish"
+                note = f"staging failed: {said}"
                 record.set(label, "failed", note)
                 rows[label].update(state="failed", note=note)
             record.save()
