@@ -402,18 +402,25 @@ class Supervisor:
 
     def start_task(self, kind: str, argv: list[str], log: Path, timeout_s: float,
                    **record: Any) -> Task | None:
+        """Start a task, recorded before and after: the intent (its argv) first, so that an
+        agent killed between the start and the pid's record still leaves a trace the next
+        one finds the task by; nothing starts that could not be recorded."""
+        self.state.tasks[kind] = {"pid": None, "argv": argv, "started_at": time.time(), **record}
+        if not self.save_state():
+            self.journal(f"{kind}: not started: cannot record it in run/state.json")
+            self.state.tasks.pop(kind, None)
+            return None
         env = dict(os.environ, FLEET_ROOT=str(self.layout.root))
         try:
             task = Task.start(kind, argv, env, str(self.layout.root), str(log), timeout_s)
         except OSError as e:
             self.journal(f"{kind}: cannot start {argv[0]}: {e.strerror or e}")
+            self.state.tasks.pop(kind, None)
+            self.save_state()
             return None
         self._track_task(task)
         self.state.tasks[kind] = task.record(**record)
-        if not self.save_state():  # an unrecorded task could be doubled by the next agent
-            self.journal(f"{kind}: cannot record pid {task.pid} in run/state.json; stopping it")
-            self.state.tasks.pop(kind, None)
-            task.stop()
+        self.save_state()  # if this fails, the intent record still finds the task by its argv
         return task
 
     def _track_task(self, task: Task) -> None:
@@ -550,7 +557,15 @@ class Supervisor:
 
     def _write_status(self, final: bool = False) -> dict[str, Any]:
         current = status.build(self, final)
-        self.storage.attempt("run/status.json", lambda: write_json(self.layout.status, current))
+        if not self.storage.attempt("run/status.json",
+                                    lambda: write_json(self.layout.status, current)):
+            return current
+        if current["storage"]["failing"] != self.storage.view()["failing"]:
+            # this very write cleared the failure the status still reports: say so now,
+            # not a tick later
+            current = status.build(self, final)
+            self.storage.attempt("run/status.json",
+                                 lambda: write_json(self.layout.status, current))
         return current
 
     # ================================================================== the observer

@@ -59,8 +59,13 @@ class Task:
 
     @classmethod
     def adopt(cls, kind: str, record: dict[str, Any], timeout_s: float) -> Task | None:
-        """The task a state record names, if that very process still runs."""
+        """The task a state record names, if that very process still runs: by its identity,
+        or, for a record of the intent only (the agent died before it recorded the pid), by its
+        command line, as the leader of its own session (tasks start in one)."""
         info = procs.from_record(record)
+        argv = record.get("argv")
+        if info is None and record.get("pid") is None and isinstance(argv, list) and argv:
+            info = _leader_running([str(a) for a in argv])
         if info is None:
             return None
         started = record.get("started_at")
@@ -96,3 +101,15 @@ class Task:
             os.close(self.pidfd)
             self.pidfd = None
         procs.kill_group_leftovers(self.pid)
+
+
+def _leader_running(argv: list[str]) -> procs.ProcInfo | None:
+    """A session leader whose command line ends with argv (a script's interpreter is put in
+    front of it by the kernel), or None."""
+    n = len(argv)
+    for pid, raw in procs.command_lines():
+        if list(procs.split_cmdline(raw)[-n:]) == argv:
+            info = procs.identify(pid)
+            if info is not None and info.pgid == pid:
+                return info
+    return None

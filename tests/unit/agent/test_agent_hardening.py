@@ -150,6 +150,15 @@ def small_run(box: Box) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(run)], check=False)
 
 
+def outside_run(box: Box) -> dict[str, dict[str, object]]:
+    """Miner and prover stand-ins writing their status outside run/: only the agent writes
+    there, so nothing frees space on the full tmpfs behind the test's back."""
+    return {name: {"command": [PY, f"{box.bin}/{name}.py", name, "--status",
+                               str(box.tmp / f"{name}.json")],
+                   "status_file": str(box.tmp / f"{name}.json")}
+            for name in ("miner", "prover")}
+
+
 def fill(directory: Path) -> Path:
     filler = directory / "filler"
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
@@ -164,7 +173,7 @@ def fill(directory: Path) -> Path:
 
 
 def test_a_switch_waits_until_it_can_be_recorded_then_happens(box: Box, small_run: Path) -> None:
-    _, sha1 = start_with(box, "v1")
+    _, sha1 = start_with(box, "v1", program_overrides=outside_run(box))
     old = box.pid_of("node")
     filler = fill(small_run)
     path2, sha2 = box.release("v2")
@@ -185,7 +194,7 @@ def test_an_agent_starts_and_supervises_on_a_full_disk(box: Box, small_run: Path
     box.set_node_state(synced=True, blocks=1234, exec_tip=1200)
     path, sha = box.release("v1")
     box.point(path, sha)
-    box.configure(result_every_s=0.5)
+    box.configure(result_every_s=0.5, program_overrides=outside_run(box))
     fill(small_run)
     out = open(box.tmp / "agent-0.out", "wb")
     agent = subprocess.Popen([PY, "-m", "agent", "run", "--foreground", "--config",
@@ -193,16 +202,16 @@ def test_an_agent_starts_and_supervises_on_a_full_disk(box: Box, small_run: Path
                              stderr=subprocess.STDOUT)
     out.close()
     box.agents.append(agent)
-    # the stand-ins for miner and prover write their own status into run/ and fail there:
-    # the agent still starts each of them, and keeps the node running
     for name in ("node", "miner", "prover"):
-        wait_for(lambda n=name: box.invocations(n), f"{name} started despite the full disk")  # type: ignore[misc]
-    wait_for(lambda: box.running("node"), "the node running")
+        wait_for(lambda n=name: box.running(n) and box.invocations(n),  # type: ignore[misc]
+                 f"{name} running despite the full disk")
     log = box.root / "out" / "standing.log"
-    line = wait_for(lambda: log.exists() and log.read_text().splitlines()[-1],
-                    "a RESULT line although status.json cannot be written")
-    assert line.startswith("RESULT standing ") and "storage=failing" in line
-    assert "blocks=1234" in line and f"node_bin={sha[:16]}" in line
+    # lines come every 0.5 s; on a busy machine the first may precede the node's first answer
+    lines = wait_for(lambda: [ln for ln in log.read_text().splitlines()
+                              if "blocks=1234" in ln and "prover=proving" in ln],
+                     "a RESULT line with the figures although status.json cannot be written")
+    assert lines[-1].startswith("RESULT standing ") and "storage=failing" in lines[-1]
+    assert f"node_bin={sha[:16]}" in lines[-1]
     assert not (small_run / "status.json").exists()
     status = agent_cli_json(box, "status")
     assert status["disk"]["full"] is True
@@ -347,3 +356,25 @@ def test_identity_survives_a_pid_record_from_another_boot(tmp_path: Path) -> Non
         child.send_signal(signal.SIGKILL)
         child.wait()
     assert not procs.is_same(child.pid, info.start_ticks)
+
+
+def test_a_task_recorded_only_as_intent_is_found_by_its_command_line(tmp_path: Path) -> None:
+    """The agent records a task's argv before starting it and its pid after; killed between
+    the two, its successor still finds the task (a session leader running that argv)."""
+    from agent.tasks import Task
+
+    script = tmp_path / "export-pack.sh"
+    script.write_text("#!/bin/sh\nsleep 30\n")
+    script.chmod(0o755)
+    argv = [str(script), "seed-A"]
+    record = {"pid": None, "argv": argv, "started_at": time.time()}
+    assert Task.adopt("pack", record, 60) is None  # nothing runs it yet
+    child = subprocess.Popen(argv, start_new_session=True)
+    try:
+        wait_for(lambda: psutil.Process(child.pid).cmdline()[-2:] == argv, "the script running")
+        task = Task.adopt("pack", record, 60)
+        assert task is not None and task.pid == child.pid and task.adopted
+        assert Task.adopt("pack", {**record, "argv": [str(script), "seed-B"]}, 60) is None
+    finally:
+        child.kill()
+        child.wait()
