@@ -8,10 +8,12 @@ the same command again (no change). Per run: wall time and the SSH requests each
 received (its own log at LogLevel VERBOSE: every exec'd command and every sftp start is one
 request; counted box-side, as bench/standing_convert.py does).
 
-Node downtime is measured on each box by a sampler that asks the node's status RPC every 20 ms:
-from the last synced answer of the old node to the first synced answer of the new one. The same
-sampler then measures a plain restart of the same binary on the same box (SIGKILL the node;
-the agent starts it again): last synced answer before the kill to the first one after.
+Node downtime is measured on each box by a sampler that asks the node's status RPC every 20 ms,
+started only after those two runs (it costs the shared cores): a publish of 1.4.0 back over
+1.5.0 (`--allow-downgrade` every box: a switch like any other), from the last synced answer of
+the old node to the first synced answer of the new one; then a plain restart of the same binary
+on the same boxes (the node SIGKILLed on every box at once; the agent starts it again), from the
+last synced answer before the kill to the first one after.
 """
 
 from __future__ import annotations
@@ -179,7 +181,8 @@ def one_size(n: int, stable_s: int) -> dict[str, Any]:
         b = Bench(Path(tmp), n)
         try:
             labels = b.up()
-            b.start_samplers(labels, 600)
+            # wall time and requests first, with nothing of the benchmark's own running on the
+            # boxes (they share this machine's cores with the operator)
             publish = [str(BIN / "fleet"), "publish", "1.5.0", "--waves", "rest", "--soak", "0",
                        "--stable-s", str(stable_s), "--deadline-s", "180", "--json"]
             runs: dict[str, Any] = {}
@@ -193,27 +196,32 @@ def one_size(n: int, stable_s: int) -> dict[str, Any]:
                 data = json.loads(r.stdout)
                 runs[name] = {"wall_s": round(wall, 2), "requests_per_box": per_box,
                               "requests_per_box_max": max(per_box),
-                              "switched": len(data["switched_now"]),
-                              "agent_downtime_s": [x["downtime_s"] for x in data["boxes"]]}
-                if name == "publish":
-                    t_publish = t0
-            switch_down = {x: downtime(b.samples(x), "1.4.0", "1.5.0", t_publish)
+                              "switched": len(data["switched_now"])}
+            # node downtime during a switch, sampled box-side: 1.5.0 back to 1.4.0 (a switch
+            # like any other; --allow-downgrade names every box)
+            b.start_samplers(labels, 600)
+            back = [str(BIN / "fleet"), "publish", "1.4.0", "--waves", "rest", "--stable-s",
+                    str(stable_s), "--deadline-s", "180", "--json"]
+            for x in labels:
+                back += ["--allow-downgrade", x]
+            t_switch = time.time()
+            b.run(*back)
+            switch_down = {x: downtime(b.samples(x), "1.5.0", "1.4.0", t_switch)
                            for x in labels}
-            # a plain restart of the same binary on the same box: SIGKILL the node
-            b.start_samplers(labels, 120)
-            # all at once, as a wave switches its boxes at once (they share this machine's
-            # cores, so the same concurrency on both sides)
+            # a plain restart of the same binary on the same box: SIGKILL the node, on every
+            # box at once as a wave switches its boxes at once
             from concurrent.futures import ThreadPoolExecutor
 
+            b.start_samplers(labels, 120)
             pids = {x: (b.readback(x).get("node") or {}).get("pid") for x in labels}
             t_kill = {x: time.time() for x in labels}
             with ThreadPoolExecutor(len(labels)) as pool:
                 list(pool.map(lambda x: b.ssh(x, f"sleep 1; kill -KILL {pids[x]}"), labels))
             t_kill = {x: t + 1.0 for x, t in t_kill.items()}
             for x in labels:
-                b.wait_synced(x, "1.5.0")
+                b.wait_synced(x, "1.4.0")
             time.sleep(1.0)
-            restart_down = {x: downtime(b.samples(x), "1.5.0", "1.5.0", t_kill[x])
+            restart_down = {x: downtime(b.samples(x), "1.4.0", "1.4.0", t_kill[x])
                             for x in labels}
             return {"boxes": n, **runs, "switch_downtime_s": switch_down,
                     "restart_downtime_s": restart_down}
