@@ -8,6 +8,11 @@ import time
 from pathlib import Path
 
 
+def utc_ms(ts: float) -> str:
+    """UTC ISO-8601 with a Z, to the millisecond (a switch's timeline)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
+
+
 def utc(ts: float | None = None) -> str:
     """UTC ISO-8601 with a Z, to the second."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if ts is None else ts))

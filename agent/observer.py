@@ -23,17 +23,20 @@ from agent.template import Values
 class Observer(threading.Thread):
     def __init__(self, cfg: Config, values: Callable[[str], Values],
                  check_admission: Callable[[], Admission], admission: Admission,
-                 readings: dict[str, Reading] | None = None) -> None:
+                 readings: dict[str, Reading] | None = None,
+                 interval: Callable[[], float] | None = None) -> None:
         super().__init__(name="observer", daemon=True)
         self.cfg = cfg
         self.values = values
         self.check_admission = check_admission
         self.readings: dict[str, Reading] = dict(readings or {})
         self.admission = admission
+        self.interval = interval or (lambda: cfg.tick_s)  # shorter while a switch awaits sync
         self.round_at: float | None = None  # wall time of the last complete round
         self.last_error: str | None = None
         self._next_admission = time.monotonic() + cfg.reconcile_s
         self._halt = threading.Event()
+        self._wake = threading.Event()  # a round now, not after the interval
 
     def run(self) -> None:
         try:
@@ -42,7 +45,8 @@ class Observer(threading.Thread):
                     self._round()
                 except Exception as e:  # never the end of the thread
                     self.last_error = f"{type(e).__name__}: {e}"
-                self._halt.wait(self.cfg.tick_s)
+                self._wake.wait(self.interval())
+                self._wake.clear()
         except BaseException as e:
             self.last_error = "".join(traceback.format_exception_only(e)).strip()
             raise
@@ -57,5 +61,10 @@ class Observer(threading.Thread):
             self._next_admission = time.monotonic() + self.cfg.reconcile_s
         self.round_at = time.time()
 
+    def poke(self) -> None:
+        """Probe now (a switch's new node has started: its first synced answer is timed)."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._halt.set()
+        self._wake.set()

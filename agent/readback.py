@@ -19,7 +19,7 @@ from agent import procs
 from agent.config import Config
 from agent.files import sha256_file
 from agent.identity import instances
-from agent.journal import utc
+from agent.journal import utc, utc_ms
 from agent.persist import AgentState
 from agent.pointer import read_pointer
 from agent.probes import ProbeError, http_get_json
@@ -78,7 +78,7 @@ def readback(cfg: Config) -> dict[str, Any]:
     out["started_after_pointer"] = (
         None if node is None or written is None else node["started_ts"] >= written - 0.05)
     switch = AgentState.load(layout.state).switch
-    out["switch"] = {k: utc(v) if k.endswith("_at") and isinstance(v, int | float) else v
+    out["switch"] = {k: utc_ms(v) if k.endswith("_at") and isinstance(v, int | float) else v
                      for k, v in switch.items()} if switch else None
     for name in ("node", "miner", "prover"):
         if out.get(name):

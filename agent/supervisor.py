@@ -48,7 +48,7 @@ from agent.recovery import ExecRecovery
 from agent.rotation import rotate_logs
 from agent.storage import Storage
 from agent.strays import STRAY_POLL_S, Strays
-from agent.switch import NodeSwitch
+from agent.switch import SYNC_WATCH_S, NodeSwitch
 from agent.tasks import Task
 from agent.template import render_argv, render_env, render_text
 
@@ -146,6 +146,8 @@ class Supervisor:
         self._check_strays(now)
         self._check_tasks(now)
         self._step(now)
+        if self.switch.awaiting_sync():
+            self._watch_switch()
         if now >= self.next_reconcile:
             self.next_reconcile = now + self.cfg.reconcile_s
             self._reconcile()
@@ -396,6 +398,8 @@ class Supervisor:
                 wake.append(now + NO_PIDFD_POLL_S)
         if self.strays:
             wake.append(now + STRAY_POLL_S)
+        if self.switch.awaiting_sync():
+            wake.append(now + SYNC_WATCH_S)
         return min(wake)
 
     # ================================================================== tasks
@@ -527,10 +531,7 @@ class Supervisor:
         self.switch.follow(self.cfg.grace(node.cfg) if node else self.cfg.stop_grace_s)
         readings = self.readings()
         restart_unhealthy(self.cfg, self.programs.values(), readings)
-        node_reading, node_prog = readings.get(NODE), self.programs.get(NODE)
-        if node_reading and node_reading.data and node_prog and node_prog.proc:
-            self.switch.node_reading(node_reading.data.get("synced") is True, node_reading.at,
-                                     node_prog.proc.sha256)
+        self._watch_switch()
         self.recovery.maybe_start(readings.get(NODE))
         self.pack.maybe_export(readings.get(NODE), readings.get(MINER))
         now = time.time()
@@ -574,7 +575,7 @@ class Supervisor:
         old = self.observer
         self.observer = Observer(self.cfg, self.values, self._check_admission,
                                  old.admission if old else self.admission,
-                                 old.readings if old else None)
+                                 old.readings if old else None, self._probe_interval)
         self.observer.start()
 
     def _keep_observer(self) -> None:
@@ -599,6 +600,18 @@ class Supervisor:
         return Admission(False, f"admission not re-checked for {age:.0f} s (NVML hung?)",
                          adm.driver, adm.wanted_driver, adm.uuids, adm.qualified_gpus,
                          adm.checked_at)
+
+    def _probe_interval(self) -> float:
+        return SYNC_WATCH_S if self.switch.awaiting_sync() else self.cfg.tick_s
+
+    def _watch_switch(self) -> None:
+        """Give the switch's timeline the node's latest reading (when it first says synced)."""
+        reading, node = self.readings().get(NODE), self.programs.get(NODE)
+        if self.observer and (reading is None or time.time() - reading.at > SYNC_WATCH_S):
+            self.observer.poke()  # it may be sleeping a whole tick
+        if reading and reading.data and node and node.proc:
+            self.switch.node_reading(reading.data.get("synced") is True, reading.at,
+                                     node.proc.sha256)
 
     def readings(self) -> dict[str, Reading]:
         return self.observer.readings if self.observer else {}

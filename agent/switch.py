@@ -25,6 +25,7 @@ from agent.persist import NodeBinary
 from agent.pointer import check_pointer, pointer_signature, read_pointer
 
 NODE = "node"
+SYNC_WATCH_S = 0.25
 
 
 class NodeSwitch:
@@ -159,6 +160,12 @@ class NodeSwitch:
         if sw and sw.get("new_started_at") is None and (sha256 or "")[:16] == sw.get("to_sha16"):
             sw["new_started_at"] = started_at
             self.ctx.save_state()
+
+    def awaiting_sync(self) -> bool:
+        """A switch whose new node has started but not yet reported synced: its time is
+        taken from readings every SYNC_WATCH_S, not every tick."""
+        sw = self.ctx.state.switch
+        return bool(sw) and sw.get("new_started_at") is not None and sw.get("synced_at") is None
 
     def node_reading(self, synced: bool, at: float, sha256: str | None) -> None:
         sw = self.ctx.state.switch

@@ -126,3 +126,24 @@ def test_switch_nudges_the_agent_instead_of_waiting_for_its_tick(box: Box) -> No
                       "--stable-s", "0.5", "--deadline-s", "20")
     assert code == 0 and out["outcome"] == "switched", out
     assert out["readback"]["node"]["sha256"] == sha2
+
+
+def test_the_switch_timeline_is_timed_to_a_fraction_of_a_second_not_to_a_tick(box: Box) -> None:
+    """With a 30 s tick, the new node's first synced answer is still timed within a second:
+    while a switch awaits it the agent probes every quarter second."""
+    box.set_node_state(synced=True, blocks=1500, exec_tip=1400)
+    path1, sha1 = box.release("v1")
+    box.point(path1, sha1)
+    box.configure(tick_s=30.0, reconcile_s=30.0)
+    box.start_agent()
+    wait_for(lambda: box.running("node") and box.invocations("node"), "v1 started")
+    path2, sha2 = box.release("v2")
+    code, out = agent(box, "switch", "--node", str(path2), "--sha256", sha2,
+                      "--stable-s", "0.5", "--deadline-s", "20")
+    assert code == 0, out
+    sw = wait_for(lambda: agent(box, "readback")[1]["switch"].get("synced_at")
+                  and agent(box, "readback")[1]["switch"], "the switch's timeline complete",
+                  timeout=20)
+    assert sw["to_sha16"] == sha2[:16]
+    assert "." in sw["synced_at"]  # to the millisecond
+    assert sw["downtime_s"] < 5.0, sw  # a tick would make it up to 30 s
