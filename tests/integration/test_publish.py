@@ -15,89 +15,29 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import paramiko
 import psutil
 import pytest
+from fleet_cli import BIN, CONFIG, REPO, FleetCli, wait_for
 
 from fleet import releases
 from fleet.registry import Registry
 from sandbox import manage
 from sandbox.control_client import ControlClient
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 ROOT = "/root/fleet"
 AGENT = f"cd {ROOT} && venv/bin/python -m agent"
 FAST = ["--stable-s", "2", "--deadline-s", "60"]
 
-CONFIG = """
-[fleet]
-registry = "{state}/boxes.json"
-known_hosts = "{state}/known_hosts"
-ssh_key = "{state}/ssh/fleet"
-releases = "{state}/releases"
-daily_budget_usd = 500
-[roles.live]
-kind = "standing"
-image = "img"
-disk_gb = 20
-programs = ["node", "miner", "prover"]
-p2p_port = 26611
-admitted_driver = "580.95.05"
-release = "1.4.0"
-allowed_cuda = ["13.0"]
-[roles.bench]
-kind = "oneshot"
-image = "img"
-disk_gb = 20
-programs = []
-[[roster.live]]
-provider = "vast"
-card = "RTX 4090"
-count = 2
-[[roster.live]]
-provider = "runpod"
-card = "RTX 4090"
-count = 2
-"""
 
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as e:  # a box mid-restart refuses SSH for a moment
-            last = e
-        else:
-            if last:
-                return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
-
-
-class Fleet:
+class Fleet(FleetCli):
     def __init__(self, tmp: Path, env: dict[str, str]) -> None:
-        self.tmp = tmp
-        self.env = env
+        super().__init__(tmp, env)
         self.store = tmp / "state" / "releases"
-
-    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run(list(argv), cwd=REPO, env=self.env, capture_output=True, text=True,
-                           timeout=900)
-        if check and r.returncode != 0:
-            raise AssertionError(f"{argv} failed ({r.returncode}):\n{r.stdout[-3000:]}\n"
-                                 f"{r.stderr[-3000:]}")
-        return r
-
-    def fleet(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return self.run(str(BIN / "fleet"), *args, check=check)
 
     def publish(self, *args: str) -> tuple[int, dict[str, Any], str]:
         r = self.fleet("publish", *args, "--json", check=False)

@@ -17,69 +17,24 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import paramiko
 import pytest
+from fleet_cli import BIN, CONFIG, REPO, FleetCli, wait_for
 
 from fleet.registry import Registry
 from sandbox import manage
 from sandbox.control_client import ControlClient
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 
-CONFIG = """
-[fleet]
-registry = "{state}/boxes.json"
-known_hosts = "{state}/known_hosts"
-ssh_key = "{state}/ssh/fleet"
-releases = "{state}/releases"
-daily_budget_usd = 500
-[roles.live]
-kind = "standing"
-image = "img"
-disk_gb = 20
-programs = ["node", "miner", "prover"]
-p2p_port = 26611
-admitted_driver = "580.95.05"
-release = "1.4.0"
-allowed_cuda = ["13.0"]
-[[roster.live]]
-provider = "vast"
-card = "RTX 4090"
-count = 2
-[[roster.live]]
-provider = "runpod"
-card = "RTX 4090"
-count = 2
-"""
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as e:  # a box mid-restart refuses SSH for a moment
-            last = e
-        else:
-            if last:
-                return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
-
-
-class Fleet:
+class Fleet(FleetCli):
     def __init__(self, tmp: Path, env: dict[str, str]) -> None:
-        self.tmp = tmp
-        self.env = env
+        super().__init__(tmp, env)
         self.shared: list[str] = []  # read-only tests look at these and only these
         self.drifted = ""  # a shared box on a machine whose driver is not the admitted one
         self.spares: dict[str, list[str]] = {}  # per provider: boxes for tests that change one
@@ -98,16 +53,6 @@ class Fleet:
         assert spares, f"no spare {provider} box left: rent more in the `fleet` fixture"
         return spares.pop(0)
 
-    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run(list(argv), cwd=REPO, env=self.env, capture_output=True, text=True,
-                           timeout=600)
-        if check and r.returncode != 0:
-            raise AssertionError(f"{argv} failed ({r.returncode}):\n{r.stdout[-3000:]}\n"
-                                 f"{r.stderr[-3000:]}")
-        return r
-
-    def fleet(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return self.run(str(BIN / "fleet"), *args, check=check)
 
     def deploy(self) -> str:
         r = self.run(str(BIN / "pyinfra"), "-y", "inventory.py", "deploys/standing.py")

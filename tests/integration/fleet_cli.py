@@ -1,0 +1,83 @@
+"""What the sandbox integration tests share: the fleet.toml they start from, a bounded poll,
+and the real `fleet` and `pyinfra` CLIs run as subprocesses against one sandbox."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+# {state}: the test's state folder. Four standing boxes wanted, two per provider.
+CONFIG = """
+[fleet]
+registry = "{state}/boxes.json"
+known_hosts = "{state}/known_hosts"
+ssh_key = "{state}/ssh/fleet"
+releases = "{state}/releases"
+daily_budget_usd = 500
+[roles.live]
+kind = "standing"
+image = "img"
+disk_gb = 20
+programs = ["node", "miner", "prover"]
+p2p_port = 26611
+admitted_driver = "580.95.05"
+release = "1.4.0"
+allowed_cuda = ["13.0"]
+[roles.bench]
+kind = "oneshot"
+image = "img"
+disk_gb = 20
+programs = []
+[[roster.live]]
+provider = "vast"
+card = "RTX 4090"
+count = 2
+[[roster.live]]
+provider = "runpod"
+card = "RTX 4090"
+count = 2
+"""
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0,
+             poll_s: float = 0.3) -> Any:
+    """Poll until check() is truthy and return it; fail naming `what` and the last answer."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as e:  # a box mid-restart refuses SSH for a moment
+            last = e
+        else:
+            if last:
+                return last
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+class FleetCli:
+    """The operator's commands, run from the repository with the sandbox's environment."""
+
+    def __init__(self, tmp: Path, env: dict[str, str]) -> None:
+        self.tmp = tmp
+        self.env = env
+
+    def run(self, *argv: str, check: bool = True, timeout: float = 900
+            ) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run(list(argv), cwd=REPO, env=self.env, capture_output=True, text=True,
+                           timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"{argv} failed ({r.returncode}):\n{r.stdout[-3000:]}\n"
+                                 f"{r.stderr[-3000:]}")
+        return r
+
+    def fleet(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.run(str(BIN / "fleet"), *args, check=check)
