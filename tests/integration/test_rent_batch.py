@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -101,14 +102,23 @@ def test_batch_under_faults_yields_exactly_the_wanted_boxes(
     assert len(failed) == 2 and all(r.destroyed_at for r in failed)
 
 
+def _hours_to_midnight() -> float:
+    now = datetime.now(UTC)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    return (midnight - now).total_seconds() / 3600
+
+
 def test_budget_refuses_before_any_provider_call(tmp_path: Path, world: ControlClient) -> None:
-    cfg = config(tmp_path, budget=1.0)
-    reg = Registry(cfg.registry)
-    role = cfg.role("live")
     ps = providers()
+    role = config(tmp_path).role("live")
     found, _ = offers.search(role, [ps["vast"]])  # type: ignore[list-item]
+    # half of what the cheapest box costs until UTC midnight: a fixed budget would fit late in
+    # the day (the projection runs to midnight), and crossing midnight only raises the cost
+    left_h = _hours_to_midnight()
+    cfg = config(tmp_path, budget=max(1e-6, min(o.usd_per_hour for o in found) * left_h / 2))
+    reg = Registry(cfg.registry)
     before = len(world.instances())
-    with pytest.raises(BudgetExceeded, match=r"daily budget \$1\.00"):
+    with pytest.raises(BudgetExceeded, match=r"daily budget \$"):
         rent.rent(cfg, reg, role, found, ps)  # type: ignore[arg-type]
     assert len(world.instances()) == before
     assert reg.rows() == []
