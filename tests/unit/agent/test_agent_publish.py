@@ -112,18 +112,24 @@ def test_a_file_that_does_not_match_is_refused_and_nothing_changes(box: Box) -> 
     assert done.returncode == 2 and done.stderr.startswith("error: --sha256")
 
 
-def test_switch_nudges_the_agent_instead_of_waiting_for_its_tick(box: Box) -> None:
-    """With a 60 s tick the pointer would be read a minute late; `switch` signals the agent
-    (SIGUSR2) so it follows the pointer at once: well inside a 20 s deadline."""
+def switch_with_a_long_tick(box: Box, tick_s: float) -> tuple[str, int, dict[str, Any]]:
+    """v1 running under an agent with a long tick, then `agent switch` to v2 (20 s deadline)."""
     box.set_node_state(synced=True, blocks=1500, exec_tip=1400)
     path1, sha1 = box.release("v1")
     box.point(path1, sha1)
-    box.configure(tick_s=60.0, reconcile_s=60.0)
+    box.configure(tick_s=tick_s, reconcile_s=tick_s)
     box.start_agent()
     wait_for(lambda: box.running("node") and box.invocations("node"), "v1 started")
     path2, sha2 = box.release("v2")
     code, out = agent(box, "switch", "--node", str(path2), "--sha256", sha2,
                       "--stable-s", "0.5", "--deadline-s", "20")
+    return sha2, code, out
+
+
+def test_switch_nudges_the_agent_instead_of_waiting_for_its_tick(box: Box) -> None:
+    """With a 60 s tick the pointer would be read a minute late; `switch` signals the agent
+    (SIGUSR2) so it follows the pointer at once: well inside a 20 s deadline."""
+    sha2, code, out = switch_with_a_long_tick(box, 60.0)
     assert code == 0 and out["outcome"] == "switched", out
     assert out["readback"]["node"]["sha256"] == sha2
 
@@ -131,15 +137,7 @@ def test_switch_nudges_the_agent_instead_of_waiting_for_its_tick(box: Box) -> No
 def test_the_switch_timeline_is_timed_to_a_fraction_of_a_second_not_to_a_tick(box: Box) -> None:
     """With a 30 s tick, the new node's first synced answer is still timed within a second:
     while a switch awaits it the agent probes every quarter second."""
-    box.set_node_state(synced=True, blocks=1500, exec_tip=1400)
-    path1, sha1 = box.release("v1")
-    box.point(path1, sha1)
-    box.configure(tick_s=30.0, reconcile_s=30.0)
-    box.start_agent()
-    wait_for(lambda: box.running("node") and box.invocations("node"), "v1 started")
-    path2, sha2 = box.release("v2")
-    code, out = agent(box, "switch", "--node", str(path2), "--sha256", sha2,
-                      "--stable-s", "0.5", "--deadline-s", "20")
+    sha2, code, out = switch_with_a_long_tick(box, 30.0)
     assert code == 0, out
     sw = wait_for(lambda: agent(box, "readback")[1]["switch"].get("synced_at")
                   and agent(box, "readback")[1]["switch"], "the switch's timeline complete",
