@@ -41,7 +41,8 @@ class Projection:
 
 
 def project(rows: list[Row], budget_usd: float, new_usd_per_hour: float = 0.0,
-            now: datetime | None = None) -> Projection:
+            now: datetime | None = None, new_hours: float | None = None) -> Projection:
+    """The projected day; `new_hours` caps the new box's hours (a one-shot job's TTL)."""
     now = now or datetime.now(UTC)
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
     left_h = (midnight + timedelta(days=1) - now).total_seconds() / 3600
@@ -56,29 +57,41 @@ def project(rows: list[Row], budget_usd: float, new_usd_per_hour: float = 0.0,
         if run_to > run_from:
             spent += r.usd_per_hour * (run_to - run_from).total_seconds() / 3600
         if end is None and r.live:
-            committed += r.usd_per_hour * left_h
-    return Projection(spent, committed, new_usd_per_hour * left_h, budget_usd)
+            committed += r.usd_per_hour * _hours_left(now, left_h, _parse(r.expires_at))
+    new_h = left_h if new_hours is None else min(left_h, new_hours)
+    return Projection(spent, committed, new_usd_per_hour * new_h, budget_usd)
+
+
+def _hours_left(now: datetime, left_h: float, expires: datetime | None) -> float:
+    """Hours a live box still bills today: until midnight, or until its TTL if that is
+    sooner (a one-shot box past its TTL is torn down; the watchdog flags it if not)."""
+    if expires is None:
+        return left_h
+    return max(0.0, min(left_h, (expires - now).total_seconds() / 3600))
 
 
 def project_new(rows: list[Row], budget_usd: float, new_usd_per_hour: float,
-                replacing: str | None = None, now: datetime | None = None) -> Projection:
+                replacing: str | None = None, now: datetime | None = None,
+                new_hours: float | None = None) -> Projection:
     """The projected day with a new box; a live row labelled `replacing` (an unfinished rent
     whose place the new box takes) counts what it has cost until now and nothing after."""
     if replacing is not None:
         end = (now or datetime.now(UTC)).isoformat()
         rows = [replace(r, destroyed_at=end) if r.label == replacing and r.live else r
                 for r in rows]
-    return project(rows, budget_usd, new_usd_per_hour, now)
+    return project(rows, budget_usd, new_usd_per_hour, now, new_hours)
 
 
 def guard(budget_usd: float, new_usd_per_hour: float, what: str,
-          replacing: str | None = None) -> Callable[[list[Row]], None]:
+          replacing: str | None = None,
+          new_hours: float | None = None) -> Callable[[list[Row]], None]:
     """The budget check of one rent, for `Registry.add(check=...)`: it runs under the
     registry's lock with the rows as they stand and raises BudgetExceeded when the box does
     not fit (see `project_new` for `replacing`)."""
 
     def check(rows: list[Row]) -> None:
-        require_fits(project_new(rows, budget_usd, new_usd_per_hour, replacing), what)
+        require_fits(project_new(rows, budget_usd, new_usd_per_hour, replacing,
+                                 new_hours=new_hours), what)
 
     return check
 
@@ -88,4 +101,4 @@ def require_fits(p: Projection, what: str) -> None:
         raise BudgetExceeded(
             f"{what} refused: projected day ${p.total_usd:.2f} would pass the daily budget "
             f"${p.budget_usd:.2f} (spent today ${p.spent_usd:.2f}, live boxes until midnight "
-            f"${p.committed_usd:.2f}, this box until midnight ${p.new_usd:.2f})")
+            f"${p.committed_usd:.2f}, this box ${p.new_usd:.2f})")

@@ -36,6 +36,10 @@ class Role:
     allowed_cuda: tuple[str, ...] = ()
     gpu_programs: tuple[str, ...] = GPU_PROGRAMS  # run only where admission passes
     node_unhealthy_restart_s: float = NODE_UNHEALTHY_RESTART_S  # 0 = report only
+    # one-shot jobs: symbol/kernel name globs (case-insensitive) a scanned module may not hold,
+    # and the exceptions to them
+    banned_symbols: tuple[str, ...] = ()
+    allowed_symbols: tuple[str, ...] = ()
 
     @property
     def tcp_ports(self) -> tuple[int, ...]:
@@ -45,9 +49,14 @@ class Role:
         return program in self.programs and program in self.gpu_programs
 
     def check_gpu_guard(self) -> None:
-        """GPU work runs only on a named driver: a GPU program without one is a config error."""
+        """GPU work runs only on a named driver: a GPU program (or a one-shot role, whose job
+        is GPU work) without one is a config error."""
         if (self.admitted_driver or "").strip():
             return
+        if self.kind == "oneshot":
+            raise ConfigError(
+                f"roles.{self.name}: one-shot jobs run GPU work but admitted_driver is not "
+                "set; name the exact NVIDIA driver they may run on (e.g. \"580.95.05\")")
         for program in self.programs:
             if self.needs_gpu(program):
                 raise ConfigError(
@@ -110,7 +119,8 @@ _ROLE_SPEC: dict[str, tuple[type, ...]] = {
     "kind": (str,), "image": (str,), "disk_gb": (int,), "programs": (list,),
     "p2p_port": (int,), "admitted_driver": (str,), "qualified_gpus": (list,),
     "release": (str,), "allowed_cuda": (list,), "gpu_programs": (list,),
-    "node_unhealthy_restart_s": (int, float),
+    "node_unhealthy_restart_s": (int, float), "banned_symbols": (list,),
+    "allowed_symbols": (list,),
 }
 
 
@@ -150,6 +160,8 @@ def _role(name: str, table: Any, src: str) -> Role:
         allowed_cuda=_strings(f"{where}.allowed_cuda", table.get("allowed_cuda", [])),
         gpu_programs=tuple(p for p in programs if p in named),
         node_unhealthy_restart_s=float(restart),
+        banned_symbols=_strings(f"{where}.banned_symbols", table.get("banned_symbols", [])),
+        allowed_symbols=_strings(f"{where}.allowed_symbols", table.get("allowed_symbols", [])),
     )
     try:
         role.check_gpu_guard()

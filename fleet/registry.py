@@ -60,6 +60,14 @@ class Row:
     created_at: str = ""
     destroyed_at: str | None = None
     note: str | None = None
+    # one-shot boxes: the job, its deadline and what became of it
+    job: str | None = None
+    expires_at: str | None = None  # created + the job's TTL: past it the meter is flagged
+    job_state: str | None = None  # the box's phase: refused, running, finished, failed, ...
+    invocations: int | None = None  # 0 when refused: a fault of the box, never a result
+    refusal: str | None = None  # "gpu: driver 580.105.08 is not the admitted 580.95.05"
+    store_commit: str | None = None  # the store commit the outputs were read back at
+    teardown: str | None = None  # why the last teardown kept the box (None: not tried or done)
 
     @property
     def live(self) -> bool:

@@ -16,6 +16,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from fleet import budget
 from fleet.config import Config, Role
@@ -51,7 +52,8 @@ class RentOutcome:
 
 def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
          providers: dict[str, Provider], label: str | None = None,
-         rerent_of: str | None = None, resume: bool = False) -> RentOutcome:
+         rerent_of: str | None = None, resume: bool = False,
+         job: tuple[str, int] | None = None) -> RentOutcome:
     """Rent the cheapest offer that still has capacity; refuse if the budget would break.
 
     + label: the box's label (default: generated); after an offer that went, the next one
@@ -60,6 +62,8 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
     + resume: `label` holds an unfinished rent's row whose box the provider does not list
       (see `find_unfinished`): the new row replaces it, and its budget check counts the old
       row's cost until now but not beside the new box
+    + job: a one-shot job's (name, TTL minutes): the budget counts the box for its TTL only
+      (or until midnight, if sooner) and the row records the job and its deadline
     """
     if not offers:
         raise NoCapacity("fleet", "offers", f"no admissible offer for role {role.name!r}",
@@ -71,13 +75,16 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
         # every candidate is checked: a later one may cost more than the first; the check
         # and the row are one locked step, so concurrent rents cannot both pass it
         what = f"renting a {offer.card} on {offer.provider} for ${offer.usd_per_hour:.3f}/h"
+        hours = None if job is None else job[1] / 60
         row = reg.add(Row(
             label=lab, provider=offer.provider, role=role.name, kind=role.kind, card=offer.card,
             gpu_count=offer.gpu_count, usd_per_hour=offer.usd_per_hour, driver=offer.driver,
             rerent_of=rerent_of, node_sha16_wanted=None,
-            note="resumed after an unfinished rent" if resume else None),
+            note="resumed after an unfinished rent" if resume else None,
+            job=None if job is None else job[0],
+            expires_at=None if hours is None else in_hours(hours)),
             check=budget.guard(cfg.daily_budget_usd, offer.usd_per_hour, what,
-                               replacing=lab if resume else None),
+                               replacing=lab if resume else None, new_hours=hours),
             resume=resume)
         try:
             box = p.rent(offer, request_for(cfg, role, lab, offer.provider))
@@ -97,6 +104,12 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
         return RentOutcome(row, box)
     assert last is not None
     raise last
+
+
+def in_hours(hours: float) -> str:
+    """The registry's timestamp `hours` from now."""
+    at = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=hours)
+    return at.isoformat().replace("+00:00", "Z")
 
 
 def provider_for(providers: dict[str, Provider], name: str, what: str) -> Provider:

@@ -34,6 +34,7 @@ allowed_cuda = ["13.0"]
 kind = "oneshot"
 image = "img"
 disk_gb = 20
+admitted_driver = "580.95.05"
 programs = []
 [[roster.live]]
 provider = "vast"

@@ -35,6 +35,7 @@ admitted_driver = "580.95.05"
 kind = "oneshot"
 image = "img"
 disk_gb = 20
+admitted_driver = "580.95.05"
 """
 
 

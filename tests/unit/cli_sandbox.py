@@ -35,6 +35,7 @@ disk_gb = 20
 kind = "oneshot"
 image = "img"
 disk_gb = 20
+admitted_driver = "580.95.05"
 """
 
 # quick pacing for the real clients: two tries, short backoff, destroy polled every 50 ms
