@@ -1,8 +1,9 @@
-"""`python -m agent run|status|gpu|admit|ports|manifest DIR|stop|readback|switch`.
+"""`python -m agent run|status|gpu|admit|ports|manifest DIR|stop|readback|switch|job ...`.
 
 Every command but `run` prints one JSON document on stdout (the pyinfra facts parse these) and
 exits 0. A user's mistake (bad config, bad argument) is one line `error: ...` on stderr and
 exit status 2; a refusal (a second agent, a stop that did not finish) is one line and status 1.
+`job STEP JOBDIR` prints the job's state; a refused job exits 3 (agent/job.py).
 """
 
 from __future__ import annotations
@@ -57,6 +58,24 @@ def _parser() -> argparse.ArgumentParser:
     manifest = sub.add_parser("manifest", help="print path, size and sha256 of files under DIR")
     manifest.add_argument("dir", type=Path)
     manifest.add_argument("--json", action="store_true", help="accepted; output is always JSON")
+    job = sub.add_parser("job", help="a one-shot job, step by step: admit, fetch, scan, gate, "
+                                     "run; state")
+    steps = job.add_subparsers(dest="step", required=True, parser_class=_Parser)
+    for step, help_text in (
+        ("admit", "check the exact driver and the qualified GPUs (NVML)"),
+        ("fetch", "fetch the toolchain at its pinned commit (warm cache: nothing)"),
+        ("scan", "scan the modules for banned symbols and kernels"),
+        ("gate", "run the gates in work/"),
+        ("run", "start the command detached (once); --wait until it has ended"),
+        ("state", "print the job's state"),
+        ("runner", "internal: the detached runner that `job run` starts"),
+    ):
+        p = steps.add_parser(step, help=help_text)
+        p.add_argument("jobdir", type=Path, help="<root>/jobs/<name>")
+        p.add_argument("--json", action="store_true", help="accepted; output is always JSON")
+        if step == "run":
+            p.add_argument("--wait", action="store_true",
+                           help="wait until the command has ended; exit 0 only if it exited 0")
     return parser
 
 
@@ -80,6 +99,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from agent.manifest import manifest
 
         return _print(manifest(args.dir))
+    if args.command == "job":
+        return _job(args)
     cfg = load_config(args.config)
     if args.command == "run":
         return _run(cfg, args.foreground)
@@ -116,6 +137,20 @@ def _dispatch(args: argparse.Namespace) -> int:
         _print(outcome)
         return code
     raise AgentError(f"unknown command {args.command}", exit_code=2)
+
+
+def _job(args: argparse.Namespace) -> int:
+    # only the job modules are imported here (they import huggingface_hub or pyelftools only
+    # in the step that needs one); the daemon (`run`) never comes this way
+    if args.step == "runner":
+        from agent.jobrun import runner_main
+
+        return runner_main(args.jobdir)
+    from agent.job import run_step
+
+    state, code = run_step(args.step, args.jobdir, wait=getattr(args, "wait", False))
+    _print(state)
+    return code
 
 
 def _print(value: Any) -> int:

@@ -1,0 +1,109 @@
+"""Test helpers for one-shot jobs: a job directory under a test box's root, the agent's `job`
+commands run for real (against the stand-in NVML), and modules to scan (built with gcc, and
+NVIDIA fatbin containers assembled here byte by byte)."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from agentbox import DRIVER, PY, Box
+
+ELF_KIND, PTX_KIND = 2, 1
+COMPRESSED = 0x2000
+
+
+def job_dir(box: Box, name: str = "bench") -> Path:
+    return box.root / "jobs" / name
+
+
+def write_job(box: Box, name: str = "bench", **overrides: Any) -> Path:
+    """JOBDIR/job.json with a command that counts its runs in work/runs.txt."""
+    jobdir = job_dir(box, name)
+    (jobdir / "work").mkdir(parents=True, exist_ok=True)
+    admission = {"driver": DRIVER, "qualified_gpus": [],
+                 "banned_symbols": ["cublas*", "*softmax*", "*tanh*", "*matrixmultiply*"],
+                 "allowed_symbols": []}
+    admission.update(overrides.pop("admission", {}))
+    spec: dict[str, Any] = {
+        "name": name, "command": "echo ran >> runs.txt && echo 42 > out/result.txt",
+        "outputs": "out", "ttl_minutes": 30, "gates": [], "modules": [], "toolchain": None,
+        "store_endpoint": None, "admission": admission,
+    }
+    spec.update(overrides)
+    (jobdir / "job.json").write_text(json.dumps(spec))
+    return jobdir
+
+
+def job(box: Box, step: str, jobdir: Path, *extra: str,
+        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`python -m agent job STEP JOBDIR`, unchecked."""
+    return subprocess.run([PY, "-m", "agent", "job", step, *extra, str(jobdir)], env=box.env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def state_of(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.stdout, f"no state printed (rc {done.returncode}): {done.stderr}"
+    value = json.loads(done.stdout)
+    assert isinstance(value, dict)
+    return value
+
+
+def step_ok(box: Box, step: str, jobdir: Path) -> dict[str, Any]:
+    done = job(box, step, jobdir)
+    assert done.returncode == 0, f"job {step}: rc {done.returncode}: {done.stderr}"
+    return state_of(done)
+
+
+def runs(jobdir: Path) -> int:
+    """How many times the job's command ran (it appends a line to work/runs.txt)."""
+    path = jobdir / "work" / "runs.txt"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def outcome(jobdir: Path, outputs: str = "out") -> dict[str, Any]:
+    value = json.loads((jobdir / "work" / outputs / "fleet-job.json").read_text())
+    assert isinstance(value, dict)
+    return value
+
+
+# ---------------------------------------------------------------- modules to scan
+
+
+def gcc(tmp: Path, source: str, out: Path, *flags: str) -> Path:
+    """Compile C source with gcc into out (flags: -shared -fPIC, or -c)."""
+    src = tmp / f"{out.name}.c"
+    src.write_text(source)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["gcc", "-O0", *flags, "-o", str(out), str(src)], check=True,
+                   capture_output=True, text=True)
+    return out
+
+
+def fatbin_entry(kind: int, payload: bytes, flags: int = 0x11) -> bytes:
+    """One fatbin entry: its 64-byte header (kind, version, header size, payload size, ...,
+    flags at offset 40) and the payload padded to 8 bytes."""
+    padded = payload + b"\0" * (-len(payload) % 8)
+    header = struct.pack("<HHIQIIHHIIIQQQ", kind, 0x0101, 64, len(padded), 0, 0, 8, 0, 90, 0, 0,
+                         flags, 0, 0)
+    assert len(header) == 64
+    return header + padded
+
+
+def fatbin(*entries: bytes) -> bytes:
+    """A fatbin container: magic 0xBA55ED50, version 1, header size 16, size of the entries."""
+    body = b"".join(entries)
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+def ptx(entry: str, calls: str = "") -> str:
+    """PTX text with one kernel (and a call to `calls`, declared as an extern function)."""
+    extern = f".extern .func (.param .b32 r) {calls} (.param .b32 x);\n" if calls else ""
+    call = (f"    {{ .param .b32 a; .param .b32 r; call.uni (r), {calls}, (a); }}\n"
+            if calls else "")
+    return (".version 8.5\n.target sm_90\n.address_size 64\n"
+            f"// a comment naming cublasSgemm is not a use of it\n{extern}"
+            f".visible .entry {entry}(\n    .param .u64 p0\n)\n{{\n{call}    ret;\n}}\n")

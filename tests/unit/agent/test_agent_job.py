@@ -1,0 +1,334 @@
+"""One-shot jobs on the box: `python -m agent job admit|fetch|scan|gate|run|state`, run for real
+against the stand-in NVML. The order is enforced on the box, every refusal records zero
+invocations and says so in the outputs, and the command runs once, detached, at most."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from agentbox import DRIVER, PY, UUIDS, Box, gone, gpu_spec, wait_for
+from jobtools import job, outcome, runs, state_of, step_ok, write_job
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def through_gates(box: Box, jobdir: Path) -> None:
+    for step in ("admit", "fetch", "scan", "gate"):
+        step_ok(box, step, jobdir)
+
+
+def assert_refused(done: subprocess.CompletedProcess[str], step: str, reason: str) -> dict:
+    assert done.returncode == 3, (done.returncode, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"refused: {step}: ") and reason in lines[0]
+    state = state_of(done)
+    assert state["phase"] == "refused" and state["invocations"] == 0
+    assert state["refused"]["step"] == step and reason in state["refused"]["reason"]
+    return state
+
+
+# ---------------------------------------------------------------- admission
+
+
+def test_an_admitted_job_runs_once_through_every_step(box: Box) -> None:
+    jobdir = write_job(box, admission={"qualified_gpus": UUIDS})
+    state = step_ok(box, "admit", jobdir)
+    assert state["phase"] == "admitted" and state["invocations"] == 0
+    assert state["admission"]["admitted"] is True
+    assert state["admission"]["driver"] == DRIVER and state["admission"]["uuids"] == UUIDS
+    assert step_ok(box, "fetch", jobdir)["toolchain"] is None  # the job names none
+    assert step_ok(box, "scan", jobdir)["scan"] == {"modules": [], "hits": [], "hit_count": 0}
+    assert step_ok(box, "gate", jobdir)["gates"] == []
+    done = job(box, "run", jobdir, "--wait")
+    assert done.returncode == 0, done.stderr
+    state = state_of(done)
+    assert state["phase"] == "finished" and state["invocations"] == 1
+    assert state["exit_code"] == 0 and state["finished_at"] >= state["started_at"] > 0
+    assert (jobdir / "work" / "out" / "result.txt").read_text() == "42\n"
+    assert runs(jobdir) == 1
+    written = outcome(jobdir)
+    assert written["job"] == "bench" and written["invocations"] == 1
+    assert written["exit_code"] == 0 and written["refused"] is None
+    assert written["admission"]["admitted"] is True and written["gates"] == []
+    # every step again: done already, printed, nothing happens
+    for step in ("admit", "fetch", "scan", "gate", "run"):
+        again = step_ok(box, step, jobdir)
+        assert again["phase"] == "finished" and again["invocations"] == 1
+    assert job(box, "run", jobdir, "--wait").returncode == 0
+    assert step_ok(box, "state", jobdir) == again
+    assert runs(jobdir) == 1
+
+
+@pytest.mark.parametrize("driver,qualified,reason", [
+    ("580.105.08", [], f"driver 580.105.08 is not the admitted {DRIVER}"),
+    ("595.71.05", [], f"driver 595.71.05 is not the admitted {DRIVER}"),
+    (DRIVER, [UUIDS[0]], f"GPU {UUIDS[1]} is not among the qualified GPUs"),
+])
+def test_a_refused_box_records_zero_invocations_and_no_later_step_does_anything(
+        box: Box, driver: str, qualified: list[str], reason: str) -> None:
+    box.set_gpu(gpu_spec(driver=driver))
+    jobdir = write_job(box, admission={"qualified_gpus": qualified},
+                       gates=[{"name": "g", "command": "echo gate >> gates-ran", "min_passed": 0}])
+    state = assert_refused(job(box, "admit", jobdir), "gpu", reason)
+    assert state["admission"]["admitted"] is False and state["admission"]["driver"] == driver
+    written = outcome(jobdir)
+    assert written["invocations"] == 0 and written["exit_code"] is None
+    assert written["refused"] == {"step": "gpu", "reason": state["refused"]["reason"]}
+    box.set_gpu(gpu_spec())  # even a box that is right now: a refused job stays refused
+    for step in ("admit", "fetch", "scan", "gate", "run"):
+        again = assert_refused(job(box, step, jobdir), "gpu", reason)
+        assert again == state
+    assert_refused(job(box, "run", jobdir, "--wait"), "gpu", reason)
+    assert step_ok(box, "state", jobdir) == state  # `state` prints it and exits 0
+    assert runs(jobdir) == 0 and not (jobdir / "work" / "gates-ran").exists()
+    assert not (jobdir / "job.log").exists()
+
+
+def test_a_driver_changed_after_admission_refuses_the_run(box: Box) -> None:
+    jobdir = write_job(box)
+    through_gates(box, jobdir)
+    box.set_gpu(gpu_spec(driver="580.105.08"))
+    assert_refused(job(box, "run", jobdir, "--wait"), "gpu", "driver 580.105.08 is not")
+    assert runs(jobdir) == 0 and outcome(jobdir)["invocations"] == 0
+
+
+# ---------------------------------------------------------------- order and the job file
+
+
+@pytest.mark.parametrize("step,first", [("run", "job admit"), ("fetch", "job admit"),
+                                        ("scan", "job admit"), ("gate", "job admit")])
+def test_a_step_before_its_turn_is_a_usage_error_that_changes_nothing(
+        box: Box, step: str, first: str) -> None:
+    jobdir = write_job(box)
+    done = job(box, step, jobdir)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
+    assert first in done.stderr or "gates have not passed" in done.stderr
+    assert not (jobdir / "state.json").exists() and runs(jobdir) == 0
+
+
+def test_each_step_needs_the_one_before(box: Box) -> None:
+    jobdir = write_job(box)
+    step_ok(box, "admit", jobdir)
+    for step in ("scan", "gate", "run"):
+        done = job(box, step, jobdir)
+        assert done.returncode == 2 and "job fetch" in done.stderr or "gates" in done.stderr
+    step_ok(box, "fetch", jobdir)
+    assert job(box, "gate", jobdir).returncode == 2
+    assert job(box, "run", jobdir).returncode == 2
+    assert step_ok(box, "state", jobdir)["phase"] == "fetched" and runs(jobdir) == 0
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"colour": "red"}, "unknown key 'colour'"),
+    ({"ttl_minutes": "30"}, "ttl_minutes must be a positive number"),
+    ({"gates": {"name": "g"}}, "gates must be a list"),
+    ({"gates": [{"name": "g", "command": "true"}]}, "missing key 'min_passed'"),
+    ({"modules": ["/etc/*.so"]}, "must be a relative path"),
+    ({"outputs": "../elsewhere"}, "must be a relative path"),
+    ({"name": "other"}, "must be the job directory's name"),
+    ({"admission": {"driver": ""}}, "driver must be a non-empty string"),
+    ({"toolchain": {"repo": "fleet/t", "revision": "main", "path": "t"}},
+     "missing key 'repo_type'"),
+    ({"store_endpoint": "ftp://x"}, "store_endpoint must be null or an http(s) URL"),
+])
+def test_a_bad_job_file_is_one_line_and_exit_2(box: Box, change: dict, message: str) -> None:
+    jobdir = write_job(box)
+    spec = json.loads((jobdir / "job.json").read_text())
+    if "admission" in change:
+        change = {"admission": {**spec["admission"], **change["admission"]}}
+    (jobdir / "job.json").write_text(json.dumps({**spec, **change}))
+    for step in ("admit", "state"):
+        done = job(box, step, jobdir)
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.startswith("error: ") and message in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert not (jobdir / "state.json").exists()
+
+
+def test_a_missing_key_and_a_file_that_is_not_json_are_usage_errors(box: Box) -> None:
+    jobdir = write_job(box)
+    spec = json.loads((jobdir / "job.json").read_text())
+    del spec["command"]
+    (jobdir / "job.json").write_text(json.dumps(spec))
+    done = job(box, "admit", jobdir)
+    assert done.returncode == 2 and "missing key 'command'" in done.stderr
+    (jobdir / "job.json").write_text("{not json")
+    done = job(box, "admit", jobdir)
+    assert done.returncode == 2 and "is not JSON" in done.stderr
+    done = job(box, "admit", box.root / "jobs" / "absent")
+    assert done.returncode == 2 and "not found" in done.stderr
+
+
+# ---------------------------------------------------------------- gates
+
+PYTEST_GATE = f"{PY} -m pytest -q -p no:cacheprovider tests"
+
+
+def write_tests(jobdir: Path, passing: int, failing: int = 0) -> None:
+    tests = jobdir / "work" / "tests"
+    tests.mkdir(parents=True, exist_ok=True)
+    body = "".join(f"def test_ok_{i}():\n    assert True\n\n" for i in range(passing))
+    body += "".join(f"def test_bad_{i}():\n    assert False\n\n" for i in range(failing))
+    (tests / "test_parity.py").write_text(body)
+
+
+def test_a_passing_gate_records_its_count(box: Box) -> None:
+    jobdir = write_job(box, gates=[
+        {"name": "parity", "command": PYTEST_GATE, "min_passed": 3},
+        {"name": "plain", "command": "echo fine", "min_passed": 0},
+    ])
+    write_tests(jobdir, passing=3)
+    for step in ("admit", "fetch", "scan"):
+        step_ok(box, step, jobdir)
+    state = step_ok(box, "gate", jobdir)
+    assert state["phase"] == "gated"
+    parity, plain = state["gates"]
+    assert parity["name"] == "parity" and parity["ok"] is True
+    assert parity["exit_code"] == 0 and parity["passed"] == 3 and parity["seconds"] >= 0
+    assert "3 passed" in (jobdir / parity["log"]).read_text()
+    assert plain["ok"] is True and plain["passed"] is None  # no count, none wanted
+
+
+@pytest.mark.parametrize("passing,failing,min_passed,why", [
+    (2, 1, 0, "exited 1, 2 passed"),
+    (3, 0, 5, "exited 0, 3 passed (at least 5 wanted)"),
+])
+def test_a_failing_gate_refuses_the_job(box: Box, passing: int, failing: int, min_passed: int,
+                                        why: str) -> None:
+    jobdir = write_job(box, gates=[
+        {"name": "parity", "command": PYTEST_GATE, "min_passed": min_passed},
+        {"name": "after", "command": "echo x >> after-ran", "min_passed": 0},
+    ])
+    write_tests(jobdir, passing, failing)
+    for step in ("admit", "fetch", "scan"):
+        step_ok(box, step, jobdir)
+    state = assert_refused(job(box, "gate", jobdir), "gates", f"gate 'parity' failed: {why}")
+    (parity,) = state["gates"]  # the gate after it never ran
+    assert parity["ok"] is False and parity["passed"] == passing
+    assert not (jobdir / "work" / "after-ran").exists()
+    assert outcome(jobdir)["gates"] == state["gates"]
+    assert_refused(job(box, "run", jobdir, "--wait"), "gates", "gate 'parity' failed")
+    assert runs(jobdir) == 0
+
+
+def test_a_gate_that_wants_a_count_and_prints_none_fails(box: Box) -> None:
+    jobdir = write_job(box, gates=[{"name": "quiet", "command": "true", "min_passed": 1}])
+    for step in ("admit", "fetch", "scan"):
+        step_ok(box, step, jobdir)
+    assert_refused(job(box, "gate", jobdir), "gates", "exited 0, no pass count")
+
+
+# ---------------------------------------------------------------- run
+
+
+def test_run_detaches_and_a_second_run_adopts_instead_of_running_again(box: Box) -> None:
+    release = box.tmp / "release"
+    jobdir = write_job(box, command=(
+        f"echo ran >> runs.txt; while [ ! -e {release} ]; do sleep 0.05; done; "
+        "echo 42 > out/result.txt"))
+    through_gates(box, jobdir)
+    # the caller's pipes are not held by what it started: this returns while the job runs
+    state = step_ok(box, "run", jobdir)
+    assert state["phase"] == "running" and state["invocations"] == 1
+    assert state["exit_code"] is None and state["started_at"] > 0
+    runner = state["runner"]["pid"]
+    assert os.getsid(runner) == runner  # its own session: a dropped SSH session cannot reach it
+    wait_for(lambda: runs(jobdir) == 1, "the command started")
+    command = wait_for(lambda: step_ok(box, "state", jobdir)["process"], "the command recorded")
+    assert os.getpgid(command["pid"]) == command["pgid"] == command["pid"]
+    again = step_ok(box, "run", jobdir)  # adopts: prints the state, starts nothing
+    assert again["phase"] == "running" and again["runner"] == state["runner"]
+    release.touch()
+    done = job(box, "run", jobdir, "--wait")
+    assert done.returncode == 0, done.stderr
+    final = state_of(done)
+    assert final["phase"] == "finished" and final["exit_code"] == 0 and final["invocations"] == 1
+    assert runs(jobdir) == 1 and outcome(jobdir)["exit_code"] == 0
+    log = (jobdir / "job.log").read_text()
+    assert log.count("--- ") == 2 and "exit 0" in log
+
+
+def test_a_failing_command_is_recorded_and_wait_exits_1(box: Box) -> None:
+    jobdir = write_job(box, command="echo ran >> runs.txt; echo oops; exit 7")
+    through_gates(box, jobdir)
+    done = job(box, "run", jobdir, "--wait")
+    assert done.returncode == 1
+    state = state_of(done)
+    assert state["phase"] == "failed" and state["exit_code"] == 7 and state["invocations"] == 1
+    assert outcome(jobdir)["exit_code"] == 7 and outcome(jobdir)["refused"] is None
+    assert "oops" in (jobdir / "job.log").read_text()
+    assert job(box, "run", jobdir).returncode == 0  # prints the state, runs nothing
+    assert job(box, "run", jobdir, "--wait").returncode == 1
+    assert runs(jobdir) == 1
+
+
+def test_a_sigkilled_runner_reads_as_interrupted_and_is_never_run_again(box: Box) -> None:
+    jobdir = write_job(box, command=f"echo ran >> runs.txt; sleep 60 # {box.tmp}")
+    through_gates(box, jobdir)
+    state = step_ok(box, "run", jobdir)
+    command = wait_for(lambda: step_ok(box, "state", jobdir)["process"], "the command recorded")
+    runner = state["runner"]["pid"]
+    os.kill(runner, signal.SIGKILL)
+    wait_for(lambda: gone(runner), "the runner gone")
+    state = step_ok(box, "state", jobdir)
+    assert state["phase"] == "interrupted" and state["exit_code"] is None
+    assert state["invocations"] == 1 and f"pid {runner}" in state["interrupted"]["reason"]
+    wait_for(lambda: gone(command["pid"]), "what was left of the command killed")
+    written = outcome(jobdir)
+    assert written["phase"] == "interrupted" and written["invocations"] == 1
+    assert job(box, "run", jobdir).returncode == 0
+    assert job(box, "run", jobdir, "--wait").returncode == 1
+    assert step_ok(box, "state", jobdir)["phase"] == "interrupted" and runs(jobdir) == 1
+
+
+def test_a_command_past_the_ttl_is_killed_and_recorded(box: Box) -> None:
+    jobdir = write_job(box, ttl_minutes=0.01, command=f"echo ran >> runs.txt; sleep 60 # {box.tmp}")
+    through_gates(box, jobdir)
+    done = job(box, "run", jobdir, "--wait")
+    assert done.returncode == 1
+    state = state_of(done)
+    assert state["phase"] == "failed" and state["timed_out"] is True
+    assert state["exit_code"] == -signal.SIGTERM and outcome(jobdir)["timed_out"] is True
+
+
+# ---------------------------------------------------------------- the daemon's imports
+
+HEAVY = ("huggingface_hub", "elftools")
+
+
+def test_only_the_job_steps_import_huggingface_hub_and_pyelftools() -> None:
+    """The supervising daemon's memory is a benchmarked target: nothing it imports may pull
+    these in. Only jobfetch and jobscan import them, and only the job modules import those."""
+    allowed = {"jobfetch.py": "huggingface_hub", "jobscan.py": "elftools"}
+    job_modules = {"agent.jobfetch", "agent.jobscan", "agent.jobgates", "agent.jobrun",
+                   "agent.job"}
+    for path in sorted((REPO / "agent").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top in HEAVY:
+                    assert allowed.get(path.name) == top, f"{path.name} imports {name}"
+                if name in job_modules and not path.name.startswith("job"):
+                    # the CLI, inside the `job` command only (never at the top of the module)
+                    assert path.name == "cli.py" and node not in tree.body, \
+                        f"{path.name} imports {name}"
+    code = ("import sys, agent.cli, agent.supervisor, agent.daemon, agent.status; "
+            "agent.cli._parser(); print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            f"{HEAVY!r} or m.startswith('agent.job')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=REPO).stdout
+    assert out.strip() == "[]"
