@@ -1,0 +1,378 @@
+"""The store: outputs and toolchains in Hugging Face Hub repositories, each push one commit.
+
+The Hub is `HF_ENDPOINT` (the real one when unset), the token `HF_TOKEN` or the token file that
+`hf auth login` writes. Repositories are private datasets unless they already exist.
+
+    push(repo, files, manifest, path_in_repo, message)   one commit of files + their manifest
+    read_back(repo, commit, path_in_repo, manifest)      what differs, one line per file
+    push_toolchain(repo, local_dir, message)             one commit of a directory tree
+    head(repo)                                           main's commit id
+    token()                                              the token, or None when there is none
+
+A manifest is the box's list of `{path, size, sha256}` (`python -m agent manifest DIR`), paths
+relative to the pushed folder; `push` stores it beside the files as `fleet-manifest.json`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, cast
+
+import httpx2
+from huggingface_hub import CommitOperationAdd, HfApi, constants, get_token, hf_hub_url
+from huggingface_hub.errors import (
+    HfHubHTTPError,
+    RemoteEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.file_download import get_hf_file_metadata, http_get
+from huggingface_hub.utils import build_hf_headers, silent_tqdm
+
+from fleet.errors import AuthFailed, FleetError, ProviderError, UsageError
+
+REPO_TYPE = "dataset"
+BRANCH = "main"
+MANIFEST_NAME = "fleet-manifest.json"
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_READERS = 4  # files read back at once
+
+
+class StoreError(ProviderError):
+    """The store refused or failed a call; the message names the call and what to do."""
+
+    def __init__(self, call: str, detail: str, hint: str = "") -> None:
+        super().__init__("store", call, detail, hint)
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str
+    size: int
+    sha256: str
+
+
+def entries(manifest: Sequence[Mapping[str, Any]]) -> list[Entry]:
+    """The manifest's rows, checked: relative paths without `..`, sizes, sha256 hex."""
+    out: list[Entry] = []
+    for n, row in enumerate(manifest):
+        try:
+            entry = Entry(str(row["path"]), int(row["size"]), str(row["sha256"]).lower())
+        except (KeyError, TypeError, ValueError):
+            raise UsageError(f"manifest row {n}: needs path, size and sha256") from None
+        parts = entry.path.split("/")
+        if entry.path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise UsageError(f"manifest row {n}: {entry.path!r} is not a relative path")
+        if entry.size < 0 or not _SHA256.match(entry.sha256):
+            raise UsageError(f"manifest row {n} ({entry.path}): bad size or sha256")
+        out.append(entry)
+    if len({e.path for e in out}) != len(out):
+        raise UsageError("manifest names a path twice")
+    return sorted(out, key=lambda e: e.path)
+
+
+def manifest_bytes(rows: Sequence[Entry]) -> bytes:
+    """The manifest as stored beside the files (the same bytes for the same rows)."""
+    data = [{"path": e.path, "size": e.size, "sha256": e.sha256} for e in rows]
+    return (json.dumps(data, indent=1) + "\n").encode()
+
+
+def _in_repo(prefix: str, path: str) -> str:
+    return f"{prefix}/{path}" if prefix else path
+
+
+def _prefix(path_in_repo: str) -> str:
+    prefix = path_in_repo.strip("/")
+    if any(p in (".", "..") for p in prefix.split("/")):
+        raise UsageError(f"path in repo {path_in_repo!r} must not hold . or ..")
+    return prefix
+
+
+# --- talking to the Hub --------------------------------------------------------------------
+
+def _is_true(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def token() -> str | None:
+    """The operator's Hub token (HF_TOKEN, else the token file), or None. Never print it."""
+    return get_token() or None
+
+
+def _api() -> tuple[HfApi, str]:
+    """A client for HF_ENDPOINT with the operator's token (never printed)."""
+    # huggingface_hub reads these at import; a process that loaded the sandbox's environment
+    # afterwards still means them (Xet off: the sandbox's store speaks plain LFS)
+    if _is_true(os.environ.get("HF_HUB_DISABLE_XET")):
+        constants.HF_HUB_DISABLE_XET = True
+    secret = token()
+    if not secret:
+        raise AuthFailed("store", "token", "no Hub token found",
+                         "set HF_TOKEN or log in with `hf auth login`")
+    endpoint = os.environ.get("HF_ENDPOINT", "").rstrip("/") or None
+    return HfApi(endpoint=endpoint, token=secret, library_name="fleet"), secret
+
+
+@contextmanager
+def _call(call: str, repo: str) -> Iterator[None]:
+    """Turn the library's failures into one-line fleet errors naming `call` and a remedy."""
+    try:
+        yield
+    except HfHubHTTPError as e:
+        raise _refusal(call, repo, e) from None
+    except RuntimeError as e:
+        # an LFS upload's failure comes wrapped: "Error while uploading 'path' to the Hub."
+        if not isinstance(e.__cause__, HfHubHTTPError):
+            raise
+        what = str(e).removeprefix("Error while uploading ").removesuffix(" to the Hub.")
+        raise _refusal(call, repo, e.__cause__, f"upload of {what}: ") from None
+    except httpx2.TransportError as e:
+        raise StoreError(call, f"cannot reach the store: {type(e).__name__}: {e}",
+                         "check HF_ENDPOINT and the network") from None
+
+
+def _refusal(call: str, repo: str, e: HfHubHTTPError, where: str = "") -> FleetError:
+    if isinstance(e, RepositoryNotFoundError):
+        return StoreError(call, f"repository {repo} not found, or the token cannot see it",
+                          "check the repository name and HF_TOKEN")
+    if isinstance(e, RevisionNotFoundError):
+        return StoreError(call, f"{repo}: no such branch or commit", "check the commit id")
+    status = e.response.status_code if e.response is not None else None
+    said = " ".join((e.server_message or str(e).strip().splitlines()[0]).split())
+    if status == 401:
+        return AuthFailed("store", call, f"the store refused the token ({said})",
+                          "check HF_TOKEN")
+    if status == 412:
+        return StoreError(call, f"{repo}: someone committed since its head was read",
+                          "push again onto the new head")
+    if status == 403:
+        return StoreError(call, f"{repo} refused the upload (403): {where}{said}",
+                          f"check that the token may write to {repo} and the repository's "
+                          "quota, then push again")
+    if where and status == 400:
+        return StoreError(call, f"{repo}: {where}refused (400): {said}",
+                          "the local copy is not the bytes its manifest names; copy it again")
+    return StoreError(call, f"{repo}: {where}HTTP {status}: {said}",
+                      "see the store's status, then try again")
+
+
+def _head(api: HfApi, repo: str) -> str | None:
+    with _call("repo_info", repo):
+        try:
+            info = api.repo_info(repo, repo_type=REPO_TYPE, revision=BRANCH)
+        except RevisionNotFoundError:
+            return None  # a repository without a commit
+    return info.sha
+
+
+def head(repo: str) -> str | None:
+    """The commit id `main` of `repo` points at; None while it has no commit."""
+    api, _ = _api()
+    return _head(api, repo)
+
+
+@dataclass
+class _KnownAdd(CommitOperationAdd):
+    """A file added with the sha256 and size its manifest gives.
+
+    huggingface_hub learns an LFS file's sha256 by reading the whole file (`UploadInfo.sha256`
+    computed on first access) before it reads it again to upload it: two passes over every
+    byte. The manifest's sha256 was computed where the file was made, and the store checks
+    each uploaded body against it (a local copy that differs is refused there), so handing it
+    over loses no safety and saves a pass.
+    """
+
+    known_sha256: str = field(default="", kw_only=True)
+    known_size: int = field(default=-1, kw_only=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()  # checks the path; reads only the file's first 512 bytes
+        if self.upload_info.size != self.known_size:
+            raise UsageError(f"{self.path_in_repo}: the local copy has "
+                             f"{self.upload_info.size} bytes, the manifest says "
+                             f"{self.known_size}")
+        self.upload_info.sha256 = bytes.fromhex(self.known_sha256)
+
+
+def _commit(api: HfApi, repo: str, ops: list[Any], message: str) -> str:
+    """One commit of `ops` on main's current head; the returned id is checked to be the head."""
+    with _call("create_repo", repo):
+        api.create_repo(repo, repo_type=REPO_TYPE, private=True, exist_ok=True)
+    parent = _head(api, repo)
+    with _call("create_commit", repo):
+        info = api.create_commit(repo, ops, commit_message=message, repo_type=REPO_TYPE,
+                                 revision=BRANCH, parent_commit=parent)
+    now = _head(api, repo)
+    if now != info.oid:
+        raise StoreError("create_commit", f"{repo} answered commit {info.oid}, but its {BRANCH} "
+                         f"is at {now or 'no commit'}: the commit was not stored",
+                         "push again and report the store's fault")
+    return str(info.oid)
+
+
+def push(repo: str, files: Path, manifest: Sequence[Mapping[str, Any]], path_in_repo: str,
+         message: str) -> str:
+    """Commit the manifest's files from `files` (and the manifest) under `path_in_repo`.
+
+    One `create_commit` on main's head read just before (a commit in between is refused, not
+    merged); returns the commit id after checking that main is there.
+    """
+    rows = entries(manifest)
+    prefix = _prefix(path_in_repo)
+    if any(_in_repo(prefix, e.path) == _in_repo(prefix, MANIFEST_NAME) for e in rows):
+        raise UsageError(f"the manifest lists {MANIFEST_NAME}, the name its own copy takes")
+    ops: list[Any] = []
+    for e in rows:
+        local = Path(files) / e.path
+        if not local.is_file():
+            raise UsageError(f"{e.path}: not a file under {files}")
+        try:
+            ops.append(_KnownAdd(_in_repo(prefix, e.path), str(local),
+                                 known_sha256=e.sha256, known_size=e.size))
+        except OSError as err:
+            raise UsageError(f"{e.path}: cannot read the local copy: {err.strerror}") from None
+    ops.append(CommitOperationAdd(_in_repo(prefix, MANIFEST_NAME), manifest_bytes(rows)))
+    api, _ = _api()
+    return _commit(api, repo, ops, message)
+
+
+def push_toolchain(repo: str, local_dir: Path, message: str) -> str:
+    """Commit every file under `local_dir` at the same paths in `repo`, in one commit.
+
+    Files the repository holds that `local_dir` lacks stay; symlinks are not followed.
+    """
+    root = Path(local_dir)
+    if not root.is_dir():
+        raise UsageError(f"{root} is not a directory")
+    ops: list[Any] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if path.is_file() and not path.is_symlink():
+                ops.append(CommitOperationAdd(path.relative_to(root).as_posix(), str(path)))
+    if not ops:
+        raise UsageError(f"{root} holds no file to push")
+    api, _ = _api()
+    return _commit(api, repo, ops, message)
+
+
+# --- reading back --------------------------------------------------------------------------
+
+class _Sha256Sink(io.RawIOBase):
+    """Where a read-back download goes: hashed and counted as it streams, never stored."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        self.digest.update(b)
+        self.size += len(b)
+        return len(b)
+
+    def tell(self) -> int:
+        return self.size
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        # the downloader rewinds to its start when a server ignored a resume's Range
+        if whence == io.SEEK_SET and offset == 0:
+            self.digest, self.size = hashlib.sha256(), 0
+        elif not (whence == io.SEEK_CUR and offset == 0):
+            raise io.UnsupportedOperation("a hashing sink only rewinds to its start")
+        return self.size
+
+    def truncate(self, size: int | None = None) -> int:
+        return self.size
+
+
+def _read_one(api: HfApi, secret: str, repo: str, commit: str, path: str,
+              want: Entry) -> str | None:
+    """Download `path` at `commit` afresh, hashing it as it arrives; a line if it differs."""
+    url = hf_hub_url(repo, path, repo_type=REPO_TYPE, revision=commit, endpoint=api.endpoint)
+    short = commit[:12]
+    with _call("download", repo):
+        try:
+            meta = get_hf_file_metadata(url, token=secret, library_name="fleet")
+            if meta.commit_hash != commit:
+                return f"{path}: the store served commit {meta.commit_hash} when asked for {short}"
+            sink = _Sha256Sink()
+            try:
+                http_get(url, cast(BinaryIO, sink), headers=build_hf_headers(
+                    token=secret, library_name="fleet"), expected_size=want.size,
+                    displayed_filename=path, tqdm_class=silent_tqdm)
+            except HfHubHTTPError:
+                raise
+            except OSError:  # the size check: fewer or more bytes than announced
+                return (f"{path}: store at {short} sent {sink.size} bytes, manifest says "
+                        f"{want.size}")
+        except RemoteEntryNotFoundError:
+            return f"{path}: missing from the store at {short}"
+    got = sink.digest.hexdigest()
+    if sink.size != want.size:
+        return f"{path}: store at {short} sent {sink.size} bytes, manifest says {want.size}"
+    if got != want.sha256:
+        return f"{path}: store at {short} has sha256 {got}, manifest says {want.sha256}"
+    return None
+
+
+def read_back(repo: str, commit: str, path_in_repo: str,
+              manifest: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What differs between the store's `commit` and the manifest: one line per file, none
+    when equal. The listing is checked first (presence, sizes, LFS sha256), then every file is
+    downloaded anew (no cache is read or written) and hashed as it streams.
+    """
+    if not _COMMIT.match(commit):
+        raise UsageError(f"read-back needs a 40-hex commit id, not {commit!r}")
+    rows = entries(manifest)
+    prefix = _prefix(path_in_repo)
+    blob = manifest_bytes(rows)
+    wanted = {_in_repo(prefix, e.path): e for e in rows}
+    wanted[_in_repo(prefix, MANIFEST_NAME)] = Entry(
+        MANIFEST_NAME, len(blob), hashlib.sha256(blob).hexdigest())
+    api, secret = _api()
+    short = commit[:12]
+    listed: dict[str, Any] = {}
+    paths = sorted(wanted)
+    with _call("get_paths_info", repo):
+        try:
+            for i in range(0, len(paths), 200):
+                for item in api.get_paths_info(repo, paths[i:i + 200], revision=commit,
+                                               repo_type=REPO_TYPE):
+                    listed[item.path] = item
+        except RevisionNotFoundError:
+            return [f"{repo}: commit {commit} does not resolve in the store"]
+    lines: dict[str, str] = {}
+    to_read: list[str] = []
+    for path in paths:
+        want, info = wanted[path], listed.get(path)
+        lfs = getattr(info, "lfs", None)
+        if info is None or not hasattr(info, "size"):
+            lines[path] = f"{path}: missing from the store at {short}"
+        elif info.size != want.size:
+            lines[path] = f"{path}: store at {short} has {info.size} bytes, " \
+                          f"manifest says {want.size}"
+        elif lfs is not None and lfs.sha256 != want.sha256:
+            lines[path] = f"{path}: store at {short} lists sha256 {lfs.sha256}, " \
+                          f"manifest says {want.sha256}"
+        else:
+            to_read.append(path)
+    with ThreadPoolExecutor(max_workers=_READERS) as pool:
+        found = pool.map(lambda p: (p, _read_one(api, secret, repo, commit, p, wanted[p])),
+                         to_read)
+        lines.update({p: line for p, line in found if line})
+    return [lines[p] for p in sorted(lines)]

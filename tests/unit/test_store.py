@@ -1,0 +1,293 @@
+"""fleet.store against the sandbox's Hub server, through the real huggingface_hub client: one
+commit per push, read-back that names each differing file, and the store's faults as fleet
+errors of one line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from huggingface_hub import CommitOperationAdd, HfApi, constants, lfs
+
+from fleet import store
+from fleet.errors import AuthFailed, FleetError, UsageError
+from sandbox.hub import HubServer, client_env
+
+TOKEN = "hf_sandbox_store_token_9876543210"
+REPO = "fleet/outputs"
+MiB = 1 << 20
+
+
+def point_client(monkeypatch: pytest.MonkeyPatch, url: str, home: Path) -> None:
+    """The environment `.sandbox/env` gives, and the library's copies of what it reads at
+    import (which may have happened before this test)."""
+    for name, value in {**client_env(url, TOKEN), "HF_HOME": str(home)}.items():
+        monkeypatch.setenv(name, value)
+    library: dict[str, object] = {
+        "ENDPOINT": url,
+        "HUGGINGFACE_CO_URL_TEMPLATE": url + "/{repo_id}/resolve/{revision}/{filename}",
+        "HF_HUB_DISABLE_XET": True, "HF_HUB_DISABLE_TELEMETRY": True, "HF_HOME": str(home),
+        "HF_HUB_CACHE": str(home / "hub"), "HF_TOKEN_PATH": str(home / "token"),
+        "HF_STORED_TOKENS_PATH": str(home / "stored_tokens"),
+    }
+    for name, setting in library.items():
+        monkeypatch.setattr(constants, name, setting)
+
+
+@pytest.fixture
+def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
+    server = HubServer(tmp_path / "hub", TOKEN, poll_interval=0.01)
+    point_client(monkeypatch, server.url, tmp_path / "hf-home")
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def api(hub: HubServer) -> HfApi:
+    return HfApi(endpoint=hub.url, token=TOKEN)
+
+
+def make_outputs(root: Path, files: dict[str, bytes]) -> list[dict[str, Any]]:
+    """Write `files` under `root`; their manifest, as the box's agent prints it."""
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return [{"path": rel, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            for rel, data in sorted(files.items())]
+
+
+@pytest.fixture
+def outputs(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
+    root = tmp_path / "out"
+    manifest = make_outputs(root, {"log.txt": b"done\n", "res/b.bin": os.urandom(MiB + 17),
+                                   "res/c.json": b'{"ok": true}\n'})
+    return root, manifest
+
+
+def one_line(e: pytest.ExceptionInfo[Any]) -> str:
+    text = str(e.value)
+    assert "\n" not in text and TOKEN not in text, text
+    return text
+
+
+# --- push and read back ------------------------------------------------------------------------
+
+def test_push_is_one_commit_with_the_manifest_and_reads_back_equal(
+        hub: HubServer, api: HfApi, outputs: tuple[Path, list[dict[str, Any]]]) -> None:
+    root, manifest = outputs
+    commit = store.push(REPO, root, manifest, "job1/box-a", "job1 on box-a")
+    assert store.head(REPO) == commit
+    info = api.repo_info(REPO, repo_type="dataset")
+    assert info.private is True
+    titles = [c.title for c in api.list_repo_commits(REPO, repo_type="dataset")]
+    assert titles == ["job1 on box-a", "initial commit"]  # exactly one commit for the push
+    tree = sorted(e.path for e in api.list_repo_tree(REPO, "job1/box-a", repo_type="dataset",
+                                                     recursive=True, revision=commit))
+    assert tree == ["job1/box-a/fleet-manifest.json", "job1/box-a/log.txt", "job1/box-a/res",
+                    "job1/box-a/res/b.bin", "job1/box-a/res/c.json"]
+    stored = api.hf_hub_download(REPO, "job1/box-a/fleet-manifest.json", repo_type="dataset",
+                                 revision=commit)
+    assert json.loads(Path(stored).read_text()) == manifest
+    assert store.read_back(REPO, commit, "job1/box-a", manifest) == []
+
+    again = store.push(REPO, root, manifest, "job2/box-a", "job2 on box-a")
+    assert store.head(REPO) == again != commit
+    assert store.read_back(REPO, again, "job2/box-a", manifest) == []
+    assert store.read_back(REPO, commit, "job1/box-a", manifest) == []  # an older commit stays
+
+
+def test_read_back_names_each_file_the_store_serves_wrong(
+        hub: HubServer, tmp_path: Path) -> None:
+    data = os.urandom(MiB + 5)
+    root = tmp_path / "out"
+    manifest = make_outputs(root, {"b.bin": data})
+    commit = store.push(REPO, root, manifest, "j/x", "j")
+    hub.faults.add("store_wrong_bytes", count=2, repo=REPO)  # both downloads: b.bin, manifest
+    lines = store.read_back(REPO, commit, "j/x", manifest)
+    served = hashlib.sha256(bytes([data[0] ^ 0xFF]) + data[1:]).hexdigest()
+    assert len(lines) == 2
+    assert lines[0] == (f"j/x/b.bin: store at {commit[:12]} has sha256 {served}, manifest says "
+                        f"{manifest[0]['sha256']}")
+    assert lines[1].startswith(f"j/x/fleet-manifest.json: store at {commit[:12]} has sha256 ")
+    assert hub.faults.pending() == []
+    assert store.read_back(REPO, commit, "j/x", manifest) == []  # the store itself is fine
+
+
+def test_read_back_reports_missing_resized_and_changed_files_from_the_listing(
+        api: HfApi, hub: HubServer, outputs: tuple[Path, list[dict[str, Any]]]) -> None:
+    root, manifest = outputs
+    pushed = store.push(REPO, root, manifest, "j", "j")
+    other = os.urandom(MiB + 17)  # same size as res/b.bin, other bytes
+    changed = api.create_commit(REPO, [
+        CommitOperationAdd("j/res/b.bin", other), CommitOperationAdd("j/log.txt", b"longer\n"),
+    ], commit_message="someone else", repo_type="dataset").oid
+    api.delete_file("j/res/c.json", REPO, repo_type="dataset")
+    after = store.head(REPO)
+    assert after is not None
+    lines = store.read_back(REPO, after, "j", manifest)
+    short = after[:12]
+    assert lines == [
+        f"j/log.txt: store at {short} has 7 bytes, manifest says 5",
+        f"j/res/b.bin: store at {short} lists sha256 {hashlib.sha256(other).hexdigest()}, "
+        f"manifest says {manifest[1]['sha256']}",
+        f"j/res/c.json: missing from the store at {short}",
+    ]
+    assert len(store.read_back(REPO, changed, "j", manifest)) == 2
+    assert store.read_back(REPO, pushed, "j", manifest) == []
+
+
+def test_read_back_of_a_commit_that_does_not_resolve_says_so(
+        hub: HubServer, outputs: tuple[Path, list[dict[str, Any]]]) -> None:
+    root, manifest = outputs
+    store.push(REPO, root, manifest, "j", "j")
+    assert store.read_back(REPO, "ab" * 20, "j", manifest) == [
+        f"{REPO}: commit {'ab' * 20} does not resolve in the store"]
+    with pytest.raises(UsageError):
+        store.read_back(REPO, "main", "j", manifest)
+
+
+# --- faults and refusals -------------------------------------------------------------------
+
+def test_a_ghost_commit_is_caught_with_its_id(
+        hub: HubServer, outputs: tuple[Path, list[dict[str, Any]]]) -> None:
+    root, manifest = outputs
+    before = store.push(REPO, root, manifest, "j1", "first")
+    hub.faults.add("store_ghost_commit", repo=REPO)
+    with pytest.raises(store.StoreError) as e:
+        store.push(REPO, root, manifest, "j2", "ghost")
+    text = one_line(e)
+    assert text.startswith("store create_commit: fleet/outputs answered commit ")
+    ghost = text.split("answered commit ")[1].split(",")[0]
+    assert len(ghost) == 40 and ghost != before and f"is at {before}" in text
+    assert store.head(REPO) == before
+    assert store.read_back(REPO, ghost, "j2", manifest) == [
+        f"{REPO}: commit {ghost} does not resolve in the store"]
+
+
+def test_a_refused_upload_is_one_line_naming_the_call_and_what_to_do(
+        hub: HubServer, outputs: tuple[Path, list[dict[str, Any]]]) -> None:
+    root, manifest = outputs
+    hub.faults.add("store_upload_refused", count=1)
+    with pytest.raises(store.StoreError) as e:
+        store.push(REPO, root, manifest, "j", "refused")
+    text = one_line(e)
+    assert text.startswith("store create_commit: fleet/outputs refused the upload (403): ")
+    assert "store_upload_refused" in text and "then push again" in text
+    assert store.head(REPO) is not None and hub.faults.pending() == []
+    assert store.read_back(REPO, store.push(REPO, root, manifest, "j", "ok"), "j", manifest) == []
+
+
+def test_a_commit_on_a_head_that_moved_is_refused_not_merged(
+        api: HfApi, hub: HubServer, outputs: tuple[Path, list[dict[str, Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root, manifest = outputs
+    first = store.push(REPO, root, manifest, "j1", "first")
+    real_head = store._head
+
+    def stale_then_real(api_: HfApi, repo: str) -> str | None:
+        # someone commits between push's read of the head and its commit
+        monkeypatch.setattr(store, "_head", real_head)
+        api.create_commit(REPO, [CommitOperationAdd("other.txt", b"x\n")],
+                          commit_message="someone else", repo_type="dataset")
+        return first
+
+    monkeypatch.setattr(store, "_head", stale_then_real)
+    with pytest.raises(store.StoreError) as e:
+        store.push(REPO, root, manifest, "j2", "second")
+    assert "someone committed since" in one_line(e)
+    assert [c.title for c in api.list_repo_commits(REPO, repo_type="dataset")][0] == \
+        "someone else"
+
+
+def test_a_local_copy_that_is_not_the_manifests_is_not_pushed(
+        hub: HubServer, outputs: tuple[Path, list[dict[str, Any]]]) -> None:
+    root, manifest = outputs
+    before = store.push(REPO, root, manifest, "j", "first")
+    (root / "log.txt").write_bytes(b"done\n\n")  # another size: caught before any upload
+    with pytest.raises(UsageError) as e:
+        store.push(REPO, root, manifest, "k", "resized")
+    assert "log.txt" in one_line(e) and "manifest says 5" in str(e.value)
+    (root / "log.txt").write_bytes(b"done\n")
+    # same size, other bytes than the manifest's (never stored before): the store checks each
+    # upload against the sha256 it was announced with
+    fresh = os.urandom(MiB + 3)
+    bent = make_outputs(root, {"res/new.bin": fresh})
+    (root / "res/new.bin").write_bytes(bytes([fresh[0] ^ 0xFF]) + fresh[1:])
+    with pytest.raises(store.StoreError) as refused:
+        store.push(REPO, root, bent, "k", "changed")
+    assert "res/new.bin" in one_line(refused) and "copy it again" in str(refused.value)
+    assert store.head(REPO) == before
+
+
+def test_without_a_token_or_with_a_wrong_one_the_error_says_what_to_set(
+        hub: HubServer, outputs: tuple[Path, list[dict[str, Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root, manifest = outputs
+    monkeypatch.delenv("HF_TOKEN")
+    assert store.token() is None
+    with pytest.raises(AuthFailed) as e:
+        store.push(REPO, root, manifest, "j", "no token")
+    assert one_line(e) == ("store token: no Hub token found (set HF_TOKEN or log in with "
+                           "`hf auth login`)") and e.value.exit_code == 2
+    monkeypatch.setenv("HF_TOKEN", "hf_wrong")
+    with pytest.raises(AuthFailed) as e:
+        store.head(REPO)
+    assert "refused the token" in one_line(e) and "hf_wrong" not in str(e.value)
+
+
+def test_an_unreachable_store_or_repository_is_one_line(
+        hub: HubServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(store.StoreError) as e:
+        store.head("fleet/nothing")
+    assert one_line(e).startswith("store repo_info: repository fleet/nothing not found")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens once it is closed
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed}")
+    with pytest.raises(FleetError) as unreachable:
+        store.head(REPO)
+    assert "cannot reach the store" in one_line(unreachable)
+    assert "HF_ENDPOINT" in str(unreachable.value)
+
+
+# --- what push does not do ------------------------------------------------------------------
+
+def test_push_hands_over_the_manifests_sha256_instead_of_hashing_again(
+        hub: HubServer, api: HfApi, outputs: tuple[Path, list[dict[str, Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root, manifest = outputs
+
+    def no_hashing(fileobj: Any, *args: Any, **kwargs: Any) -> bytes:
+        raise AssertionError("a file was hashed again on the operator's side")
+
+    monkeypatch.setattr(lfs, "sha_fileobj", no_hashing)
+    commit = store.push(REPO, root, manifest, "j", "no rehash")
+    assert store.read_back(REPO, commit, "j", manifest) == []
+    # the same upload without the manifest's sha256 would have hashed: the check is real
+    with pytest.raises(AssertionError, match="hashed again"):
+        api.create_commit(REPO, [CommitOperationAdd("x/b.bin", str(root / "res/b.bin"))],
+                          commit_message="plain", repo_type="dataset")
+
+
+def test_push_toolchain_commits_a_tree_in_one_commit(hub: HubServer, api: HfApi,
+                                                     tmp_path: Path) -> None:
+    tc = tmp_path / "tc"
+    make_outputs(tc, {"bin/prover": os.urandom(MiB + 1), "bin/run.sh": b"#!/bin/sh\n",
+                      "VERSION": b"2.1\n"})
+    with pytest.raises(store.StoreError, match="not found"):
+        store.head("fleet/toolchains")  # push_toolchain makes the repository
+    commit = store.push_toolchain("fleet/toolchains", tc, "toolchain 2.1")
+    assert store.head("fleet/toolchains") == commit
+    tree = sorted(e.path for e in api.list_repo_tree("fleet/toolchains", repo_type="dataset",
+                                                     recursive=True, revision=commit))
+    assert tree == [".gitattributes", "VERSION", "bin", "bin/prover", "bin/run.sh"]
+    assert [c.title for c in api.list_repo_commits("fleet/toolchains", repo_type="dataset")] \
+        == ["toolchain 2.1", "initial commit"]
+    with pytest.raises(UsageError):
+        store.push_toolchain("fleet/toolchains", tmp_path / "absent", "nothing")
