@@ -47,9 +47,9 @@ def fetch(job: Job) -> dict[str, Any] | None:
     cache = job.root / "cache"
     marker = cache / "toolchains" / f"{tc.repo_type}s--{tc.repo.replace('/', '--')}--" \
                                     f"{tc.revision}.json"
-    snapshot = _warm(marker, tc)
+    warm = _warm(marker, tc)
     fetched = 0
-    if snapshot is None:
+    if warm is None:
         snapshot, fetched, files = _download(job, tc, cache / "hub")
         try:
             marker.parent.mkdir(parents=True, exist_ok=True)
@@ -59,7 +59,7 @@ def fetch(job: Job) -> dict[str, Any] | None:
         except OSError:
             pass  # the next job then asks the store again; nothing is wrong with this one
     else:
-        files = read_json(marker)["files"]
+        snapshot, files = warm
     _show(job, tc, snapshot)
     return {"repo": tc.repo, "repo_type": tc.repo_type, "revision": tc.revision,
             "path": tc.path, "snapshot": str(snapshot), "endpoint": job.store_endpoint,
@@ -68,7 +68,7 @@ def fetch(job: Job) -> dict[str, Any] | None:
             "seconds": round(time.monotonic() - started, 3), "warm": fetched == 0}
 
 
-def _warm(marker: Path, tc: Toolchain) -> Path | None:
+def _warm(marker: Path, tc: Toolchain) -> tuple[Path, dict[str, list[int]]] | None:
     """The cached snapshot when the marker names it and every file still has its recorded
     size and mtime (one stat each); mismatching files are removed for the download to replace."""
     raw = read_json(marker)
@@ -89,7 +89,7 @@ def _warm(marker: Path, tc: Toolchain) -> Path | None:
             pass
         ok = False
         _forget(path)
-    return Path(snapshot) if ok else None
+    return (Path(snapshot), files) if ok else None
 
 
 def _forget(path: Path) -> None:

@@ -107,3 +107,28 @@ def ptx(entry: str, calls: str = "") -> str:
     return (".version 8.5\n.target sm_90\n.address_size 64\n"
             f"// a comment naming cublasSgemm is not a use of it\n{extern}"
             f".visible .entry {entry}(\n    .param .u64 p0\n)\n{{\n{call}    ret;\n}}\n")
+
+
+# ---------------------------------------------------------------- a toolchain in a store
+
+HUB_TOKEN = "hf_sandbox_job_token_4f1c9a0e7d2b"
+TOOLCHAIN_REPO = "fleet/toolchains"
+
+
+def seed_toolchain(store: Any, files: dict[str, bytes], repo: str = TOOLCHAIN_REPO) -> str:
+    """A dataset repository in the sandbox Hub's store holding `files`; the commit id."""
+    from sandbox.hub.store import AddFile, HubError
+
+    try:
+        handle = store.create_repo("dataset", repo, True)
+    except HubError:
+        handle = store.repo("dataset", repo)
+    commit = store.commit(handle, "main", None, "toolchain", "",
+                          [AddFile(path, data) for path, data in files.items()])
+    return str(commit.id)
+
+
+def write_token(box: Box, token: str) -> None:
+    path = box.root / "hf_token"
+    path.write_text(token + "\n")
+    path.chmod(0o600)

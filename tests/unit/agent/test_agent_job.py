@@ -10,11 +10,26 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agentbox import DRIVER, PY, UUIDS, Box, gone, gpu_spec, wait_for
-from jobtools import job, outcome, runs, state_of, step_ok, write_job
+from agentbox import DRIVER, PY, UUIDS, Box, free_port, gone, gpu_spec, wait_for
+from jobtools import (
+    HUB_TOKEN,
+    TOOLCHAIN_REPO,
+    gcc,
+    job,
+    outcome,
+    runs,
+    seed_toolchain,
+    state_of,
+    step_ok,
+    write_job,
+    write_token,
+)
+
+from sandbox.hub import HubServer
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -332,3 +347,110 @@ def test_only_the_job_steps_import_huggingface_hub_and_pyelftools() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=REPO).stdout
     assert out.strip() == "[]"
+
+
+# ---------------------------------------------------------------- the toolchain
+
+
+@pytest.fixture
+def hub(box: Box) -> Iterator[HubServer]:
+    server = HubServer(box.tmp / "hub", HUB_TOKEN, poll_interval=0.01)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def toolchain_job(box: Box, name: str, revision: str, endpoint: str,
+                  **overrides: object) -> Path:
+    jobdir = write_job(box, name, store_endpoint=endpoint, toolchain={
+        "repo": TOOLCHAIN_REPO, "revision": revision, "path": "toolchain",
+        "repo_type": "dataset"}, **overrides)
+    step_ok(box, "admit", jobdir)
+    return jobdir
+
+
+def no_secret_anywhere(box: Box, done: subprocess.CompletedProcess[str], *secrets: str) -> None:
+    """Not in the command's output, nor in any file under the root but the token file."""
+    for secret in secrets:
+        assert secret not in done.stdout and secret not in done.stderr
+        for path in box.root.rglob("*"):
+            if path.is_file() and not path.is_symlink() and path.name != "hf_token":
+                assert secret.encode() not in path.read_bytes(), path
+
+
+def test_a_toolchain_is_fetched_once_per_box_and_a_second_job_fetches_nothing(
+        box: Box, hub: HubServer) -> None:
+    kernel = gcc(box.tmp, "void add_k(void) {}\n", box.tmp / "k.o", "-c").read_bytes()
+    files = {"kernels/add.cubin": kernel, "bin/tool": os.urandom(300_000), "README.md": b"hi\n"}
+    commit = seed_toolchain(hub.store, files)
+    write_token(box, HUB_TOKEN)
+    jobdir = toolchain_job(box, "first", commit, hub.url,
+                           modules=["toolchain/kernels/*.cubin"])
+    done = job(box, "fetch", jobdir)
+    assert done.returncode == 0, done.stderr
+    tc = state_of(done)["toolchain"]
+    assert tc["warm"] is False and tc["revision"] == commit and tc["files"] == 4  # .gitattributes
+    assert tc["bytes_fetched"] == tc["bytes_total"] > sum(len(b) for b in files.values())
+    assert tc["seconds"] >= 0 and tc["endpoint"] == hub.url
+    for path, data in files.items():
+        assert (jobdir / "work" / "toolchain" / path).read_bytes() == data
+    assert step_ok(box, "scan", jobdir)["scan"]["modules"][0]["kind"] == "cubin"
+    no_secret_anywhere(box, done, HUB_TOKEN)
+    # the same repo@commit for another job on this box: from the cache, without the store
+    hub.close()
+    second = toolchain_job(box, "second", commit, hub.url)
+    warm = state_of(job(box, "fetch", second))["toolchain"]
+    assert warm["warm"] is True and warm["bytes_fetched"] == 0 and warm["files"] == 4
+    assert (second / "work" / "toolchain" / "bin" / "tool").read_bytes() == files["bin/tool"]
+
+
+def test_a_changed_file_in_the_cache_is_fetched_again(box: Box, hub: HubServer) -> None:
+    files = {"bin/tool": os.urandom(50_000), "lib/a.txt": b"a\n"}
+    commit = seed_toolchain(hub.store, files)
+    write_token(box, HUB_TOKEN)
+    first = toolchain_job(box, "first", commit, hub.url)
+    step_ok(box, "fetch", first)
+    blob = (first / "work" / "toolchain" / "bin" / "tool").resolve()
+    blob.write_bytes(b"tampered")
+    second = toolchain_job(box, "second", commit, hub.url)
+    tc = step_ok(box, "fetch", second)["toolchain"]
+    assert tc["warm"] is False and tc["bytes_fetched"] == len(files["bin/tool"])
+    assert (second / "work" / "toolchain" / "bin" / "tool").read_bytes() == files["bin/tool"]
+
+
+def test_a_branch_name_is_refused(box: Box, hub: HubServer) -> None:
+    seed_toolchain(hub.store, {"a.txt": b"a"})
+    write_token(box, HUB_TOKEN)
+    jobdir = toolchain_job(box, "bench", "main", hub.url)
+    assert_refused(job(box, "fetch", jobdir), "toolchain", "a branch name is refused")
+    assert outcome(jobdir)["refused"]["step"] == "toolchain"
+    assert job(box, "scan", jobdir).returncode == 3 and runs(jobdir) == 0
+    assert not (box.root / "cache" / "hub").exists()  # nothing was asked of the store
+
+
+@pytest.mark.parametrize("case", ["wrong token", "no token", "unknown commit", "unreachable"])
+def test_a_toolchain_that_cannot_be_had_is_a_refusal_naming_no_token(
+        box: Box, hub: HubServer, case: str) -> None:
+    commit = seed_toolchain(hub.store, {"a.txt": b"a"})
+    wrong = "hf_wrong_token_0000000000000000"
+    endpoint, reason = hub.url, "the store refused the token (401)"
+    if case == "wrong token":
+        write_token(box, wrong)
+    elif case == "no token":
+        pass
+    else:
+        write_token(box, HUB_TOKEN)
+    if case == "unknown commit":
+        commit, reason = "0123456789" * 4, "the revision is not in the repository"
+    if case == "unreachable":
+        endpoint, reason = f"http://127.0.0.1:{free_port()}", "the store is unreachable"
+    jobdir = toolchain_job(box, "bench", commit, endpoint)
+    done = job(box, "fetch", jobdir)
+    state = assert_refused(done, "toolchain", reason)
+    assert state["refused"]["reason"].startswith(
+        f"cannot fetch the toolchain {TOOLCHAIN_REPO}@{commit[:12]} from {endpoint}: ")
+    assert "Traceback" not in done.stderr
+    assert outcome(jobdir)["invocations"] == 0
+    assert job(box, "run", jobdir).returncode == 3 and runs(jobdir) == 0
+    no_secret_anywhere(box, done, HUB_TOKEN, wrong)
