@@ -466,8 +466,12 @@ def sandbox_status(as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 @sandbox_app.command("fault")
-def sandbox_fault(kind: str, target: str, count: int = typer.Option(1, min=1)) -> None:
-    """Inject a fault by name (no_capacity, rate_limit, host_death, driver_drift, ...)."""
+def sandbox_fault(kind: str,
+                  target: str = typer.Argument("*", help="a box label, provider or call; for "
+                                               "store_* faults a repository; * for any"),
+                  count: int = typer.Option(1, min=1)) -> None:
+    """Inject a fault by name (no_capacity, rate_limit, host_death, driver_drift, ...,
+    store_upload_refused, store_wrong_bytes, store_ghost_commit)."""
     from fleet import sandbox_cmd
 
     res = sandbox_cmd.fault(cfg(), _sandbox_dir(), kind, target, count)

@@ -30,6 +30,8 @@ from fleet.sync import view
 
 FAULTS = ("no_capacity", "offer_gone", "rate_limit", "server_error", "create_timeout",
           "host_death", "driver_drift", "container_restart", "low_bid")
+# the store's: TARGET is a repository (`fleet/outputs`) or `*`
+STORE_FAULTS = ("store_upload_refused", "store_wrong_bytes", "store_ghost_commit")
 
 
 def load_env(state_dir: Path) -> dict[str, str]:
@@ -137,10 +139,13 @@ def status(state_dir: Path) -> dict[str, Any]:
 
 
 def fault(cfg: Config, state_dir: Path, kind: str, target: str, count: int) -> Any:
-    if kind not in FAULTS:
-        raise UsageError(f"unknown fault {kind!r} (one of: {', '.join(FAULTS)})")
+    if kind not in FAULTS + STORE_FAULTS:
+        raise UsageError(f"unknown fault {kind!r} (one of: {', '.join(FAULTS + STORE_FAULTS)})")
     import sandbox.manage as manage
 
+    if kind in STORE_FAULTS:
+        with _sandbox_errors():
+            return manage.fault(state_dir, kind, target, count)
     reg = Registry(cfg.registry)
     row = reg.get(target) if target not in ("runpod", "vast") else None
     # a fleet label names a box; the sandbox knows boxes by provider id

@@ -3,9 +3,10 @@
 State directory (default `.sandbox/` in the repository):
 
     daemon.json   pid, ports and URLs of the running daemon (the daemon keeps it true)
-    keys.json     the sandbox's API keys (0600)
+    keys.json     the sandbox's API keys and the store's token (0600)
     env           export lines for `set -a; . .sandbox/env` (0600)
     daemon.log    the daemon's log
+    hub/          the store's repositories and objects (kept across restarts)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import psutil
 
 from sandbox.control_client import ControlClient
 from sandbox.daemon import Keys, env_vars, write_private
+from sandbox.hub import FAULT_KINDS as STORE_FAULTS
 
 ENV_FILE = "env"
 INFO_FILE = "daemon.json"
@@ -150,15 +152,37 @@ def status(state_dir: Path) -> dict[str, Any]:
 
 def fault(state_dir: Path, kind: str, target: str, count: int = 1,
           **params: Any) -> dict[str, Any]:
-    """Inject a fault into the running sandbox (see sandbox.control for kinds and targets)."""
+    """Inject a fault into the running sandbox (see sandbox.control for kinds and targets; the
+    store's kinds, `sandbox.hub.faults`, take a repository or `*` as target)."""
     info = _info(state_dir.resolve())
     if info is None:
         raise SandboxError("the sandbox is not running; start it with `fleet sandbox up`")
+    if kind in STORE_FAULTS:
+        return _store_fault(state_dir.resolve(), info, kind, target, count)
     with ControlClient(info["control_url"]) as control:
         try:
             return control.fault(kind, target, count, **params)
         except ValueError as exc:
             raise SandboxError(str(exc)) from exc
+
+
+def _store_fault(state_dir: Path, info: dict[str, Any], kind: str, target: str,
+                 count: int) -> dict[str, Any]:
+    """Arm a fault on the store's own control route (it wants the store's token)."""
+    if not info.get("hub_url"):
+        raise SandboxError("this sandbox runs no store; restart it (`fleet sandbox down`, "
+                           "then `fleet sandbox up`)")
+    keys = Keys.load_or_create(state_dir / "keys.json")
+    body = {"kind": kind, "count": count, "repo": None if target in ("", "*") else target}
+    try:
+        resp = httpx.post(f"{info['hub_url']}/_sandbox/faults", json=body, timeout=10.0,
+                          headers={"Authorization": f"Bearer {keys.hub}"})
+    except httpx.HTTPError as exc:
+        raise SandboxError(f"sandbox store unreachable: {exc}") from exc
+    if resp.status_code >= 400:
+        raise SandboxError(f"sandbox store fault: {resp.json().get('error')}")
+    answer: dict[str, Any] = resp.json()
+    return answer
 
 
 def load_env(state_dir: Path) -> dict[str, str]:

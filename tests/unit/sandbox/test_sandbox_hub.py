@@ -4,8 +4,11 @@ LFS), listings, downloads, persistence, auth, and the three store faults."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +29,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from sandbox import manage
+from sandbox.control_client import ControlClient
 from sandbox.hub import HubServer, client_env
 
 TOKEN = "hf_sandbox_test_token_0123456789"
@@ -372,3 +377,53 @@ def test_faults_are_armed_listed_and_cleared_over_http(hub: HubServer) -> None:
         assert bad.status_code == 400 and "store_upload_refused" in bad.json()["error"]
         assert http.delete("/_sandbox/faults").json() == {"cleared": 2}
         assert http.get("/_sandbox/faults").json() == {"faults": []}
+
+
+# --- started by `fleet sandbox up` -----------------------------------------------------------
+
+def test_sandbox_up_runs_the_store_writes_its_environment_and_keeps_it_across_restarts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = tmp_path / ".sandbox"
+    config = tmp_path / "fleet.toml"
+    config.write_text('[fleet]\ndaily_budget_usd = 10\n[roles.live]\nkind = "standing"\n'
+                      'image = "img"\ndisk_gb = 20\n')
+    try:
+        info = manage.up(state, boot_delay=0.01)
+        env = manage.load_env(state)
+        assert env["HF_ENDPOINT"] == info["hub_url"]
+        assert env["HF_ENDPOINT"].startswith("http://127.0.0.1:")  # no boxes' bridge: loopback
+        assert env["HF_HUB_DISABLE_XET"] == env["HF_HUB_DISABLE_TELEMETRY"] == "1"
+        token = env["HF_TOKEN"]
+        assert json.loads((state / "keys.json").read_text())["hub"] == token
+        point_client(monkeypatch, env["HF_ENDPOINT"], tmp_path / "home")
+        api = HfApi(endpoint=env["HF_ENDPOINT"], token=token)
+        api.create_repo(REPO, repo_type="dataset")
+        kept = commit(api, {"a.txt": b"kept\n"})
+
+        # `fleet sandbox fault store_ghost_commit` with no target: any repository
+        cli = [str(Path(sys.executable).parent / "fleet"), "sandbox", "fault",
+               "store_ghost_commit", "--count", "2"]
+        run = subprocess.run(cli, capture_output=True, text=True, timeout=120, env={
+            **os.environ, "FLEET_SANDBOX_DIR": str(state), "FLEET_CONFIG": str(config)})
+        assert run.returncode == 0, run.stderr
+        assert json.loads(run.stdout)["queued"]["count"] == 2
+        assert commit(api, {"b.txt": b"ghost\n"}) != kept and head(api) == kept
+        armed = manage.fault(state, "store_upload_refused", REPO)["queued"]
+        assert armed["repo"] == REPO
+        with pytest.raises(manage.SandboxError, match="unknown fault kind 'store_meteor'"):
+            manage.fault(state, "store_meteor", REPO)
+        with ControlClient(info["control_url"]) as control:
+            assert control.faults() == []  # nothing went to the providers either
+
+        manage.down(state)
+        again = manage.up(state, boot_delay=0.01)
+        env2 = manage.load_env(state)
+        assert again["pid"] != info["pid"] and env2["HF_TOKEN"] == token
+        api2 = HfApi(endpoint=env2["HF_ENDPOINT"], token=token)
+        point_client(monkeypatch, env2["HF_ENDPOINT"], tmp_path / "home")
+        assert head(api2) == kept  # the store's disk outlives its daemon; faults do not
+        assert commit(api2, {"c.txt": b"after\n"}) == head(api2)
+        assert token not in (state / "daemon.log").read_text()
+        assert token not in (state / "daemon.json").read_text()
+    finally:
+        manage.down(state)

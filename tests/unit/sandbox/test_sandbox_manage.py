@@ -27,8 +27,9 @@ def test_up_status_fault_down(state_dir: Path) -> None:
     env_file = state_dir / "env"
     assert stat.S_IMODE(os.stat(env_file).st_mode) == 0o600
     env = manage.load_env(state_dir)
-    assert sorted(env) == ["FLEET_SANDBOX_CONTROL", "RUNPOD_API_BASE_URL", "RUNPOD_API_KEY",
-                           "VAST_API_KEY", "VAST_URL"]
+    assert sorted(env) == ["FLEET_SANDBOX_CONTROL", "HF_ENDPOINT", "HF_HUB_DISABLE_TELEMETRY",
+                           "HF_HUB_DISABLE_XET", "HF_TOKEN", "RUNPOD_API_BASE_URL",
+                           "RUNPOD_API_KEY", "VAST_API_KEY", "VAST_URL"]
     assert all(line.startswith(("#", "export ")) for line in env_file.read_text().splitlines())
     assert env["VAST_URL"].startswith("http://127.0.0.1:")
 
