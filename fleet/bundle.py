@@ -1,7 +1,8 @@
 """What a deploy ships to a box, packed so that a box needs one upload and no package index.
 
-The agent bundle holds the agent's code, the wheels of its two dependencies (psutil,
-nvidia-ml-py) and the scripts of `in/`. The wheels are the box's, not the operator's: pip is
+The agent bundle holds the agent's code, the wheels of its dependencies (psutil, nvidia-ml-py;
+for one-shot jobs pyelftools and huggingface_hub with what it needs at run time) and the
+scripts of `in/`. The wheels are the box's, not the operator's: pip is
 asked for CPython 3.11 on manylinux x86_64 (the boxes run Debian's python3; psutil's abi3
 wheel serves every CPython from 3.6 on, so a newer python3 on the box is fine too), and they
 are kept in a local cache between runs. A cached wheel is used only when its name, version and
@@ -29,8 +30,20 @@ from fleet.fileutil import locked, write_atomic
 from fleet.tarball import Entry, deterministic_tar
 
 REPO = Path(__file__).resolve().parent.parent
-# the agent's runtime dependencies, pinned as in pyproject.toml
-AGENT_WHEELS = ("psutil==7.2.2", "nvidia-ml-py==13.615.71")
+# the agent's runtime dependencies, pinned as in pyproject.toml (and, for huggingface_hub's own
+# dependencies, as in the environment that runs the tests). huggingface_hub is shipped with
+# what its import and `snapshot_download` over plain HTTP(S) really load when Xet is disabled
+# (the job fetch sets HF_HUB_DISABLE_XET): httpx2 -> httpcore2 -> h11, idna, truststore (the
+# system's CA store: no certifi), filelock, tqdm, pyyaml (pure Python when its C part does not
+# fit the box's Python), typing_extensions. Left out on purpose: hf_xet (a 4 MiB native
+# client the fetch never uses), click (the `hf` CLI), fsspec (HfFileSystem), packaging, and
+# anyio (httpcore2's async backend; the fetch is synchronous).
+AGENT_WHEELS = (
+    "psutil==7.2.2", "nvidia-ml-py==13.615.71",
+    "pyelftools==0.33", "huggingface_hub==2.4.0",
+    "httpx2==2.16.2", "httpcore2==2.16.2", "h11==0.16.0", "idna==3.20", "truststore==0.10.5",
+    "filelock==4.3.1", "tqdm==4.70.1", "pyyaml==6.0.4", "typing_extensions==4.16.0",
+)
 # the box: Debian's CPython 3.11 on x86_64 with glibc >= 2.28 (Debian 10 and every image since)
 BOX_PYTHON = (3, 11)
 BOX_PLATFORMS = (

@@ -21,6 +21,16 @@ PSUTIL = "psutil-7.2.2-cp36-abi3-manylinux2010_x86_64.manylinux_2_12_x86_64.many
 NVML = "nvidia_ml_py-13.615.71-py3-none-any.whl"
 STALE = "psutil-7.1.0-cp36-abi3-manylinux2010_x86_64.manylinux_2_12_x86_64.manylinux_2_28_x86_64.whl"  # noqa: E501
 MAC = "psutil-7.2.2-cp36-abi3-macosx_11_0_arm64.whl"
+# the one-shot job's wheels: pyelftools, huggingface_hub and what it needs at run time
+JOB_WHEELS = (
+    "pyelftools-0.33-py3-none-any.whl", "huggingface_hub-2.4.0-py3-none-any.whl",
+    "httpx2-2.16.2-py3-none-any.whl", "httpcore2-2.16.2-py3-none-any.whl",
+    "h11-0.16.0-py3-none-any.whl", "idna-3.20-py3-none-any.whl",
+    "truststore-0.10.5-py3-none-any.whl", "filelock-4.3.1-py3-none-any.whl",
+    "tqdm-4.70.1-py3-none-any.whl",
+    "pyyaml-6.0.4-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl",  # noqa: E501
+    "typing_extensions-4.16.0-py3-none-any.whl",
+)
 
 
 def touch(dest: Path, *names: str) -> None:
@@ -32,7 +42,8 @@ def touch(dest: Path, *names: str) -> None:
 class FakePip:
     """Stands in for `pip download`: records the command, writes the box's wheels."""
 
-    def __init__(self, writes: tuple[str, ...] = (PSUTIL, NVML), rc: int = 0) -> None:
+    def __init__(self, writes: tuple[str, ...] = (PSUTIL, NVML, *JOB_WHEELS),
+                 rc: int = 0) -> None:
         self.calls: list[list[str]] = []
         self.writes, self.rc = writes, rc
 
@@ -59,21 +70,21 @@ def names(paths: list[Path]) -> list[str]:
 # ---------------------------------------------------------------- the wheel cache
 
 def test_the_exact_pinned_wheels_for_the_box_are_a_cache_hit(tmp_path: Path, pip: FakePip) -> None:
-    touch(tmp_path, PSUTIL, NVML)
-    assert names(bundle._download_wheels(tmp_path)) == sorted([PSUTIL, NVML])
+    touch(tmp_path, PSUTIL, NVML, *JOB_WHEELS)
+    assert names(bundle._download_wheels(tmp_path)) == sorted([PSUTIL, NVML, *JOB_WHEELS])
     assert pip.calls == []
 
 
 def test_another_version_in_the_cache_is_stale(tmp_path: Path, pip: FakePip) -> None:
-    touch(tmp_path, STALE, NVML)
-    assert names(bundle._download_wheels(tmp_path)) == sorted([PSUTIL, NVML])
+    touch(tmp_path, STALE, NVML, *JOB_WHEELS)
+    assert names(bundle._download_wheels(tmp_path)) == sorted([PSUTIL, NVML, *JOB_WHEELS])
     assert len(pip.calls) == 1  # the pinned psutil was fetched, the stale one is not shipped
     assert (tmp_path / STALE).exists()
 
 
 def test_a_wheel_for_another_platform_is_no_hit(tmp_path: Path, pip: FakePip) -> None:
-    touch(tmp_path, MAC, NVML)
-    assert names(bundle._download_wheels(tmp_path)) == sorted([PSUTIL, NVML])
+    touch(tmp_path, MAC, NVML, *JOB_WHEELS)
+    assert names(bundle._download_wheels(tmp_path)) == sorted([PSUTIL, NVML, *JOB_WHEELS])
     assert len(pip.calls) == 1
 
 
@@ -93,7 +104,18 @@ def test_pip_is_asked_for_the_box_platform_not_the_operators(tmp_path: Path,
     assert values("--abi") == ["cp311"]
     assert "--only-binary=:all:" in cmd and "--no-deps" in cmd
     assert values("-d") == [str(tmp_path)]
-    assert cmd[-2:] == ["psutil==7.2.2", "nvidia-ml-py==13.615.71"]
+    assert cmd[-len(bundle.AGENT_WHEELS):] == list(bundle.AGENT_WHEELS)
+
+
+def test_the_pins_are_the_versions_the_tests_run_with() -> None:
+    """What the box gets is what the job fetch and scan were tested with here."""
+    from importlib.metadata import version
+
+    for pin in bundle.AGENT_WHEELS:
+        name, _, pinned = pin.partition("==")
+        assert version(name) == pinned, pin
+    left_out = {"hf-xet", "click", "fsspec", "packaging", "anyio"}  # see AGENT_WHEELS
+    assert not left_out & {p.partition("==")[0].replace("_", "-") for p in bundle.AGENT_WHEELS}
 
 
 def test_a_failing_pip_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,7 +128,7 @@ def test_a_failing_pip_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_pip_leaving_the_wrong_wheel_is_an_error(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bundle.subprocess, "run", FakePip(writes=(MAC, NVML)))
+    monkeypatch.setattr(bundle.subprocess, "run", FakePip(writes=(MAC, NVML, *JOB_WHEELS)))
     with pytest.raises(FleetError, match="no psutil==7.2.2 wheel for the box"):
         bundle._download_wheels(tmp_path)
 
@@ -121,7 +143,7 @@ def members(data: bytes) -> list[tarfile.TarInfo]:
 def test_the_bundle_ships_only_the_pinned_wheels_and_is_deterministic(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pip: FakePip) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    touch(bundle.wheel_cache(), PSUTIL, NVML, STALE, MAC)
+    touch(bundle.wheel_cache(), PSUTIL, NVML, STALE, MAC, *JOB_WHEELS)
     first = bundle.build(tmp_path / "cache")
     os.utime(bundle.wheel_cache() / PSUTIL, (1, 1))  # an mtime is no content
     second = bundle.build(tmp_path / "cache")
@@ -130,7 +152,8 @@ def test_the_bundle_ships_only_the_pinned_wheels_and_is_deterministic(
     assert data[4:8] == b"\0\0\0\0"  # gzip header mtime
     infos = members(data)
     wheels = [i.name for i in infos if i.name.startswith("wheels/")]
-    assert wheels == sorted([f"wheels/{PSUTIL}", f"wheels/{NVML}"])
+    assert wheels == sorted(f"wheels/{w}" for w in (PSUTIL, NVML, *JOB_WHEELS))
+    assert not [w for w in wheels if "hf_xet" in w]  # the fetch runs with Xet disabled
     assert [i.name for i in infos] == sorted(i.name for i in infos)
     assert "agent/__main__.py" in {i.name for i in infos}
     assert all(i.mtime == 0 and i.uid == 0 and i.uname == "root" for i in infos)

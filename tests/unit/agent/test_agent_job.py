@@ -454,3 +454,19 @@ def test_a_toolchain_that_cannot_be_had_is_a_refusal_naming_no_token(
     assert outcome(jobdir)["invocations"] == 0
     assert job(box, "run", jobdir).returncode == 3 and runs(jobdir) == 0
     no_secret_anywhere(box, done, HUB_TOKEN, wrong)
+
+
+def test_the_fetch_needs_none_of_the_packages_the_bundle_leaves_out(
+        box: Box, hub: HubServer) -> None:
+    """fleet/bundle.py ships huggingface_hub without hf_xet, click, fsspec, packaging and anyio:
+    the fetch (cold, through every import it makes) works with those made unimportable."""
+    commit = seed_toolchain(hub.store, {"bin/tool": os.urandom(20_000)})
+    write_token(box, HUB_TOKEN)
+    jobdir = toolchain_job(box, "bench", commit, hub.url)
+    left_out = ["hf_xet", "click", "fsspec", "packaging", "anyio"]
+    code = (f"import sys; sys.modules.update(dict.fromkeys({left_out!r})); "
+            "from agent.cli import main; sys.exit(main(sys.argv[1:]))")
+    done = subprocess.run([PY, "-c", code, "job", "fetch", str(jobdir)], env=box.env(),
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert state_of(done)["toolchain"]["bytes_fetched"] >= 20_000
