@@ -14,9 +14,8 @@ import codecs
 import hashlib
 import hmac
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -34,65 +33,13 @@ from sandbox.hub.store import (
     Repo,
     check_path,
 )
+from sandbox.hub.wire import FileSlice, Incoming, Reply, error_reply, is_true, parse_range
 
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
 LFS_THRESHOLD = 1 << 20  # bigger files go by LFS, as do binary ones (the Hub's rule, smaller)
 PLURAL = {"models": "model", "datasets": "dataset", "spaces": "space"}
 PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 USER = "sandbox"
-
-
-@dataclass
-class Incoming:
-    method: str
-    segments: list[str]  # the path, split on "/" and unquoted one by one
-    query: dict[str, list[str]]
-    headers: Any  # email.message.Message: case-insensitive .get
-    base_url: str  # scheme://host:port as the client addressed this server
-    read_body: Callable[[], bytes]
-    body_chunks: Callable[[], Iterator[bytes]]  # the body streamed, for uploads
-
-    def arg(self, name: str, default: str = "") -> str:
-        return self.query.get(name, [default])[0]
-
-    def json(self) -> Any:
-        try:
-            return json.loads(self.read_body() or b"{}")
-        except ValueError:
-            raise HubError(400, "malformed JSON body") from None
-
-
-@dataclass
-class FileSlice:
-    path: Path
-    start: int
-    length: int
-    corrupt: bool = False  # the store_wrong_bytes fault: same length, other bytes
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-    file: FileSlice | None = None
-
-    @classmethod
-    def json(cls, obj: Any, status: int = 200, content_type: str = "application/json",
-             headers: dict[str, str] | None = None) -> Reply:
-        return cls(status, {"Content-Type": content_type, **(headers or {})},
-                   json.dumps(obj).encode())
-
-
-def error_reply(exc: HubError) -> Reply:
-    message = " ".join(exc.message.split()).encode("latin-1", "replace").decode("latin-1")
-    headers = {"X-Error-Message": message, **exc.headers}
-    if exc.code:
-        headers["X-Error-Code"] = exc.code
-    return Reply.json({"error": exc.message}, exc.status, headers=headers)
-
-
-def is_true(value: str) -> bool:
-    return value.lower() in ("1", "true", "yes")
 
 
 def upload_mode(sample: bytes, size: int) -> str:
@@ -125,26 +72,6 @@ def is_folder(commit: Commit, path: str) -> bool:
     return any(p.startswith(prefix) for p in commit.files)
 
 
-def parse_range(header: str, size: int) -> tuple[int, int] | None:
-    """(start, length) of a single `bytes=` range; None to serve the whole file."""
-    unit, _, spec = header.partition("=")
-    if unit.strip() != "bytes" or "," in spec:
-        return None
-    first, _, last = spec.strip().partition("-")
-    try:
-        if first:
-            start = int(first)
-            end = min(int(last), size - 1) if last else size - 1
-        else:
-            start, end = max(size - int(last), 0), size - 1
-    except ValueError:
-        return None
-    if start >= size or end < start:
-        raise HubError(416, f"range {header} outside 0-{size - 1}",
-                       headers={"Content-Range": f"bytes */{size}"})
-    return start, end - start + 1
-
-
 class HubApp:
     def __init__(self, store: HubStore, faults: HubFaults, token: str, secret: bytes) -> None:
         self.store = store
@@ -157,6 +84,8 @@ class HubApp:
             return self._route(req)
         except HubError as exc:
             return error_reply(exc)
+        except (KeyError, TypeError, ValueError) as exc:  # a body without what the route reads
+            return error_reply(HubError(400, f"malformed request: {exc!r}"))
 
     # --- dispatch ------------------------------------------------------------------------
 
@@ -327,7 +256,7 @@ class HubApp:
         objects = []
         for obj in body.get("objects", []):
             oid, size = str(obj.get("oid")), obj.get("size")
-            if len(oid) != 64 or not isinstance(size, int) or size < 0:
+            if not SHA256.match(oid) or not isinstance(size, int) or size < 0:
                 objects.append({"oid": oid, "size": size if isinstance(size, int) else 0,
                                 "error": {"code": 422, "message": "invalid oid or size"}})
             elif self.store.has_object(oid, size):

@@ -18,8 +18,9 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from sandbox.hub.faults import HubFaults
-from sandbox.hub.routes import FileSlice, HubApp, Incoming, Reply
+from sandbox.hub.routes import HubApp
 from sandbox.hub.store import HubError, HubStore
+from sandbox.hub.wire import FileSlice, Incoming, Reply
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20

@@ -317,6 +317,8 @@ class HubStore:
         return self.objects / sha256[:2] / sha256
 
     def has_object(self, sha256: str, size: int) -> bool:
+        if not _SHA256.match(sha256):
+            return False
         path = self.object_path(sha256)
         return path.exists() and path.stat().st_size == size
 

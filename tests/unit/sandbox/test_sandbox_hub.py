@@ -269,6 +269,23 @@ def test_an_lfs_upload_whose_bytes_are_not_the_announced_ones_is_refused(
     assert "actions" not in again["objects"][0]  # stored: nothing to upload
 
 
+def test_malformed_requests_are_400s_not_server_errors(hub: HubServer, repo: str) -> None:
+    with httpx.Client(base_url=hub.url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        no_size = http.post(f"/api/datasets/{repo}/preupload/main",
+                            json={"files": [{"path": "a.txt"}]})
+        assert no_size.status_code == 400
+        no_header = http.post(f"/api/datasets/{repo}/commit/main", content=b'{"key": "file"}\n')
+        assert no_header.status_code == 400
+        escape = http.post(f"/api/datasets/{repo}/commit/main", content=b"\n".join([
+            json.dumps({"key": "header", "value": {"summary": "s"}}).encode(),
+            json.dumps({"key": "file", "value": {"path": "../x", "content": "",
+                                                 "encoding": "base64"}}).encode()]))
+        assert escape.status_code == 400 and "invalid path" in escape.json()["error"]
+        batch = http.post(f"/datasets/{repo}.git/info/lfs/objects/batch", json={
+            "operation": "upload", "objects": [{"oid": "../" * 21 + "x", "size": 1}]}).json()
+        assert batch["objects"][0]["error"]["code"] == 422
+
+
 # --- persistence and auth --------------------------------------------------------------------
 
 def test_repos_commits_and_objects_survive_a_restart(tmp_path: Path,
