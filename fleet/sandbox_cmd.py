@@ -80,7 +80,8 @@ def up(cfg: Config, state_dir: Path, boxes: int, role: str | None, backend: str,
     # stands in for adding the fleet's key to both provider accounts in their consoles
     with ControlClient(info["control_url"]) as control:
         control.add_ssh_key(public_key(ensure_key(cfg.ssh_key)))
-    console.print(f"sandbox up: {info.get('runpod_url', '')} {info.get('vast_url', '')} "
+    store = f", store {info['hub_url']}" if info.get("hub_url") else ""
+    console.print(f"sandbox up: {info.get('runpod_url', '')} {info.get('vast_url', '')}{store} "
                   f"(backend {info.get('backend', backend)}); `set -a; . {state_dir}/env`")
     if boxes == 0:
         return []
