@@ -187,9 +187,9 @@ class _KnownAdd(CommitOperationAdd):
 
     huggingface_hub learns an LFS file's sha256 by reading the whole file (`UploadInfo.sha256`
     computed on first access) before it reads it again to upload it: two passes over every
-    byte. The manifest's sha256 was computed where the file was made, and the store checks
-    each uploaded body against it (a local copy that differs is refused there), so handing it
-    over loses no safety and saves a pass.
+    byte. The manifest's sha256 was computed where the file was made; a local copy that
+    differs from it is refused by a store that checks uploads (the sandbox's does) and is
+    caught by `read_back` in any case, so handing it over loses no safety and saves a pass.
     """
 
     known_sha256: str = field(default="", kw_only=True)
