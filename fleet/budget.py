@@ -64,10 +64,11 @@ def project(rows: list[Row], budget_usd: float, new_usd_per_hour: float = 0.0,
 
 def _hours_left(now: datetime, left_h: float, expires: datetime | None) -> float:
     """Hours a live box still bills today: until midnight, or until its TTL if that is
-    sooner (a one-shot box past its TTL is torn down; the watchdog flags it if not)."""
-    if expires is None:
+    sooner. A box already past its TTL is still billing, and nothing says when it stops:
+    until midnight (the watchdog flags it)."""
+    if expires is None or expires <= now:
         return left_h
-    return max(0.0, min(left_h, (expires - now).total_seconds() / 3600))
+    return min(left_h, (expires - now).total_seconds() / 3600)
 
 
 def project_new(rows: list[Row], budget_usd: float, new_usd_per_hour: float,

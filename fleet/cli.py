@@ -190,7 +190,7 @@ def roster_cmd(
     live = {row.label: box for row, box in v.matched}
     rows = [r for r in reg.rows() if all_rows or r.live]
     t = Table(title="roster")
-    for col in ("label", "role", "kind", "provider", "card", "USD/h", "uptime", "status"):
+    for col in ("label", "role", "kind", "provider", "card", "USD/h", "uptime", "status", "job"):
         t.add_column(col)
     data = []
     total = 0.0
@@ -201,14 +201,26 @@ def roster_cmd(
             total += r.usd_per_hour
         up = _uptime(r.created_at) if r.live else "-"
         t.add_row(r.label, r.role, r.kind, r.provider, r.card, f"{r.usd_per_hour:.3f}", up,
-                  status + (" (standing)" if r.standing else ""))
+                  status + (" (standing)" if r.standing else ""), _job_cell(r))
         data.append({**r.to_dict(), "live_status": status})
     for b in v.orphans:
         t.add_row(b.label or "?", "-", "-", b.provider, b.card, f"{b.usd_per_hour:.3f}", "-",
-                  f"ORPHAN {b.box_id}")
+                  f"ORPHAN {b.box_id}", "-")
     t.caption = f"total ${total:.3f}/h, ${total * 24:.2f}/day"
     emit(t, {"boxes": data, "orphans": [b.to_dict() for b in v.orphans],
              "usd_per_hour": total, "usd_per_day": total * 24}, as_json)
+
+
+def _job_cell(r: Row) -> str:
+    """A one-shot row's job and what became of it; a refusal reads as a fault, not a result."""
+    if not r.job:
+        return "-"
+    state = r.job_state or "staged"
+    if r.refusal:
+        state = f"REFUSED ({r.refusal}), 0 invocations"
+    if r.teardown:
+        state += f"; {r.teardown}"
+    return f"{r.job}: {state}"
 
 
 @app.command("destroy")
@@ -259,12 +271,15 @@ def _standing(c: Config, row: Row) -> bool:
 
 @app.command("check")
 def check_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Is every standing box well? SSH, agent, sync, exec tip, prover, admission, node binary."""
+    """Is every standing box well (SSH, agent, sync, exec tip, prover, admission, node binary),
+    and does every one-shot box still earn its meter (TTL, job ended, outputs verified)?"""
     from fleet import check as check_mod
+    from fleet import watchdog
     from fleet.inventory import build
 
     c = cfg()
     results = check_mod.check(c, build(c, providers()))
+    watched = watchdog.watch(c, registry())
     t = Table(title="standing boxes")
     for col in ("label", "ssh", "agent", "synced", "blocks", "exec tip", "prover", "admission",
                 "node", "verdict"):
@@ -280,8 +295,18 @@ def check_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
                   "well" if h.well else "; ".join(h.problems))
     if not results:
         t.caption = "no standing boxes in the inventory"
-    emit(t, [h.to_dict() for h in results], as_json)
-    if any(not h.well for h in results):
+    emit(t, [{"kind": "standing", **h.to_dict()} for h in results]
+         + [{"kind": "oneshot", **w.to_dict()} for w in watched], as_json)
+    if watched and not as_json:
+        w_table = Table(title="one-shot boxes (meter watchdog)")
+        for col in ("label", "job", "phase", "age", "TTL left", "verdict"):
+            w_table.add_column(col)
+        for w in watched:
+            left = "-" if w.ttl_left_min is None else f"{w.ttl_left_min:.0f} min"
+            w_table.add_row(w.label, w.job or "-", w.phase or "-", f"{w.age_min:.0f} min", left,
+                            "well" if w.well else "; ".join(w.problems))
+        out.print(w_table)
+    if any(not h.well for h in results) or any(not w.well for w in watched):
         raise typer.Exit(1)
 
 
@@ -478,6 +503,10 @@ def sandbox_fault(kind: str,
     out.print(json.dumps(res))
 
 
+# the one-shot commands live in their own module; importing it registers them on `app`
+from fleet import oneshot_cli  # noqa: E402,F401
+
+
 def main() -> None:
     try:
         rc = app(standalone_mode=False)
@@ -504,3 +533,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+

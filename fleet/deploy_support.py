@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,13 +18,16 @@ from pathlib import Path
 from typing import TypeVar
 
 from fleet import bundle as bundle_mod
+from fleet import job as job_mod
 from fleet import releases
 from fleet.config import Config, load
 from fleet.errors import ConfigError
 from fleet.fileutil import write_atomic
+from fleet.job import Job
 from fleet.tarball import Entry, deterministic_tar
 
 _LOCK = threading.RLock()
+DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
 T = TypeVar("T")
@@ -87,3 +91,32 @@ def peers_text(self_name: str, hosts: list[tuple[str, dict[str, object]]]) -> st
         if name != self_name and d.get("public_ip") and d.get("p2p_public_port")
     )
     return "".join(line + "\n" for line in lines)
+
+
+@once
+def job(path: str) -> Job:
+    return job_mod.load(Path(path))
+
+
+@once
+def job_inputs(path: str) -> bytes | None:
+    """The job's input folder as a tarball (None without one), regular files only."""
+    j = job(path)
+    if j.inputs is None:
+        return None
+    entries = [Entry(p.relative_to(j.inputs).as_posix(), p.read_bytes(),
+                     0o755 if p.stat().st_mode & 0o111 else 0o644)
+               for p in sorted(j.inputs.rglob("*")) if p.is_file() and not p.is_symlink()]
+    return deterministic_tar(entries)
+
+
+def store_endpoint() -> str:
+    """The store's URL as the boxes reach it: HF_ENDPOINT, else fleet.toml's, else the Hub."""
+    return os.environ.get("HF_ENDPOINT") or config().store.get("endpoint") or DEFAULT_ENDPOINT
+
+
+def store_token() -> str | None:
+    """The operator's store token (HF_TOKEN or huggingface_hub's token file), never printed."""
+    from fleet import store
+
+    return store.token()

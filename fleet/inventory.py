@@ -51,6 +51,7 @@ def host_data(cfg: Config, row: Row, box: Box) -> dict[str, Any]:
         "public_ip": box.public_ip or row.public_ip,
         "p2p_public_port": box.p2p_public_port or row.p2p_public_port,
         "node_sha16_wanted": row.node_sha16_wanted,
+        "job_name": row.job,  # a one-shot box's job (the job *file* comes as --data job=...)
     }
     if role is not None:
         data.update({

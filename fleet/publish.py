@@ -406,8 +406,9 @@ def _strip_ansi(text: str) -> str:
 
 
 def run_pyinfra(cfg: Config, labels: Sequence[str], data: Mapping[str, str],
-                echo: Callable[[str], None], fail_fast: bool = True) -> Run:
-    """One pyinfra run of deploys/publish.py over exactly `labels` (the waves are ours).
+                echo: Callable[[str], None], fail_fast: bool = True,
+                deploy: str = "deploys/publish.py") -> Run:
+    """One pyinfra run of `deploy` over exactly `labels` (a publish's waves are ours).
 
     `fail_fast` (a wave): `--fail-percent 0`, the run stops at the first failed box. Staging
     runs without it, so every box gets through or names its own failure.
@@ -417,7 +418,7 @@ def run_pyinfra(cfg: Config, labels: Sequence[str], data: Mapping[str, str],
         argv += ["--fail-percent", "0"]
     for label in labels:
         argv += ["--limit", label]
-    argv += ["inventory.py", "deploys/publish.py"]
+    argv += ["inventory.py", deploy]
     for k, v in data.items():
         argv += ["--data", f"{k}={v}"]
     env = {**os.environ, "FLEET_CONFIG": str(cfg.path), "PYINFRA_PROGRESS": "off",

@@ -36,7 +36,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.file_download import get_hf_file_metadata, http_get
-from huggingface_hub.utils import build_hf_headers, silent_tqdm
+from huggingface_hub.utils import build_hf_headers, disable_progress_bars, silent_tqdm
 
 from fleet.errors import AuthFailed, FleetError, ProviderError, UsageError
 
@@ -115,6 +115,8 @@ def _api() -> tuple[HfApi, str]:
     # afterwards still means them (Xet off: the sandbox's store speaks plain LFS)
     if _is_true(os.environ.get("HF_HUB_DISABLE_XET")):
         constants.HF_HUB_DISABLE_XET = True
+    # the CLI prints its own progress lines; the library's bars would garble them
+    disable_progress_bars()
     secret = token()
     if not secret:
         raise AuthFailed("store", "token", "no Hub token found",

@@ -56,11 +56,15 @@ DRIVER_CUDA: dict[str, str] = {
     "575.57.08": "12.9",
     "570.172.08": "12.8",
     "570.195.03": "12.8",
+    # not placed on any machine: drifts (the driver_drift fault) and one-shot admission tests
+    # reach them, as the operators met them: a point release off the admitted one, a new branch
+    "580.105.08": "13.0",
+    "595.71.05": "13.2",
 }
 # A driver branch's CUDA version, for drivers outside the table above (a drift to "570.86.10").
 BRANCH_CUDA: dict[int, str] = {
-    580: "13.0", 575: "12.9", 570: "12.8", 565: "12.7", 560: "12.6", 555: "12.5", 550: "12.4",
-    545: "12.3", 535: "12.2", 530: "12.1", 525: "12.0",
+    595: "13.2", 590: "13.1", 580: "13.0", 575: "12.9", 570: "12.8", 565: "12.7", 560: "12.6",
+    555: "12.5", 550: "12.4", 545: "12.3", 535: "12.2", 530: "12.1", 525: "12.0",
 }
 DRIVER_WEIGHTS: tuple[tuple[str, int], ...] = (
     ("580.95.05", 12), ("575.64.03", 3), ("570.172.08", 3), ("570.195.03", 2),

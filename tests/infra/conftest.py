@@ -1,4 +1,5 @@
-"""testinfra over the fleet's own inventory: every standing box, through its pinned host key.
+"""testinfra over the fleet's own inventory: every standing box (and every one-shot box, for
+the one-shot checks), through its pinned host key.
 
 Run after a deploy, against the sandbox or real providers alike:
 
@@ -29,22 +30,32 @@ ROOT = "/root/fleet"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _standing_hosts() -> list[tuple[str, dict[str, Any]]]:
+def _groups() -> dict[str, list[tuple[str, dict[str, Any]]]]:
     path = os.environ.get("FLEET_INVENTORY", str(REPO / "inventory.py"))
     ns = runpy.run_path(path)
-    return list(ns.get("standing", []))
+    return {kind: list(ns.get(kind, [])) for kind in ("standing", "oneshot")}
 
 
-HOSTS = _standing_hosts()
+GROUPS = _groups()
+HOSTS = GROUPS["standing"]
+ONESHOT = GROUPS["oneshot"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if not HOSTS:
-        raise pytest.UsageError("tests/infra: the inventory has no standing boxes to check")
+    # an empty inventory would turn every check into a skip: refuse instead
+    for fixture, hosts, kind in (("box", HOSTS, "standing"), ("oneshot_box", ONESHOT,
+                                                               "one-shot")):
+        if not hosts and any(fixture in getattr(i, "fixturenames", ()) for i in items):
+            raise pytest.UsageError(f"tests/infra: the inventory has no {kind} boxes to check")
 
 
 @pytest.fixture(scope="module", params=HOSTS, ids=[name for name, _ in HOSTS])
 def box(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module", params=ONESHOT, ids=[name for name, _ in ONESHOT])
+def oneshot_box(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     return request.param  # type: ignore[no-any-return]
 
 
@@ -61,8 +72,20 @@ def _pinned_key(data: dict[str, Any]) -> str | None:
 
 @pytest.fixture(scope="module")
 def host(box: tuple[str, dict[str, Any]]) -> Any:
-    """testinfra's `host`, for this box, refusing a host key other than the pinned one."""
-    name, data = box
+    """testinfra's `host`, for this standing box, settled (see `_settle`)."""
+    h = _connect(*box)
+    _settle(h)
+    return h
+
+
+@pytest.fixture(scope="module")
+def oneshot_host(oneshot_box: tuple[str, dict[str, Any]]) -> Any:
+    """testinfra's `host`, for this one-shot box."""
+    return _connect(*oneshot_box)
+
+
+def _connect(name: str, data: dict[str, Any]) -> Any:
+    """A testinfra host for the box, refusing a host key other than the pinned one."""
     pinned = _pinned_key(data)
     assert pinned is not None, f"{name}: no pinned host key in {data['ssh_known_hosts_file']}"
     # compare before running anything on the box: a box presenting another key is not ours
@@ -82,8 +105,7 @@ def host(box: tuple[str, dict[str, Any]]) -> Any:
 SETTLE_S = float(os.environ.get("FLEET_INFRA_SETTLE_S", "90"))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def settled(host: Any) -> None:
+def _settle(host: Any) -> None:
     """Right after a deploy the agent may not have probed its node or written its first RESULT
     line yet (it reports every tick): wait, bounded, for the box to report, then check it."""
     deadline = time.monotonic() + SETTLE_S

@@ -1,0 +1,114 @@
+"""The local archive of one-shot outputs: pulled from the box as one tar stream, each file
+hashed while it is written (its bytes are never read a second time), then compared with the
+box's own sha256 manifest.
+
+Layout: `<archive>/<label>/<job>/` holds the outputs and `fleet-manifest.json` (the box's
+manifest). A pull lands in a sibling `.incoming` folder first and replaces the archive only
+once every file matched, so an archive folder is always a verified copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+from fleet.errors import FleetError
+
+MANIFEST = "fleet-manifest.json"
+CHUNK = 1 << 20
+
+
+@dataclass
+class Pulled:
+    path: Path  # the verified archive folder (or the incoming one, when problems)
+    files: int
+    bytes: int
+    problems: list[str]
+
+
+def _member_path(name: str) -> str | None:
+    p = PurePosixPath(name)
+    parts = [x for x in p.parts if x not in (".", "")]
+    if not parts or p.is_absolute() or ".." in parts:
+        return None
+    return "/".join(parts)
+
+
+def receive(stream: IO[bytes], dest: Path) -> dict[str, dict[str, Any]]:
+    """Unpack a tar stream's regular files into `dest`, hashing each as it is written:
+    {path: {size, sha256}}. Anything but regular files and folders is skipped."""
+    got: dict[str, dict[str, Any]] = {}
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            rel = _member_path(member.name)
+            if rel is None or not member.isfile():
+                continue
+            src = tar.extractfile(member)
+            if src is None:
+                continue
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            h, size = hashlib.sha256(), 0
+            with open(target, "wb") as out:
+                while chunk := src.read(CHUNK):
+                    h.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            got[rel] = {"size": size, "sha256": h.hexdigest()}
+    return got
+
+
+def compare(manifest: list[dict[str, Any]], got: dict[str, dict[str, Any]],
+            where: str) -> list[str]:
+    """One line per file that differs between the box's manifest and a copy at `where`."""
+    problems = []
+    want = {e["path"]: e for e in manifest}
+    for path in sorted(want):
+        e = want[path]
+        have = got.get(path)
+        if have is None:
+            problems.append(f"{path}: missing from {where}")
+        elif have["size"] != e["size"]:
+            problems.append(f"{path}: {where} has {have['size']} bytes, the box's manifest says "
+                            f"{e['size']}")
+        elif have["sha256"] != e["sha256"]:
+            problems.append(f"{path}: {where} has sha256 {have['sha256'][:16]}.., the box's "
+                            f"manifest says {e['sha256'][:16]}..")
+    for path in sorted(set(got) - set(want)):
+        problems.append(f"{path}: in {where} but not in the box's manifest (changed on the box "
+                        "after the manifest?)")
+    return problems
+
+
+def folder(archive: Path, label: str, job: str) -> Path:
+    return archive / label / job
+
+
+def pull(stream: IO[bytes], manifest: list[dict[str, Any]], archive: Path, label: str,
+         job: str) -> Pulled:
+    """Receive the outputs into the archive and verify them against `manifest`."""
+    final = folder(archive, label, job)
+    incoming = final.with_name(f".incoming-{job}")
+    shutil.rmtree(incoming, ignore_errors=True)
+    incoming.mkdir(parents=True)
+    try:
+        got = receive(stream, incoming)
+    except (tarfile.TarError, OSError) as e:
+        raise FleetError(f"{label}: pulling the outputs into {incoming} failed: {e}") from None
+    problems = compare(manifest, got, f"the archive ({final})")
+    total = sum(v["size"] for v in got.values())
+    if problems:
+        return Pulled(incoming, len(got), total, problems)
+    (incoming / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(incoming, final)
+    return Pulled(final, len(got), total, [])

@@ -1,0 +1,47 @@
+"""Commands on a box over the system's `ssh`, with the fleet's key and pinned host keys.
+
+pyinfra runs the deploys; this is for the operator's own reads that stream (a box's outputs
+as a tar stream) or that must not wait for a whole pyinfra run (a job's state).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import IO
+
+from fleet.config import Config
+from fleet.errors import FleetError
+from fleet.registry import Row
+
+
+def argv(cfg: Config, row: Row, command: str) -> list[str]:
+    if not (row.ssh_host and row.ssh_port and row.host_key):
+        raise FleetError(f"{row.label}: no pinned SSH endpoint in the registry (is it rented "
+                         "and ready? `fleet rent ... --label` resumes a rent)")
+    return ["ssh", "-q", "-i", str(cfg.ssh_key), "-p", str(row.ssh_port),
+            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={cfg.known_hosts}", "-o", "ConnectTimeout=15",
+            "-o", "ServerAliveInterval=15", f"root@{row.ssh_host}", command]
+
+
+def run(cfg: Config, row: Row, command: str,
+        timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Run `command` on the box; stdout and stderr captured as text."""
+    try:
+        return subprocess.run(argv(cfg, row, command), capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise FleetError(f"{row.label}: `{command.split()[0]} ...` did not answer within "
+                         f"{timeout:.0f}s") from None
+
+
+def stream(cfg: Config, row: Row, command: str) -> subprocess.Popen[bytes]:
+    """Start `command` on the box with its stdout as a byte stream to read."""
+    return subprocess.Popen(argv(cfg, row, command), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+
+
+def stderr_tail(stream: IO[bytes] | None, limit: int = 300) -> str:
+    if stream is None:
+        return ""
+    return stream.read().decode(errors="replace").strip()[-limit:]

@@ -1,0 +1,178 @@
+"""`fleet run ROLE JOB.toml`: one measurement on one one-shot box, from rent to teardown.
+
+Rent (the budget counts the box for the job's TTL), wait for SSH, run deploys/oneshot.py on it
+(agent, job, admission, toolchain, scan, gates, run), record what the box says in the registry,
+then tear it down through the read-back (fleet.teardown) unless told to keep it. A refused job
+records zero invocations and goes straight to teardown: a fault of the box, never a result.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from fleet import boxssh, offers, teardown
+from fleet import rent as rent_mod
+from fleet.agent_config import ROOT
+from fleet.config import Config
+from fleet.errors import FleetError, UsageError
+from fleet.job import Job
+from fleet.providers.base import Provider
+from fleet.publish import run_pyinfra
+from fleet.registry import Registry, Row
+
+DEPLOY = "deploys/oneshot.py"
+
+
+@dataclass
+class Summary:
+    label: str
+    provider: str
+    card: str
+    usd_per_hour: float
+    job: str
+    phase: str | None = None
+    admission: str | None = None
+    refusal: str | None = None
+    invocations: int | None = None
+    exit_code: int | None = None
+    toolchain: dict[str, Any] | None = None
+    gates: list[dict[str, Any]] = field(default_factory=list)
+    outputs_files: int = 0
+    outputs_bytes: int = 0
+    store_commit: str | None = None
+    destroyed: bool = False
+    kept: str | None = None
+    cost_usd: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        if self.refusal:
+            return "refused (a fault of the box, not a result)"
+        if self.phase == "finished":
+            return "ran"
+        return self.phase or "unknown"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "verdict": self.verdict}
+
+
+def job_state(cfg: Config, row: Row, job: str) -> dict[str, Any]:
+    """The agent's state of `job` on the box ({} before it was staged). Asked of the agent,
+    which also settles a runner that died (interrupted) rather than read stale."""
+    d = shlex.quote(f"{ROOT}/jobs/{job}")
+    res = boxssh.run(cfg, row, f"cd {ROOT} && test -f {d}/job.json && "
+                     f"venv/bin/python -m agent job state {d} 2>/dev/null || echo '{{}}'")
+    try:
+        data = json.loads(res.stdout or "{}")
+    except ValueError:
+        return {"phase": "unreadable"}
+    return data if isinstance(data, dict) else {}
+
+
+def record(reg: Registry, label: str, state: dict[str, Any]) -> Row:
+    refused = state.get("refused")
+    return reg.update(
+        label, job_state=state.get("phase"), invocations=state.get("invocations"),
+        refusal=f"{refused.get('step')}: {refused.get('reason')}" if isinstance(refused, dict)
+        else None)
+
+
+def mark_job(label: str, job: str, ttl_minutes: int) -> None:
+    """The deploy's registry step: the row names its job and its deadline (a box rented by
+    `fleet rent` and given a job by hand gets its TTL from now)."""
+    from fleet.deploy_support import config
+
+    reg = Registry(config().registry)
+    row = reg.get(label)
+    if row is None or (row.job == job and row.expires_at):
+        return
+    reg.update(label, job=job, expires_at=row.expires_at or rent_mod.in_hours(ttl_minutes / 60))
+
+
+def cost(row: Row) -> float:
+    start = datetime.fromisoformat(row.created_at.replace("Z", "+00:00"))
+    end = (datetime.fromisoformat(row.destroyed_at.replace("Z", "+00:00"))
+           if row.destroyed_at else datetime.now(UTC))
+    return row.usd_per_hour * max(0.0, (end - start).total_seconds()) / 3600
+
+
+def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: str, job: Job,
+        keep: bool = False, echo: Callable[[str], None] = lambda _: None,
+        deploy_echo: Callable[[str], None] = lambda _: None) -> Summary:
+    role = cfg.role(role_name)
+    if role.kind != "oneshot":
+        raise UsageError(f"role {role_name} is {role.kind}: `fleet run` takes a one-shot role")
+    if job.toolchain is not None:
+        from fleet import store
+
+        if not store.token():
+            raise UsageError("the job fetches a toolchain but no store token is set (HF_TOKEN "
+                             "or `hf auth login`); nothing was rented")
+    chosen = {job.provider: rent_mod.provider_for(providers, job.provider, "cannot rent")} \
+        if job.provider else providers
+    found, failures = offers.search(role, chosen.values(), card=job.card, gpus=job.gpus)
+    for f in failures:
+        echo(f"warning: {f}")
+    res = rent_mod.rent(cfg, reg, role, found, providers, job=(job.name, job.ttl_minutes))
+    row = res.row
+    echo(f"rented {row.label}: {row.card} x{row.gpu_count} on {row.provider} at "
+         f"${row.usd_per_hour:.3f}/h, TTL {job.ttl_minutes} min")
+    row = rent_mod.wait_ready(cfg, reg, providers, [row.label])[row.label]
+    echo(f"{row.label}: SSH ready")
+    summary = Summary(row.label, row.provider, row.card, row.usd_per_hour, job.name)
+    state = _deploy(cfg, row, job, deploy_echo, echo)
+    row = record(reg, row.label, state)
+    _fill(summary, state)
+    echo(f"{row.label}: {summary.verdict}"
+         + (f": {summary.refusal}" if summary.refusal else
+            f", exit {summary.exit_code}" if summary.exit_code is not None else ""))
+    if keep:
+        echo(f"{row.label}: kept (--keep); `fleet teardown {row.label}` reads it back and "
+             "destroys it")
+    else:
+        try:
+            out = teardown.teardown(cfg, reg, providers, row.label, echo=echo)
+        except FleetError as e:
+            summary.kept = str(e)
+        else:
+            summary.outputs_files, summary.outputs_bytes = out.files, out.bytes
+            summary.store_commit, summary.destroyed = out.commit, out.destroyed
+    final = reg.get(row.label)
+    if final is not None:
+        summary.cost_usd = round(cost(final), 4)
+    return summary
+
+
+def _deploy(cfg: Config, row: Row, job: Job, deploy_echo: Callable[[str], None],
+            echo: Callable[[str], None]) -> dict[str, Any]:
+    """deploys/oneshot.py on the box until the job has ended or was refused (a second try
+    after a failure that left it neither: each step is done once, so a retry resumes)."""
+    state: dict[str, Any] = {}
+    for attempt in (1, 2):
+        result = run_pyinfra(cfg, [row.label], {"job": str(job.path)}, deploy_echo,
+                             deploy=DEPLOY)
+        state = job_state(cfg, row, job.name)
+        if state.get("phase") in teardown.ENDED:
+            return state
+        if attempt == 1:
+            echo(f"{row.label}: the deploy stopped (exit {result.rc}) with the job "
+                 f"{state.get('phase') or 'not started'}; once more")
+    return state
+
+
+def _fill(summary: Summary, state: dict[str, Any]) -> None:
+    summary.phase = state.get("phase")
+    refused = state.get("refused")
+    if isinstance(refused, dict):
+        summary.refusal = f"{refused.get('step')}: {refused.get('reason')}"
+    adm = state.get("admission") or {}
+    summary.admission = adm.get("reason")
+    summary.invocations = state.get("invocations")
+    summary.exit_code = state.get("exit_code")
+    summary.toolchain = state.get("toolchain")
+    summary.gates = state.get("gates") or []

@@ -1,0 +1,119 @@
+"""`fleet run`, `fleet teardown` and `fleet store`: the one-shot commands of the CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from fleet.cli import app, cfg, emit, err, providers, registry
+from fleet.errors import FleetError, UsageError
+from fleet.registry import check_label
+
+store_app = typer.Typer(no_args_is_help=True, help="The Hub-compatible store of toolchains "
+                        "and outputs.")
+app.add_typer(store_app, name="store")
+
+
+def _say(line: str) -> None:
+    err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command("run")
+def run_cmd(role: str, job_file: Path = typer.Argument(..., metavar="JOB.toml"),
+            keep: bool = typer.Option(False, "--keep", help="leave the box up after the job"),
+            verbose: bool = typer.Option(False, "-v", help="show pyinfra's output"),
+            as_json: bool = typer.Option(False, "--json")) -> None:
+    """Rent a one-shot box for ROLE, run JOB.toml on it, read its outputs back, tear it down."""
+    from fleet import job as job_mod
+    from fleet import oneshot
+
+    spec = job_mod.load(job_file)  # a bad job file rents nothing
+    c = cfg()
+    s = oneshot.run(c, registry(), providers(), role, spec, keep=keep, echo=_say,
+                    deploy_echo=_say if verbose else lambda _: None)
+    t = Table(title=f"job {s.job} on {s.label}", show_header=False)
+    t.add_column("what")
+    t.add_column("value")
+    t.add_row("box", f"{s.label}: {s.card} on {s.provider}, ${s.usd_per_hour:.3f}/h")
+    t.add_row("admission", f"refused: {s.refusal}" if s.refusal else (s.admission or "-"))
+    t.add_row("verdict", s.verdict)
+    t.add_row("invocations", str(s.invocations if s.invocations is not None else 0))
+    if s.toolchain:
+        warm = "warm, nothing fetched" if s.toolchain.get("warm") else \
+            f"{s.toolchain.get('bytes_fetched', 0)} bytes fetched"
+        t.add_row("toolchain", f"{s.toolchain.get('repo')}@"
+                  f"{str(s.toolchain.get('revision'))[:12]}: {warm}")
+    for g in s.gates:
+        t.add_row(f"gate {g.get('name')}", f"exit {g.get('exit_code')}, {g.get('passed')} passed")
+    t.add_row("exit", "-" if s.exit_code is None else str(s.exit_code))
+    t.add_row("outputs", f"{s.outputs_files} files, {s.outputs_bytes} bytes")
+    t.add_row("store commit", s.store_commit or "-")
+    t.add_row("box", "destroyed" if s.destroyed else f"KEPT: {s.kept}" if s.kept else "kept")
+    t.add_row("cost", f"${s.cost_usd:.4f}")
+    emit(t, s.to_dict(), as_json)
+    if s.kept:
+        err.print(f"error: {s.kept}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    if s.refusal:
+        raise typer.Exit(3)
+    if s.phase != "finished":
+        raise typer.Exit(1)
+
+
+@app.command("teardown")
+def teardown_cmd(label: str = typer.Argument(None, help="the one-shot box"),
+                 expired: bool = typer.Option(False, "--expired", help="every one-shot box the "
+                                              "watchdog flags: past its TTL or its job ended"),
+                 dry_run: bool = typer.Option(False, "--dry-run"),
+                 as_json: bool = typer.Option(False, "--json")) -> None:
+    """Read a one-shot box's outputs back (archive and store), then destroy it."""
+    from fleet import teardown, watchdog
+
+    if bool(label) == expired:
+        raise UsageError("name one box (LABEL) or pass --expired")
+    c, reg = cfg(), registry()
+    if label:
+        labels = [check_label(label)]
+    else:
+        labels = [w.label for w in watchdog.watch(c, reg)
+                  if any(p.startswith(("past its TTL", "job ")) for p in w.problems)]
+    ps = providers()
+    results, failures = [], []
+    for lab in labels:
+        try:
+            results.append(teardown.teardown(c, reg, ps, lab, dry_run=dry_run, echo=_say))
+        except FleetError as e:
+            if label:
+                raise
+            failures.append(str(e))
+            _say(f"error: {e}")
+    t = Table(title="teardown" + (" - dry run" if dry_run else ""))
+    for col in ("label", "job", "phase", "files", "bytes", "store commit", "box"):
+        t.add_column(col)
+    for r in results:
+        box = "destroyed" if r.destroyed else "; ".join(r.steps) or "-"
+        t.add_row(r.label, r.job or "-", r.phase or "-", str(r.files), str(r.bytes),
+                  (r.commit or "-")[:12], box)
+    if expired and not labels:
+        t.caption = "nothing flagged"
+    emit(t, {"torn_down": [r.to_dict() for r in results], "kept": failures}, as_json)
+    if failures:
+        raise typer.Exit(1)
+
+
+@store_app.command("push")
+def store_push(src: Path = typer.Argument(..., help="folder to commit (a toolchain)"),
+               repo: str = typer.Option(..., "--repo", help="e.g. fleet/toolchains"),
+               message: str = typer.Option(None, "--message", "-m")) -> None:
+    """Commit the folder SRC to REPO in one commit; print the commit id to pin in a job."""
+    from fleet import store
+
+    if not src.is_dir():
+        raise UsageError(f"{src}: not a folder")
+    commit = store.push_toolchain(repo, src, message or f"toolchain from {src.name}")
+    sys.stdout.write(json.dumps({"repo": repo, "revision": commit}) + "\n")
+    _say(f"pin it in a job file: [toolchain] repo = \"{repo}\", revision = \"{commit}\"")

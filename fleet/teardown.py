@@ -1,0 +1,231 @@
+"""Teardown of a one-shot box: its outputs read back twice before the meter stops.
+
+1. On the box: the job's state and the sha256 manifest of its outputs (`python -m agent
+   manifest`), computed there, once.
+2. The outputs pulled to the local archive as one tar stream, hashed while written, and
+   compared with the manifest.
+3. Pushed to the store in one commit (manifest included, parent commit pinned), then read back
+   at that commit from a fresh cache: sizes and hashes, then the bytes, hashed.
+4. Only then destroyed through the provider; the row is marked destroyed once the provider no
+   longer lists the box.
+
+Any mismatch keeps the box, records why on its row (`teardown`), and is raised as a
+`KeptBox` naming each file that differs and where. A destroy that fails leaves the row live
+with the store commit recorded; the next teardown reads back at that commit and destroys.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+from fleet import archive, boxssh
+from fleet.agent_config import ROOT
+from fleet.config import Config
+from fleet.errors import FleetError, ProviderError, UsageError
+from fleet.providers.base import Provider
+from fleet.registry import Registry, Row, now_iso
+
+ENDED = ("finished", "failed", "interrupted", "refused")
+NEVER_STAGED = 7  # the exit status of the job read when the box never got the job
+
+
+class KeptBox(FleetError):
+    """The outputs could not be verified: the box is kept (it still bills) and says why."""
+
+
+@dataclass
+class Outcome:
+    label: str
+    job: str | None
+    phase: str | None = None
+    files: int = 0
+    bytes: int = 0
+    commit: str | None = None
+    destroyed: bool = False
+    dry_run: bool = False
+    steps: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _remote_job(cfg: Config, row: Row, job: str) -> dict[str, Any]:
+    """job.json and state.json of the box's job, in one SSH round trip."""
+    jobdir = f"{ROOT}/jobs/{job}"
+    d = shlex.quote(jobdir)
+    # the state through the agent, which also settles a runner that died (interrupted)
+    cmd = (f"test -f {d}/job.json || exit {NEVER_STAGED}; cd {ROOT} && "
+           f"printf '{{\"spec\": ' && cat {d}/job.json && printf ', \"state\": ' && "
+           f"{{ venv/bin/python -m agent job state {d} 2>/dev/null || printf null; }} && echo '}}'")
+    res = boxssh.run(cfg, row, cmd)
+    if res.returncode == NEVER_STAGED:
+        return {}
+    if res.returncode != 0:
+        raise KeptBox(f"{row.label}: cannot read job {job} on the box "
+                      f"({res.stderr.strip()[-200:] or f'exit {res.returncode}'}); box kept")
+    try:
+        data = json.loads(res.stdout)
+    except ValueError:
+        raise KeptBox(f"{row.label}: job {job}'s files on the box are not readable JSON; "
+                      "box kept") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _manifest(cfg: Config, row: Row, outputs: str) -> list[dict[str, Any]]:
+    res = boxssh.run(cfg, row, f"cd {ROOT} && venv/bin/python -m agent manifest "
+                     f"{shlex.quote(outputs)}", timeout=3600)
+    if res.returncode != 0:
+        raise KeptBox(f"{row.label}: the box could not make its outputs' manifest "
+                      f"({res.stderr.strip()[-200:]}); box kept")
+    data = json.loads(res.stdout)
+    if not isinstance(data, list):
+        raise KeptBox(f"{row.label}: the box's manifest is not a list; box kept")
+    return data
+
+
+def _pull(cfg: Config, row: Row, outputs: str, manifest: list[dict[str, Any]],
+          job: str) -> archive.Pulled:
+    proc = boxssh.stream(cfg, row, f"tar -C {shlex.quote(outputs)} -cf - .")
+    try:
+        assert proc.stdout is not None
+        pulled = archive.pull(proc.stdout, manifest, archive_dir(cfg), row.label, job)
+    finally:
+        rc = proc.wait()
+    if rc != 0:
+        raise KeptBox(f"{row.label}: reading the outputs off the box failed "
+                      f"({boxssh.stderr_tail(proc.stderr) or f'exit {rc}'}); box kept")
+    return pulled
+
+
+def archive_dir(cfg: Config) -> Path:
+    p = Path(cfg.store.get("archive", "state/archive"))
+    return p if p.is_absolute() else cfg.path.parent / p
+
+
+def store_repo(cfg: Config) -> str:
+    return cfg.store.get("repo", "fleet/outputs")
+
+
+def is_standing(cfg: Config, row: Row) -> bool:
+    role = cfg.roles.get(row.role)
+    return row.standing or row.kind == "standing" or (role is not None and role.kind ==
+                                                      "standing")
+
+
+def expired(row: Row, now: datetime | None = None) -> bool:
+    if not row.expires_at:
+        return False
+    at = datetime.fromisoformat(row.expires_at.replace("Z", "+00:00"))
+    return (now or datetime.now(UTC)) >= at
+
+
+def teardown(cfg: Config, reg: Registry, providers: Mapping[str, Provider], label: str,
+             dry_run: bool = False, echo: Callable[[str], None] = lambda _: None) -> Outcome:
+    row = reg.get(label)
+    if row is None:
+        raise UsageError(f"no box labelled {label!r} in the registry")
+    if not row.live:
+        raise UsageError(f"{label} is already {row.status}")
+    if is_standing(cfg, row):
+        raise UsageError(f"{label} is a standing box: teardown is for one-shot boxes only "
+                         "(standing boxes are replaced, not torn down)")
+    p = providers.get(row.provider)
+    if p is None:
+        raise UsageError(f"cannot tear {label} down: no {row.provider} API key")
+    out = Outcome(label, row.job, dry_run=dry_run)
+    if row.job:
+        _read_back(cfg, reg, row, out, dry_run, echo)
+    else:
+        out.steps.append("no job on this box: nothing to read back")
+    if dry_run:
+        out.steps.append(f"would destroy {row.provider} box {row.provider_id}")
+        return out
+    _destroy(reg, p, row, out, echo)
+    return out
+
+
+def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool,
+               echo: Callable[[str], None]) -> None:
+    from fleet import store
+
+    job = row.job or ""
+    info = _remote_job(cfg, row, job)
+    if not info:
+        # the deploy stopped before the job was placed: nothing ran, nothing to lose
+        out.steps.append(f"job {job} never reached the box: nothing to read back")
+        echo(f"{row.label}: job {job} never reached the box; nothing to read back")
+        return
+    spec, state = info.get("spec") or {}, info.get("state") or {}
+    out.phase = state.get("phase") or "new"
+    reg.update(row.label, job_state=out.phase, invocations=state.get("invocations"),
+               refusal=_refusal(state))
+    if out.phase == "running" and not expired(row):
+        raise UsageError(f"{row.label}: job {job} is still running; tear it down when it has "
+                         "ended (or once its TTL has passed)")
+    outputs = f"{ROOT}/jobs/{job}/work/{spec.get('outputs', 'out')}"
+    manifest = _manifest(cfg, row, outputs)
+    size = sum(int(e["size"]) for e in manifest)
+    echo(f"{row.label}: manifest of {len(manifest)} files, {size} bytes")
+    if dry_run:
+        out.steps.append(f"would pull {len(manifest)} files ({size} bytes) to "
+                         f"{archive.folder(archive_dir(cfg), row.label, job)}, push them to "
+                         f"{store_repo(cfg)} and read them back")
+        return
+    pulled = _pull(cfg, row, outputs, manifest, job)
+    out.files, out.bytes = pulled.files, pulled.bytes
+    if pulled.problems:
+        _keep(reg, row, pulled.problems, f"archive copy in {pulled.path}")
+    echo(f"{row.label}: archive verified ({pulled.path})")
+    repo, prefix = store_repo(cfg), f"{job}/{row.label}"
+    commit = row.store_commit
+    try:
+        if commit is None:
+            commit = store.push(repo, pulled.path, manifest, prefix,
+                                f"{job} on {row.label}: {len(manifest)} files")
+            reg.update(row.label, store_commit=commit)
+            echo(f"{row.label}: pushed to {repo} at {commit[:12]}")
+        problems = store.read_back(repo, commit, prefix, manifest)
+    except FleetError as e:
+        _keep(reg, row, [str(e)], "store")
+    if problems:
+        _keep(reg, row, problems, f"store {repo} at {commit}")
+    out.commit = commit
+    echo(f"{row.label}: store read back at {commit[:12]}")
+
+
+def _refusal(state: dict[str, Any]) -> str | None:
+    r = state.get("refused")
+    return f"{r.get('step')}: {r.get('reason')}" if isinstance(r, dict) else None
+
+
+def _keep(reg: Registry, row: Row, problems: list[str], where: str) -> NoReturn:
+    reg.update(row.label, teardown=f"kept: {problems[0]}"[:300])
+    lines = "\n  ".join(problems)
+    raise KeptBox(f"{row.label}: box kept, its outputs do not match in the {where}:\n  {lines}")
+
+
+def _destroy(reg: Registry, p: Provider, row: Row, out: Outcome,
+             echo: Callable[[str], None]) -> None:
+    from fleet import rent as rent_mod
+
+    try:
+        if row.provider_id:
+            p.destroy(row.provider_id)
+            still = p.box(row.provider_id)
+            if still is not None:
+                raise ProviderError(p.name, "destroy", f"box {row.provider_id} is still listed",
+                                    "it may still bill; run the teardown again")
+        else:
+            rent_mod.destroy_by_label(p, reg, row.label, f"fleet teardown {row.label}")
+    except ProviderError as e:
+        reg.update(row.label, teardown=f"destroy failed: {e}"[:300])
+        raise
+    reg.update(row.label, teardown=None, status="destroyed", destroyed_at=now_iso())
+    out.destroyed = True
+    echo(f"{row.label}: destroyed")

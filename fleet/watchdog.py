@@ -1,0 +1,85 @@
+"""The meter watchdog: one-shot boxes that bill for nothing.
+
+A live one-shot box is flagged when it is past its TTL, when its job has ended (finished,
+failed, interrupted or refused) and it still runs, when a teardown kept it (its outputs could
+not be verified: reported on every check, never destroyed silently), and when its job's state
+cannot be read at all (fail closed: unknown is not well).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from fleet import oneshot, teardown
+from fleet.config import Config
+from fleet.errors import FleetError
+from fleet.registry import Registry, Row
+
+
+@dataclass
+class Watch:
+    label: str
+    job: str | None
+    phase: str | None
+    age_min: float
+    ttl_left_min: float | None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def well(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "well": self.well}
+
+
+def _minutes(ts: str | None, now: datetime) -> float | None:
+    if not ts:
+        return None
+    return (datetime.fromisoformat(ts.replace("Z", "+00:00")) - now).total_seconds() / 60
+
+
+def judge(row: Row, state: dict[str, Any] | None, read_error: str | None,
+          now: datetime) -> Watch:
+    created = _minutes(row.created_at, now)
+    left = _minutes(row.expires_at, now)
+    phase = (state or {}).get("phase") if state is not None else row.job_state
+    w = Watch(row.label, row.job, phase, -(created or 0.0), left)
+    if row.teardown:
+        w.problems.append(f"teardown {row.teardown}")
+    if read_error:
+        w.problems.append(f"job state unknown: {read_error}")
+    if left is not None and left <= 0:
+        w.problems.append(f"past its TTL by {-left:.0f} min; the meter is running")
+    if phase in teardown.ENDED:
+        w.problems.append(f"job {phase}, box still billing: fleet teardown {row.label}")
+    return w
+
+
+def watch(cfg: Config, reg: Registry, now: datetime | None = None) -> list[Watch]:
+    """Every live one-shot box, its job's state read from the box (and recorded)."""
+    now = now or datetime.now(UTC)
+    rows = [r for r in reg.live_rows() if r.kind == "oneshot"]
+
+    def read(row: Row) -> tuple[dict[str, Any] | None, str | None]:
+        if not row.job:
+            return None, None
+        try:
+            state = oneshot.job_state(cfg, row, row.job)
+        except FleetError as e:
+            return None, str(e)
+        if state.get("phase") == "unreadable":
+            return None, "the box's state.json cannot be read"
+        return state, None
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        reads = list(pool.map(read, rows))
+    out = []
+    for row, (state, error) in zip(rows, reads, strict=True):
+        if state:
+            oneshot.record(reg, row.label, state)
+        out.append(judge(row, state, error, now))
+    return out

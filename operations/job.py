@@ -1,0 +1,139 @@
+"""A one-shot job on its box: staged, then taken through the agent's steps one by one.
+
+The agent enforces the order on the box (admit, fetch, scan, gate, run) and refuses every step
+after a refusal; these operations only decide, from one `JobState` read per run, which steps
+are already done, so that a second run of the deploy changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from io import BytesIO, StringIO
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
+from pyinfra.api.command import QuoteString
+from pyinfra.api.host import Host
+
+from facts.job import JobState
+
+STEPS = ("admit", "fetch", "scan", "gate", "run")
+# the phase each step leaves behind; a step is done once the job reached it or a later one
+_REACHED = {"admit": "admitted", "fetch": "fetched", "scan": "scanned", "gate": "gated",
+            "run": "finished"}
+_ORDER = ("new", "admitted", "fetched", "scanned", "gated", "running", "finished")
+_ENDED = ("finished", "failed", "interrupted")
+
+
+def job_state(host: Host, root: str, name: str) -> dict[str, Any]:
+    """JobState, read once per host per pyinfra run (see `operations.util.box_state`)."""
+    real: Any = host._get_module() if hasattr(host, "_get_module") else host
+    cache: dict[tuple[str, str], dict[str, Any]] = real.__dict__.setdefault(
+        "_fleet_job_state", {})
+    if (root, name) not in cache:
+        cache[(root, name)] = host.get_fact(JobState, root=root, job=name)
+    return cache[(root, name)]
+
+
+def step_done(step: str, state: dict[str, Any] | None) -> bool:
+    phase = (state or {}).get("phase")
+    if phase in _ENDED:
+        return True
+    if phase not in _ORDER:
+        return False  # new, unknown or unreadable: ask the agent, which knows
+    return _ORDER.index(phase) >= _ORDER.index(_REACHED[step])
+
+
+def jobdir(root: str, name: str) -> str:
+    return f"{root}/jobs/{name}"
+
+
+@operation()
+def staged(job_name: str, spec: str, inputs: bytes | None = None, root: str = "/root/fleet"):
+    """
+    Place a job on the box: ``job.json`` and its inputs in the work directory. A job that
+    already took a step is never changed: a different spec under the same name is refused.
+
+    + job_name: the job's name (its folder under ``<root>/jobs``)
+    + spec: the full ``job.json`` text (``fleet.job.Job.box_spec``)
+    + inputs: a tarball of the job's input folder, unpacked into ``work/``
+    + root: the fleet's directory on the box
+
+    **Example:**
+
+    .. code:: python
+
+        job.staged(name="Stage", job_name="matmul-bench", spec=text, inputs=tar_bytes)
+    """
+    info = job_state(host, root, job_name)
+    want = hashlib.sha256(spec.encode()).hexdigest()
+    want_inputs = hashlib.sha256(inputs).hexdigest() if inputs is not None else "none"
+    current = info.get("spec_sha256") == want and info.get("inputs_sha256") == want_inputs
+    if current:
+        host.noop(f"job {job_name} is staged")
+        return
+    if info.get("state") is not None:
+        raise OperationError(f"job {job_name} already started on this box with another job file "
+                             "or inputs; give the new job another name")
+    d = jobdir(root, job_name)
+    yield StringCommand("mkdir -p", QuoteString(f"{d}/work"))
+    if inputs is not None:
+        tarball = f"{d}/inputs.tar"
+        yield FileUploadCommand(BytesIO(inputs), tarball)
+        yield StringCommand("tar -xf", QuoteString(tarball), "-C", QuoteString(f"{d}/work"),
+                            "&& rm -f", QuoteString(tarball))
+    yield FileUploadCommand(StringIO(spec), f"{d}/job.json")
+    yield StringCommand("echo", QuoteString(want_inputs), ">", QuoteString(f"{d}/inputs.sha256"))
+
+
+@operation()
+def token(job_name: str, value: str, root: str = "/root/fleet"):
+    """
+    Write the store token the box reads toolchains with to ``<root>/hf_token`` (mode 0600).
+    Only its digest is ever compared; the token is never printed.
+
+    + job_name: the job it is written for (whose state tells what the box holds)
+    + value: the token
+    + root: the fleet's directory on the box
+    """
+    info = job_state(host, root, job_name)
+    if info.get("token_sha256") == hashlib.sha256(value.encode()).hexdigest():
+        host.noop("store token is current")
+        return
+    tmp = f"{root}/hf_token.fleet-new"
+    yield StringCommand("mkdir -p", QuoteString(root), "&& umask 077 && : >", QuoteString(tmp))
+    yield FileUploadCommand(StringIO(value), tmp)
+    yield StringCommand("chmod 600", QuoteString(tmp), "&& mv -f", QuoteString(tmp),
+                        QuoteString(f"{root}/hf_token"))
+
+
+@operation()
+def stepped(job_name: str, step: str, root: str = "/root/fleet"):
+    """
+    Take the job through one of the agent's steps (``python -m agent job STEP``) unless it is
+    done. A refused job fails here with the refusal, and nothing after it runs.
+
+    + job_name: the job's name
+    + step: admit, fetch, scan, gate or run (run waits until the job has ended)
+    + root: the fleet's directory on the box
+
+    **Example:**
+
+    .. code:: python
+
+        job.stepped(name="Admission", job_name="matmul-bench", step="admit")
+    """
+    if step not in STEPS:
+        raise OperationError(f"unknown job step {step!r} ({', '.join(STEPS)})")
+    state = job_state(host, root, job_name).get("state")
+    refused = (state or {}).get("refused")
+    if refused:
+        raise OperationError(f"job {job_name} was refused at {refused.get('step')}: "
+                             f"{refused.get('reason')}")
+    if step_done(step, state):
+        host.noop(f"job {job_name}: {step} done ({(state or {}).get('phase')})")
+        return
+    wait = ("--wait",) if step == "run" else ()
+    yield StringCommand("cd", QuoteString(root), "&& venv/bin/python -m agent job", step, *wait,
+                        QuoteString(jobdir(root, job_name)))

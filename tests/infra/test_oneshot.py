@@ -1,0 +1,65 @@
+"""What every one-shot box must show after the one-shot deploy (testinfra, over SSH).
+
+Every job on the box has its spec and a readable state; an ended job's outputs say what
+happened (`fleet-job.json`), a refused one with zero invocations; the store token, where there
+is one, is private and appears in no file the jobs wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+ROOT = "/root/fleet"
+PHASES = {"new", "admitted", "fetched", "scanned", "gated", "running", "finished", "failed",
+          "interrupted", "refused"}
+
+
+def jobs(host: Any) -> list[str]:
+    out = host.run(f"ls -1 {ROOT}/jobs 2>/dev/null")
+    return [line for line in out.stdout.split() if line]
+
+
+def test_the_agent_is_installed(oneshot_host: Any) -> None:
+    assert oneshot_host.file(f"{ROOT}/venv/bin/python").exists
+    assert oneshot_host.file(f"{ROOT}/agent/BUNDLE").exists
+    assert oneshot_host.run(f"cd {ROOT} && venv/bin/python -m agent gpu").rc == 0
+
+
+def test_every_job_has_a_spec_and_a_readable_state(oneshot_host: Any) -> None:
+    names = jobs(oneshot_host)
+    assert names, "the deploy left no job on the box"
+    for name in names:
+        d = f"{ROOT}/jobs/{name}"
+        spec = json.loads(oneshot_host.file(f"{d}/job.json").content_string)
+        assert spec["name"] == name
+        state = json.loads(oneshot_host.check_output(
+            f"cd {ROOT} && venv/bin/python -m agent job state {d}"))
+        assert state["phase"] in PHASES, state
+
+
+def test_an_ended_job_says_what_happened_in_its_outputs(oneshot_host: Any) -> None:
+    for name in jobs(oneshot_host):
+        d = f"{ROOT}/jobs/{name}"
+        spec = json.loads(oneshot_host.file(f"{d}/job.json").content_string)
+        state = json.loads(oneshot_host.file(f"{d}/state.json").content_string)
+        if state["phase"] not in ("finished", "failed", "interrupted", "refused"):
+            continue
+        record = json.loads(oneshot_host.file(
+            f"{d}/work/{spec['outputs']}/fleet-job.json").content_string)
+        if state["phase"] == "refused":
+            # a refusal is a fault of the box: nothing ran, no result
+            assert state["invocations"] == 0 and record["invocations"] == 0, record
+            assert record["refused"]["reason"], record
+        else:
+            assert state["invocations"] == 1 and record["invocations"] == 1, record
+            assert record["exit_code"] == state["exit_code"], record
+
+
+def test_the_store_token_is_private_and_written_nowhere_else(oneshot_host: Any) -> None:
+    token = oneshot_host.file(f"{ROOT}/hf_token")
+    if not token.exists:
+        return  # no job here fetched a toolchain
+    assert token.mode == 0o600 and token.user == "root"
+    leaked = oneshot_host.run(f"grep -rlF -f {ROOT}/hf_token {ROOT}/jobs")
+    assert leaked.rc == 1 and not leaked.stdout.strip(), f"token found in {leaked.stdout}"

@@ -1,0 +1,81 @@
+"""The one-shot job file: what it accepts, and one clear line for every mistake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleet.config import Role
+from fleet.errors import UsageError
+from fleet.job import load
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+GOOD = f"""
+name = "fma-bench"
+command = "python3 run.py"
+outputs = "out"
+ttl_minutes = 30
+modules = ["toolchain/kernels/*.ptx"]
+inputs = "inputs"
+[toolchain]
+repo = "fleet/toolchains"
+revision = "{COMMIT}"
+[[gates]]
+name = "parity"
+command = "python3 parity.py"
+min_passed = 4
+"""
+
+
+def write(tmp: Path, text: str) -> Path:
+    (tmp / "inputs").mkdir(exist_ok=True)
+    p = tmp / "job.toml"
+    p.write_text(text)
+    return p
+
+
+def test_a_good_job_file_and_what_the_box_is_given(tmp_path: Path) -> None:
+    job = load(write(tmp_path, GOOD))
+    assert job.name == "fma-bench" and job.ttl_minutes == 30 and job.gpus == 1
+    assert job.toolchain is not None and job.toolchain.path == "toolchain"
+    assert job.gates[0].min_passed == 4 and job.inputs == (tmp_path / "inputs").resolve()
+    role = Role("bench", "oneshot", "img", 20, admitted_driver="580.95.05",
+                qualified_gpus=("GPU-1",), banned_symbols=("cublas*",))
+    spec = job.box_spec(role, "http://store:1")
+    assert spec["admission"] == {"driver": "580.95.05", "qualified_gpus": ["GPU-1"],
+                                 "banned_symbols": ["cublas*"], "allowed_symbols": []}
+    assert spec["toolchain"]["revision"] == COMMIT and spec["store_endpoint"] == "http://store:1"
+    assert "token" not in str(spec).lower()
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (("ttl_minutes = 30", "ttl_minutes = 30\ncolour = 1"), "unknown key 'colour'"),
+    (('command = "python3 run.py"\n', ""), "missing key 'command'"),
+    ((COMMIT, "main"), "'main' is not a commit"),
+    ((COMMIT, COMMIT[:12]), "is not a commit"),
+    (('outputs = "out"', 'outputs = "../out"'), "must be a path inside the work directory"),
+    (('outputs = "out"', 'outputs = "/tmp/out"'), "must be a path inside the work directory"),
+    (("ttl_minutes = 30", "ttl_minutes = 0"), "ttl_minutes must be 1 to"),
+    (("ttl_minutes = 30", 'ttl_minutes = "30"'), "ttl_minutes: expected int, got str"),
+    (('name = "fma-bench"', 'name = "Bench Job"'), "lowercase letters"),
+    (("min_passed = 4", "min_passed = -1"), "min_passed: must be 0 or more"),
+    (('inputs = "inputs"', 'inputs = "nowhere"'), "is not a folder"),
+    (('repo = "fleet/toolchains"', 'repo = "toolchains"'), "is not a repository id"),
+    (("ttl_minutes = 30", "ttl_minutes = 30\nprovider = \"aws\""), "provider: expected one of"),
+    (("min_passed = 4", "min_passed = 4\n[[gates]]\nname = \"parity\"\ncommand = \"x\""),
+     "two gates share a name"),
+])
+def test_every_mistake_is_one_line(tmp_path: Path, change: tuple[str, str], says: str) -> None:
+    assert change[0] in GOOD
+    with pytest.raises(UsageError) as e:
+        load(write(tmp_path, GOOD.replace(change[0], change[1], 1)))
+    assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert str(tmp_path / "job.toml") in str(e.value)
+
+
+def test_not_toml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="not valid TOML"):
+        load(write(tmp_path, "name = "))
+    with pytest.raises(UsageError, match="no such job file"):
+        load(tmp_path / "absent.toml")

@@ -1,0 +1,64 @@
+"""The meter watchdog's verdicts, and the budget's view of a one-shot box's TTL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from fleet import budget
+from fleet.registry import Row
+from fleet.watchdog import judge
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def iso(dt: datetime) -> str:
+    return dt.isoformat().replace("+00:00", "Z")
+
+
+def row(**kw: object) -> Row:
+    base: dict[str, object] = dict(
+        label="bench-vast-1", provider="vast", role="bench", kind="oneshot", card="RTX 4090",
+        gpu_count=1, usd_per_hour=0.4, status="running", job="fma",
+        created_at=iso(NOW - timedelta(minutes=20)),
+        expires_at=iso(NOW + timedelta(minutes=10)))
+    base.update(kw)
+    return Row(**base)  # type: ignore[arg-type]
+
+
+def test_a_running_job_within_its_ttl_is_well() -> None:
+    w = judge(row(), {"phase": "running"}, None, NOW)
+    assert w.well and round(w.age_min) == 20 and round(w.ttl_left_min or 0) == 10
+
+
+def test_past_the_ttl_is_flagged() -> None:
+    w = judge(row(expires_at=iso(NOW - timedelta(minutes=5))), {"phase": "running"}, None, NOW)
+    assert w.problems == ["past its TTL by 5 min; the meter is running"]
+
+
+def test_an_ended_or_refused_job_on_a_live_box_is_flagged() -> None:
+    for phase in ("finished", "failed", "interrupted", "refused"):
+        w = judge(row(), {"phase": phase}, None, NOW)
+        assert w.problems == [f"job {phase}, box still billing: fleet teardown bench-vast-1"]
+
+
+def test_a_kept_box_is_reported_on_every_check() -> None:
+    w = judge(row(teardown="kept: out/a.bin: the archive has sha256 ab.."),
+              {"phase": "finished"}, None, NOW)
+    assert w.problems[0].startswith("teardown kept: out/a.bin")
+
+
+def test_an_unreadable_state_is_not_well_and_keeps_the_last_known_phase() -> None:
+    w = judge(row(job_state="running"), None, "box did not answer", NOW)
+    assert not w.well and w.phase == "running"
+    assert w.problems == ["job state unknown: box did not answer"]
+
+
+def test_the_budget_counts_a_one_shot_box_for_its_ttl_only() -> None:
+    noon = NOW
+    live = row(created_at=iso(noon), expires_at=iso(noon + timedelta(hours=1)))
+    p = budget.project([live], 100.0, 2.0, now=noon, new_hours=0.5)
+    assert round(p.committed_usd, 6) == 0.4  # one hour left of its TTL, not twelve
+    assert round(p.new_usd, 6) == 1.0  # half an hour at $2/h, not until midnight
+    # past its TTL it still bills, and nothing says when it stops: until midnight
+    late = budget.project([row(expires_at=iso(noon - timedelta(hours=1)))], 100.0, now=noon)
+    assert round(late.committed_usd, 6) == round(0.4 * 12, 6)
