@@ -62,20 +62,3 @@ class JobState(FactBase[dict[str, Any]]):
         if not isinstance(data, dict):
             raise FactProcessError("JobState: expected an object")
         return data
-
-
-class JobManifest(FactBase[list[dict[str, Any]]]):
-    """
-    The sha256 manifest of a job's outputs, as the agent computes it on the box
-    (``python -m agent manifest DIR``): a list of ``{path, size, sha256}``.
-    """
-
-    def command(self, root: str, outputs: str) -> StringCommand:
-        return StringCommand("cd", QuoteString(root), "&& venv/bin/python -m agent manifest",
-                             QuoteString(outputs))
-
-    def process(self, output: list[str]) -> list[dict[str, Any]]:
-        data = _json(output, "JobManifest")
-        if not isinstance(data, list):
-            raise FactProcessError("JobManifest: expected a list")
-        return data

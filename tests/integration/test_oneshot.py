@@ -241,7 +241,7 @@ def test_a_failing_gate_is_refused(fleet: OneShot) -> None:
 
 def test_the_deploy_by_hand_twice_then_the_checks_then_teardown(fleet: OneShot) -> None:
     """`fleet rent`, then the pyinfra deploy run twice (the second changes nothing), then
-    tests/infra, then `fleet teardown`."""
+    tests/infra, then the teardown deploy."""
     rented = json.loads(fleet.fleet("rent", "bench", "--provider", "vast", "--json").stdout)
     label = rented["label"]
     job = fleet.job("byhand")
@@ -260,8 +260,12 @@ def test_the_deploy_by_hand_twice_then_the_checks_then_teardown(fleet: OneShot) 
     assert row.job == "byhand" and row.expires_at
     dry = fleet.fleet("teardown", label, "--dry-run")
     assert "would destroy" in dry.stdout and fleet.listed(fleet.rows()[label])
-    fleet.fleet("teardown", label)
-    assert fleet.rows()[label].status == "destroyed"
+    # the teardown deploy is the same read-back as `fleet teardown`
+    fleet.run(str(BIN / "pyinfra"), "-y", "--limit", label, "inventory.py",
+              "deploys/teardown.py")
+    done = fleet.rows()[label]
+    assert done.status == "destroyed" and done.store_commit and not fleet.listed(done)
+    assert _archive(fleet, label, "byhand")
 
 
 def _kept_run(fleet: OneShot, name: str) -> Row:

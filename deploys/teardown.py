@@ -1,0 +1,42 @@
+"""
+Read the inventory's one-shot boxes back, then destroy them: the archive and the store must
+both match each box's sha256 manifest first (see fleet/teardown.py).
+
+    pyinfra -y inventory.py --limit LABEL deploys/teardown.py        # = fleet teardown LABEL
+    pyinfra -y inventory.py --limit LABEL deploys/teardown.py --data dry_run=1
+
+A box whose outputs do not match is kept, says which file differs where, and fails here.
+Standing boxes are refused.
+"""
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.operations import python
+
+from fleet import deploy_support as support
+from fleet import teardown
+from fleet.providers import all_providers
+from fleet.registry import Registry
+
+
+def read_back_and_destroy(label: str, dry_run: bool) -> None:
+    cfg = support.config()
+    out = teardown.teardown(cfg, Registry(cfg.registry), dict(all_providers()), label,
+                            dry_run=dry_run, echo=logger.info)
+    for line in out.steps:
+        logger.info(f"{label}: {line}")
+
+
+@deploy("Teardown")
+def teardown_deploy() -> None:
+    if host.data.get("kind") != "oneshot":
+        python.raise_exception(
+            ValueError, f"{host.name} is a {host.data.get('kind')} box; standing boxes are "
+            "replaced, never torn down", name="Refuse standing box")
+        return
+    python.call(name="Read back (archive, store), then destroy",
+                function=read_back_and_destroy, label=host.name,
+                dry_run=bool(host.data.get("dry_run")))
+
+
+teardown_deploy()
