@@ -494,12 +494,20 @@ def sandbox_status(as_json: bool = typer.Option(False, "--json")) -> None:
 def sandbox_fault(kind: str,
                   target: str = typer.Argument("*", help="a box label, provider or call; for "
                                                "store_* faults a repository; * for any"),
-                  count: int = typer.Option(1, min=1)) -> None:
+                  count: int = typer.Option(1, min=1),
+                  driver: str = typer.Option(None, help="driver_drift: the driver NVML reports "
+                                             "from then on, e.g. 580.105.08")) -> None:
     """Inject a fault by name (no_capacity, rate_limit, host_death, driver_drift, ...,
-    store_upload_refused, store_wrong_bytes, store_ghost_commit)."""
+    store_upload_refused, store_wrong_bytes, store_ghost_commit).
+
+    driver_drift on a provider (`vast`, `runpod`) hits the next box rented there: it arrives
+    advertising one driver while NVML reports another, as the operators met it."""
     from fleet import sandbox_cmd
 
-    res = sandbox_cmd.fault(cfg(), _sandbox_dir(), kind, target, count)
+    if driver is not None and kind != "driver_drift":
+        raise UsageError("--driver goes with driver_drift only")
+    res = sandbox_cmd.fault(cfg(), _sandbox_dir(), kind, target, count,
+                            **({"driver": driver} if driver else {}))
     out.print(json.dumps(res))
 
 

@@ -1,5 +1,6 @@
 """The README's demo: a local cloud, boxes rented on both fake providers and converted by the
-real standing deploy, verified by testinfra and `fleet check`, and the roster printed.
+real standing deploy, verified by testinfra and `fleet check`, and the roster printed; then a
+one-shot job run end to end, and a box kept because a copy of its outputs did not match.
 
     ./run.sh demo            # or: python -m fleet.demo [--boxes N]
 
@@ -9,6 +10,7 @@ It leaves the sandbox running so you can look around; `fleet sandbox down` ends 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -79,6 +81,9 @@ def main() -> int:
     step("5. the roster")
     run(["fleet", "roster"], env)
 
+    if oneshot(env) != 0:
+        return 1
+
     step("where to look next")
     console.print(
         "  set -a; . .sandbox/env; set +a          # point your shell at the sandbox\n"
@@ -88,6 +93,33 @@ def main() -> int:
         "  fleet sandbox down                       # destroy the boxes, stop the sandbox\n"
         "  docs/ for the design, bench/RESULTS.md for the figures")
     return 0 if rc == 0 else 1
+
+
+def oneshot(env: dict[str, str]) -> int:
+    """A one-shot job end to end, then a copy that does not match keeping its box."""
+    job = "examples/bench/job.toml"
+    step("6. a one-shot job: its toolchain into the store, then fleet run")
+    if run(["fleet", "store", "push", "examples/bench/toolchain", "--repo",
+            "fleet/toolchains"], env) != 0:
+        return 1
+    if run(["fleet", "run", "bench", job], env) != 0:
+        return 1
+
+    step("7. a copy that does not match keeps the box: the store returns wrong bytes")
+    console.print(f"[dim]$ fleet run bench {job} --keep --json[/dim]")
+    kept = subprocess.run(["fleet", "run", "bench", job, "--keep", "--json"], cwd=REPO, env=env,
+                          capture_output=True, text=True)
+    if kept.returncode != 0:
+        console.print(kept.stderr, markup=False)
+        return 1
+    label = json.loads(kept.stdout)["label"]
+    run(["fleet", "sandbox", "fault", "store_wrong_bytes"], env)
+    if run(["fleet", "teardown", label], env) == 0:
+        console.print("error: a store answering wrong bytes did not keep the box")
+        return 1
+    run(["fleet", "check"], env)  # flags the kept box (and says why) on every check
+    step("   ... the store answers true again: read back, then destroyed")
+    return run(["fleet", "teardown", label], env)
 
 
 if __name__ == "__main__":

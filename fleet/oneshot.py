@@ -131,7 +131,7 @@ def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: s
     echo(f"{row.label}: {summary.verdict}"
          + (f": {summary.refusal}" if summary.refusal else
             f", exit {summary.exit_code}" if summary.exit_code is not None else ""))
-    if keep:
+    if keep and not summary.refusal:  # a refused box goes straight to teardown
         echo(f"{row.label}: kept (--keep); `fleet teardown {row.label}` reads it back and "
              "destroys it")
     else:

@@ -24,7 +24,8 @@ def _say(line: str) -> None:
 
 @app.command("run")
 def run_cmd(role: str, job_file: Path = typer.Argument(..., metavar="JOB.toml"),
-            keep: bool = typer.Option(False, "--keep", help="leave the box up after the job"),
+            keep: bool = typer.Option(False, "--keep", help="leave the box up after the job "
+                                      "(a refused box is torn down regardless)"),
             verbose: bool = typer.Option(False, "-v", help="show pyinfra's output"),
             as_json: bool = typer.Option(False, "--json")) -> None:
     """Rent a one-shot box for ROLE, run JOB.toml on it, read its outputs back, tear it down."""

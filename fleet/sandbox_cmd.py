@@ -139,7 +139,8 @@ def status(state_dir: Path) -> dict[str, Any]:
     return dict(manage.status(state_dir))
 
 
-def fault(cfg: Config, state_dir: Path, kind: str, target: str, count: int) -> Any:
+def fault(cfg: Config, state_dir: Path, kind: str, target: str, count: int,
+          **params: Any) -> Any:
     if kind not in FAULTS + STORE_FAULTS:
         raise UsageError(f"unknown fault {kind!r} (one of: {', '.join(FAULTS + STORE_FAULTS)})")
     import sandbox.manage as manage
@@ -152,4 +153,4 @@ def fault(cfg: Config, state_dir: Path, kind: str, target: str, count: int) -> A
     # a fleet label names a box; the sandbox knows boxes by provider id
     tgt = row.provider_id if row and row.provider_id else target
     with _sandbox_errors():
-        return manage.fault(state_dir, kind, tgt, count)
+        return manage.fault(state_dir, kind, tgt, count, **params)

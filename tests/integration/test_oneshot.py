@@ -187,9 +187,10 @@ def test_the_happy_path_ends_with_the_box_gone_and_both_copies_equal(fleet: OneS
 @pytest.mark.parametrize("driver", ["580.105.08", "595.71.05"])
 def test_a_wrong_driver_is_refused_before_anything_runs(fleet: OneShot, driver: str) -> None:
     name = f"drift-{driver.split('.')[0]}"
-    with fleet.control() as c:
-        c.fault("driver_drift", "vast", driver=driver)  # the next vast box reports it
-    rc, s = fleet.run_job("bench", fleet.job(name))
+    # the next RunPod box (RunPod shows no driver before renting) comes up with NVML
+    # reporting this driver; its machine stays drifted, so every other test rents on Vast
+    fleet.fleet("sandbox", "fault", "driver_drift", "runpod", "--driver", driver)
+    rc, s = fleet.run_job("bench", fleet.job(name, provider='"runpod"'))
     assert rc == 3, s
     assert s["invocations"] == 0 and s["refusal"].startswith("gpu: driver " + driver), s
     _refused_and_torn_down(fleet, s, name)
