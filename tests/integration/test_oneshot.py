@@ -312,7 +312,8 @@ def test_an_output_changed_after_the_manifest_keeps_the_box(fleet: OneShot,
     assert fleet.rows()[row.label].status == "destroyed"
 
 
-@pytest.mark.parametrize("fault", ["store_upload_refused", "store_wrong_bytes"])
+@pytest.mark.parametrize("fault", ["store_upload_refused", "store_wrong_bytes",
+                                   "store_ghost_commit"])
 def test_a_store_that_fails_keeps_the_box(fleet: OneShot, fault: str) -> None:
     row = _kept_run(fleet, fault.replace("_", "-"))
     fleet.fleet("sandbox", "fault", fault, "*")
@@ -322,6 +323,8 @@ def test_a_store_that_fails_keeps_the_box(fleet: OneShot, fault: str) -> None:
     assert after.live and after.teardown and fleet.listed(after)
     if fault == "store_wrong_bytes":
         assert "sha256" in r.stderr
+    if fault == "store_ghost_commit":  # success reported, nothing stored: caught
+        assert after.store_commit is None
     with fleet.control() as c:
         c.clear_faults()
     fleet.fleet("teardown", row.label)
