@@ -20,6 +20,7 @@ import pytest
 from headless_chromium import Chromium, executable
 
 from fleet import budget, page
+from fleet.config import load
 from fleet.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -301,6 +302,58 @@ def test_fleet_page_writes_both_files_beside_the_registry(tmp_path: Path) -> Non
     assert len(doc["chart"]["steps"]) > 1  # the destroyed boxes drew the last 7 days
     assert (out / "index.html").read_text().startswith("<!DOCTYPE html>")
     assert sorted(p.name for p in out.iterdir()) == ["fleet.json", "index.html"]  # no temps
+
+
+def _gathered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: Any) -> Any:
+    """`fleet page` in-process over the fixture's registry, with the check, the watchdog and
+    the providers replaced by what they would answer."""
+    from typer.testing import CliRunner
+
+    from fleet import check as check_mod
+    from fleet import cli, inventory, page_cli, watchdog
+
+    (tmp_path / "fleet.toml").write_text(CONFIG + "[roles.bench]\nkind = \"oneshot\"\n"
+                                         "image = \"img\"\ndisk_gb = 20\n"
+                                         "admitted_driver = \"580.95.05\"\n")
+    reg = Registry(tmp_path / "state" / "boxes.json")
+    for r in F.rows():
+        reg.add(r)
+    monkeypatch.setattr(cli, "_state", {})
+    monkeypatch.setattr(page_cli, "providers", lambda: {})
+    monkeypatch.setattr(inventory, "build", lambda c, ps: None)
+    monkeypatch.setattr(check_mod, "check", check)
+    monkeypatch.setattr(watchdog, "watch", lambda c, r: F.watched())
+    return CliRunner().invoke(cli.app, ["--config", str(tmp_path / "fleet.toml"), "page",
+                                        "--out", str(tmp_path / "out")])
+
+
+def test_fleet_page_shows_the_check_and_the_watchdog(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    r = _gathered(tmp_path, monkeypatch, lambda c, built: F.health())
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "out" / "fleet.json").read_text())
+    expected = data(cfg=load(tmp_path / "fleet.toml"), owed=[])  # the same rows and verdicts
+    assert [(b["label"], b["verdict"], b["problems"]) for b in doc["boxes"]] == [
+        (b["label"], b["verdict"], b["problems"]) for b in expected["boxes"]]
+    assert doc["totals"]["usd_per_hour"] == expected["totals"]["usd_per_hour"]
+    assert doc["money"]["daily_budget_usd"] == 50
+
+
+def test_a_failing_check_leaves_the_standing_boxes_unknown_with_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet.errors import ProviderError
+
+    def check(c: Any, built: Any) -> Any:
+        raise ProviderError("vast", "GET /instances", "503 from 10.9.8.7")
+
+    r = _gathered(tmp_path, monkeypatch, check)
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "out" / "fleet.json").read_text())
+    standing = [b for b in doc["boxes"] if b["standing"]]
+    assert len(standing) == 3 and {b["verdict"] for b in standing} == {"unknown"}
+    assert standing[0]["problems"] == ["not checked: vast GET /instances: 503 from [address]"]
+    assert doc["check_error"] == "vast GET /instances: 503 from [address]"
+    assert "10.9.8.7" not in (tmp_path / "out" / "index.html").read_text()
 
 
 # ---------------------------------------------------------------- in a real browser
