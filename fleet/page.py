@@ -283,9 +283,8 @@ def _oneshot_box(r: Row, w: Watch | None, checked: str, now: datetime,
         problems.append("not watched")
         at = None
     else:
-        phase, at = w.phase, checked
-        age, left = round(w.age_min, 1), None if w.ttl_left_min is None else round(
-            w.ttl_left_min, 1)
+        phase, at, age = w.phase, checked, round(w.age_min, 1)
+        left = None if w.ttl_left_min is None else round(w.ttl_left_min, 1)
         problems = [scrub(p) for p in w.problems]
         verdict = "well" if w.well else "problem"
     if r.refusal:
