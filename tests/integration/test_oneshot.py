@@ -249,18 +249,21 @@ def test_the_deploy_by_hand_twice_then_the_checks_then_teardown(fleet: OneShot) 
     argv = [str(BIN / "pyinfra"), "-y", "--limit", label, "inventory.py",
             "deploys/oneshot.py", "--data", f"job={job}"]
     first = fleet.run(*argv)
-    assert "Job run" in first.stdout
+    assert "Job run" in first.stdout + first.stderr  # pyinfra reports on stderr
     second = fleet.run(*argv)
-    total = next(line for line in second.stdout.splitlines() if "Grand total" in line).split()
+    said = second.stdout + second.stderr
+    total = next(line for line in said.splitlines() if "Grand total" in line).split()
     # Grand total <ops> <success> <error> <no change>: nothing changed, nothing failed
-    assert total[3:5] == ["-", "-"], second.stdout[-3000:]
+    assert total[3:5] == ["-", "-"], said[-3000:]
     infra = fleet.run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                       "tests/infra/test_oneshot.py", check=False)
     assert infra.returncode == 0, infra.stdout[-4000:]
     row = fleet.rows()[label]
     assert row.job == "byhand" and row.expires_at
-    dry = fleet.fleet("teardown", label, "--dry-run")
-    assert "would destroy" in dry.stdout and fleet.listed(fleet.rows()[label])
+    dry = json.loads(fleet.fleet("teardown", label, "--dry-run", "--json").stdout)
+    steps = dry["torn_down"][0]["steps"]
+    assert any("would destroy" in s for s in steps), dry
+    assert fleet.listed(fleet.rows()[label])
     # the teardown deploy is the same read-back as `fleet teardown`
     fleet.run(str(BIN / "pyinfra"), "-y", "--limit", label, "inventory.py",
               "deploys/teardown.py")
