@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
         ("admit", "check the exact driver and the qualified GPUs (NVML)"),
         ("fetch", "fetch the toolchain at its pinned commit (warm cache: nothing)"),
         ("scan", "scan the modules for banned symbols and kernels"),
-        ("gate", "run the gates in work/"),
+        ("gate", "run the gates in workdir/"),
         ("run", "start the command detached (once); --wait until it has ended"),
         ("state", "print the job's state"),
         ("runner", "internal: the detached runner that `job run` starts"),

@@ -1,13 +1,13 @@
 """One-shot jobs on the box: `python -m agent job admit|fetch|scan|gate|run|state JOBDIR`.
 
 A one-shot box is rented for one measurement. The operator uploads `JOBDIR/job.json` and the
-job's inputs (`JOBDIR/work/`), then calls the steps one at a time, in a fixed order that this
+job's inputs (`JOBDIR/workdir/`), then calls the steps one at a time, in a fixed order that this
 module enforces, failing closed:
 
     admit (driver, GPUs) -> fetch (toolchain) -> scan (modules) -> gate (gates) -> run
 
 A refusal at any step is recorded (`phase: refused`, `refused: {step, reason}`, invocations 0,
-`work/<outputs>/fleet-job.json`) and every later step refuses too: a refused job never runs, and
+`workdir/<outputs>/fleet-job.json`) and every later step refuses too: a refused job never runs, and
 its refusal is an operational fault, not a result. A step already done prints the state and
 changes nothing; a step whose predecessor is not done is a usage error (exit 2).
 
@@ -67,7 +67,7 @@ class Gate:
 class Toolchain:
     repo: str
     revision: str  # refused at fetch unless a 40-hex commit
-    path: str  # where it appears under work/
+    path: str  # where it appears under workdir/
     repo_type: str
 
 
@@ -99,7 +99,7 @@ class Job:
 
     @property
     def work(self) -> Path:
-        return self.dir / "work"
+        return self.dir / "workdir"
 
     @property
     def outputs_dir(self) -> Path:
@@ -221,10 +221,10 @@ def _strings(t: dict[str, Any], key: str, where: str) -> list[str]:
 
 
 def _relative(path: str, where: str) -> str:
-    """A path (or glob) that stays inside work/: relative, no '..'."""
+    """A path (or glob) that stays inside workdir/: relative, no '..'."""
     p = PurePosixPath(path)
     if p.is_absolute() or ".." in p.parts or not p.parts or path.strip() != path:
-        raise usage_error(f"{where}: {path!r} must be a relative path inside work/ (no '..')")
+        raise usage_error(f"{where}: {path!r} must be a relative path inside workdir/ (no '..')")
     return path
 
 
@@ -260,7 +260,7 @@ def save_state(job: Job, state: dict[str, Any]) -> None:
 
 
 def write_outcome(job: Job, state: dict[str, Any]) -> None:
-    """work/<outputs>/fleet-job.json: what happened, beside the outputs themselves."""
+    """workdir/<outputs>/fleet-job.json: what happened, beside the outputs themselves."""
     outcome = {"job": job.name, "phase": state["phase"], "invocations": state["invocations"],
                "refused": state["refused"], "admission": state["admission"],
                "gates": state["gates"], "exit_code": state["exit_code"],

@@ -4,7 +4,7 @@ The toolchain is a Hub repository (`repo`, `repo_type`) at `revision`, which mus
 commit: a branch or tag moves, and a measurement must name exactly what it ran with. It is
 downloaded with huggingface_hub's `snapshot_download` into `<root>/cache/hub` (the Hub's own
 cache layout: blobs by digest, snapshots by commit) with the store token from `<root>/hf_token`,
-and appears to the job as the symlink `work/<path>` -> the snapshot folder.
+and appears to the job as the symlink `workdir/<path>` -> the snapshot folder.
 
 A second job on the same box with the same repo@commit fetches nothing and asks nothing of the
 network: after a download this module writes its own marker (`<root>/cache/toolchains/...json`,
@@ -195,14 +195,14 @@ def _explain(e: Exception, tc: Toolchain, endpoint: str | None, token: str | Non
 
 
 def _show(job: Job, tc: Toolchain, snapshot: Path) -> None:
-    """work/<path> -> the snapshot (replaced atomically; never over the job's own files)."""
+    """workdir/<path> -> the snapshot (replaced atomically; never over the job's own files)."""
     link = job.work / tc.path
     target = str(snapshot)
     if link.is_symlink():
         if os.readlink(link) == target:
             return
     elif link.exists():
-        raise Refused(f"work/{tc.path} exists in the job's inputs; the toolchain would hide it")
+        raise Refused(f"workdir/{tc.path} exists in the job's inputs; the toolchain would hide it")
     try:
         link.parent.mkdir(parents=True, exist_ok=True)
         tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
@@ -210,5 +210,5 @@ def _show(job: Job, tc: Toolchain, snapshot: Path) -> None:
         os.symlink(target, tmp)
         os.replace(tmp, link)
     except OSError as e:
-        raise Refused(f"cannot place the toolchain at work/{tc.path}: {e.strerror or e}") \
+        raise Refused(f"cannot place the toolchain at workdir/{tc.path}: {e.strerror or e}") \
             from None

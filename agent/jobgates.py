@@ -1,4 +1,4 @@
-"""`job gate`: the job's gates, each a shell command run in work/ before the measurement.
+"""`job gate`: the job's gates, each a shell command run in workdir/ before the measurement.
 
 A gate passes when it exits 0 within the job's ttl and, where `min_passed` is above 0, its
 output reports at least that many passed tests (pytest's `N passed`; no count is no pass).

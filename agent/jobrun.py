@@ -8,9 +8,9 @@ Order of events, each recorded durably before the next:
    /dev/null and its output appended to `JOBDIR/job.log`, so that a dropped connection cannot
    reach it; its identity (pid, start ticks, boot id: agent.procs) goes into the state;
 4. the runner takes the lock, checks that the state names it, starts `sh -c <command>` in
-   work/ (its own process group) and records the command's identity;
+   workdir/ (its own process group) and records the command's identity;
 5. when the command ends (or is killed at the job's ttl), the runner records its exit status,
-   `finished_at` and `phase: finished|failed`, writes `work/<outputs>/fleet-job.json`, and
+   `finished_at` and `phase: finished|failed`, writes `workdir/<outputs>/fleet-job.json`, and
    kills whatever the command left behind (the runner is their subreaper).
 
 A runner that is gone while the state still says running (a reboot, a SIGKILL) can never record

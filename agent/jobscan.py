@@ -1,6 +1,6 @@
 """`job scan`: the banned-mechanism scan of the job's modules, before anything runs.
 
-Every file the job's `modules` globs match under work/ is read for the names it defines or
+Every file the job's `modules` globs match under workdir/ is read for the names it defines or
 calls, and each name is matched (case-insensitive, whole name, fnmatch globs) against the
 job's `banned_symbols`; an `allowed_symbols` match lets a name through. Any banned name refuses
 the job, and so does anything that cannot be read: a scan never passes what it could not see.
@@ -252,6 +252,6 @@ def _first_line(e: Exception) -> str:
 
 
 def module_files(work: Path, pattern: str) -> list[str]:
-    """The files a module glob matches under work/ (relative, sorted)."""
+    """The files a module glob matches under workdir/ (relative, sorted)."""
     return sorted(m for m in glob.glob(pattern, root_dir=work, recursive=True)
                   if not os.path.isdir(work / m))

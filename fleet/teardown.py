@@ -168,7 +168,7 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
     if out.phase == "running" and not expired(row):
         raise UsageError(f"{row.label}: job {job} is still running; tear it down when it has "
                          "ended (or once its TTL has passed)")
-    outputs = f"{ROOT}/jobs/{job}/work/{spec.get('outputs', 'out')}"
+    outputs = f"{ROOT}/jobs/{job}/workdir/{spec.get('outputs', 'out')}"
     manifest = _manifest(cfg, row, outputs)
     size = sum(int(e["size"]) for e in manifest)
     echo(f"{row.label}: manifest of {len(manifest)} files, {size} bytes")

@@ -57,7 +57,7 @@ def staged(job_name: str, spec: str, inputs: bytes | None = None, root: str = "/
 
     + job_name: the job's name (its folder under ``<root>/jobs``)
     + spec: the full ``job.json`` text (``fleet.job.Job.box_spec``)
-    + inputs: a tarball of the job's input folder, unpacked into ``work/``
+    + inputs: a tarball of the job's input folder, unpacked into ``workdir/``
     + root: the fleet's directory on the box
 
     **Example:**
@@ -77,11 +77,11 @@ def staged(job_name: str, spec: str, inputs: bytes | None = None, root: str = "/
         raise OperationError(f"job {job_name} already started on this box with another job file "
                              "or inputs; give the new job another name")
     d = jobdir(root, job_name)
-    yield StringCommand("mkdir -p", QuoteString(f"{d}/work"))
+    yield StringCommand("mkdir -p", QuoteString(f"{d}/workdir"))
     if inputs is not None:
         tarball = f"{d}/inputs.tar"
         yield FileUploadCommand(BytesIO(inputs), tarball)
-        yield StringCommand("tar -xf", QuoteString(tarball), "-C", QuoteString(f"{d}/work"),
+        yield StringCommand("tar -xf", QuoteString(tarball), "-C", QuoteString(f"{d}/workdir"),
                             "&& rm -f", QuoteString(tarball))
     yield FileUploadCommand(StringIO(spec), f"{d}/job.json")
     yield StringCommand("echo", QuoteString(want_inputs), ">", QuoteString(f"{d}/inputs.sha256"))

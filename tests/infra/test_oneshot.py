@@ -46,7 +46,7 @@ def test_an_ended_job_says_what_happened_in_its_outputs(oneshot_host: Any) -> No
         if state["phase"] not in ("finished", "failed", "interrupted", "refused"):
             continue
         record = json.loads(oneshot_host.file(
-            f"{d}/work/{spec['outputs']}/fleet-job.json").content_string)
+            f"{d}/workdir/{spec['outputs']}/fleet-job.json").content_string)
         if state["phase"] == "refused":
             # a refusal is a fault of the box: nothing ran, no result
             assert state["invocations"] == 0 and record["invocations"] == 0, record

@@ -21,9 +21,9 @@ def job_dir(box: Box, name: str = "bench") -> Path:
 
 
 def write_job(box: Box, name: str = "bench", **overrides: Any) -> Path:
-    """JOBDIR/job.json with a command that counts its runs in work/runs.txt."""
+    """JOBDIR/job.json with a command that counts its runs in workdir/runs.txt."""
     jobdir = job_dir(box, name)
-    (jobdir / "work").mkdir(parents=True, exist_ok=True)
+    (jobdir / "workdir").mkdir(parents=True, exist_ok=True)
     admission = {"driver": DRIVER, "qualified_gpus": [],
                  "banned_symbols": ["cublas*", "*softmax*", "*tanh*", "*matrixmultiply*"],
                  "allowed_symbols": []}
@@ -59,13 +59,13 @@ def step_ok(box: Box, step: str, jobdir: Path) -> dict[str, Any]:
 
 
 def runs(jobdir: Path) -> int:
-    """How many times the job's command ran (it appends a line to work/runs.txt)."""
-    path = jobdir / "work" / "runs.txt"
+    """How many times the job's command ran (it appends a line to workdir/runs.txt)."""
+    path = jobdir / "workdir" / "runs.txt"
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
 def outcome(jobdir: Path, outputs: str = "out") -> dict[str, Any]:
-    value = json.loads((jobdir / "work" / outputs / "fleet-job.json").read_text())
+    value = json.loads((jobdir / "workdir" / outputs / "fleet-job.json").read_text())
     assert isinstance(value, dict)
     return value
 

@@ -66,7 +66,7 @@ def test_an_admitted_job_runs_once_through_every_step(box: Box) -> None:
     state = state_of(done)
     assert state["phase"] == "finished" and state["invocations"] == 1
     assert state["exit_code"] == 0 and state["finished_at"] >= state["started_at"] > 0
-    assert (jobdir / "work" / "out" / "result.txt").read_text() == "42\n"
+    assert (jobdir / "workdir" / "out" / "result.txt").read_text() == "42\n"
     assert runs(jobdir) == 1
     written = outcome(jobdir)
     assert written["job"] == "bench" and written["invocations"] == 1
@@ -102,7 +102,7 @@ def test_a_refused_box_records_zero_invocations_and_no_later_step_does_anything(
         assert again == state
     assert_refused(job(box, "run", jobdir, "--wait"), "gpu", reason)
     assert step_ok(box, "state", jobdir) == state  # `state` prints it and exits 0
-    assert runs(jobdir) == 0 and not (jobdir / "work" / "gates-ran").exists()
+    assert runs(jobdir) == 0 and not (jobdir / "workdir" / "gates-ran").exists()
     assert not (jobdir / "job.log").exists()
 
 
@@ -188,7 +188,7 @@ PYTEST_GATE = f"{PY} -m pytest -q -p no:cacheprovider tests"
 
 
 def write_tests(jobdir: Path, passing: int, failing: int = 0) -> None:
-    tests = jobdir / "work" / "tests"
+    tests = jobdir / "workdir" / "tests"
     tests.mkdir(parents=True, exist_ok=True)
     body = "".join(f"def test_ok_{i}():\n    assert True\n\n" for i in range(passing))
     body += "".join(f"def test_bad_{i}():\n    assert False\n\n" for i in range(failing))
@@ -228,7 +228,7 @@ def test_a_failing_gate_refuses_the_job(box: Box, passing: int, failing: int, mi
     state = assert_refused(job(box, "gate", jobdir), "gates", f"gate 'parity' failed: {why}")
     (parity,) = state["gates"]  # the gate after it never ran
     assert parity["ok"] is False and parity["passed"] == passing
-    assert not (jobdir / "work" / "after-ran").exists()
+    assert not (jobdir / "workdir" / "after-ran").exists()
     assert outcome(jobdir)["gates"] == state["gates"]
     assert_refused(job(box, "run", jobdir, "--wait"), "gates", "gate 'parity' failed")
     assert runs(jobdir) == 0
@@ -394,7 +394,7 @@ def test_a_toolchain_is_fetched_once_per_box_and_a_second_job_fetches_nothing(
     assert tc["bytes_fetched"] == tc["bytes_total"] > sum(len(b) for b in files.values())
     assert tc["seconds"] >= 0 and tc["endpoint"] == hub.url
     for path, data in files.items():
-        assert (jobdir / "work" / "toolchain" / path).read_bytes() == data
+        assert (jobdir / "workdir" / "toolchain" / path).read_bytes() == data
     assert step_ok(box, "scan", jobdir)["scan"]["modules"][0]["kind"] == "cubin"
     no_secret_anywhere(box, done, HUB_TOKEN)
     # the same repo@commit for another job on this box: from the cache, without the store
@@ -402,7 +402,7 @@ def test_a_toolchain_is_fetched_once_per_box_and_a_second_job_fetches_nothing(
     second = toolchain_job(box, "second", commit, hub.url)
     warm = state_of(job(box, "fetch", second))["toolchain"]
     assert warm["warm"] is True and warm["bytes_fetched"] == 0 and warm["files"] == 4
-    assert (second / "work" / "toolchain" / "bin" / "tool").read_bytes() == files["bin/tool"]
+    assert (second / "workdir" / "toolchain" / "bin" / "tool").read_bytes() == files["bin/tool"]
 
 
 def test_a_changed_file_in_the_cache_is_fetched_again(box: Box, hub: HubServer) -> None:
@@ -411,12 +411,12 @@ def test_a_changed_file_in_the_cache_is_fetched_again(box: Box, hub: HubServer) 
     write_token(box, HUB_TOKEN)
     first = toolchain_job(box, "first", commit, hub.url)
     step_ok(box, "fetch", first)
-    blob = (first / "work" / "toolchain" / "bin" / "tool").resolve()
+    blob = (first / "workdir" / "toolchain" / "bin" / "tool").resolve()
     blob.write_bytes(b"tampered")
     second = toolchain_job(box, "second", commit, hub.url)
     tc = step_ok(box, "fetch", second)["toolchain"]
     assert tc["warm"] is False and tc["bytes_fetched"] == len(files["bin/tool"])
-    assert (second / "work" / "toolchain" / "bin" / "tool").read_bytes() == files["bin/tool"]
+    assert (second / "workdir" / "toolchain" / "bin" / "tool").read_bytes() == files["bin/tool"]
 
 
 def test_a_branch_name_is_refused(box: Box, hub: HubServer) -> None:

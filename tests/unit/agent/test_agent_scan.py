@@ -52,7 +52,7 @@ def refused(box: Box, modules: list[str], **admission: list[str]) -> ScanRefused
 
 @pytest.fixture
 def work(box: Box) -> Path:
-    w = box.root / "jobs" / "bench" / "work"
+    w = box.root / "jobs" / "bench" / "workdir"
     w.mkdir(parents=True, exist_ok=True)
     return w
 
@@ -198,9 +198,9 @@ def test_a_glob_matching_nothing_is_refused(box: Box, work: Path) -> None:
 def test_a_scan_refusal_is_recorded_and_nothing_runs_after_it(box: Box) -> None:
     jobdir = write_job(box, modules=["build/*.so", "kernels/*.ptx"],
                        gates=[{"name": "g", "command": "echo x >> gate-ran", "min_passed": 0}])
-    gcc(box.tmp, CUBLAS_C, jobdir / "work" / "build" / "libgemm.so", "-shared", "-fPIC")
-    (jobdir / "work" / "kernels").mkdir()
-    (jobdir / "work" / "kernels" / "k.ptx").write_text(ptx("clean_k"))
+    gcc(box.tmp, CUBLAS_C, jobdir / "workdir" / "build" / "libgemm.so", "-shared", "-fPIC")
+    (jobdir / "workdir" / "kernels").mkdir()
+    (jobdir / "workdir" / "kernels" / "k.ptx").write_text(ptx("clean_k"))
     step_ok(box, "admit", jobdir)
     step_ok(box, "fetch", jobdir)
     done = job(box, "scan", jobdir)
@@ -214,12 +214,12 @@ def test_a_scan_refusal_is_recorded_and_nothing_runs_after_it(box: Box) -> None:
     assert outcome(jobdir)["refused"]["step"] == "scan"
     for step in ("gate", "run"):
         assert job(box, step, jobdir).returncode == 3
-    assert runs(jobdir) == 0 and not (jobdir / "work" / "gate-ran").exists()
+    assert runs(jobdir) == 0 and not (jobdir / "workdir" / "gate-ran").exists()
 
 
 def test_a_clean_scan_through_the_cli_lets_the_job_go_on(box: Box) -> None:
     jobdir = write_job(box, modules=["build/*.so"])
-    gcc(box.tmp, CLEAN_C, jobdir / "work" / "build" / "libclean.so", "-shared", "-fPIC")
+    gcc(box.tmp, CLEAN_C, jobdir / "workdir" / "build" / "libclean.so", "-shared", "-fPIC")
     for step in ("admit", "fetch"):
         step_ok(box, step, jobdir)
     state = step_ok(box, "scan", jobdir)
