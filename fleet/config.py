@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleet.errors import ConfigError
+from fleet.errors import ConfigError, UsageError
 
 PROVIDERS = ("runpod", "vast")
 KINDS = ("standing", "oneshot")
@@ -228,16 +228,22 @@ def default_path() -> Path:
     return Path(os.environ.get("FLEET_CONFIG", "fleet.toml"))
 
 
-def load(path: Path | None = None) -> Config:
-    path = path or default_path()
+def read_toml(path: Path, missing: str, error: type[UsageError] = ConfigError) -> dict[str, Any]:
+    """The TOML document at `path`; each way it can fail is one `error` line naming the file
+    (`missing` says what to do when there is no such file)."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file (set FLEET_CONFIG or pass --config)") from None
+        raise error(f"{path}: {missing}") from None
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+        raise error(f"{path}: cannot read: {e.strerror}") from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        return tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        raise error(f"{path}: not valid TOML: {e}") from None
+
+
+def load(path: Path | None = None) -> Config:
+    path = path or default_path()
+    data = read_toml(path, "no such file (set FLEET_CONFIG or pass --config)")
     return parse(data, path.resolve())

@@ -24,12 +24,11 @@ Every mistake is one `UsageError` line naming the file and the key (exit 2, noth
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from fleet.config import PROVIDERS, Role
+from fleet.config import PROVIDERS, Role, read_toml
 from fleet.errors import UsageError
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
@@ -179,14 +178,4 @@ def parse(data: dict[str, Any], path: Path) -> Job:
 
 
 def load(path: Path) -> Job:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such job file") from None
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read: {e.strerror}") from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}: not valid TOML: {e}") from None
-    return parse(data, path.resolve())
+    return parse(read_toml(path, "no such job file", UsageError), path.resolve())
