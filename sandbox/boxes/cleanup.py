@@ -31,10 +31,13 @@ def sweep(state_dir: str | Path, wait: float = 10.0) -> list[str]:
     state = Path(state_dir).resolve()
     removed: list[str] = []
     deadline = time.monotonic() + wait
+    inits = [pid for pid, is_init in box_processes(state).items() if is_init]
+    # never our own namespace, whatever a stray command line says
+    namespaces = {ns for ns in map(_pid_namespace, inits) if ns} - {_pid_namespace(os.getpid())}
     # Inits first: their `unshare` parents then reap them (and with them the namespaces) and
     # exit. An `unshare` left without a child is killed in the second pass.
-    for inits in (True, False):
-        pids = [pid for pid, is_init in box_processes(state).items() if is_init == inits]
+    for want_inits in (True, False):
+        pids = [pid for pid, is_init in box_processes(state).items() if is_init == want_inits]
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -43,6 +46,15 @@ def sweep(state_dir: str | Path, wait: float = 10.0) -> list[str]:
                 pass
         while any(_exists(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.02)
+    # The kernel kills the rest of a box's processes when its init dies, but they take a moment
+    # to go on a busy machine: wait for them (killing again any that linger) before returning.
+    while (left := _processes_in(namespaces)) and time.monotonic() < deadline:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.02)
     removed += _sweep_network(state)
     if state.is_dir():
         for box in sorted(state.iterdir()):
@@ -96,6 +108,21 @@ def _sweep_network(state: Path, wait: float = 2.0) -> list[str]:
     delete_link(keeper)
     record.unlink()
     return []
+
+
+def _pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _processes_in(namespaces: set[str]) -> list[int]:
+    """Live host pids whose pid namespace is one of `namespaces`."""
+    if not namespaces:
+        return []
+    return [int(e.name) for e in Path("/proc").iterdir()
+            if e.name.isdigit() and _pid_namespace(int(e.name)) in namespaces]
 
 
 def _exists(pid: int) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 import tomllib
 from datetime import datetime
 from typing import Any
@@ -56,17 +57,32 @@ def test_agent_runs_with_a_fresh_heartbeat(host: Any) -> None:
     assert status["heartbeat_age_s"] <= 3 * status["agent"]["tick_s"] + 5
 
 
+def running_process(host: Any, prog: dict[str, Any]) -> Any:
+    """The live process behind a program the status calls running, or None. The status is the
+    agent's last tick: a program restarted since (the miner after a pack export) is gone."""
+    if prog["state"] != "running" or not prog["pid"]:
+        return None
+    procs = host.process.filter(pid=prog["pid"])
+    return procs[0] if procs else None
+
+
 def test_programs_run_under_the_agent(host: Any, box: tuple[str, dict[str, Any]]) -> None:
     status = agent_json(host, "status")
-    admitted = status["admission"]["admitted"]
+    deadline = time.monotonic() + STALE_TICKS * tick(status) + 5.0
     for name in box[1]["programs"]:
-        prog = status["programs"][name]
-        if prog["needs_gpu"] and not admitted:
-            assert prog["pid"] is None and prog["state"] != "running", f"{name} runs unadmitted"
-            continue
-        assert prog["state"] == "running", f"{name}: {prog['state']} {prog.get('reason')}"
-        proc = host.process.get(pid=prog["pid"])  # the pid the status names is alive
-        assert prog["binary"].rsplit("/", 1)[-1] in proc.args
+        while True:  # bounded: a restarted program is named with its new pid within a few ticks
+            prog = status["programs"][name]
+            if prog["needs_gpu"] and not status["admission"]["admitted"]:
+                assert prog["pid"] is None and prog["state"] != "running", f"{name} runs unadmitted"
+                break
+            proc = running_process(host, prog)
+            if proc is not None:
+                assert prog["binary"].rsplit("/", 1)[-1] in proc.args
+                break
+            assert time.monotonic() < deadline, \
+                f"{name}: {prog['state']} pid {prog['pid']} {prog.get('reason')}"
+            time.sleep(0.5)
+            status = agent_json(host, "status")
 
 
 def test_status_is_consistent(host: Any) -> None:
