@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from agent.config import Config, load_config
-from agent.errors import AgentError
+from agent.errors import AgentError, usage_error
 from agent.layout import DEFAULT_CONFIG
 
 
@@ -58,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
     manifest = sub.add_parser("manifest", help="print path, size and sha256 of files under DIR")
     manifest.add_argument("dir", type=Path)
     manifest.add_argument("--json", action="store_true", help="accepted; output is always JSON")
+    manifest.add_argument("--tar", action="store_true",
+                          help="send the files as a tar stream on stdout, each read once and "
+                               "hashed as sent, the manifest last (needs --save)")
+    manifest.add_argument("--save", type=Path, help="with --tar: keep the manifest here too")
+    manifest.add_argument("--unchanged-since", type=Path, metavar="FILE",
+                          help="print what changed (size, mtime) since the read saved in FILE")
     job = sub.add_parser("job", help="a one-shot job, step by step: admit, fetch, scan, gate, "
                                      "run; state")
     steps = job.add_subparsers(dest="step", required=True, parser_class=_Parser)
@@ -96,9 +102,16 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return _print(read_gpu().as_dict())
     if args.command == "manifest":
-        from agent.manifest import manifest
+        from agent import manifest
 
-        return _print(manifest(args.dir))
+        if args.unchanged_since:
+            return _print(manifest.unchanged_since(args.dir, args.unchanged_since))
+        if args.tar:
+            if not args.save:
+                raise usage_error("manifest --tar needs --save FILE")
+            manifest.stream(args.dir, sys.stdout.buffer, args.save)
+            return 0
+        return _print(manifest.manifest(args.dir))
     if args.command == "job":
         return _job(args)
     cfg = load_config(args.config)

@@ -1,29 +1,109 @@
-"""`python -m agent manifest DIR`: path, size and sha256 of every regular file under DIR."""
+"""`python -m agent manifest DIR`: path, size and sha256 of every regular file under DIR.
+
+With `--tar --save FILE` the files go to stdout as one tar stream instead, each read once and
+hashed as it is sent: `out/<path>` members, then `manifest.json` (the manifest of exactly the
+bytes sent, with each file's mtime), also saved to FILE on the box. A file written to while it
+was read is marked `changed`. `--unchanged-since FILE` then compares sizes and mtimes with that
+saved manifest, reading no file's bytes: what changed after the read, one line each (JSON).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import os
+import tarfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from agent.errors import usage_error
-from agent.files import sha256_file
+from agent.files import sha256_file, write_json
+
+OUT_PREFIX = "out/"  # output members of the stream; the manifest member is outside it
+STREAM_MANIFEST = "manifest.json"
+CHUNK = 1 << 20
 
 
-def manifest(root: Path) -> list[dict[str, Any]]:
+def _files(root: Path) -> Iterator[tuple[str, Path]]:
+    """(relative path, path) of each regular file under root, sorted; symlinks are skipped."""
     if not root.is_dir():
         raise usage_error(f"{root} is not a directory")
-    entries: list[dict[str, Any]] = []
+    found = []
     for dirpath, dirnames, filenames in os.walk(root):  # does not descend into symlinked dirs
         dirnames.sort()
         for name in sorted(filenames):
             path = Path(dirpath) / name
-            if path.is_symlink() or not path.is_file():
-                continue
-            entries.append({
-                "path": path.relative_to(root).as_posix(),
-                "size": path.stat().st_size,
-                "sha256": sha256_file(path),
-            })
-    entries.sort(key=lambda e: str(e["path"]))
+            if not path.is_symlink() and path.is_file():
+                found.append((path.relative_to(root).as_posix(), path))
+    return iter(sorted(found))
+
+
+def manifest(root: Path) -> list[dict[str, Any]]:
+    return [{"path": rel, "size": path.stat().st_size, "sha256": sha256_file(path)}
+            for rel, path in _files(root)]
+
+
+class _Hashing(io.RawIOBase):
+    """A file read through once: every byte handed out is hashed on the way."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        # OpenSSL's sha256 (this command is short-lived, so its RSS does not matter; the
+        # agent's built-in one is several times slower on hosts with SHA extensions)
+        self.f, self.digest = f, hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = self.f.read(CHUNK if size is None or size < 0 else size)
+        self.digest.update(data)
+        return data
+
+
+def stream(root: Path, out: IO[bytes], save: Path) -> list[dict[str, Any]]:
+    """Write root's files to `out` as a tar stream, then their manifest; save it to `save`."""
+    entries: list[dict[str, Any]] = []
+    with tarfile.open(fileobj=out, mode="w|", bufsize=CHUNK, format=tarfile.PAX_FORMAT) as tar:
+        tar.copybufsize = CHUNK  # type: ignore[attr-defined]  # addfile copies in these
+        for rel, path in _files(root):
+            with open(path, "rb") as f:
+                before = os.fstat(f.fileno())
+                info = tarfile.TarInfo(OUT_PREFIX + rel)
+                info.size, info.mtime, info.mode = before.st_size, int(before.st_mtime), 0o644
+                reader = _Hashing(f)
+                tar.addfile(info, reader)  # exactly `size` bytes, or an error if it shrank
+                after = os.stat(path)
+            entry = {"path": rel, "size": before.st_size, "sha256": reader.digest.hexdigest(),
+                     "mtime_ns": before.st_mtime_ns}
+            if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+                entry["changed"] = True
+            entries.append(entry)
+        write_json(save, entries, durable=True)
+        blob = json.dumps(entries).encode()
+        info = tarfile.TarInfo(STREAM_MANIFEST)
+        info.size, info.mode = len(blob), 0o644
+        tar.addfile(info, io.BytesIO(blob))
+    out.flush()
     return entries
+
+
+def unchanged_since(root: Path, saved: Path) -> list[str]:
+    """What differs, by size and mtime, between root's files now and the saved manifest."""
+    try:
+        was = {e["path"]: e for e in json.loads(saved.read_text())}
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        return [f"{saved}: the manifest of the last read is not readable ({e})"]
+    problems = []
+    now = {rel: path.stat() for rel, path in _files(root)}
+    for rel in sorted(set(was) | set(now)):
+        if rel not in now:
+            problems.append(f"{rel}: gone from the box since it was read")
+        elif rel not in was:
+            problems.append(f"{rel}: new on the box since the outputs were read")
+        elif (now[rel].st_size, now[rel].st_mtime_ns) != (was[rel]["size"],
+                                                          was[rel].get("mtime_ns")):
+            problems.append(f"{rel}: written to on the box after it was read "
+                            f"({was[rel]['size']} -> {now[rel].st_size} bytes)")
+    return problems

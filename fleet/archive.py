@@ -1,6 +1,7 @@
 """The local archive of one-shot outputs: pulled from the box as one tar stream, each file
 hashed while it is written (its bytes are never read a second time), then compared with the
-box's own sha256 manifest.
+manifest the box made of the same bytes as it sent them (`python -m agent manifest --tar`:
+`out/<path>` members, then `manifest.json`).
 
 Layout: `<archive>/<label>/<job>/` holds the outputs and `fleet-manifest.json` (the box's
 manifest). A pull lands in a sibling `.incoming` folder first and replaces the archive only
@@ -22,6 +23,9 @@ from fleet.errors import FleetError
 
 MANIFEST = "fleet-manifest.json"
 CHUNK = 1 << 20
+OUT_PREFIX = "out/"  # the stream's outputs; its manifest member is STREAM_MANIFEST
+STREAM_MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 64 << 20
 
 
 @dataclass
@@ -30,6 +34,7 @@ class Pulled:
     files: int
     bytes: int
     problems: list[str]
+    manifest: list[dict[str, Any]]  # the box's: path, size, sha256 of each file it sent
 
 
 def _member_path(name: str) -> str | None:
@@ -40,17 +45,24 @@ def _member_path(name: str) -> str | None:
     return "/".join(parts)
 
 
-def receive(stream: IO[bytes], dest: Path) -> dict[str, dict[str, Any]]:
-    """Unpack a tar stream's regular files into `dest`, hashing each as it is written:
-    {path: {size, sha256}}. Anything but regular files and folders is skipped."""
+def receive(stream: IO[bytes], dest: Path) -> tuple[dict[str, dict[str, Any]], Any]:
+    """Unpack a tar stream's output files into `dest`, hashing each as it is written:
+    ({path: {size, sha256}}, the stream's manifest or None). Anything but regular files and
+    folders is skipped."""
     got: dict[str, dict[str, Any]] = {}
-    with tarfile.open(fileobj=stream, mode="r|") as tar:
+    sent = None
+    with tarfile.open(fileobj=stream, mode="r|", bufsize=CHUNK) as tar:
         for member in tar:
-            rel = _member_path(member.name)
-            if rel is None or not member.isfile():
-                continue
-            src = tar.extractfile(member)
+            src = tar.extractfile(member) if member.isfile() else None
             if src is None:
+                continue
+            if member.name == STREAM_MANIFEST and member.size <= MAX_MANIFEST_BYTES:
+                sent = json.loads(src.read())
+                continue
+            if not member.name.startswith(OUT_PREFIX):
+                continue
+            rel = _member_path(member.name[len(OUT_PREFIX):])
+            if rel is None:
                 continue
             target = dest / rel
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +75,21 @@ def receive(stream: IO[bytes], dest: Path) -> dict[str, dict[str, Any]]:
                 out.flush()
                 os.fsync(out.fileno())
             got[rel] = {"size": size, "sha256": h.hexdigest()}
-    return got
+    return got, sent
+
+
+def _box_manifest(sent: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """The stream's manifest as path/size/sha256 rows, and what it says went wrong on the box
+    (a file written to while it was read, no manifest at all: the stream was cut short)."""
+    if not isinstance(sent, list):
+        return [], ["the box sent no manifest after its files (the stream was cut short?)"]
+    try:
+        rows = [{"path": str(e["path"]), "size": int(e["size"]), "sha256": str(e["sha256"])}
+                for e in sent]
+    except (TypeError, KeyError, ValueError):
+        return [], ["the box's manifest is malformed"]
+    return rows, [f"{e['path']}: written to on the box while it was read" for e in sent
+                  if e.get("changed")]
 
 
 def compare(manifest: list[dict[str, Any]], got: dict[str, dict[str, Any]],
@@ -83,8 +109,7 @@ def compare(manifest: list[dict[str, Any]], got: dict[str, dict[str, Any]],
             problems.append(f"{path}: {where} has sha256 {have['sha256'][:16]}.., the box's "
                             f"manifest says {e['sha256'][:16]}..")
     for path in sorted(set(got) - set(want)):
-        problems.append(f"{path}: in {where} but not in the box's manifest (changed on the box "
-                        "after the manifest?)")
+        problems.append(f"{path}: in {where} but not in the box's manifest")
     return problems
 
 
@@ -92,23 +117,24 @@ def folder(archive: Path, label: str, job: str) -> Path:
     return archive / label / job
 
 
-def pull(stream: IO[bytes], manifest: list[dict[str, Any]], archive: Path, label: str,
-         job: str) -> Pulled:
-    """Receive the outputs into the archive and verify them against `manifest`."""
+def pull(stream: IO[bytes], archive: Path, label: str, job: str) -> Pulled:
+    """Receive the outputs into the archive and verify them against the box's manifest."""
     final = folder(archive, label, job)
     incoming = final.with_name(f".incoming-{job}")
     shutil.rmtree(incoming, ignore_errors=True)
     incoming.mkdir(parents=True)
     try:
-        got = receive(stream, incoming)
-    except (tarfile.TarError, OSError) as e:
+        got, sent = receive(stream, incoming)
+    except (tarfile.TarError, OSError, ValueError) as e:
         raise FleetError(f"{label}: pulling the outputs into {incoming} failed: {e}") from None
-    problems = compare(manifest, got, f"the archive ({final})")
+    manifest, problems = _box_manifest(sent)
+    if manifest or not problems:  # without the box's manifest there is nothing to compare with
+        problems += compare(manifest, got, f"the archive ({final})")
     total = sum(v["size"] for v in got.values())
     if problems:
-        return Pulled(incoming, len(got), total, problems)
+        return Pulled(incoming, len(got), total, problems, manifest)
     (incoming / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     if final.exists():
         shutil.rmtree(final)
     os.replace(incoming, final)
-    return Pulled(final, len(got), total, [])
+    return Pulled(final, len(got), total, [], manifest)

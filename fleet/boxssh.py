@@ -21,7 +21,10 @@ def argv(cfg: Config, row: Row, command: str) -> list[str]:
     return ["ssh", "-q", "-i", str(cfg.ssh_key), "-p", str(row.ssh_port),
             "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
             "-o", f"UserKnownHostsFile={cfg.known_hosts}", "-o", "ConnectTimeout=15",
-            "-o", "ServerAliveInterval=15", f"root@{row.ssh_host}", command]
+            "-o", "ServerAliveInterval=15",
+            # AES-GCM runs on the CPU's AES instructions: outputs stream about 1.5x faster
+            # than with OpenSSH's default chacha20 (bench/oneshot.py)
+            "-o", "Ciphers=^aes128-gcm@openssh.com", f"root@{row.ssh_host}", command]
 
 
 def run(cfg: Config, row: Row, command: str,

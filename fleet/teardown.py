@@ -1,12 +1,14 @@
 """Teardown of a one-shot box: its outputs read back twice before the meter stops.
 
-1. On the box: the job's state and the sha256 manifest of its outputs (`python -m agent
-   manifest`), computed there, once.
-2. The outputs pulled to the local archive as one tar stream, hashed while written, and
-   compared with the manifest.
+1. On the box: the job's state.
+2. The outputs pulled to the local archive as one tar stream (`python -m agent manifest
+   --tar`): each file read once on the box and hashed there as it is sent, the box's sha256
+   manifest last; hashed again here while written, and compared with that manifest.
 3. Pushed to the store in one commit (manifest included, parent commit pinned), then read back
    at that commit from a fresh cache: sizes and hashes, then the bytes, hashed.
-4. Only then destroyed through the provider; the row is marked destroyed once the provider no
+4. On the box again, sizes and mtimes against the manifest it saved: a file written after it
+   was read keeps the box (no byte is read twice).
+5. Only then destroyed through the provider; the row is marked destroyed once the provider no
    longer lists the box.
 
 Any mismatch keeps the box, records why on its row (`teardown`), and is raised as a
@@ -89,18 +91,39 @@ def _manifest(cfg: Config, row: Row, outputs: str) -> list[dict[str, Any]]:
     return data
 
 
-def _pull(cfg: Config, row: Row, outputs: str, manifest: list[dict[str, Any]],
-          job: str) -> archive.Pulled:
-    proc = boxssh.stream(cfg, row, f"tar -C {shlex.quote(outputs)} -cf - .")
+def _pull(cfg: Config, row: Row, outputs: str, job: str) -> archive.Pulled:
+    """The outputs as one tar stream, each file read once on the box and hashed there as it is
+    sent, then its manifest (also saved on the box, for `_unchanged`)."""
+    proc = boxssh.stream(cfg, row, f"cd {ROOT} && venv/bin/python -m agent manifest "
+                         f"{shlex.quote(outputs)} --tar --save {shlex.quote(_saved(job))}")
     try:
         assert proc.stdout is not None
-        pulled = archive.pull(proc.stdout, manifest, archive_dir(cfg), row.label, job)
+        pulled = archive.pull(proc.stdout, archive_dir(cfg), row.label, job)
     finally:
         rc = proc.wait()
     if rc != 0:
         raise KeptBox(f"{row.label}: reading the outputs off the box failed "
                       f"({boxssh.stderr_tail(proc.stderr) or f'exit {rc}'}); box kept")
     return pulled
+
+
+def _saved(job: str) -> str:
+    return f"{ROOT}/jobs/{job}/outputs-manifest.json"
+
+
+def _unchanged(cfg: Config, row: Row, outputs: str, job: str) -> list[str]:
+    """What was written on the box after its outputs were read (sizes and mtimes against the
+    saved manifest; no byte is read again)."""
+    res = boxssh.run(cfg, row, f"cd {ROOT} && venv/bin/python -m agent manifest "
+                     f"{shlex.quote(outputs)} --unchanged-since {shlex.quote(_saved(job))}")
+    try:
+        problems = json.loads(res.stdout) if res.returncode == 0 else None
+    except ValueError:
+        problems = None
+    if not isinstance(problems, list):
+        raise KeptBox(f"{row.label}: cannot tell whether the outputs changed since they were "
+                      f"read ({res.stderr.strip()[-200:] or f'exit {res.returncode}'}); box kept")
+    return [str(p) for p in problems]
 
 
 def archive_dir(cfg: Config) -> Path:
@@ -169,19 +192,20 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
         raise UsageError(f"{row.label}: job {job} is still running; tear it down when it has "
                          "ended (or once its TTL has passed)")
     outputs = f"{ROOT}/jobs/{job}/workdir/{spec.get('outputs', 'out')}"
-    manifest = _manifest(cfg, row, outputs)
-    size = sum(int(e["size"]) for e in manifest)
-    echo(f"{row.label}: manifest of {len(manifest)} files, {size} bytes")
     if dry_run:
+        manifest = _manifest(cfg, row, outputs)
+        size = sum(int(e["size"]) for e in manifest)
         out.steps.append(f"would pull {len(manifest)} files ({size} bytes) to "
                          f"{archive.folder(archive_dir(cfg), row.label, job)}, push them to "
                          f"{store_repo(cfg)} and read them back")
         return
-    pulled = _pull(cfg, row, outputs, manifest, job)
+    pulled = _pull(cfg, row, outputs, job)
+    manifest = pulled.manifest
     out.files, out.bytes = pulled.files, pulled.bytes
     if pulled.problems:
         _keep(reg, row, pulled.problems, f"archive copy in {pulled.path}")
-    echo(f"{row.label}: archive verified ({pulled.path})")
+    echo(f"{row.label}: {len(manifest)} files, {pulled.bytes} bytes; archive verified against "
+         f"the box's manifest ({pulled.path})")
     repo, prefix = store_repo(cfg), f"{job}/{row.label}"
     commit = row.store_commit
     try:
@@ -195,8 +219,12 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
         _keep(reg, row, [str(e)], "store")
     if problems:
         _keep(reg, row, problems, f"store {repo} at {commit}")
-    out.commit = commit
     echo(f"{row.label}: store read back at {commit[:12]}")
+    changed = _unchanged(cfg, row, outputs, job)
+    if changed:  # a straggler wrote on: both copies are stale, the next teardown pushes anew
+        reg.update(row.label, store_commit=None)
+        _keep(reg, row, changed, "box (written to after they were read)")
+    out.commit = commit
 
 
 def _refusal(state: dict[str, Any]) -> str | None:

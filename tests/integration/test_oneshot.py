@@ -278,7 +278,7 @@ def _kept_run(fleet: OneShot, name: str) -> Row:
     return fleet.rows()[s["label"]]
 
 
-def test_an_output_changed_after_the_manifest_keeps_the_box(fleet: OneShot,
+def test_an_output_written_after_it_was_read_keeps_the_box(fleet: OneShot,
                                                             monkeypatch: pytest.MonkeyPatch
                                                             ) -> None:
     from fleet import teardown
@@ -287,18 +287,16 @@ def test_an_output_changed_after_the_manifest_keeps_the_box(fleet: OneShot,
     from fleet.providers import all_providers
 
     row = _kept_run(fleet, "changed")
-    real = teardown._manifest
+    real = teardown._pull
 
-    def then_changed(cfg: Any, r: Row, outputs: str) -> list[dict[str, Any]]:
-        manifest = real(cfg, r, outputs)
+    def then_changed(cfg: Any, r: Row, outputs: str, job: str) -> Any:
+        pulled = real(cfg, r, outputs, job)
         fleet.ssh(r, f"echo late >> {outputs}/results.json")  # a straggler writes on
-        return manifest
+        return pulled
 
-    monkeypatch.setattr(teardown, "_manifest", then_changed)
-    for k in ("FLEET_CONFIG", "RUNPOD_API_BASE_URL", "VAST_URL", "RUNPOD_API_KEY",
-              "VAST_API_KEY"):
-        if k in fleet.env:
-            monkeypatch.setenv(k, fleet.env[k])
+    monkeypatch.setattr(teardown, "_pull", then_changed)
+    for k, v in fleet.env.items():  # the sandbox's providers and store, in this process
+        monkeypatch.setenv(k, v)
     cfg = load(fleet.tmp / "fleet.toml")
     with pytest.raises(FleetError) as kept:
         teardown.teardown(cfg, fleet.registry, dict(all_providers()), row.label)
@@ -310,9 +308,12 @@ def test_an_output_changed_after_the_manifest_keeps_the_box(fleet: OneShot,
     assert check.returncode == 1
     flagged = {h["label"]: h for h in json.loads(check.stdout)}[row.label]
     assert any("results.json" in p for p in flagged["problems"]), flagged
-    monkeypatch.setattr(teardown, "_manifest", real)
+    assert after.store_commit is None  # the stale copy's commit is not the job's
+    monkeypatch.setattr(teardown, "_pull", real)
     fleet.fleet("teardown", row.label)  # nothing changes on the box now: read back, destroyed
-    assert fleet.rows()[row.label].status == "destroyed"
+    done = fleet.rows()[row.label]
+    assert done.status == "destroyed" and done.store_commit
+    assert b"late" in fleet.store_files(done.store_commit, f"changed/{row.label}")["results.json"]
 
 
 @pytest.mark.parametrize("fault", ["store_upload_refused", "store_wrong_bytes",

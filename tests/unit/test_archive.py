@@ -11,15 +11,23 @@ from pathlib import Path
 from fleet import archive
 
 
-def tar_stream(files: dict[str, bytes], extra: list[tarfile.TarInfo] | None = None) -> io.BytesIO:
+def tar_stream(files: dict[str, bytes], extra: list[tarfile.TarInfo] | None = None,
+               sent: object = None) -> io.BytesIO:
+    """The stream `python -m agent manifest --tar` sends: out/<path> members, then the box's
+    manifest (of `files` unless `sent` says otherwise; "none" leaves it out)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in files.items():
-            info = tarfile.TarInfo(f"./{name}")
+            info = tarfile.TarInfo(f"out/{name}")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
         for info in extra or []:
             tar.addfile(info)
+        if sent != "none":
+            blob = json.dumps(manifest(files) if sent is None else sent).encode()
+            info = tarfile.TarInfo("manifest.json")
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
     buf.seek(0)
     return buf
 
@@ -33,8 +41,8 @@ FILES = {"results.json": b'{"ok": 1}\n', "deep/samples.bin": bytes(range(256)) *
 
 
 def test_a_matching_pull_becomes_the_archive_with_its_manifest(tmp_path: Path) -> None:
-    pulled = archive.pull(tar_stream(FILES), manifest(FILES), tmp_path, "box-1", "job")
-    assert pulled.problems == [] and pulled.files == 2
+    pulled = archive.pull(tar_stream(FILES), tmp_path, "box-1", "job")
+    assert pulled.problems == [] and pulled.files == 2 and pulled.manifest == manifest(FILES)
     assert pulled.path == tmp_path / "box-1" / "job"
     assert (pulled.path / "deep/samples.bin").read_bytes() == FILES["deep/samples.bin"]
     assert json.loads((pulled.path / archive.MANIFEST).read_text()) == manifest(FILES)
@@ -42,10 +50,10 @@ def test_a_matching_pull_becomes_the_archive_with_its_manifest(tmp_path: Path) -
 
 
 def test_each_differing_file_is_named_and_the_archive_left_alone(tmp_path: Path) -> None:
-    archive.pull(tar_stream(FILES), manifest(FILES), tmp_path, "box-1", "job")
+    archive.pull(tar_stream(FILES), tmp_path, "box-1", "job")
     changed = {**FILES, "results.json": b'{"ok": 2}\n', "late.txt": b"x"}
     want = manifest(FILES) + [{"path": "gone.txt", "size": 1, "sha256": "0" * 64}]
-    pulled = archive.pull(tar_stream(changed), want, tmp_path, "box-1", "job")
+    pulled = archive.pull(tar_stream(changed, sent=want), tmp_path, "box-1", "job")
     text = "\n".join(pulled.problems)
     assert "results.json: the archive" in text and "sha256" in text
     assert "gone.txt: missing from the archive" in text
@@ -56,10 +64,10 @@ def test_each_differing_file_is_named_and_the_archive_left_alone(tmp_path: Path)
 
 
 def test_links_and_escaping_names_are_not_written(tmp_path: Path) -> None:
-    link = tarfile.TarInfo("./evil")
+    link = tarfile.TarInfo("out/evil")
     link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
-    up = tarfile.TarInfo("../escape.txt")
-    pulled = archive.pull(tar_stream({}, [link, up]), [], tmp_path / "a", "box", "job")
+    up = tarfile.TarInfo("out/../escape.txt")
+    pulled = archive.pull(tar_stream({}, [link, up]), tmp_path / "a", "box", "job")
     assert pulled.problems == [] and pulled.files == 0
     assert not (tmp_path / "a" / "escape.txt").exists() and not (tmp_path / "escape.txt").exists()
     assert not (pulled.path / "evil").exists()
@@ -81,7 +89,68 @@ def test_every_byte_is_hashed_once(tmp_path: Path, monkeypatch) -> None:
         def hexdigest(self) -> str:
             return self.h.hexdigest()
 
-    want = manifest(FILES)
+    stream = tar_stream(FILES)
     monkeypatch.setattr(archive.hashlib, "sha256", Counting)
-    archive.pull(tar_stream(FILES), want, tmp_path, "box", "job")
+    archive.pull(stream, tmp_path, "box", "job")
     assert sum(hashed) == sum(len(b) for b in FILES.values())
+
+
+def test_a_stream_cut_short_or_a_file_written_while_read_is_a_problem(tmp_path: Path) -> None:
+    cut = archive.pull(tar_stream(FILES, sent="none"), tmp_path, "box", "job")
+    assert cut.problems == ["the box sent no manifest after its files (the stream was cut "
+                            "short?)"]
+    sent = [{**e, "changed": e["path"] == "results.json"} for e in manifest(FILES)]
+    moving = archive.pull(tar_stream(FILES, sent=sent), tmp_path, "box", "job")
+    assert moving.problems == ["results.json: written to on the box while it was read"]
+    assert not (tmp_path / "box" / "job").exists()
+
+
+def test_the_agents_stream_round_trips_and_reads_each_byte_once(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    from agent import manifest as agent_manifest
+
+    out = tmp_path / "box" / "out"
+    for rel, data in FILES.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+    read: list[int] = []
+
+    def counting_open(path, mode="r"):  # type: ignore[no-untyped-def]
+        f = open(path, mode)  # noqa: SIM115 (closed by the wrapper)
+        return _Counted(f, read)
+
+    # every file the agent's stream opens, counted as it is read
+    monkeypatch.setattr(agent_manifest, "open", counting_open, raising=False)
+    sent = io.BytesIO()
+    saved = tmp_path / "box" / "saved.json"
+    agent_manifest.stream(out, sent, saved)
+    monkeypatch.undo()
+    assert sum(read) == sum(len(b) for b in FILES.values())  # the box read each byte once
+    sent.seek(0)
+    pulled = archive.pull(sent, tmp_path / "archive", "box", "job")
+    assert pulled.problems == [] and pulled.manifest == manifest(FILES)
+    assert agent_manifest.unchanged_since(out, saved) == []
+    (out / "results.json").write_bytes(b"late\n")
+    (out / "new.txt").write_bytes(b"x")
+    assert agent_manifest.unchanged_since(out, saved) == [
+        "new.txt: new on the box since the outputs were read",
+        "results.json: written to on the box after it was read (10 -> 5 bytes)"]
+
+
+class _Counted:
+    def __init__(self, f, read: list[int]) -> None:  # type: ignore[no-untyped-def]
+        self._f, self._read = f, read
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self._read.append(len(data))
+        return data
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        return self
+
+    def __exit__(self, *exc) -> None:  # type: ignore[no-untyped-def]
+        self._f.close()
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self._f, name)
