@@ -20,6 +20,7 @@ from pyinfra.api import Inventory, State
 from pyinfra.api.connect import connect_all, disconnect_all
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.facts import get_facts
+from pyinfra.connectors.sshuserclient import client as ssh_client
 
 from facts.box import AgentStatus
 from fleet import releases
@@ -188,6 +189,9 @@ def check(cfg: Config, built: Built) -> list[Health]:
         history: dict[str, Any] = json.loads(history_path.read_text())
     except (OSError, ValueError):
         history = {}
+    # pyinfra memoizes known_hosts files per process: a long-lived caller (the loop) must see
+    # the keys pinned since its last check
+    ssh_client.get_host_keys.cache.clear()  # type: ignore[attr-defined]
     inventory = Inventory(([(name, dict(data)) for name, data in hosts], {}))
     state = State(inventory=inventory, config=PyinfraConfig(PARALLEL=32, CONNECT_TIMEOUT=15))
     answers: dict[Any, Any] = {}

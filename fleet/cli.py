@@ -512,7 +512,7 @@ def sandbox_fault(kind: str,
 
 
 # the one-shot commands live in their own module; importing it registers them on `app`
-from fleet import oneshot_cli, page_cli  # noqa: E402,F401
+from fleet import loop_cli, oneshot_cli, page_cli  # noqa: E402,F401
 
 
 def main() -> None:

@@ -74,6 +74,15 @@ class Want:
 
 
 @dataclass(frozen=True)
+class LoopSettings:
+    """fleet.toml `[loop]`: how `fleet loop` keeps the standing fleet up."""
+
+    interval_s: float = 60.0  # seconds between the starts of two ticks
+    dead_checks: int = 2  # consecutive dead checks before a standing box is replaced
+    orphan_grace_s: float = 600.0  # an orphan is destroyed once seen this long
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     registry: Path
@@ -84,6 +93,7 @@ class Config:
     roles: dict[str, Role]
     roster: tuple[Want, ...]
     store: dict[str, str] = field(default_factory=dict)
+    loop: LoopSettings = field(default_factory=LoopSettings)
 
     def role(self, name: str) -> Role:
         try:
@@ -191,9 +201,24 @@ def _wants(role: str, entries: Any, src: str) -> list[Want]:
     return wants
 
 
+def _loop(table: dict[str, Any], src: str) -> LoopSettings:
+    where = f"{src}: loop"
+    _check(where, table, {"interval_s": (int, float), "dead_checks": (int,),
+                          "orphan_grace_s": (int, float)})
+    d = LoopSettings()
+    loop = LoopSettings(float(table.get("interval_s", d.interval_s)),
+                        int(table.get("dead_checks", d.dead_checks)),
+                        float(table.get("orphan_grace_s", d.orphan_grace_s)))
+    if loop.interval_s <= 0 or loop.dead_checks < 1 or loop.orphan_grace_s < 0:
+        raise ConfigError(f"{where}: interval_s must be positive, dead_checks at least 1 and "
+                          "orphan_grace_s not negative")
+    return loop
+
+
 def parse(data: dict[str, Any], path: Path) -> Config:
     src = str(path)
-    _check(src, data, {"fleet": (dict,), "store": (dict,), "roles": (dict,), "roster": (dict,)})
+    _check(src, data, {"fleet": (dict,), "store": (dict,), "roles": (dict,), "roster": (dict,),
+                       "loop": (dict,)})
     top = data.get("fleet", {})
     _check(f"{src}: fleet", top, {"registry": (str,), "known_hosts": (str,), "ssh_key": (str,),
                                   "releases": (str,), "daily_budget_usd": (int, float)})
@@ -205,6 +230,7 @@ def parse(data: dict[str, Any], path: Path) -> Config:
         if role not in roles:
             raise ConfigError(f"{src}: roster.{role}: unknown role {role!r}")
         roster.extend(_wants(role, entries, src))
+    loop = _loop(data.get("loop", {}), src)
     budget = float(top.get("daily_budget_usd", 100.0))
     if budget <= 0:
         raise ConfigError(f"{src}: fleet.daily_budget_usd: must be positive, got {budget}")
@@ -220,7 +246,7 @@ def parse(data: dict[str, Any], path: Path) -> Config:
         ssh_key=rel("ssh_key", "state/ssh/fleet_ed25519"),
         releases=rel("releases", "state/releases"),
         daily_budget_usd=budget, roles=roles, roster=tuple(roster),
-        store={k: str(v) for k, v in store.items()},
+        store={k: str(v) for k, v in store.items()}, loop=loop,
     )
 
 

@@ -31,9 +31,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _groups() -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """The inventory's boxes by kind; FLEET_INFRA_LIMIT (labels, comma-separated) narrows them
+    to the boxes a deploy just touched (the loop checks the boxes it converted)."""
     path = os.environ.get("FLEET_INVENTORY", str(REPO / "inventory.py"))
     ns = runpy.run_path(path)
-    return {kind: list(ns.get(kind, [])) for kind in ("standing", "oneshot")}
+    only = {x for x in os.environ.get("FLEET_INFRA_LIMIT", "").split(",") if x}
+    return {kind: [h for h in ns.get(kind, []) if not only or h[0] in only]
+            for kind in ("standing", "oneshot")}
 
 
 GROUPS = _groups()

@@ -1,0 +1,53 @@
+"""`fleet loop`: keep the standing fleet up (see `fleet.loop`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from fleet.cli import app, cfg, providers
+from fleet.errors import UsageError
+
+
+@app.command("loop")
+def loop_cmd(
+    interval: float = typer.Option(None, "--interval", help="seconds between ticks "
+                                   "(default: fleet.toml [loop] interval_s, else 60)"),
+    once: bool = typer.Option(False, "--once", help="one tick, then exit"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object per tick"),
+    no_destroy: bool = typer.Option(False, "--no-destroy", help="report orphans, never "
+                                    "destroy them"),
+    page_dir: Path = typer.Option(None, "--page", help="folder for the fleet page (default: "
+                                  "page/ beside the registry)"),
+) -> None:
+    """Each tick: check every standing box, replace the dead ones in the same shape, rent what
+    the roster is owed, sweep orphans, rewrite the fleet page. One line per action and a
+    summary per tick; with --json, one object per tick."""
+    from fleet import loop, page
+
+    c = cfg()
+    every = c.loop.interval_s if interval is None else interval
+    if every <= 0:
+        raise UsageError(f"--interval must be a positive number of seconds, got {interval}")
+    target = page.prepare(page_dir if page_dir is not None else c.registry.parent / "page")
+    ps = providers()  # no key at all: one line naming the variables, exit 2
+    with loop.LoopLock(c.registry):
+        lp = loop.Loop(c, ps, destroy_orphans=not no_destroy, page_dir=target,
+                       echo=(lambda _line: None) if as_json else _say)
+
+        def emit(t: loop.Tick) -> None:
+            if as_json:
+                print(json.dumps(t.to_dict()), flush=True)
+            else:
+                _say(t.summary())
+
+        try:
+            loop.run(lp, every, once, emit)
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)  # a log stream: no wrapping, no markup
