@@ -7,7 +7,7 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ from fleet.errors import AuthFailed, FleetError, ProviderError, UsageError
 from fleet.providers import all_providers
 from fleet.providers.base import Provider
 from fleet.registry import Registry, Row, check_label, now_iso
+
+if TYPE_CHECKING:
+    from fleet.loop import Owe
 from fleet.sync import view
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -206,9 +209,21 @@ def roster_cmd(
     for b in v.orphans:
         t.add_row(b.label or "?", "-", "-", b.provider, b.card, f"{b.usd_per_hour:.3f}", "-",
                   f"ORPHAN {b.box_id}", "-")
+    owed = _owed(reg)
+    for o in owed:
+        t.add_row("-", o.role, "owed", o.provider, f"{o.card} x{o.gpus}", "-", "-",
+                  f"OWED since {o.since}: {o.reason}", "-")
     t.caption = f"total ${total:.3f}/h, ${total * 24:.2f}/day"
     emit(t, {"boxes": data, "orphans": [b.to_dict() for b in v.orphans],
+             "owed": [o.for_page().to_dict() | {"rerent_of": o.rerent_of} for o in owed],
              "usd_per_hour": total, "usd_per_day": total * 24}, as_json)
+
+
+def _owed(reg: Registry) -> list[Owe]:
+    """The wanted boxes the loop's last tick could not rent (none before a loop ran)."""
+    from fleet.loop import Memory
+
+    return Memory.load(reg.path.parent / "loop.json").owed
 
 
 def _job_cell(r: Row) -> str:
@@ -540,5 +555,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m fleet.cli`: this file runs as __main__, but the command modules register on
+    # `fleet.cli.app`; run that one
+    from fleet.cli import main as registered_main
+
+    registered_main()
 

@@ -84,10 +84,17 @@ def main() -> int:
     if oneshot(env) != 0:
         return 1
 
+    step("8. one tick of the fleet loop: every standing box checked, the page written")
+    if run(["fleet", "loop", "--once"], env) != 0:
+        return 1
+    page = cfg.registry.parent / "page" / "index.html"
+    console.print(f"the fleet page: {page} (open it in a browser; fleet.json beside it)")
+
     step("where to look next")
     console.print(
         "  set -a; . .sandbox/env; set +a          # point your shell at the sandbox\n"
         "  fleet roster | fleet check | fleet offers live\n"
+        "  fleet loop --interval 10                 # keep the fleet up; Ctrl-C to stop\n"
         "  pyinfra inventory.py debug-inventory\n"
         "  fleet sandbox fault host_death <label>   # or driver_drift, container_restart, ...\n"
         "  fleet sandbox down                       # destroy the boxes, stop the sandbox\n"

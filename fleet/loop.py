@@ -117,6 +117,7 @@ class Tick:
     owed: list[Owe] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
     provider_errors: list[str] = field(default_factory=list)
+    converge_s: float = 0.0  # of took_s: the deploy and checks of what was converged
     took_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -254,6 +255,9 @@ class Loop:
                 t.dead[row.label] = f"{row.provider} lists it as {box.status}"
             elif box is not None:
                 hosts.append((row.label, host_data(self.cfg, row, box)))
+        for row in v.gone:  # one-shot and other boxes: marked vanished, never re-rented
+            if row.provider not in failed and not is_standing(self.cfg, row):
+                t.dead[row.label] = "no provider lists it any more"
         health = self.check_fn(self.cfg, Built(groups={"standing": hosts})) if hosts else []
         for h in health:
             if not h.ssh:
@@ -305,8 +309,9 @@ class Loop:
                              "next tick")
                 continue
             del mem.dead[label]
-            mem.rerents.append(Owe(row.role, row.provider, row.card, row.gpu_count, now_iso(),
-                                   rerent_of=label))
+            if is_standing(self.cfg, row):
+                mem.rerents.append(Owe(row.role, row.provider, row.card, row.gpu_count,
+                                       now_iso(), rerent_of=label))
 
     # -- the owed roster --------------------------------------------------------------------
 
@@ -404,7 +409,9 @@ class Loop:
         t.converged = []
         if not ready:
             return
+        started = time.monotonic()
         failure = self.converge_fn(self.cfg, ready)
+        t.converge_s = round(time.monotonic() - started, 2)
         if failure:
             self._act(t, f"converging {', '.join(ready)}: {failure} (tried again next tick)")
             return

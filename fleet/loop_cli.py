@@ -32,8 +32,8 @@ def loop_cmd(
     if every <= 0:
         raise UsageError(f"--interval must be a positive number of seconds, got {interval}")
     target = page.prepare(page_dir if page_dir is not None else c.registry.parent / "page")
-    ps = providers()  # no key at all: one line naming the variables, exit 2
     with loop.LoopLock(c.registry):
+        ps = providers()  # no key at all: one line naming the variables, exit 2
         lp = loop.Loop(c, ps, destroy_orphans=not no_destroy, page_dir=target,
                        echo=(lambda _line: None) if as_json else _say)
 

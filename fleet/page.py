@@ -636,6 +636,9 @@ _TEMPLATE = """<!DOCTYPE html>
 <meta name="generator" content="fleet page">
 <title>Fleet: {{ d.totals.boxes }} live boxes, {{ d.totals.usd_per_hour|usd(3) }}/h</title>
 <link rel="icon" href="data:,">
+{% if d.interval_s %}
+<meta http-equiv="refresh" content="{{ [d.interval_s|int, 5]|max }}">
+{% endif %}
 <style>{{ css }}</style>
 </head>
 <body>

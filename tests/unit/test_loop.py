@@ -1,0 +1,193 @@
+"""The loop's decisions, against an in-memory provider and given check verdicts: two dead
+checks in a row (never an API error) before a replacement, what is owed and why, orphans and
+their grace, the -r<n> labels. The sandbox tests (tests/integration/test_loop.py) run the same
+loop against real boxes, the real deploy and the real checks."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet import config
+from fleet.check import Health
+from fleet.errors import ProviderError
+from fleet.loop import Loop, Memory, Owe
+from fleet.providers.base import Box, Offer, RentRequest
+from fleet.registry import Row
+
+TOML = """
+[fleet]
+registry = "{tmp}/state/boxes.json"
+ssh_key = "{tmp}/state/ssh/fleet"
+daily_budget_usd = {budget}
+[loop]
+orphan_grace_s = {grace}
+[roles.live]
+kind = "standing"
+image = "img"
+disk_gb = 20
+programs = ["node"]
+admitted_driver = "580.95.05"
+[[roster.live]]
+provider = "vast"
+card = "RTX 4090"
+"""
+
+
+class FakeVast:
+    name = "vast"
+
+    def __init__(self) -> None:
+        self.listed: dict[str, Box] = {}
+        self.market: list[Offer] = []
+        self.failing = False
+        self.destroyed: list[str] = []
+
+    def offers(self, card: str | None = None, gpu_count: int = 1, driver: str | None = None,
+               direct_ports: int = 0, cuda: tuple[str, ...] = ()) -> list[Offer]:
+        return [o for o in self.market if card in (None, o.card)]
+
+    def rent(self, offer: Offer, req: RentRequest) -> Box:
+        raise AssertionError("these tests never get as far as a rent")
+
+    def boxes(self) -> list[Box]:
+        if self.failing:
+            raise ProviderError("vast", "list", "HTTP 503")
+        return list(self.listed.values())
+
+    def box(self, box_id: str) -> Box | None:
+        return self.listed.get(box_id)
+
+    def find_by_label(self, label: str) -> Box | None:
+        return next((b for b in self.listed.values() if b.label == label), None)
+
+    def stop(self, box_id: str) -> None:
+        raise AssertionError("the loop never stops boxes")
+
+    def destroy(self, box_id: str) -> None:
+        self.destroyed.append(box_id)
+        self.listed.pop(box_id, None)
+
+
+def make(tmp_path: Path, budget: float = 100, grace: float = 600) -> tuple[Loop, FakeVast,
+                                                                           list[bool]]:
+    cfg = config.parse(tomllib.loads(TOML.format(tmp=tmp_path, budget=budget, grace=grace)),
+                       tmp_path / "fleet.toml")
+    vast = FakeVast()
+    ssh_answers: list[bool] = []  # what the next checks see: SSH answers or not
+
+    def check(_cfg: Any, built: Any) -> list[Health]:
+        up = ssh_answers.pop(0) if ssh_answers else True
+        return [Health(label, "vast", ssh=up, agent=up) for label, _ in
+                built.groups["standing"]]
+
+    def converge(_cfg: Any, labels: list[str]) -> None:
+        raise AssertionError(f"nothing to converge here: {labels}")
+
+    loop = Loop(cfg, {"vast": vast}, page_dir=tmp_path / "page", echo=lambda _: None,
+                converge_fn=converge, check_fn=check)
+    return loop, vast, ssh_answers
+
+
+def standing_box(loop: Loop, vast: FakeVast, label: str = "live-vast-aaaaaa") -> Row:
+    row = Row(label=label, provider="vast", role="live", kind="standing", card="RTX 4090",
+              gpu_count=1, usd_per_hour=0.3, status="running", provider_id="1",
+              host_key="ssh-ed25519 AAAA", ssh_host="10.0.0.1", ssh_port=22, standing=True)
+    loop.reg.add(row)
+    vast.listed["1"] = Box("vast", "1", label, "RTX 4090", 1, 0.3, "running",
+                           ssh_host="10.0.0.1", ssh_port=22)
+    return row
+
+
+def test_two_dead_checks_in_a_row_replace_a_box_and_one_alive_check_resets(
+        tmp_path: Path) -> None:
+    loop, vast, ssh = make(tmp_path)
+    row = standing_box(loop, vast)
+    ssh += [False, True, False]
+    for _ in range(3):  # dead, alive, dead: never two in a row
+        loop.tick()
+    assert loop.reg.get(row.label).live and vast.destroyed == []  # type: ignore[union-attr]
+    ssh += [False]
+    t = loop.tick()
+    assert vast.destroyed == ["1"] and loop.reg.get(row.label).status == "destroyed"  # type: ignore[union-attr]
+    # no market for the card: the re-rent is owed, with the reason
+    assert [(o.rerent_of, o.reason) for o in t.owed] == [
+        (row.label, "no capacity: no RTX 4090 x1 offered")]
+    page = json.loads((tmp_path / "page" / "fleet.json").read_text())
+    assert page["owed"][0]["reason"].startswith("no capacity")
+    # the re-rent stands in for the roster's box: owed once, not twice
+    assert len(loop.tick().owed) == 1
+
+
+def test_a_provider_that_fails_is_never_a_death(tmp_path: Path) -> None:
+    loop, vast, ssh = make(tmp_path)
+    row = standing_box(loop, vast)
+    vast.failing = True
+    for _ in range(4):
+        t = loop.tick()
+        assert t.provider_errors and not t.dead and not t.replaced
+    assert vast.destroyed == [] and loop.reg.get(row.label).live  # type: ignore[union-attr]
+    vast.failing = False
+    assert loop.tick().well == [row.label]
+
+
+def test_a_box_the_provider_stopped_listing_is_marked_vanished_and_owed(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    row = standing_box(loop, vast)
+    vast.listed.clear()
+    assert loop.tick().dead == {row.label: "no provider lists it any more"}
+    t = loop.tick()
+    assert loop.reg.get(row.label).status == "vanished" and vast.destroyed == []  # type: ignore[union-attr]
+    assert [o.rerent_of for o in t.owed] == [row.label]
+
+
+def test_why_a_box_is_owed(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path, budget=0.01)
+    vast.market = [Offer("vast", "9", "RTX 4090", 1, 0.2, driver="595.71.05")]
+    t = loop.tick()  # listed, but not on the pinned driver
+    assert t.owed[0].reason.startswith("no admissible offer: 1 listed, none with driver "
+                                       "580.95.05"), t.owed
+    vast.market = [Offer("vast", "9", "RTX 4090", 1, 0.2, driver="580.95.05")]
+    t = loop.tick()  # admissible, but the day would pass the budget: nothing rented
+    assert t.owed[0].reason.startswith("over budget: renting a RTX 4090 on vast"), t.owed
+    assert "would pass the daily budget $0.01" in t.owed[0].reason
+    assert loop.reg.rows() == []
+    vast.failing = True
+    vast.market = []
+    assert loop.tick().owed[0].reason.startswith("no capacity")
+
+
+def test_orphans_are_destroyed_after_their_grace_and_foreign_boxes_never(
+        tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path, grace=3600)
+    vast.listed["7"] = Box("vast", "7", "live-vast-0b0b0b", "RTX 3090", 1, 0.2, "running")
+    vast.listed["8"] = Box("vast", "8", "someone-elses-box", "RTX 3090", 1, 0.2, "running")
+    t = loop.tick()
+    assert t.orphans == ["live-vast-0b0b0b (vast/7)"] and vast.destroyed == []
+    mem = Memory.load(loop.memory_path)  # an hour passes
+    mem.orphans["vast/7"] = "2000-01-01T00:00:00Z"
+    mem.save(loop.memory_path)
+    t = loop.tick()
+    assert vast.destroyed == ["7"] and "8" in vast.listed
+    assert not Memory.load(loop.memory_path).orphans
+
+
+def test_rerent_labels_count_up_from_the_first_box(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    standing_box(loop, vast, "live-vast-aaaaaa")
+    owe = Owe("live", "vast", "RTX 4090", 1, "2026-01-01T00:00:00Z", rerent_of="live-vast-aaaaaa")
+    assert loop._label(owe) == "live-vast-aaaaaa-r1"
+    loop.reg.add(Row(label="live-vast-aaaaaa-r1", provider="vast", role="live", kind="standing",
+                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3))
+    owe.rerent_of = "live-vast-aaaaaa-r1"
+    assert loop._label(owe) == "live-vast-aaaaaa-r2"
+
+
+def test_an_unreadable_memory_is_one_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "loop.json").write_text("{not json")
+    with pytest.raises(Exception, match="the loop's memory is not readable"):
+        Memory.load(tmp_path / "loop.json")
