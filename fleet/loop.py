@@ -45,7 +45,14 @@ from fleet import offers as offers_mod
 from fleet import rent as rent_mod
 from fleet.check import Health
 from fleet.config import Config, Role
-from fleet.errors import BudgetExceeded, FleetError, NoCapacity, ProviderError, UsageError
+from fleet.errors import (
+    BudgetExceeded,
+    FleetError,
+    NoCapacity,
+    OfferGone,
+    ProviderError,
+    UsageError,
+)
 from fleet.fileutil import write_atomic
 from fleet.inventory import Built, host_data
 from fleet.page import Owed, is_standing
@@ -69,6 +76,7 @@ class Owe:
     since: str
     reason: str = "not tried yet"
     rerent_of: str | None = None
+    cloud: str | None = None  # a re-rent keeps the dead box's tier
 
     def shape(self) -> tuple[str, str, str, int]:
         return (self.role, self.provider, self.card, self.gpus)
@@ -311,7 +319,7 @@ class Loop:
             del mem.dead[label]
             if is_standing(self.cfg, row):
                 mem.rerents.append(Owe(row.role, row.provider, row.card, row.gpu_count,
-                                       now_iso(), rerent_of=label))
+                                       now_iso(), rerent_of=label, cloud=row.cloud))
 
     # -- the owed roster --------------------------------------------------------------------
 
@@ -354,6 +362,8 @@ class Loop:
             o.reason = f"provider refusing: no {o.provider} API key"
             return None
         found, failures = offers_mod.search(role, [p], card=o.card, gpus=o.gpus)
+        if o.cloud:
+            found = [f for f in found if f.cloud == o.cloud]
         if not found:
             o.reason = (f"provider refusing: {failures[0]}" if failures
                         else self._no_offer(role, p, o))
@@ -364,7 +374,7 @@ class Loop:
                                 label=self._label(o), rerent_of=o.rerent_of)
         except BudgetExceeded as e:
             o.reason = f"over budget: {e}"
-        except NoCapacity as e:
+        except (NoCapacity, OfferGone) as e:  # every offer tried went or had no machine
             o.reason = f"no capacity: {e}"
         except ProviderError as e:
             o.reason = f"provider refusing: {e}"
@@ -384,11 +394,14 @@ class Loop:
             listed = p.offers(card=o.card, gpu_count=o.gpus)
         except ProviderError as e:
             return f"provider refusing: {e}"
+        if o.cloud:
+            listed = [f for f in listed if f.cloud == o.cloud]
         if listed:
             return (f"no admissible offer: {len(listed)} listed, none with driver "
                     f"{role.admitted_driver} and CUDA {'/'.join(role.allowed_cuda) or 'any'}"
                     f"{' and a direct p2p port' if role.p2p_port else ''}")
-        return f"no capacity: no {o.card} x{o.gpus} offered"
+        tier = f" on the {o.cloud} tier" if o.cloud else ""
+        return f"no capacity: no {o.card} x{o.gpus} offered{tier}"
 
     def _label(self, o: Owe) -> str | None:
         if not o.rerent_of:

@@ -48,6 +48,7 @@ class Row:
     status: str = "renting"  # renting -> provisioning -> running ... -> destroyed | failed
     provider_id: str | None = None
     driver: str | None = None
+    cloud: str | None = None  # the offer's tier: RunPod SECURE/COMMUNITY, Vast datacenter/...
     ssh_host: str | None = None
     ssh_port: int | None = None
     public_ip: str | None = None

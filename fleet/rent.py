@@ -79,6 +79,7 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
         row = reg.add(Row(
             label=lab, provider=offer.provider, role=role.name, kind=role.kind, card=offer.card,
             gpu_count=offer.gpu_count, usd_per_hour=offer.usd_per_hour, driver=offer.driver,
+            cloud=offer.cloud,
             rerent_of=rerent_of, node_sha16_wanted=None,
             note="resumed after an unfinished rent" if resume else None,
             job=None if job is None else job[0],

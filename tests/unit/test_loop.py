@@ -191,3 +191,16 @@ def test_an_unreadable_memory_is_one_clear_error(tmp_path: Path) -> None:
     (tmp_path / "loop.json").write_text("{not json")
     with pytest.raises(Exception, match="the loop's memory is not readable"):
         Memory.load(tmp_path / "loop.json")
+
+
+def test_a_rerent_keeps_the_dead_boxs_cloud_tier(tmp_path: Path) -> None:
+    loop, vast, ssh = make(tmp_path)
+    row = standing_box(loop, vast)
+    loop.reg.update(row.label, cloud="datacenter")
+    vast.market = [Offer("vast", "9", "RTX 4090", 1, 0.2, driver="580.95.05",
+                         cloud="community")]
+    ssh += [False, False]
+    loop.tick()
+    t = loop.tick()
+    assert [(o.rerent_of, o.cloud) for o in t.owed] == [(row.label, "datacenter")]
+    assert t.owed[0].reason == "no capacity: no RTX 4090 x1 offered on the datacenter tier"
