@@ -1,0 +1,252 @@
+"""`fleet loop` on real sandbox boxes: the real deploy and testinfra checks, the fake providers'
+faults (a dead host, no capacity, a 5xx storm), an orphan made through a provider's API.
+
+One sandbox serves the module; the roster wants one standing box per provider. Every test
+starts from a settled fleet (`settle`: ticks until the roster is filled and every box is well),
+so none depends on what another did before it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fleet_cli import BIN, REPO, FleetCli, wait_for
+
+from fleet.registry import Registry, Row
+from sandbox import manage
+from sandbox.control_client import ControlClient
+
+CONFIG = """
+[fleet]
+registry = "{state}/boxes.json"
+known_hosts = "{state}/known_hosts"
+ssh_key = "{state}/ssh/fleet"
+releases = "{state}/releases"
+daily_budget_usd = {budget}
+[loop]
+interval_s = 10
+dead_checks = 2
+orphan_grace_s = 5
+[roles.live]
+kind = "standing"
+image = "img"
+disk_gb = 20
+programs = ["node", "miner", "prover"]
+p2p_port = 26611
+admitted_driver = "580.95.05"
+release = "1.4.0"
+allowed_cuda = ["13.0"]
+[[roster.live]]
+provider = "vast"
+card = "RTX 4090"
+[[roster.live]]
+provider = "runpod"
+card = "RTX 4090"
+"""
+
+
+class Loopy(FleetCli):
+    def rows(self) -> dict[str, Row]:
+        return {r.label: r for r in Registry(self.tmp / "state" / "boxes.json").rows()}
+
+    def live(self, provider: str | None = None) -> list[Row]:
+        return sorted((r for r in self.rows().values()
+                       if r.live and (provider is None or r.provider == provider)),
+                      key=lambda r: r.created_at)
+
+    def tick(self, *extra: str, check: bool = True) -> dict[str, Any]:
+        r = self.fleet("loop", "--once", "--json", *extra, check=check)
+        line = [ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1]
+        data: dict[str, Any] = json.loads(line)
+        return data
+
+    def settle(self) -> list[Row]:
+        """Tick until the roster is filled and every standing box is well (bounded)."""
+        def settled() -> bool:
+            t = self.tick()
+            return not t["owed"] and not t["problems"] and not t["dead"] and len(t["well"]) == 2
+        wait_for("a settled fleet", settled, timeout=600, poll_s=1)
+        return self.live()
+
+    def control(self) -> ControlClient:
+        return ControlClient.from_state_dir(self.tmp / "sandbox")
+
+    def ssh(self, row: Row, command: str) -> str:
+        from fleet import boxssh
+        from fleet.config import load
+
+        res = boxssh.run(load(self.tmp / "fleet.toml"), row, command)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    def agent_alive(self, row: Row) -> bool:
+        out = self.ssh(row, "cd /root/fleet && venv/bin/python -m agent status")
+        return bool(json.loads(out)["alive"])
+
+    def infra(self, *labels: str) -> subprocess.CompletedProcess[str]:
+        env = {**self.env, "FLEET_INFRA_LIMIT": ",".join(labels)}
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "tests/infra/test_standing.py"], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loopy]:
+    if os.geteuid() != 0:
+        raise RuntimeError("sandbox boxes need root (namespaces); run the tests as root")
+    tmp = tmp_path_factory.mktemp("loop")
+    (tmp / "fleet.toml").write_text(CONFIG.format(state=tmp / "state", budget=500))
+    env = {**os.environ, "FLEET_CONFIG": str(tmp / "fleet.toml"),
+           "FLEET_SANDBOX_DIR": str(tmp / "sandbox"), "COLUMNS": "250",
+           "PYINFRA_PROGRESS": "off"}
+    f = Loopy(tmp, env)
+    try:
+        f.fleet("sandbox", "up", "--boxes", "0", "--backend", "ns")
+        env.update(manage.load_env(tmp / "sandbox"))
+        yield f
+    finally:
+        f.fleet("sandbox", "down", check=False)
+
+
+@pytest.fixture(autouse=True)
+def no_faults(fleet: Loopy) -> Iterator[None]:
+    with fleet.control() as c:
+        c.clear_faults()
+    yield
+    with fleet.control() as c:
+        c.clear_faults()
+
+
+def test_ticks_fill_the_roster_convert_it_and_then_change_nothing(fleet: Loopy) -> None:
+    rows = fleet.settle()
+    assert sorted(r.provider for r in rows) == ["runpod", "vast"]
+    assert all(r.standing and r.role == "live" and r.card == "RTX 4090" for r in rows)
+    calm = fleet.tick()
+    assert calm["actions"] == [] and sorted(calm["well"]) == sorted(r.label for r in rows)
+    assert [r.label for r in fleet.live()] == [r.label for r in rows]  # nothing rented
+    page = json.loads((fleet.tmp / "state" / "page" / "fleet.json").read_text())
+    assert sorted(b["label"] for b in page["boxes"]) == sorted(r.label for r in rows)
+    assert page["interval_s"] == 10 and page["owed"] == []
+
+
+def test_a_dead_host_is_replaced_in_the_same_shape(fleet: Loopy) -> None:
+    fleet.settle()
+    old = fleet.live("vast")[0]
+    log = (fleet.tmp / "loop.jsonl").open("w")
+    loop = subprocess.Popen([str(BIN / "fleet"), "loop", "--json"], cwd=REPO, env=fleet.env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        ticks = lambda: [json.loads(ln) for ln in  # noqa: E731
+                         (fleet.tmp / "loop.jsonl").read_text().splitlines()
+                         if ln.startswith("{")]
+        wait_for("the loop's first tick", ticks, timeout=120)
+        second = fleet.fleet("loop", "--once", check=False)  # the lock
+        assert second.returncode == 2 and "another fleet loop runs" in second.stderr
+        fleet.fleet("sandbox", "fault", "host_death", old.label)
+        new = wait_for("a converted replacement", lambda: next(
+            (r for r in fleet.live("vast") if r.rerent_of == old.label and r.standing
+             and any(old.label in t["replaced"] for t in ticks())), None), timeout=600, poll_s=1)
+    finally:
+        loop.send_signal(signal.SIGTERM)
+        loop.wait(timeout=60)
+        log.close()
+    assert new.label == f"{old.label}-r1"
+    assert (new.provider, new.card, new.gpu_count, new.role, new.cloud) == \
+        (old.provider, old.card, old.gpu_count, old.role, old.cloud)
+    gone = fleet.rows()[old.label]
+    assert gone.status in ("destroyed", "vanished") and gone.destroyed_at
+    with fleet.control() as c:
+        assert not [i for i in c.instances()
+                    if i["label"] == old.label and i["phase"] != "destroyed"]
+    # dead on two consecutive ticks, replaced on the second: two intervals, then a conversion
+    dead = [t["number"] for t in ticks() if old.label in t["dead"]]
+    replaced = next(t["number"] for t in ticks() if old.label in t["replaced"])
+    assert dead[:2] == [replaced - 1, replaced], ticks()
+    assert new.label in next(t for t in ticks() if old.label in t["replaced"])["converged"]
+    checked = fleet.infra(new.label)
+    assert checked.returncode == 0, checked.stdout[-3000:]
+
+
+def test_an_agent_stopped_by_hand_is_back_after_one_tick(fleet: Loopy) -> None:
+    row = fleet.settle()[0]
+    fleet.ssh(row, "cd /root/fleet && venv/bin/python -m agent stop")
+    assert not fleet.agent_alive(row)
+    t = fleet.tick()
+    assert row.label in t["converged"] and row.label not in t["dead"], t
+    assert fleet.agent_alive(row)
+
+
+def test_no_capacity_owes_the_box_until_capacity_returns(fleet: Loopy) -> None:
+    row = fleet.settle()[-1]
+    fleet.fleet("destroy", row.label, "--force")
+    with fleet.control() as c:
+        c.fault("no_capacity", f"{row.provider}.create", count=100)
+    t = fleet.tick()
+    owed = [o for o in t["owed"] if o["provider"] == row.provider]
+    assert owed and owed[0]["reason"].startswith("no capacity"), t
+    roster = json.loads(fleet.fleet("roster", "--json").stdout)
+    assert [o["provider"] for o in roster["owed"]] == [row.provider]
+    assert len(fleet.live(row.provider)) == 0
+    with fleet.control() as c:
+        c.clear_faults()
+    t = fleet.tick()
+    filled = fleet.live(row.provider)
+    assert not t["owed"] and len(filled) == 1 and filled[0].label in t["converged"], t
+
+
+def test_a_budget_too_low_owes_the_box_with_the_figures(fleet: Loopy) -> None:
+    row = fleet.settle()[0]
+    fleet.fleet("destroy", row.label, "--force")
+    poor = fleet.tmp / "poor.toml"
+    poor.write_text(CONFIG.format(state=fleet.tmp / "state", budget=0.01))
+    before = len(fleet.rows())
+    r = fleet.run(str(BIN / "fleet"), "--config", str(poor), "loop", "--once", "--json")
+    t = json.loads(r.stdout.strip().splitlines()[-1])
+    owed = [o for o in t["owed"] if o["provider"] == row.provider]
+    assert owed and owed[0]["reason"].startswith("over budget"), t
+    assert "would pass the daily budget $0.01" in owed[0]["reason"]
+    assert len(fleet.rows()) == before  # nothing rented, not even a failed row
+
+
+def test_an_orphan_is_reported_then_destroyed_after_the_grace(fleet: Loopy,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    from fleet.providers import all_providers
+    from fleet.providers.base import RentRequest
+
+    fleet.settle()
+    for k, v in fleet.env.items():
+        monkeypatch.setenv(k, v)
+    vast = dict(all_providers())["vast"]
+    offer = sorted(vast.offers(card="RTX 3090"), key=lambda o: o.usd_per_hour)[0]
+    box = vast.rent(offer, RentRequest(label="live-vast-0b0b0b", image="img", disk_gb=10,
+                                       tcp_ports=(22,), env={}))
+    first = fleet.tick()
+    assert any("live-vast-0b0b0b" in o for o in first["orphans"]), first
+    assert any("orphan live-vast-0b0b0b" in a and "destroyed in" in a
+               for a in first["actions"]), first
+    wait_for("the orphan destroyed after its grace", lambda: any(
+        "orphan live-vast-0b0b0b" in a and "destroyed after" in a
+        for a in fleet.tick()["actions"]), timeout=120, poll_s=1)
+    assert vast.box(box.box_id) is None
+
+
+def test_a_storm_of_provider_errors_is_reported_and_rerents_nothing(fleet: Loopy) -> None:
+    rows = fleet.settle()
+    with fleet.control() as c:
+        c.fault("server_error", "*", count=1000)
+    for _ in range(2):  # two storm ticks: more than the dead checks a replacement needs
+        t = fleet.tick()
+        assert t["provider_errors"] and not t["dead"] and not t["replaced"], t
+    with fleet.control() as c:
+        c.clear_faults()
+    t = fleet.tick()
+    assert not t["provider_errors"] and sorted(t["well"]) == sorted(r.label for r in rows), t
+    assert [r.label for r in fleet.live()] == [r.label for r in rows]
