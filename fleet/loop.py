@@ -235,8 +235,11 @@ class Loop:
         self._orphans(t, mem, v, failed)
         mem.owed = t.owed
         mem.save(self.memory_path)
+        try:
+            self._page(t, health)
+        except (OSError, FleetError) as e:  # the fleet matters more than its picture
+            self._act(t, f"page: not written ({e})")
         t.took_s = round(time.monotonic() - started, 2)
-        self._page(t, health)
         return t
 
     def _act(self, t: Tick, line: str) -> None:
@@ -329,6 +332,8 @@ class Loop:
         out = list(mem.rerents)
         before = {(o.shape(), o.rerent_of): o.since for o in mem.owed}
         for w in self.cfg.roster:
+            if self.cfg.role(w.role).kind != "standing":
+                continue  # one-shot boxes are rented per job (`fleet run`), never kept up
             shape = (w.role, w.provider, w.card, w.gpus)
             have = sum(1 for r in live if (r.role, r.provider, r.card, r.gpu_count) == shape)
             pending = sum(1 for o in mem.rerents if o.shape() == shape)
@@ -485,7 +490,14 @@ def run(loop: Loop, interval_s: float, once: bool, emit: Callable[[Tick], None])
     takes longer is followed at once), or once."""
     while True:
         started = time.monotonic()
-        emit(loop.tick())
+        try:
+            emit(loop.tick())
+        except FleetError as e:
+            if once or e.exit_code == 2:  # a mistake of the operator's stops the loop
+                raise
+            # anything else (a registry write on a full disk, a provider's odd answer): said,
+            # and the next tick tries again; the loop itself never stops for it
+            print(f"tick failed: {e}", file=sys.stderr, flush=True)
         if once:
             return
         time.sleep(max(0.0, interval_s - (time.monotonic() - started)))

@@ -204,3 +204,11 @@ def test_a_rerent_keeps_the_dead_boxs_cloud_tier(tmp_path: Path) -> None:
     t = loop.tick()
     assert [(o.rerent_of, o.cloud) for o in t.owed] == [(row.label, "datacenter")]
     assert t.owed[0].reason == "no capacity: no RTX 4090 x1 offered on the datacenter tier"
+
+
+def test_a_page_that_cannot_be_written_does_not_stop_the_tick(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    row = standing_box(loop, vast)
+    (tmp_path / "page").write_text("a file where the folder was\n")
+    t = loop.tick()
+    assert t.well == [row.label] and any(a.startswith("page: not written") for a in t.actions)
