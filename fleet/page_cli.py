@@ -50,8 +50,11 @@ def page_cmd(out_dir: Path = typer.Option(None, "--out", help="folder for index.
         from fleet import watchdog
 
         watched = watchdog.watch(c, reg)
+    from fleet.loop import Memory
+
+    owed = [o.for_page() for o in Memory.load(c.registry.parent / "loop.json").owed]
     now = datetime.now(UTC)
-    data = page.build(c, reg.rows(), health, watched, now, check_error=check_error)
+    data = page.build(c, reg.rows(), health, watched, now, check_error=check_error, owed=owed)
     html_path = page.write(target, data)[1]
     t = Table(title=f"fleet page: {html_path}")
     for col in ("boxes", "USD/h", "USD/day", "standing", "down", "problem", "unknown", "well",
