@@ -2,7 +2,8 @@
 
 Projected day = what the registry's boxes have cost since UTC midnight, plus what the live ones
 will cost until the next midnight at their current price, plus the new box until midnight.
-Prices are the providers' live figures recorded at rent time.
+Prices are the providers' live figures recorded at rent time. What a box cost today is its
+provider's bill where one was read (`fleet.bills`), else its price times the time it ran.
 
 A rent checks the budget and writes its row in one locked step (`guard` run by
 `Registry.add(check=...)`), so two rents at once cannot both fit into the same headroom.
@@ -10,10 +11,11 @@ A rent checks the budget and writes its row in one locked step (`guard` run by
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from fleet.bills import Bills, billed
 from fleet.errors import BudgetExceeded
 from fleet.registry import Row
 
@@ -41,9 +43,13 @@ class Projection:
 
 
 def project(rows: list[Row], budget_usd: float, new_usd_per_hour: float = 0.0,
-            now: datetime | None = None, new_hours: float | None = None) -> Projection:
-    """The projected day; `new_hours` caps the new box's hours (a one-shot job's TTL)."""
+            now: datetime | None = None, new_hours: float | None = None,
+            billed: Mapping[str, float] | None = None) -> Projection:
+    """The projected day; `new_hours` caps the new box's hours (a one-shot job's TTL);
+    `billed` is what the providers' bills say a row spent today, by label (`fleet.bills`),
+    used in place of the estimate from its price."""
     now = now or datetime.now(UTC)
+    billed = billed or {}
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
     left_h = (midnight + timedelta(days=1) - now).total_seconds() / 3600
     spent = committed = 0.0
@@ -54,7 +60,9 @@ def project(rows: list[Row], budget_usd: float, new_usd_per_hour: float = 0.0,
             continue
         run_from = max(start, midnight)
         run_to = min(end, now) if end else now
-        if run_to > run_from:
+        if r.label in billed:
+            spent += billed[r.label]
+        elif run_to > run_from:
             spent += r.usd_per_hour * (run_to - run_from).total_seconds() / 3600
         if end is None and r.live:
             committed += r.usd_per_hour * _hours_left(now, left_h, _parse(r.expires_at))
@@ -73,26 +81,28 @@ def _hours_left(now: datetime, left_h: float, expires: datetime | None) -> float
 
 def project_new(rows: list[Row], budget_usd: float, new_usd_per_hour: float,
                 replacing: str | None = None, now: datetime | None = None,
-                new_hours: float | None = None) -> Projection:
+                new_hours: float | None = None,
+                billed: Mapping[str, float] | None = None) -> Projection:
     """The projected day with a new box; a live row labelled `replacing` (an unfinished rent
     whose place the new box takes) counts what it has cost until now and nothing after."""
     if replacing is not None:
         end = (now or datetime.now(UTC)).isoformat()
         rows = [replace(r, destroyed_at=end) if r.label == replacing and r.live else r
                 for r in rows]
-    return project(rows, budget_usd, new_usd_per_hour, now, new_hours)
+    return project(rows, budget_usd, new_usd_per_hour, now, new_hours, billed)
 
 
 def guard(budget_usd: float, new_usd_per_hour: float, what: str,
-          replacing: str | None = None,
-          new_hours: float | None = None) -> Callable[[list[Row]], None]:
+          replacing: str | None = None, new_hours: float | None = None,
+          bills: Bills | None = None) -> Callable[[list[Row]], None]:
     """The budget check of one rent, for `Registry.add(check=...)`: it runs under the
     registry's lock with the rows as they stand and raises BudgetExceeded when the box does
-    not fit (see `project_new` for `replacing`)."""
+    not fit (see `project_new` for `replacing`; `bills`: the last bills read, no HTTP)."""
 
     def check(rows: list[Row]) -> None:
-        require_fits(project_new(rows, budget_usd, new_usd_per_hour, replacing,
-                                 new_hours=new_hours), what)
+        now = datetime.now(UTC)
+        require_fits(project_new(rows, budget_usd, new_usd_per_hour, replacing, now=now,
+                                 new_hours=new_hours, billed=billed(rows, bills, now)), what)
 
     return check
 

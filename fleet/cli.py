@@ -186,8 +186,8 @@ def roster_cmd(
     all_rows: bool = typer.Option(False, "--all", help="include destroyed boxes"),
 ) -> None:
     """The fleet's boxes with their live status and what they cost."""
-    reg = registry()
-    v = view(reg, providers())
+    c, reg, ps = cfg(), registry(), providers()
+    v = view(reg, ps)
     for f in v.failures:
         err.print(f"warning: {f}")
     live = {row.label: box for row, box in v.matched}
@@ -213,10 +213,30 @@ def roster_cmd(
     for o in owed:
         t.add_row("-", o.role, "owed", o.provider, f"{o.card} x{o.gpus}", "-", "-",
                   f"OWED since {o.since}: {o.reason}", "-")
-    t.caption = f"total ${total:.3f}/h, ${total * 24:.2f}/day"
+    money = _money(c, reg, ps)
+    t.caption = (f"total ${total:.3f}/h, ${total * 24:.2f}/day; spent today "
+                 f"${money['spent_today_usd']:.2f} ({money['boxes_from_bills']} boxes from the "
+                 f"bills), committed until midnight ${money['committed_until_midnight_usd']:.2f}"
+                 f", budget ${money['daily_budget_usd']:.2f}")
     emit(t, {"boxes": data, "orphans": [b.to_dict() for b in v.orphans],
              "owed": [o.for_page().to_dict() | {"rerent_of": o.rerent_of} for o in owed],
-             "usd_per_hour": total, "usd_per_day": total * 24}, as_json)
+             "usd_per_hour": total, "usd_per_day": total * 24, "money": money}, as_json)
+
+
+def _money(c: Config, reg: Registry, ps: dict[str, Provider]) -> dict[str, Any]:
+    """Spent today (the providers' bills where they give one), committed, the budget."""
+    from fleet import bills
+
+    now = datetime.now(UTC)
+    read = bills.refresh(c.registry, ps, now)
+    for name, why in read.errors.items():
+        err.print(f"warning: no bill from {name} ({why}); its boxes are estimated")
+    rows = reg.rows()
+    billed = bills.billed(rows, read, now)
+    day = budget.project(rows, c.daily_budget_usd, now=now, billed=billed)
+    return {"spent_today_usd": round(day.spent_usd, 6), "boxes_from_bills": len(billed),
+            "committed_until_midnight_usd": round(day.committed_usd, 6),
+            "daily_budget_usd": day.budget_usd}
 
 
 def _owed(reg: Registry) -> list[Owe]:

@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from fleet import bills
 from fleet import offers as offers_mod
 from fleet import rent as rent_mod
 from fleet.check import Health
@@ -228,6 +229,9 @@ class Loop:
             failed.add(e.provider)
             self._act(t, f"provider {e.provider}: {e} (its boxes are not judged this tick)")
             t.provider_errors.append(str(e))
+        read = bills.refresh(self.cfg.registry, self.providers)  # for the rents and the page
+        for name, why in read.errors.items():
+            self._act(t, f"bills: {name} gave none ({why}); its boxes are estimated")
         health = self._judge(t, mem, v, failed)
         self._replace_dead(t, mem, v)
         fresh = self._rent_owed(t, mem)
@@ -472,9 +476,11 @@ class Loop:
 
         target = self.page_dir or self.cfg.registry.parent / "page"
         rows = self.reg.rows()
+        now = datetime.now(UTC)
+        billed = bills.billed(rows, bills.load(self.cfg.registry), now)
         watched = watchdog.watch(self.cfg, self.reg) \
             if any(r.live and r.kind == "oneshot" for r in rows) else []
-        data = page.build(self.cfg, rows, health, watched, datetime.now(UTC),
+        data = page.build(self.cfg, rows, health, watched, now, billed=billed,
                           owed=[o.for_page() for o in t.owed],
                           interval_s=self.cfg.loop.interval_s,
                           check_error="; ".join(t.provider_errors) or None)

@@ -135,7 +135,8 @@ def is_standing(cfg: Config, row: Row) -> bool:
 def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: Sequence[Watch],
           now: datetime, history: Sequence[Row] | None = None, *,
           owed: Sequence[Owed | Mapping[str, Any]] = (), checked_at: datetime | None = None,
-          check_error: str | None = None, interval_s: float | None = None) -> dict[str, Any]:
+          check_error: str | None = None, interval_s: float | None = None,
+          billed: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The page's data (the `fleet.json` document), from explicit fields only.
 
     + rows: the registry's rows (destroyed ones too): live ones are listed, all count for money
@@ -147,6 +148,8 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
     + checked_at: when `health` and `watched` were read (default: `now`)
     + check_error: why the standing boxes could not be checked (their verdict is unknown)
     + interval_s: how often the page is rewritten (the loop's tick), when it is
+    + billed: spent today by label from the providers' bills (`fleet.bills.billed`); other
+      rows are estimated from their price
 
     Example: `build(cfg, reg.rows(), check(cfg, built), watch(cfg, reg), datetime.now(UTC))`
     """
@@ -180,7 +183,10 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
              for name in sorted(set(have) | {n for n in wanted
                                              if cfg.roles.get(n) and
                                              cfg.roles[n].kind == "standing"})]
-    p = budget.project(list(rows), cfg.daily_budget_usd, now=now)
+    p = budget.project(list(rows), cfg.daily_budget_usd, now=now, billed=billed)
+    today = [r for r in rows if r.status != "failed" and (r.destroyed_at is None or
+                                                          r.destroyed_at >= iso(now)[:10])]
+    from_bills = sum(1 for r in today if r.label in (billed or {}))
     owed_rows = sorted((_owed(o, now, scrub) for o in owed),
                        key=lambda o: (o["since"] or "", o["role"], o["provider"], o["card"]))
     return {
@@ -205,6 +211,8 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
         },
         "money": {
             "spent_today_usd": round(p.spent_usd, 6),
+            # how many of today's boxes were counted from a bill; the rest are estimated
+            "spent_from_bills": {"boxes": from_bills, "of": len(today)},
             "committed_until_midnight_usd": round(p.committed_usd, 6),
             "projected_day_usd": round(p.spent_usd + p.committed_usd, 6),
             "daily_budget_usd": p.budget_usd,
@@ -682,7 +690,9 @@ _TEMPLATE = """<!DOCTYPE html>
 <div class="bar{{ '' if d.money.fits else ' over' }}" aria-hidden="true">
 <span style="width:{{ bar }}%"></span></div>
 <dl class="figs">
-<dt>Spent today</dt><dd>{{ d.money.spent_today_usd|usd }}</dd>
+<dt>Spent today</dt><dd>{{ d.money.spent_today_usd|usd }}
+ <span class="unit">{{ d.money.spent_from_bills.boxes }} of {{ d.money.spent_from_bills.of }}
+ boxes from the bills</span></dd>
 <dt>Committed until midnight</dt><dd>{{ d.money.committed_until_midnight_usd|usd }}</dd>
 <dt>Daily budget</dt><dd>{{ d.money.daily_budget_usd|usd }}</dd>
 <dt>Headroom</dt><dd>{{ d.money.headroom_usd|usd }}</dd>

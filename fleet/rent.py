@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from fleet import budget
+from fleet import bills, budget
 from fleet.config import Config, Role
 from fleet.errors import FleetError, NoCapacity, OfferGone, ProviderError, UsageError
 from fleet.providers.base import Box, Offer, Provider, RentRequest
@@ -85,7 +85,8 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
             job=None if job is None else job[0],
             expires_at=None if hours is None else in_hours(hours)),
             check=budget.guard(cfg.daily_budget_usd, offer.usd_per_hour, what,
-                               replacing=lab if resume else None, new_hours=hours),
+                               replacing=lab if resume else None, new_hours=hours,
+                               bills=bills.load(cfg.registry)),
             resume=resume)
         try:
             box = p.rent(offer, request_for(cfg, role, lab, offer.provider))

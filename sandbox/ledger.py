@@ -77,6 +77,33 @@ class Ledger:
             meter.accrue(now)
             return meter.to_dict()
 
+    def charges(self, since: float, until: float, now: float) -> list[dict[str, Any]]:
+        """What each instance was charged within [since, min(until, now)]: its rate segments
+        (one per state change) clipped to the window, exact to the clock."""
+        end = min(until, now)
+        with self._lock:
+            segments: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            for e in self._events:
+                segments.setdefault((e["provider"], e["id"]), []).append(e)
+            out = []
+            for (provider, instance_id), evs in segments.items():
+                meter = next((m for m in self._meters.values()
+                              if (m.provider, m.instance_id) == (provider, instance_id)), None)
+                gpu = storage = 0.0
+                for e, nxt in zip(evs, [*evs[1:], None], strict=True):
+                    t0, t1 = max(e["t"], since), min(nxt["t"] if nxt else now, end)
+                    if t1 > t0:
+                        gpu += e["gpu_usd_per_hour"] * (t1 - t0) / 3600.0
+                        storage += e["storage_usd_per_hour"] * (t1 - t0) / 3600.0
+                if gpu + storage > 0:
+                    out.append({"provider": provider, "id": instance_id,
+                                "label": meter.label if meter else "",
+                                "start": max(since, evs[0]["t"]), "end": end,
+                                "gpu_usd": gpu, "storage_usd": storage,
+                                "gpu_usd_per_hour": evs[-1]["gpu_usd_per_hour"],
+                                "storage_usd_per_hour": evs[-1]["storage_usd_per_hour"]})
+            return out
+
     def snapshot(self, now: float, events: bool = True) -> dict[str, Any]:
         with self._lock:
             rows = []

@@ -286,6 +286,7 @@ class VastApp:
         route("GET", r"/api/v0/ssh/", "ssh_keys", set(), self.ssh_list)
         route("POST", r"/api/v0/ssh/", "ssh_keys", set(), self.ssh_add)
         route("GET", r"/api/v0/users/current/", "user", set(), self.user)
+        route("GET", r"/api/v0/charges/", "charges", {"charges"}, self.charges)
 
     def _route(self, method: str, pattern: str, name: str, aliases: set[str],
                handler: Handler, auth: bool = True) -> None:
@@ -536,9 +537,51 @@ class VastApp:
             keys.append(key)
         return json_response(200, {"success": True, "id": keys.index(key) + 1, "key": key})
 
+    def charges(self, req: Request, _: re.Match[str], fault: Fault | None) -> Response:
+        """Per-instance charges within `select_filters.day` (required, as on Vast), clipped to
+        that window, newest first when `latest_first`; paged by `limit`/`after_token`."""
+        args = {k: _json_arg(v) for k, v in req.query.items()}
+        filters = args.get("select_filters")
+        if not isinstance(filters, dict):
+            filters = {}
+        day = filters.get("day")
+        if not isinstance(day, dict) or not {"gte", "lte"} <= set(day):
+            return _err(400, "invalid_args", "select_filters.day with gte and lte is required")
+        kinds = (filters.get("type") or {}).get("in") or ["instance"]
+        rows = [] if "instance" not in kinds else [
+            charge_row(c) for c in self.world.ledger.charges(
+                float(day["gte"]), float(day["lte"]), self.world.now())
+            if c["provider"] == "vast"]
+        rows.sort(key=lambda r: (r["start"], r["source"]), reverse=bool(args.get("latest_first")))
+        limit = max(1, min(CHARGES_PAGE_MAX, int(args.get("limit") or CHARGES_PAGE_DEFAULT)))
+        offset = _token_offset(args.get("after_token"))
+        page = rows[offset: offset + limit]
+        more = offset + limit < len(rows)
+        return json_response(200, {
+            "success": True, "count": len(page), "total": len(rows),
+            "next_token": _token(offset + limit) if more else None, "results": page})
+
     def user(self, req: Request, _: re.Match[str], fault: Fault | None) -> Response:
         return json_response(200, {"id": 1, "username": "sandbox", "email": "sandbox@invalid",
                                    "credit": 1000.0, "balance": 0.0, "has_billing": True})
+
+
+CHARGES_PAGE_DEFAULT, CHARGES_PAGE_MAX = 100, 500
+
+
+def charge_row(c: dict[str, Any]) -> dict[str, Any]:
+    """One instance's charges in the window, as `GET /api/v0/charges/` lists them."""
+    items = []
+    for kind, usd, rate in (("gpu", c["gpu_usd"], c["gpu_usd_per_hour"]),
+                            ("disk", c["storage_usd"], c["storage_usd_per_hour"])):
+        if usd > 0:
+            hours = usd / rate if rate else 0.0
+            items.append({"type": kind, "amount": round(usd, 3),
+                          "description": f"{hours:.3f} hours at ${rate:.3f}/hour"})
+    return {"start": int(c["start"]), "end": int(c["end"]), "type": "instance",
+            "source": f"instance-{c['id']}", "description": f"Instance {c['id']}",
+            "amount": round(c["gpu_usd"] + c["storage_usd"], 3),
+            "metadata": {"label": c["label"]}, "items": items}
 
 
 def _json_arg(value: str) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -21,6 +22,7 @@ from fleet.providers.http import Http
 
 DEFAULT_URL = "https://console.vast.ai"
 PAGE = 25  # the most /api/v1/instances/ returns per page
+CHARGES_PAGE = 100  # the SDK's page of /api/v0/charges/ (the server allows 500)
 RUNTYPE = "ssh_direc ssh_proxy"  # the SDK's spelling: direct SSH, proxy as fallback
 _DEFAULTS = {
     "verified": {"eq": True},
@@ -208,6 +210,32 @@ class Vast(Client):
 
     def boxes(self) -> list[Box]:
         return [self._box(i) for i in self._list({})]
+
+    # -- billing ----------------------------------------------------------------------------
+
+    def charges(self, since: datetime, until: datetime) -> dict[str, float]:
+        """USD each instance was charged within [since, until] (`GET /api/v0/charges/`,
+        instance charges: GPU and disk), by instance id; paged by `next_token`."""
+        params = {"select_filters": json.dumps({
+            "day": {"gte": int(since.timestamp()), "lte": int(until.timestamp())},
+            "type": {"in": ["instance"]}}), "limit": str(CHARGES_PAGE)}
+        out: dict[str, float] = {}
+        seen: set[str] = set()
+        call = "GET /api/v0/charges/"
+        while True:
+            body = self._call("GET", "/api/v0/charges/", call, params=params)
+            for r in body.get("results") or []:
+                source = str(r.get("source") or "")
+                if r.get("type") == "instance" and source.startswith("instance-"):
+                    box_id = source[len("instance-"):]
+                    out[box_id] = out.get(box_id, 0.0) + float(r.get("amount") or 0.0)
+            token = body.get("next_token")
+            if not token:
+                return out
+            if token in seen:
+                raise self.http.error(ProviderError, call, "next_token repeats; listing loops")
+            seen.add(token)
+            params["after_token"] = str(token)
 
     def _by_label(self, label: str) -> list[Box]:
         # filter here too: a server that ignored select_filters must not hand back strangers

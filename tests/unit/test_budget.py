@@ -84,9 +84,11 @@ def _renter(cfg: Config, label: str, start: Any) -> None:
     real = b.project
 
     def slow(rows: list[Row], budget_usd: float, new_usd_per_hour: float = 0.0,
-             now: datetime | None = None, new_hours: float | None = None) -> Projection:
+             now: datetime | None = None, new_hours: float | None = None,
+             billed: Any = None) -> Projection:
         time.sleep(0.3)  # a busy machine: the projection takes a while
-        return real(rows, budget_usd, new_usd_per_hour, PAST_NOON, new_hours)  # exact figures
+        return real(rows, budget_usd, new_usd_per_hour, PAST_NOON, new_hours,  # exact figures
+                    billed)
 
     b.project = slow  # type: ignore[assignment]
     role = cfg.role("bench")
