@@ -1,14 +1,14 @@
 """Money from the bills: what the providers say they charged today, where they say it.
 
-Vast lists per-instance charges (`GET /api/v0/charges/`, GPU and disk, see
-`fleet.providers.vast.Vast.charges`). A provider client without `charges` (RunPod: its
-billing history is on a REST host the fleet does not read yet) is estimated as before:
-the recorded price times the seconds run.
+Vast lists per-instance charges (`GET /api/v0/charges/`, GPU and disk), RunPod per-pod
+charges on its REST v2 host (`GET /v2/billing/pods`, five minutes behind: `billing_lag_s`);
+see the clients' `charges`. A provider without a bill is estimated as before: the recorded
+price times the seconds run.
 
 `refresh` asks every provider that bills for today's charges and keeps the answer in
 `bills.json` beside the registry (replaced whole); the budget check reads that file, never
 the network, because it runs under the registry's lock. A box's spent today is then its bill
-plus its price for the time since the bill was read; a bill older than `MAX_AGE_S`, a provider
+plus its price for the time since the bill's end; a bill older than `MAX_AGE_S`, a provider
 that failed, or a box the bill does not name falls back to the estimate.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ class Bills:
     read_at: str  # UTC ISO-8601: when the charges were asked for (their window ends there)
     charges: dict[str, dict[str, float]] = field(default_factory=dict)  # provider -> id -> USD
     errors: dict[str, str] = field(default_factory=dict)  # provider -> why it gave no bill
+    # provider -> up to when its bill counts (RunPod's lags 5 minutes behind read_at)
+    covered: dict[str, str] = field(default_factory=dict)
 
     def age_s(self, now: datetime) -> float:
         return (now - _parse(self.read_at)).total_seconds()
@@ -55,6 +57,9 @@ def refresh(registry: Path, providers: Mapping[str, Any], now: datetime | None =
             bills.charges[name] = dict(ask(midnight, now))
         except ProviderError as e:
             bills.errors[name] = str(e)
+            continue
+        lag = timedelta(seconds=float(getattr(p, "billing_lag_s", 0.0)))
+        bills.covered[name] = _iso(max(midnight, now - lag))
     write_atomic(path_for(registry), json.dumps(asdict(bills), indent=1) + "\n")
     return bills
 
@@ -64,7 +69,8 @@ def load(registry: Path) -> Bills | None:
     try:
         d = json.loads(path_for(registry).read_text())
         return Bills(str(d["read_at"]), {k: {i: float(u) for i, u in v.items()}
-                                         for k, v in d["charges"].items()}, dict(d["errors"]))
+                                         for k, v in d["charges"].items()}, dict(d["errors"]),
+                     dict(d.get("covered") or {}))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -75,14 +81,14 @@ def billed(rows: Sequence[Row], bills: Bills | None, now: datetime) -> dict[str,
     (the caller estimates them)."""
     if bills is None or not 0 <= bills.age_s(now) <= MAX_AGE_S:
         return {}
-    read_at = _parse(bills.read_at)
     out = {}
     for r in rows:
         charged = bills.charges.get(r.provider, {})
         if r.provider_id is None or r.provider_id not in charged:
             continue
+        covered = _parse(bills.covered.get(r.provider, bills.read_at))
         end = _parse(r.destroyed_at) if r.destroyed_at else now
-        tail_h = max(0.0, (min(end, now) - read_at).total_seconds()) / 3600
+        tail_h = max(0.0, (min(end, now) - covered).total_seconds()) / 3600
         out[r.label] = charged[r.provider_id] + r.usd_per_hour * tail_h
     return out
 

@@ -75,6 +75,7 @@ def env_vars(info: dict[str, Any], keys: Keys) -> dict[str, str]:
     """The environment that points fleet (and the official SDKs) at a sandbox."""
     env = {
         "RUNPOD_API_BASE_URL": info["runpod_url"],
+        "RUNPOD_REST_URL": info["runpod_url"],  # REST v2 (billing) is served there too
         "RUNPOD_API_KEY": keys.runpod,
         "VAST_URL": info["vast_url"],
         "VAST_API_KEY": keys.vast,

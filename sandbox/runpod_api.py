@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from datetime import datetime
 from typing import Any
 
 from graphql import (
@@ -454,6 +455,8 @@ class RunpodApp:
         self.key = key
 
     def __call__(self, req: Request) -> Response:
+        if req.path.rstrip("/") == "/v2/billing/pods" and req.method == "GET":
+            return self.billing(req)  # REST v2 (rest.runpod.io), served here beside GraphQL
         if req.path.rstrip("/") != "/graphql" or req.method != "POST":
             return json_response(404, {"message": "Not Found"})
         try:
@@ -502,6 +505,46 @@ class RunpodApp:
             resp.delay = float(root.after.params.get("delay", 0))
             resp.drop = resp.delay == 0
         return resp
+
+
+    def billing(self, req: Request) -> Response:
+        """`GET /v2/billing/pods?startTime&endTime[&podId]`: one record per pod charged in the
+        window, as RunPod's billing lists it: only time older than BILLING_DELAY_S is billed
+        (RunPod bills every 5 minutes)."""
+        if req.bearer() != self.key:
+            return json_response(401, {"title": "Unauthorized", "status": 401,
+                                       "detail": "invalid bearer token"})
+        fault = self.world.faults.take(Call("runpod", "billing", frozenset({"charges"})),
+                                       {"rate_limit", "server_error"})
+        if fault is not None:
+            return json_response(429 if fault.kind == "rate_limit" else 500,
+                                 {"title": "error", "status": 500, "detail": fault.kind})
+        try:
+            start = _parse_time(req.query["startTime"])
+            end = _parse_time(req.query["endTime"])
+        except (KeyError, ValueError):
+            return json_response(400, {"title": "Bad Request", "status": 400,
+                                       "detail": "startTime and endTime (RFC 3339) are required"})
+        with self.world.lock:
+            now = self.world.now()
+            charged = [c for c in self.world.ledger.charges(start, end, now - BILLING_DELAY_S)
+                       if c["provider"] == "runpod"
+                       and req.query.get("podId") in (None, c["id"])]
+        records = [{"startTime": req.query["startTime"], "endTime": req.query["endTime"],
+                    "podId": c["id"], "gpuAmount": round(c["gpu_usd"], 6), "cpuAmount": 0.0,
+                    "diskAmount": round(c["storage_usd"], 6),
+                    "totalAmount": round(c["gpu_usd"] + c["storage_usd"], 6)} for c in charged]
+        total = round(sum(r["totalAmount"] for r in records), 6)
+        return json_response(200, {"records": records, "metadata": {
+            "recordCount": len(records), "uniquePodCount": len(records),
+            "totals": {"totalAmount": total}}})
+
+
+BILLING_DELAY_S = 300.0  # RunPod's billing cycle: the last 5 minutes are not billed yet
+
+
+def _parse_time(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 _ALIASES: dict[str, frozenset[str]] = {

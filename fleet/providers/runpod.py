@@ -8,6 +8,7 @@ label. It has no driver field either: offers carry driver=None and admission aft
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from typing import Any
 
 from fleet.errors import AuthFailed, NoCapacity, ProviderError
@@ -17,6 +18,7 @@ from fleet.providers.client import Client, p2p_public_port
 from fleet.providers.gql import Enum, literal, operation
 
 DEFAULT_BASE_URL = "https://api.runpod.io"
+DEFAULT_REST_URL = "https://rest.runpod.io"
 
 _CAPACITY = ("no longer any instances available", "not enough free gpus")
 _GONE = ("not found", "does not exist")
@@ -60,6 +62,15 @@ def status_of(pod: dict[str, Any], ssh_published: bool) -> str:
 
 def base_url() -> str:
     return os.environ.get("RUNPOD_API_BASE_URL") or DEFAULT_BASE_URL
+
+
+def _rfc3339(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def rest_url() -> str:
+    """RunPod's REST v2 host (billing lives there, not beside GraphQL)."""
+    return (os.environ.get("RUNPOD_REST_URL") or DEFAULT_REST_URL).rstrip("/")
 
 
 class RunPod(Client):
@@ -187,6 +198,28 @@ class RunPod(Client):
         )
 
     # -- boxes ------------------------------------------------------------------------------
+
+    # -- billing ----------------------------------------------------------------------------
+
+    billing_lag_s = 300.0  # RunPod bills every 5 minutes: the last ones are not in a bill yet
+
+    def charges(self, since: datetime, until: datetime) -> dict[str, float]:
+        """USD each pod was charged within [since, until] (REST v2 `GET /v2/billing/pods`,
+        one day bucket), by pod id."""
+        call = "GET /v2/billing/pods"
+        params = {"startTime": _rfc3339(since), "endTime": _rfc3339(until), "bucketSize": "day"}
+        resp = self.http.request("GET", f"{rest_url()}/v2/billing/pods", call=call,
+                                 params=params)
+        body = self.http.json(resp, call)
+        if resp.status_code >= 400 or not isinstance(body, dict):
+            raise self.http.error(ProviderError, call, f"HTTP {resp.status_code}: "
+                                  f"{self.http.body_snippet(resp)}")
+        out: dict[str, float] = {}
+        for r in body.get("records") or []:
+            pod = str(r.get("podId") or "")
+            if pod:
+                out[pod] = out.get(pod, 0.0) + float(r.get("totalAmount") or 0.0)
+        return out
 
     def boxes(self) -> list[Box]:
         doc = operation("query", "myself", None, f"pods {{ {POD_FIELDS} }}")

@@ -134,7 +134,7 @@ def test_ticks_fill_the_roster_convert_it_and_then_change_nothing(fleet: Loopy) 
     page = json.loads((fleet.tmp / "state" / "page" / "fleet.json").read_text())
     assert sorted(b["label"] for b in page["boxes"]) == sorted(r.label for r in rows)
     assert page["interval_s"] == 10 and page["owed"] == []
-    # Vast's bill names its box; RunPod gives no bill the fleet reads: estimated
+    # Vast's bill names its box at once (RunPod's only after its five-minute billing cycle)
     assert page["money"]["spent_from_bills"]["boxes"] >= 1, page["money"]
     roster = json.loads(fleet.fleet("roster", "--json").stdout)
     assert roster["money"]["boxes_from_bills"] >= 1 and roster["money"]["spent_today_usd"] > 0

@@ -77,3 +77,32 @@ def test_the_client_pages_through_and_bills_give_spent_today(sbx: Sandbox, vast:
             for n, i in enumerate(ids)]
     spent = bills.billed(rows, bills.load(registry), now)
     assert spent == {r.label: pytest.approx(got[r.provider_id]) for r in rows}
+
+
+def test_runpods_billing_lags_five_minutes_and_the_client_reads_it(
+        sbx: Sandbox, booted: Boot, monkeypatch) -> None:
+    from fleet.providers.base import RentRequest
+
+    monkeypatch.setenv("RUNPOD_API_BASE_URL", sbx.runpod.url)
+    monkeypatch.setenv("RUNPOD_REST_URL", sbx.runpod.url)
+    monkeypatch.setenv("RUNPOD_API_KEY", sbx.keys.runpod)
+    client = get_provider("runpod")
+    offer = client.offers(card="RTX 4090")[0]
+    box = client.rent(offer, RentRequest(label="live-runpod-aaaaaa", image="img", disk_gb=10))
+    sbx.world.tick()
+    booted(sbx.world)
+    start = datetime.fromtimestamp(sbx.world.now(), UTC)
+    sbx.world.advance(200)  # younger than RunPod's billing cycle: nothing billed yet
+    young = client.charges(start, datetime.fromtimestamp(sbx.world.now(), UTC))  # type: ignore[attr-defined]
+    assert young == {}
+    sbx.world.advance(3600)
+    now = datetime.fromtimestamp(sbx.world.now(), UTC)
+    got = client.charges(start, now)  # type: ignore[attr-defined]
+    (meter,) = sbx.world.ledger.charges(start.timestamp(), now.timestamp() - 300,
+                                        sbx.world.now())
+    assert meter["gpu_usd"] > 0  # it ran: GPU and disk
+    assert got == {box.box_id: pytest.approx(meter["gpu_usd"] + meter["storage_usd"],
+                                             abs=2e-6)}
+    bad = httpx.get(f"{sbx.runpod.url}/v2/billing/pods", headers={
+        "Authorization": f"Bearer {sbx.keys.runpod}"})
+    assert bad.status_code == 400
