@@ -29,7 +29,7 @@ def test_up_status_fault_down(state_dir: Path) -> None:
     env = manage.load_env(state_dir)
     assert sorted(env) == ["FLEET_SANDBOX_CONTROL", "HF_ENDPOINT", "HF_HUB_DISABLE_TELEMETRY",
                            "HF_HUB_DISABLE_XET", "HF_TOKEN", "RUNPOD_API_BASE_URL",
-                           "RUNPOD_API_KEY", "VAST_API_KEY", "VAST_URL"]
+                           "RUNPOD_API_KEY", "RUNPOD_REST_URL", "VAST_API_KEY", "VAST_URL"]
     assert all(line.startswith(("#", "export ")) for line in env_file.read_text().splitlines())
     assert env["VAST_URL"].startswith("http://127.0.0.1:")
 
