@@ -7,6 +7,10 @@ inline literals (as the SDKs do) or variables. As RunPod does, business errors c
 HTTP 200 with `errors[{message, path, extensions: {code: "RUNPOD"}}]` and `data.<field>: null`;
 a malformed or schema-invalid document is HTTP 400; a bad key is 401. The API never shows a
 driver: placement honours CUDA filters only, so admission after boot stays the guard.
+
+Beside GraphQL it serves one route of RunPod's REST v2 host (rest.runpod.io): the per-pod bill,
+`GET /v2/billing/pods` (`RunpodApp.billing`), from the world's ledger, `world.billing_delay`
+seconds behind (RunPod bills every five minutes).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from graphql import (
@@ -508,43 +512,86 @@ class RunpodApp:
 
 
     def billing(self, req: Request) -> Response:
-        """`GET /v2/billing/pods?startTime&endTime[&podId]`: one record per pod charged in the
-        window, as RunPod's billing lists it: only time older than BILLING_DELAY_S is billed
-        (RunPod bills every 5 minutes)."""
+        """REST v2 `GET /v2/billing/pods?startTime&endTime[&bucketSize][&podId]` (see
+        `billing_records`). Its call name for faults is `runpod.billing` (alias `charges`):
+        `server_error` answers its status (500), `rate_limit` 429 with Retry-After."""
         if req.bearer() != self.key:
-            return json_response(401, {"title": "Unauthorized", "status": 401,
-                                       "detail": "invalid bearer token"})
+            return _problem(401, "Unauthorized", "invalid bearer token")
         fault = self.world.faults.take(Call("runpod", "billing", frozenset({"charges"})),
                                        {"rate_limit", "server_error"})
+        if fault is not None and fault.kind == "rate_limit":
+            retry = str(fault.params.get("retry_after", 1))
+            return _problem(429, "Too Many Requests", "rate limit exceeded",
+                            {"Retry-After": retry})
         if fault is not None:
-            return json_response(429 if fault.kind == "rate_limit" else 500,
-                                 {"title": "error", "status": 500, "detail": fault.kind})
+            return _problem(int(fault.params.get("status", 500)), "Internal Server Error",
+                            "something went wrong")
         try:
             start = _parse_time(req.query["startTime"])
             end = _parse_time(req.query["endTime"])
         except (KeyError, ValueError):
-            return json_response(400, {"title": "Bad Request", "status": 400,
-                                       "detail": "startTime and endTime (RFC 3339) are required"})
+            return _problem(400, "Bad Request", "startTime and endTime (RFC 3339) are required")
+        bucket = req.query.get("bucketSize") or "day"
+        if bucket not in BUCKETS:
+            return _problem(400, "Bad Request", f"bucketSize must be one of: {', '.join(BUCKETS)}")
+        if end <= start:
+            return _problem(400, "Bad Request", "endTime must be after startTime")
+        if (end - start) / BUCKETS[bucket] > MAX_BUCKETS:
+            return _problem(400, "Bad Request", f"at most {MAX_BUCKETS} buckets per request")
         with self.world.lock:
-            now = self.world.now()
-            charged = [c for c in self.world.ledger.charges(start, end, now - BILLING_DELAY_S)
-                       if c["provider"] == "runpod"
-                       and req.query.get("podId") in (None, c["id"])]
-        records = [{"startTime": req.query["startTime"], "endTime": req.query["endTime"],
-                    "podId": c["id"], "gpuAmount": round(c["gpu_usd"], 6), "cpuAmount": 0.0,
-                    "diskAmount": round(c["storage_usd"], 6),
-                    "totalAmount": round(c["gpu_usd"] + c["storage_usd"], 6)} for c in charged]
-        total = round(sum(r["totalAmount"] for r in records), 6)
+            self.world.tick()
+            records = billing_records(self.world, start, end, BUCKETS[bucket],
+                                      req.query.get("podId") or None)
+        totals = {k: round(sum(r[k] for r in records), 6)
+                  for k in ("totalAmount", "gpuAmount", "cpuAmount", "diskAmount")}
         return json_response(200, {"records": records, "metadata": {
-            "recordCount": len(records), "uniquePodCount": len(records),
-            "totals": {"totalAmount": total}}})
+            "recordCount": len(records), "uniquePodCount": len({r["podId"] for r in records}),
+            "totals": totals}})
 
 
-BILLING_DELAY_S = 300.0  # RunPod's billing cycle: the last 5 minutes are not billed yet
+BUCKETS = {"hour": 3600.0, "day": 86400.0}
+MAX_BUCKETS = 24 * 62  # an answer's bound (ASSUMED: RunPod does not document one)
+
+
+def billing_records(world: World, start: float, end: float, size: float,
+                    pod_id: str | None) -> list[dict[str, Any]]:
+    """One record per bucket and pod charged in it, as `GET /v2/billing/pods` lists them.
+
+    `start` is snapped down to its bucket's start (as RunPod does) and `end` is exclusive;
+    a bucket's record says the bucket's bounds and counts what the pod was charged inside
+    them up to `end`. Only time older than `world.billing_delay` is billed (RunPod bills
+    every 5 minutes): the pod's latest minutes show up in a later answer. USD to 6 places;
+    CPU is part of a GPU pod's price here, so `cpuAmount` is 0."""
+    billed_to = world.now() - world.billing_delay
+    records = []
+    t = start - start % size  # unix time is UTC: day buckets start at UTC midnight
+    while t < end:
+        for c in world.ledger.charges(t, min(t + size, end), billed_to, "runpod"):
+            if pod_id not in (None, c["id"]):
+                continue
+            records.append({
+                "startTime": _rfc3339(t), "endTime": _rfc3339(t + size), "podId": c["id"],
+                "gpuAmount": round(c["gpu_usd"], 6), "cpuAmount": 0.0,
+                "diskAmount": round(c["storage_usd"], 6),
+                "totalAmount": round(c["gpu_usd"] + c["storage_usd"], 6)})
+        t += size
+    records.sort(key=lambda r: (r["startTime"], r["podId"]))
+    return records
+
+
+def _problem(status: int, title: str, detail: str,
+             headers: dict[str, str] | None = None) -> Response:
+    """RunPod REST v2's error body (problem+json)."""
+    return json_response(status, {"title": title, "status": status, "detail": detail}, headers)
 
 
 def _parse_time(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+
+
+def _rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 _ALIASES: dict[str, frozenset[str]] = {

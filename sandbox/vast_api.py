@@ -16,6 +16,7 @@ Routes (under `$VAST_URL`):
     PUT    /api/v0/instances/bid_price/{id}/ change a spot bid
     GET|POST /api/v0/ssh/                   the account's SSH keys
     GET    /api/v0/users/current/           the account
+    GET    /api/v0/charges/                 per-instance charges in a `day` window, paged
 
 Shapes follow the research notes (`{"success": false, "error", "msg"}` errors, 429 as plain
 text without Retry-After, `HostPort` as a string, `ports` only once running).
@@ -538,8 +539,12 @@ class VastApp:
         return json_response(200, {"success": True, "id": keys.index(key) + 1, "key": key})
 
     def charges(self, req: Request, _: re.Match[str], fault: Fault | None) -> Response:
-        """Per-instance charges within `select_filters.day` (required, as on Vast), clipped to
-        that window, newest first when `latest_first`; paged by `limit`/`after_token`."""
+        """Per-instance charges within `select_filters.day` (`{"gte", "lte"}` in unix seconds,
+        required: 400 without it, as on Vast), each clipped to that window (the sandbox's
+        choice: Vast does not say whether `amount` is clipped), oldest first or newest first
+        with `latest_first`; `limit` (default 100, at most 500) a page, then `after_token`
+        from `next_token`. `select_filters.type` (`{"in": [...]}` or `{"eq": ...}`) keeps
+        the kinds asked for; instances are the only kind the sandbox charges."""
         args = {k: _json_arg(v) for k, v in req.query.items()}
         filters = args.get("select_filters")
         if not isinstance(filters, dict):
@@ -547,13 +552,19 @@ class VastApp:
         day = filters.get("day")
         if not isinstance(day, dict) or not {"gte", "lte"} <= set(day):
             return _err(400, "invalid_args", "select_filters.day with gte and lte is required")
-        kinds = (filters.get("type") or {}).get("in") or ["instance"]
+        try:
+            gte, lte = float(day["gte"]), float(day["lte"])
+        except (TypeError, ValueError):
+            return _err(400, "invalid_args", "select_filters.day: gte and lte are unix seconds")
+        if lte < gte:
+            return _err(400, "invalid_args", "select_filters.day: lte is before gte")
+        kinds = _kinds(filters.get("type"))
         rows = [] if "instance" not in kinds else [
-            charge_row(c) for c in self.world.ledger.charges(
-                float(day["gte"]), float(day["lte"]), self.world.now())
-            if c["provider"] == "vast"]
+            charge_row(c) for c in self.world.ledger.charges(gte, lte, self.world.now(), "vast")]
         rows.sort(key=lambda r: (r["start"], r["source"]), reverse=bool(args.get("latest_first")))
-        limit = max(1, min(CHARGES_PAGE_MAX, int(args.get("limit") or CHARGES_PAGE_DEFAULT)))
+        limit = int(args.get("limit") or CHARGES_PAGE_DEFAULT)
+        if not 1 <= limit <= CHARGES_PAGE_MAX:  # ASSUMED: Vast's spec says max 500
+            return _err(400, "invalid_args", f"limit must be 1 to {CHARGES_PAGE_MAX}")
         offset = _token_offset(args.get("after_token"))
         page = rows[offset: offset + limit]
         more = offset + limit < len(rows)
@@ -569,15 +580,23 @@ class VastApp:
 CHARGES_PAGE_DEFAULT, CHARGES_PAGE_MAX = 100, 500
 
 
+def _kinds(spec: Any) -> set[str]:
+    """The charge kinds a `select_filters.type` asks for (all when it names none)."""
+    if isinstance(spec, dict) and isinstance(spec.get("in"), list):
+        return {str(k) for k in spec["in"]}
+    if isinstance(spec, dict) and "eq" in spec:
+        return {str(spec["eq"])}
+    if isinstance(spec, str):
+        return {spec}
+    return {"instance", "volume", "serverless"}
+
+
 def charge_row(c: dict[str, Any]) -> dict[str, Any]:
-    """One instance's charges in the window, as `GET /api/v0/charges/` lists them."""
-    items = []
-    for kind, usd, rate in (("gpu", c["gpu_usd"], c["gpu_usd_per_hour"]),
-                            ("disk", c["storage_usd"], c["storage_usd_per_hour"])):
-        if usd > 0:
-            hours = usd / rate if rate else 0.0
-            items.append({"type": kind, "amount": round(usd, 3),
-                          "description": f"{hours:.3f} hours at ${rate:.3f}/hour"})
+    """One instance's charges in the window (`Ledger.charges`), as `GET /api/v0/charges/`
+    lists them: USD to 3 decimals, one item per kind and rate (storage is Vast's `disk`)."""
+    items = [{"type": "gpu" if p["kind"] == "gpu" else "disk", "amount": round(p["usd"], 3),
+              "description": f"{p['hours']:.3f} hours at ${p['usd_per_hour']:.3f}/hour"}
+             for p in c["items"]]
     return {"start": int(c["start"]), "end": int(c["end"]), "type": "instance",
             "source": f"instance-{c['id']}", "description": f"Instance {c['id']}",
             "amount": round(c["gpu_usd"] + c["storage_usd"], 3),
