@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 
@@ -86,3 +87,12 @@ class Provider(Protocol):
     def stop(self, box_id: str) -> None: ...
 
     def destroy(self, box_id: str) -> None: ...
+
+    # seconds the provider's bill lags its meters: `charges` counts up to `until` minus this
+    billing_lag_s: float
+
+    def charges(self, since: datetime, until: datetime) -> dict[str, float]:
+        """USD the provider charged each box within [since, until], by box id (its bill,
+        GPU and storage); boxes it charged nothing there are absent. Raises ProviderError
+        when it gives no bill."""
+        ...

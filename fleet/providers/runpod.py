@@ -199,28 +199,6 @@ class RunPod(Client):
 
     # -- boxes ------------------------------------------------------------------------------
 
-    # -- billing ----------------------------------------------------------------------------
-
-    billing_lag_s = 300.0  # RunPod bills every 5 minutes: the last ones are not in a bill yet
-
-    def charges(self, since: datetime, until: datetime) -> dict[str, float]:
-        """USD each pod was charged within [since, until] (REST v2 `GET /v2/billing/pods`,
-        one day bucket), by pod id."""
-        call = "GET /v2/billing/pods"
-        params = {"startTime": _rfc3339(since), "endTime": _rfc3339(until), "bucketSize": "day"}
-        resp = self.http.request("GET", f"{rest_url()}/v2/billing/pods", call=call,
-                                 params=params)
-        body = self.http.json(resp, call)
-        if resp.status_code >= 400 or not isinstance(body, dict):
-            raise self.http.error(ProviderError, call, f"HTTP {resp.status_code}: "
-                                  f"{self.http.body_snippet(resp)}")
-        out: dict[str, float] = {}
-        for r in body.get("records") or []:
-            pod = str(r.get("podId") or "")
-            if pod:
-                out[pod] = out.get(pod, 0.0) + float(r.get("totalAmount") or 0.0)
-        return out
-
     def boxes(self) -> list[Box]:
         doc = operation("query", "myself", None, f"pods {{ {POD_FIELDS} }}")
         data = self._gql("myself.pods", doc)
@@ -284,3 +262,35 @@ class RunPod(Client):
             # "pod not found to terminate": already gone, which is what we wanted
             if type(e) is not ProviderError or not any(s in e.detail.lower() for s in _GONE):
                 raise
+
+    # -- billing ----------------------------------------------------------------------------
+
+    billing_lag_s = 300.0  # RunPod bills every 5 minutes: its latest minutes are not billed yet
+
+    def charges(self, since: datetime, until: datetime) -> dict[str, float]:
+        """USD each pod was charged from `since` until `until` (exclusive), by pod id: REST v2
+        `GET /v2/billing/pods` on `RUNPOD_REST_URL`, GPU, CPU and disk, the records of every
+        bucket summed. Day buckets when `since` is a UTC midnight, else hour buckets: RunPod
+        snaps `since` down to its bucket's start. The bill lags `billing_lag_s` behind.
+        Raises ProviderError (AuthFailed, RateLimited) when RunPod gives no bill."""
+        call = "GET /v2/billing/pods"
+        since, until = since.astimezone(UTC), until.astimezone(UTC)
+        day = since == since.replace(hour=0, minute=0, second=0, microsecond=0)
+        params = {"startTime": _rfc3339(since), "endTime": _rfc3339(until),
+                  "bucketSize": "day" if day else "hour"}
+        resp = self.http.request("GET", f"{rest_url()}/v2/billing/pods", call=call,
+                                 params=params)
+        if resp.status_code >= 400:
+            raise self.http.error(ProviderError, call, f"HTTP {resp.status_code}: "
+                                  f"{self.http.body_snippet(resp)}")
+        body = self.http.json(resp, call)
+        records = body.get("records") if isinstance(body, dict) else None
+        if not isinstance(records, list):
+            raise self.http.error(ProviderError, call,
+                                  f"no records in the answer: {self.http.body_snippet(resp)}")
+        out: dict[str, float] = {}
+        for r in records:
+            pod = str(r.get("podId") or "") if isinstance(r, dict) else ""
+            if pod:
+                out[pod] = out.get(pod, 0.0) + float(r.get("totalAmount") or 0.0)
+        return out

@@ -213,9 +213,13 @@ class Vast(Client):
 
     # -- billing ----------------------------------------------------------------------------
 
+    billing_lag_s = 0.0  # the charges read as current (how fresh Vast's are is not documented)
+
     def charges(self, since: datetime, until: datetime) -> dict[str, float]:
-        """USD each instance was charged within [since, until] (`GET /api/v0/charges/`,
-        instance charges: GPU and disk), by instance id; paged by `next_token`."""
+        """USD each instance was charged within [since, until], by instance id:
+        `GET /api/v0/charges/` (instance charges: GPU and disk), `CHARGES_PAGE` rows a page,
+        paged by `next_token`. Raises ProviderError (AuthFailed, RateLimited) when Vast gives
+        no bill, or when its paging loops."""
         params = {"select_filters": json.dumps({
             "day": {"gte": int(since.timestamp()), "lte": int(until.timestamp())},
             "type": {"in": ["instance"]}}), "limit": str(CHARGES_PAGE)}
@@ -225,6 +229,8 @@ class Vast(Client):
         while True:
             body = self._call("GET", "/api/v0/charges/", call, params=params)
             for r in body.get("results") or []:
+                if not isinstance(r, dict):
+                    continue
                 source = str(r.get("source") or "")
                 if r.get("type") == "instance" and source.startswith("instance-"):
                     box_id = source[len("instance-"):]
