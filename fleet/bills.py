@@ -2,14 +2,25 @@
 
 Vast lists per-instance charges (`GET /api/v0/charges/`, GPU and disk), RunPod per-pod
 charges on its REST v2 host (`GET /v2/billing/pods`, five minutes behind: `billing_lag_s`);
-see the clients' `charges`. A provider without a bill is estimated as before: the recorded
-price times the seconds run.
+see the clients' `charges`. A box no bill names is estimated: the recorded price times the
+seconds it ran today (`estimate`).
 
-`refresh` asks every provider that bills for today's charges and keeps the answer in
-`bills.json` beside the registry (replaced whole); the budget check reads that file, never
-the network, because it runs under the registry's lock. A box's spent today is then its bill
-plus its price for the time since the bill's end; a bill older than `MAX_AGE_S`, a provider
-that failed, or a box the bill does not name falls back to the estimate.
+`spent_today` asks every provider for today's charges (`read`), keeps the answer in
+`bills.json` beside the registry (`save`, replaced whole, atomically) and says, per registry
+row, what it spent today and where the figure came from. The budget check reads that file
+(`load`), never the network, because it runs under the registry's lock. A billed box's spent
+today is its bill plus its price for the time after the bill's covered end (bills lag); a bill
+older than `MAX_AGE_S` or from another day, a provider that failed, or a box the bill does not
+name (yet) falls back to the estimate, and the row says why.
+
+`bills.json`:
+
+    {"read_at": "2026-12-03T12:00:00Z",          when the providers were asked
+     "since": "2026-12-03T00:00:00Z",            the window's start (that UTC midnight)
+     "charges": {"vast": {"31234567": 1.234}},   provider -> box id -> USD in the window
+     "covered": {"vast": "2026-12-03T12:00:00Z"}, provider -> up to when its bill counts
+     "errors": {"runpod": "runpod GET /v2/billing/pods: HTTP 503 ..."}}
+                                                 provider -> why it gave no bill
 """
 
 from __future__ import annotations
@@ -35,32 +46,91 @@ class Bills:
     errors: dict[str, str] = field(default_factory=dict)  # provider -> why it gave no bill
     # provider -> up to when its bill counts (RunPod's lags 5 minutes behind read_at)
     covered: dict[str, str] = field(default_factory=dict)
+    since: str = ""  # the window's start: read_at's UTC midnight ("" in older files: derived)
 
     def age_s(self, now: datetime) -> float:
         return (now - _parse(self.read_at)).total_seconds()
+
+    def window_start(self) -> datetime:
+        return _parse(self.since) if self.since else _midnight(_parse(self.read_at))
+
+
+@dataclass(frozen=True)
+class SpentRow:
+    """What one registry row spent today, and where the figure came from."""
+
+    label: str
+    provider: str
+    usd: float
+    source: str  # "bill" | "estimate"
+    billed_usd: float | None = None  # what the bill said (source "bill")
+    tail_usd: float = 0.0  # source "bill": price x the time after the bill's covered end
+    why: str | None = None  # source "estimate": why no bill counted
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Spent:
+    """Spent today: a row per registry row that ran today, their total, and the providers
+    whose bills failed (their rows are estimated)."""
+
+    at: str  # UTC ISO-8601: the moment the figures are for
+    rows: tuple[SpentRow, ...] = ()
+    errors: Mapping[str, str] = field(default_factory=dict)  # provider -> why no bill
+
+    @property
+    def total_usd(self) -> float:
+        return sum(r.usd for r in self.rows)
+
+    def billed(self) -> dict[str, float]:
+        """Spent today by label for the rows a bill counted: `budget.project(billed=...)`."""
+        return {r.label: r.usd for r in self.rows if r.source == "bill"}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "total_usd": round(self.total_usd, 6),
+                "from_bills": sum(1 for r in self.rows if r.source == "bill"),
+                "errors": dict(self.errors), "rows": [r.to_dict() for r in self.rows]}
 
 
 def path_for(registry: Path) -> Path:
     return registry.parent / "bills.json"
 
 
-def refresh(registry: Path, providers: Mapping[str, Any], now: datetime | None = None) -> Bills:
-    """Today's charges from every provider that reports them; saved beside the registry."""
+def read(providers: Mapping[str, Any], now: datetime | None = None) -> Bills:
+    """Today's charges (UTC midnight until `now`) from every provider that reports them.
+    Never raises for a provider: one that fails is named in `errors` with why."""
     now = (now or datetime.now(UTC)).astimezone(UTC)
-    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    bills = Bills(read_at=_iso(now))
+    midnight = _midnight(now)
+    bills = Bills(read_at=_iso(now), since=_iso(midnight))
     for name, p in sorted(providers.items()):
         ask = getattr(p, "charges", None)
         if ask is None:
             continue
         try:
-            bills.charges[name] = dict(ask(midnight, now))
+            charged = {str(i): float(u) for i, u in ask(midnight, now).items()}
         except ProviderError as e:
             bills.errors[name] = str(e)
             continue
-        lag = timedelta(seconds=float(getattr(p, "billing_lag_s", 0.0)))
+        except (ValueError, TypeError, AttributeError, KeyError, OSError) as e:
+            bills.errors[name] = f"{name} charges: unreadable bill ({type(e).__name__})"
+            continue
+        bills.charges[name] = charged
+        lag = timedelta(seconds=float(getattr(p, "billing_lag_s", 0.0) or 0.0))
         bills.covered[name] = _iso(max(midnight, now - lag))
+    return bills
+
+
+def save(registry: Path, bills: Bills) -> None:
+    """Write `bills` beside the registry (`bills.json`), atomically."""
     write_atomic(path_for(registry), json.dumps(asdict(bills), indent=1) + "\n")
+
+
+def refresh(registry: Path, providers: Mapping[str, Any], now: datetime | None = None) -> Bills:
+    """Today's charges from every provider that reports them; saved beside the registry."""
+    bills = read(providers, now)
+    save(registry, bills)
     return bills
 
 
@@ -68,29 +138,103 @@ def load(registry: Path) -> Bills | None:
     """The last bills read, or None (none yet, or unreadable: then everything is estimated)."""
     try:
         d = json.loads(path_for(registry).read_text())
-        return Bills(str(d["read_at"]), {k: {i: float(u) for i, u in v.items()}
+        return Bills(str(d["read_at"]), {k: {str(i): float(u) for i, u in v.items()}
                                          for k, v in d["charges"].items()}, dict(d["errors"]),
-                     dict(d.get("covered") or {}))
+                     dict(d.get("covered") or {}), str(d.get("since") or ""))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def billed(rows: Sequence[Row], bills: Bills | None, now: datetime) -> dict[str, float]:
-    """Spent today by label, for the rows a fresh bill names: the bill plus the price for the
-    time since it was read (a live box keeps billing). Rows it does not name are left out
-    (the caller estimates them)."""
-    if bills is None or not 0 <= bills.age_s(now) <= MAX_AGE_S:
-        return {}
-    out = {}
+def estimate(row: Row, now: datetime) -> float:
+    """What `row` cost since UTC midnight by its recorded price: USD/h times the hours it ran
+    today (a stopped box at its full price, an upper bound that covers its storage)."""
+    if row.status == "failed":
+        return 0.0
+    start = _parse(row.created_at) if row.created_at else now
+    end = _parse(row.destroyed_at) if row.destroyed_at else now
+    run_from, run_to = max(start, _midnight(now)), min(end, now)
+    return row.usd_per_hour * max(0.0, (run_to - run_from).total_seconds()) / 3600
+
+
+def ran_today(row: Row, now: datetime) -> bool:
+    """Whether `row` may have billed since UTC midnight (a failed rent never did)."""
+    if row.status == "failed":
+        return False
+    return row.destroyed_at is None or _parse(row.destroyed_at) >= _midnight(now)
+
+
+def spent_from(rows: Sequence[Row], bills: Bills | None, now: datetime | None = None) -> Spent:
+    """Spent today per row that ran today, from bills already read (no HTTP: the budget
+    check's way, with `load`): the bill plus the price after its covered end where a fresh
+    bill of today names the box, else the estimate and why."""
+    now = (now or datetime.now(UTC)).astimezone(UTC)
+    stale = _stale(bills, now)
+    errors = dict(bills.errors) if bills is not None and stale is None else {}
+    out = []
     for r in rows:
-        charged = bills.charges.get(r.provider, {})
-        if r.provider_id is None or r.provider_id not in charged:
+        if not ran_today(r, now):
+            continue
+        why = stale
+        charged = None
+        if why is None and bills is not None:
+            if r.provider in bills.errors:
+                why = f"no bill from {r.provider}: {bills.errors[r.provider]}"
+            elif r.provider not in bills.charges:
+                why = f"{r.provider} gave no bill"
+            elif r.provider_id is None or r.provider_id not in bills.charges[r.provider]:
+                why = f"not on {r.provider}'s bill (yet)"
+            else:
+                charged = bills.charges[r.provider][r.provider_id]
+        if charged is None or bills is None:
+            out.append(SpentRow(r.label, r.provider, estimate(r, now), "estimate", why=why))
             continue
         covered = _parse(bills.covered.get(r.provider, bills.read_at))
-        end = _parse(r.destroyed_at) if r.destroyed_at else now
-        tail_h = max(0.0, (min(end, now) - covered).total_seconds()) / 3600
-        out[r.label] = charged[r.provider_id] + r.usd_per_hour * tail_h
-    return out
+        start = _parse(r.created_at) if r.created_at else covered
+        end = min(_parse(r.destroyed_at), now) if r.destroyed_at else now
+        tail = r.usd_per_hour * max(0.0, (end - max(covered, start)).total_seconds()) / 3600
+        out.append(SpentRow(r.label, r.provider, charged + tail, "bill", billed_usd=charged,
+                            tail_usd=tail))
+    return Spent(_iso(now), tuple(out), errors)
+
+
+def spent_today(rows: Sequence[Row], providers: Mapping[str, Any],
+                now: datetime | None = None, *, registry: Path | None = None) -> Spent:
+    """Spent today per registry row (see `spent_from`), asking the providers for their bills
+    now; with `registry`, the bills are also saved beside it for the budget check (`load`).
+    Never raises for a provider: one whose billing call fails is in `Spent.errors` and its
+    rows are estimated."""
+    now = (now or datetime.now(UTC)).astimezone(UTC)
+    bills = read(providers, now)
+    if registry is not None:
+        save(registry, bills)
+    return spent_from(rows, bills, now)
+
+
+def billed(rows: Sequence[Row], bills: Bills | None, now: datetime) -> dict[str, float]:
+    """Spent today by label, for the rows a fresh bill names: the bill plus the price for the
+    time after its covered end (a live box keeps billing). Rows it does not name are left out
+    (the caller estimates them)."""
+    return spent_from(rows, bills, now).billed()
+
+
+def _stale(bills: Bills | None, now: datetime) -> str | None:
+    """Why `bills` cannot count now, or None when it can."""
+    if bills is None:
+        return "no bill read yet"
+    try:
+        age = bills.age_s(now)
+        day = bills.window_start()
+    except ValueError:
+        return "the bills file is unreadable"
+    if day != _midnight(now):
+        return "the last bill read is of another day"
+    if not 0 <= age <= MAX_AGE_S:
+        return f"the last bill read is {age / 60:.0f} minutes old"
+    return None
+
+
+def _midnight(t: datetime) -> datetime:
+    return t.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 def _parse(ts: str) -> datetime:

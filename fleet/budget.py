@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from fleet.bills import Bills, billed
+from fleet.bills import Bills, billed, estimate
 from fleet.errors import BudgetExceeded
 from fleet.registry import Row
 
@@ -46,25 +46,19 @@ def project(rows: list[Row], budget_usd: float, new_usd_per_hour: float = 0.0,
             now: datetime | None = None, new_hours: float | None = None,
             billed: Mapping[str, float] | None = None) -> Projection:
     """The projected day; `new_hours` caps the new box's hours (a one-shot job's TTL);
-    `billed` is what the providers' bills say a row spent today, by label (`fleet.bills`),
-    used in place of the estimate from its price."""
+    `billed` is what the providers' bills say a row spent today, by label (`fleet.bills`:
+    `Spent.billed()`, or `bills.billed` from the cached bills), used in place of the
+    estimate from its price (`bills.estimate`)."""
     now = now or datetime.now(UTC)
     billed = billed or {}
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
     left_h = (midnight + timedelta(days=1) - now).total_seconds() / 3600
     spent = committed = 0.0
     for r in rows:
-        start = _parse(r.created_at) or now
-        end = _parse(r.destroyed_at)
         if r.status == "failed":
             continue
-        run_from = max(start, midnight)
-        run_to = min(end, now) if end else now
-        if r.label in billed:
-            spent += billed[r.label]
-        elif run_to > run_from:
-            spent += r.usd_per_hour * (run_to - run_from).total_seconds() / 3600
-        if end is None and r.live:
+        spent += billed[r.label] if r.label in billed else estimate(r, now)
+        if r.destroyed_at is None and r.live:
             committed += r.usd_per_hour * _hours_left(now, left_h, _parse(r.expires_at))
     new_h = left_h if new_hours is None else min(left_h, new_hours)
     return Projection(spent, committed, new_usd_per_hour * new_h, budget_usd)
@@ -97,7 +91,9 @@ def guard(budget_usd: float, new_usd_per_hour: float, what: str,
           bills: Bills | None = None) -> Callable[[list[Row]], None]:
     """The budget check of one rent, for `Registry.add(check=...)`: it runs under the
     registry's lock with the rows as they stand and raises BudgetExceeded when the box does
-    not fit (see `project_new` for `replacing`; `bills`: the last bills read, no HTTP)."""
+    not fit (see `project_new` for `replacing`). `bills`: the last bills read
+    (`bills.load(registry)`): the rows a fresh one names count their bill (`bills.billed`);
+    never HTTP under the lock."""
 
     def check(rows: list[Row]) -> None:
         now = datetime.now(UTC)
