@@ -1,9 +1,13 @@
 """Spent today from the providers' bills: a bill replaces the estimate (and so can refuse a
-rent the estimate would let through); a stale bill, a failed provider or a box the bill does
-not name falls back to the estimate."""
+rent the estimate would let through), the price fills the time after a lagging bill's end; a
+stale bill, a bill of yesterday, a failed or garbled provider, a 5xx storm on the fake
+providers, or a box the bill does not name falls back to the estimate, and says why."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -11,7 +15,13 @@ import pytest
 
 from fleet import bills, budget
 from fleet.errors import BudgetExceeded, ProviderError
+from fleet.providers import get_provider
+from fleet.providers.base import RentRequest
+from fleet.providers.http import RetryPolicy
 from fleet.registry import Row
+from sandbox.daemon import Sandbox
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: the sandbox's frozen clock
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -70,3 +80,136 @@ def test_a_bill_larger_than_the_estimate_refuses_a_rent_the_estimate_allows(
     bills.refresh(reg, {"vast": Billing({"1": 40.0})}, datetime.now(UTC))
     with pytest.raises(BudgetExceeded, match="would pass the daily budget"):
         budget.guard(20, 0.1, "renting a box", bills=bills.load(reg))(rows)
+
+
+# -- spent_today: a row per box, where each figure came from -------------------------------
+
+
+class Lagging(Billing):
+    name = "runpod"
+    billing_lag_s = 300.0
+
+
+def rp_row(label: str, box_id: str, usd_h: float = 1.2, **kw: str) -> Row:
+    return replace(row(label, box_id, usd_h), provider="runpod", **kw)
+
+
+def test_spent_today_says_per_row_whether_a_bill_or_the_estimate_counted(
+        tmp_path: Path) -> None:
+    providers = {"vast": Billing({"1": 9.0, "stranger": 5.0}), "runpod": Lagging({"p": 2.0})}
+    rows = [row("billed", "1"), row("unnamed", "2"),
+            rp_row("pod", "p"),  # its bill ends five minutes ago: the price fills the lag
+            replace(row("failed", "3"), status="failed"),
+            replace(row("gone-yesterday", "4"), created_at="2026-12-02T01:00:00Z",
+                    destroyed_at="2026-12-02T23:00:00Z", status="destroyed"),
+            replace(row("gone-at-ten", "5"), destroyed_at="2026-12-03T10:00:00Z",
+                    status="destroyed")]
+    spent = bills.spent_today(rows, providers, NOW, registry=tmp_path / "boxes.json")
+    by = {r.label: r for r in spent.rows}
+    assert sorted(by) == ["billed", "gone-at-ten", "pod", "unnamed"]  # what ran today
+    assert by["billed"].source == "bill" and by["billed"].usd == pytest.approx(9.0)
+    assert by["pod"].source == "bill" and by["pod"].billed_usd == 2.0
+    assert by["pod"].tail_usd == pytest.approx(1.2 * 300 / 3600)
+    assert by["unnamed"].source == "estimate" and by["unnamed"].usd == pytest.approx(0.5 * 12)
+    assert "not on vast's bill" in (by["unnamed"].why or "")
+    assert by["gone-at-ten"].usd == pytest.approx(0.5 * 10) and not spent.errors
+    assert spent.total_usd == pytest.approx(9.0 + 2.0 + 0.1 + 6.0 + 5.0)
+    # the budget counts the same money: the bills where they count, the estimate elsewhere
+    day = budget.project(rows, 1000, now=NOW, billed=spent.billed())
+    assert day.spent_usd == pytest.approx(spent.total_usd)
+    assert spent.to_dict()["from_bills"] == 2
+
+
+def test_a_provider_that_fails_or_answers_garbage_is_estimated_and_said() -> None:
+    class Garbage(Billing):
+        def charges(self, since: datetime, until: datetime) -> dict[str, float]:
+            return {"1": "a lot"}  # type: ignore[dict-item]
+
+    rows = [row("v", "1"), rp_row("pod", "p")]
+    spent = bills.spent_today(rows, {"vast": Garbage({}), "runpod": Lagging(None)}, NOW)
+    assert {r.label: r.source for r in spent.rows} == {"v": "estimate", "pod": "estimate"}
+    assert "HTTP 503" in spent.errors["runpod"] and "unreadable" in spent.errors["vast"]
+    pod = next(r for r in spent.rows if r.label == "pod")
+    assert pod.usd == pytest.approx(1.2 * 12) and "HTTP 503" in (pod.why or "")
+    assert spent.total_usd == pytest.approx(budget.project(rows, 100, now=NOW).spent_usd)
+
+
+def test_the_cache_beside_the_registry_round_trips_and_leaves_no_temporary(
+        tmp_path: Path) -> None:
+    reg = tmp_path / "boxes.json"
+    rows = [row("v", "1"), rp_row("pod", "p")]
+    spent = bills.spent_today(rows, {"vast": Billing({"1": 3.0}), "runpod": Lagging(None)},
+                              NOW, registry=reg)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bills.json"]
+    saved = json.loads((tmp_path / "bills.json").read_text())
+    assert saved["read_at"] == "2026-12-03T12:00:00Z" and saved["since"] == "2026-12-03T00:00:00Z"
+    assert saved["charges"] == {"vast": {"1": 3.0}} and list(saved["errors"]) == ["runpod"]
+    assert saved["covered"] == {"vast": "2026-12-03T12:00:00Z"}
+    assert bills.spent_from(rows, bills.load(reg), NOW) == spent  # the budget check's view
+
+
+def test_a_bill_read_before_midnight_never_counts_after_it(tmp_path: Path) -> None:
+    reg = tmp_path / "boxes.json"
+    before = datetime(2026, 12, 3, 23, 58, tzinfo=UTC)
+    bills.refresh(reg, {"vast": Billing({"1": 9.0})}, before)
+    after = before + timedelta(minutes=5)  # fresh, but yesterday's money
+    (r,) = bills.spent_from([row("b", "1")], bills.load(reg), after).rows
+    assert r.source == "estimate" and "another day" in (r.why or "")
+    assert r.usd == pytest.approx(0.5 * 3 / 60)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = T0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def sbx() -> Iterator[Sandbox]:
+    s = Sandbox(seed=5, ticker=False, clock=Clock(), poll_interval=0.01)
+    yield s
+    s.close()
+
+
+def test_a_5xx_storm_on_the_fake_providers_is_estimated_then_the_bills_return(
+        sbx: Sandbox, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for k, v in sbx.env().items():
+        monkeypatch.setenv(k, v)
+    ps = {n: get_provider(n, retry=RetryPolicy(attempts=2), sleep=lambda s: None)
+          for n in ("vast", "runpod")}
+    rows = []
+    for n, p in ps.items():
+        box = p.rent(p.offers()[0], RentRequest(label=f"bill-{n}", image="img", disk_gb=20))
+        rows.append(Row(label=box.label, provider=n, role="live", kind="standing",
+                        card=box.card, gpu_count=1, usd_per_hour=box.usd_per_hour,
+                        status="running", provider_id=box.box_id,
+                        created_at=datetime.fromtimestamp(T0, UTC).isoformat()))
+    sbx.world.advance(sbx.world.boot_delay)
+    assert sbx.world.settle(30)
+    sbx.world.advance(2 * 3600)
+    now = datetime.fromtimestamp(sbx.world.now(), UTC)
+    sbx.world.faults.add("server_error", "*", count=1000)
+    storm = bills.spent_today(rows, ps, now, registry=tmp_path / "boxes.json")
+    assert sorted(storm.errors) == ["runpod", "vast"]
+    assert {r.source for r in storm.rows} == {"estimate"} and storm.total_usd > 0
+    assert storm.total_usd == pytest.approx(budget.project(rows, 100, now=now).spent_usd)
+    assert bills.billed(rows, bills.load(tmp_path / "boxes.json"), now) == {}
+    sbx.world.faults.clear()
+    calm = bills.spent_today(rows, ps, now, registry=tmp_path / "boxes.json")
+    assert not calm.errors and {r.source for r in calm.rows} == {"bill"}
+    meters = {c["id"]: c["gpu_usd"] + c["storage_usd"]
+              for c in sbx.world.ledger.charges(T0, sbx.world.now(), sbx.world.now())}
+    for r in calm.rows:  # the ledger's money (RunPod's last five minutes at the price)
+        assert r.usd == pytest.approx(meters[next(x.provider_id for x in rows
+                                                  if x.label == r.label)], rel=0.01)
+
+
+def test_the_bills_refuse_through_the_budget_what_the_estimate_lets_through() -> None:
+    rows = [row("b", "1")]  # $0.5/h: $6 spent by noon, $6 more until midnight
+    assert budget.project(rows, 20, 0.5, now=NOW).fits  # 6 + 6 + 6 for the new box
+    spent = bills.spent_today(rows, {"vast": Billing({"1": 15.0})}, NOW)
+    day = budget.project(rows, 20, 0.5, now=NOW, billed=spent.billed())
+    with pytest.raises(BudgetExceeded, match="spent today \\$15.00"):
+        budget.require_fits(day, "renting a box")
