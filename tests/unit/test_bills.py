@@ -71,20 +71,6 @@ def test_a_stale_bill_or_a_failed_provider_is_estimated(tmp_path: Path) -> None:
     assert bills.load(reg) is None
 
 
-def test_a_bill_larger_than_the_estimate_refuses_a_rent_the_estimate_allows(
-        tmp_path: Path) -> None:
-    reg = tmp_path / "boxes.json"
-    rows = [row("b", "1")]  # $0.5/h all day: $12 spent and committed, whatever the hour
-    check = budget.guard(20, 0.1, "renting a box", bills=None)
-    check(rows)  # the estimate: 12 + at most 2.4 for the new box fits in 20
-    bills.refresh(reg, {"vast": Billing({"1": 40.0})}, datetime.now(UTC))
-    with pytest.raises(BudgetExceeded, match="would pass the daily budget"):
-        budget.guard(20, 0.1, "renting a box", bills=bills.load(reg))(rows)
-
-
-# -- spent_today: a row per box, where each figure came from -------------------------------
-
-
 class Lagging(Billing):
     name = "runpod"
     billing_lag_s = 300.0
