@@ -3,16 +3,17 @@ healthy boxes.
 
     .venv/bin/python bench/loop.py [--sizes 8 32] [--interval 10]      (root: sandbox boxes)
 
-1. Replacement: a fresh sandbox, a roster of one standing box per provider, converted by one
-   tick; then `fleet loop --interval 10 --json` runs while the Vast box's host dies. Figures:
-   from the host's death to the end of the tick that replaced it (its new box converted by the
-   standing deploy and verified by the testinfra checks), how much of that was the conversion,
-   and the target: two intervals plus that one conversion.
-2. Healthy ticks: a fresh sandbox whose roster wants N boxes (half per provider), filled and
-   converted by the loop, then settled; then `fleet loop --once` three times. Per tick: the
-   loop process's CPU (user + system; it starts Python and imports pyinfra each time), and the
-   SSH requests each box's sshd logged (LogLevel VERBOSE: each exec'd command or sftp start is
-   one). Target: at most one SSH command per healthy box per tick.
+1. Replacement: a fresh sandbox, a roster of one standing box per provider (RTX 4090),
+   converted by one tick; then `fleet loop --interval 10 --json` runs while the Vast box's
+   host dies. Figures: from the host's death to the end of the tick that replaced it (its
+   new box converted by the standing deploy and verified by the testinfra checks), how much
+   of that was the conversion, and the target: two intervals plus that one conversion.
+2. Healthy ticks: a fresh sandbox whose roster wants N boxes (half per provider, over four
+   cards), filled and converted by the loop, then settled; then `fleet loop --once` three
+   times. Per tick: the loop process's CPU (user + system; it starts Python and imports
+   pyinfra each time), and the SSH requests each box's sshd logged (LogLevel VERBOSE: each
+   exec'd command or sftp start is one). Target: at most one SSH command per healthy box
+   per tick.
 """
 
 from __future__ import annotations
@@ -50,26 +51,26 @@ kind = "standing"
 image = "img"
 disk_gb = 20
 programs = ["node", "miner", "prover"]
-p2p_port = 26611
 admitted_driver = "580.95.05"
 release = "1.4.0"
-allowed_cuda = ["13.0"]
-[[roster.live]]
-provider = "vast"
-card = "RTX 4090"
-count = {half}
-[[roster.live]]
-provider = "runpod"
-card = "RTX 4090"
-count = {half}
-"""
+{roster}"""
+# the sandbox's market holds about ten admissible boxes of one card per provider: a large
+# roster is spread over four cards
+CARDS = ("RTX 4090", "RTX 3090", "RTX A6000", "L40S")
+
+
+def roster(boxes: int) -> str:
+    per = boxes // 2 if boxes <= 2 else boxes // (2 * len(CARDS))
+    cards = CARDS[:1] if boxes <= 2 else CARDS
+    return "".join(f'[[roster.live]]\nprovider = "{p}"\ncard = "{c}"\ncount = {per}\n'
+                   for p in ("vast", "runpod") for c in cards)
 
 
 class Sandbox:
     def __init__(self, base: Path, boxes: int, interval: float) -> None:
         self.base = base
-        (base / "fleet.toml").write_text(CONFIG.format(state=base / "state", half=boxes // 2,
-                                                       interval=interval))
+        (base / "fleet.toml").write_text(CONFIG.format(state=base / "state",
+                                                       roster=roster(boxes), interval=interval))
         self.env = {**os.environ, "FLEET_CONFIG": str(base / "fleet.toml"),
                     "FLEET_SANDBOX_DIR": str(base / "sandbox"), "PYINFRA_PROGRESS": "off",
                     "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
