@@ -1,7 +1,7 @@
 """The loop's decisions, against an in-memory provider and given check verdicts: two dead
 checks in a row (never an API error) before a replacement, what is owed and why, orphans and
-their grace, the -r<n> labels. The sandbox tests (tests/integration/test_loop.py) run the same
-loop against real boxes, the real deploy and the real checks."""
+their grace, the -r<n> labels. The sandbox tests (tests/integration/test_loop_sandbox.py) run
+the same loop against real boxes, the real deploy and the real checks."""
 
 from __future__ import annotations
 
