@@ -80,6 +80,7 @@ class LoopSettings:
     interval_s: float = 60.0  # seconds between the starts of two ticks
     dead_checks: int = 2  # consecutive dead checks before a standing box is replaced
     orphan_grace_s: float = 600.0  # an orphan is destroyed once seen this long
+    converge_timeout_s: float = 1800.0  # a deploy or check run longer than this has failed
 
 
 @dataclass(frozen=True)
@@ -204,14 +205,16 @@ def _wants(role: str, entries: Any, src: str) -> list[Want]:
 def _loop(table: dict[str, Any], src: str) -> LoopSettings:
     where = f"{src}: loop"
     _check(where, table, {"interval_s": (int, float), "dead_checks": (int,),
-                          "orphan_grace_s": (int, float)})
+                          "orphan_grace_s": (int, float), "converge_timeout_s": (int, float)})
     d = LoopSettings()
     loop = LoopSettings(float(table.get("interval_s", d.interval_s)),
                         int(table.get("dead_checks", d.dead_checks)),
-                        float(table.get("orphan_grace_s", d.orphan_grace_s)))
-    if loop.interval_s <= 0 or loop.dead_checks < 1 or loop.orphan_grace_s < 0:
-        raise ConfigError(f"{where}: interval_s must be positive, dead_checks at least 1 and "
-                          "orphan_grace_s not negative")
+                        float(table.get("orphan_grace_s", d.orphan_grace_s)),
+                        float(table.get("converge_timeout_s", d.converge_timeout_s)))
+    if (loop.interval_s <= 0 or loop.dead_checks < 1 or loop.orphan_grace_s < 0
+            or loop.converge_timeout_s <= 0):
+        raise ConfigError(f"{where}: interval_s and converge_timeout_s must be positive, "
+                          "dead_checks at least 1 and orphan_grace_s not negative")
     return loop
 
 

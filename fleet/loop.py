@@ -10,6 +10,9 @@ Each tick:
    provider still lists it (its row marked destroyed, or vanished when no provider lists it)
    and owed for a re-rent in the same shape: provider, card, GPU count and role (so the same
    image, driver pin, allowed CUDA and p2p port), labelled `<label>-r<n>`, `rerent_of` set.
+   A box whose agent refuses admission (a driver other than the pinned one, an unqualified
+   GPU: RunPod advertises no driver, so admission after boot is the only guard) is *unfit*,
+   counted like a dead one: kept, it would bill for a card that never works.
    A box whose SSH answers but whose agent is down is converged again (its agent back).
 3. Rents what is owed: the re-rents, and the roster's wanted boxes (`[[roster.ROLE]]`) that
    no live box fills, cheapest admissible offer first, each within the daily budget (the
@@ -32,6 +35,7 @@ import fcntl
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -176,7 +180,8 @@ Converge = Callable[[Config, list[str]], str | None]
 
 def converge(cfg: Config, labels: list[str]) -> str | None:
     """The standing deploy on `labels`, then the testinfra checks on them; None when both
-    passed, else what failed (one line)."""
+    passed, else what failed (one line). Each run is bounded by `converge_timeout_s`: a hung
+    deploy must not stall the loop, whose other boxes still need their ticks."""
     env = {**os.environ, "FLEET_CONFIG": str(cfg.path), "PYINFRA_PROGRESS": "off",
            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
            "FLEET_INFRA_LIMIT": ",".join(labels)}
@@ -184,15 +189,34 @@ def converge(cfg: Config, labels: list[str]) -> str | None:
     for label in labels:
         deploy += ["--limit", label]
     deploy += ["inventory.py", "deploys/standing.py"]
-    r = subprocess.run(deploy, cwd=REPO, env=env, capture_output=True, text=True)
+    r = _bounded(deploy, env, cfg.loop.converge_timeout_s)
+    if isinstance(r, str):
+        return f"the standing deploy {r}"
     if r.returncode != 0:
         return f"the standing deploy failed: {_last_line(r.stderr or r.stdout)}"
     checks = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/infra"]
-    r = subprocess.run(checks, cwd=REPO, env=env, capture_output=True, text=True)
+    r = _bounded(checks, env, cfg.loop.converge_timeout_s)
+    if isinstance(r, str):
+        return f"the testinfra checks {r}"
     if r.returncode != 0:
         failed = [ln for ln in r.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
         return f"the testinfra checks failed: {(failed or [_last_line(r.stdout)])[0]}"
     return None
+
+
+def _bounded(argv: list[str], env: dict[str, str],
+             timeout_s: float) -> subprocess.CompletedProcess[str] | str:
+    """Run `argv` in its own process group; past `timeout_s` the whole group (pyinfra's or
+    pytest's SSH children too) is killed and the answer is a sentence, not a result."""
+    p = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return f"ran past {timeout_s:g} s and was killed"
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 
 def _last_line(text: str) -> str:
@@ -283,6 +307,8 @@ class Loop:
                 t.well.append(h.label)
                 continue
             t.problems[h.label] = h.problems
+            if h.agent and h.admitted is False:  # e.g. RunPod placed it on another driver
+                t.dead[h.label] = f"unfit: its agent refused admission ({h.admission_reason})"
             if not h.agent:
                 t.converged.append(h.label)  # the agent back through the standing deploy
             for p in h.problems:
@@ -294,7 +320,8 @@ class Loop:
                 del mem.dead[label]  # alive again, or no longer ours to judge
         for label, why in sorted(t.dead.items()):
             mem.dead[label] = mem.dead.get(label, 0) + 1
-            self._act(t, f"{label}: dead ({why}), check {mem.dead[label]} of "
+            word, _, why = why.partition(": ") if why.startswith("unfit") else ("dead", "", why)
+            self._act(t, f"{label}: {word} ({why}), check {mem.dead[label]} of "
                          f"{self.cfg.loop.dead_checks}")
         return checked
 
@@ -315,7 +342,7 @@ class Loop:
                         raise ProviderError(row.provider, "destroy",
                                             f"box {box.box_id} is still listed")
                     self.reg.mark_destroyed(label)
-                    self._act(t, f"{label}: destroyed (dead on {count} checks)")
+                    self._act(t, f"{label}: destroyed (dead or unfit on {count} checks)")
                 else:
                     self.reg.mark_destroyed(label, "vanished")
                     self._act(t, f"{label}: marked vanished (no provider lists it)")

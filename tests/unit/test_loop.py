@@ -6,6 +6,9 @@ the same loop against real boxes, the real deploy and the real checks."""
 from __future__ import annotations
 
 import json
+import os
+import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ import pytest
 from fleet import config
 from fleet.check import Health
 from fleet.errors import ProviderError
-from fleet.loop import Loop, Memory, Owe
+from fleet.loop import Loop, Memory, Owe, _bounded
 from fleet.providers.base import Box, Offer, RentRequest
 from fleet.registry import Row
 
@@ -212,3 +215,63 @@ def test_a_page_that_cannot_be_written_does_not_stop_the_tick(tmp_path: Path) ->
     (tmp_path / "page").write_text("a file where the folder was\n")
     t = loop.tick()
     assert t.well == [row.label] and any(a.startswith("page: not written") for a in t.actions)
+
+
+def test_a_box_whose_agent_refuses_admission_is_unfit_and_replaced(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    row = standing_box(loop, vast)
+    why = "driver 575.64.03 is not the admitted 580.95.05"
+
+    def refused(_cfg: Any, built: Any) -> list[Health]:
+        return [Health(label, "vast", ssh=True, agent=True, admitted=False, admission_reason=why,
+                       problems=[f"admission refused: {why}"])
+                for label, _ in built.groups["standing"]]
+
+    loop.check_fn = refused
+    lines: list[str] = []
+    loop.echo = lines.append
+    t = loop.tick()
+    assert t.dead == {row.label: f"unfit: its agent refused admission ({why})"}
+    assert vast.destroyed == [] and f"{row.label}: unfit (its agent refused admission ({why})), " \
+        "check 1 of 2" in lines
+    loop.tick()
+    assert vast.destroyed == ["1"] and loop.reg.get(row.label).status == "destroyed"  # type: ignore[union-attr]
+
+
+def test_a_box_whose_admission_is_unknown_is_never_unfit(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    standing_box(loop, vast)
+    loop.check_fn = lambda _c, built: [Health(label, "vast", ssh=True, agent=False,
+                                              problems=["agent: down"])
+                                       for label, _ in built.groups["standing"]]
+    loop.converge_fn = lambda _c, labels: None
+    for _ in range(3):
+        assert loop.tick().dead == {}
+    assert vast.destroyed == []
+
+
+def test_a_converge_run_past_its_timeout_is_killed_with_its_children(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    # a parent that forks a sleeping child (as pyinfra forks ssh), then sleeps itself
+    argv = [sys.executable, "-c",
+            "import subprocess, time\n"
+            "c = subprocess.Popen(['sleep', '600'])\n"
+            f"open({str(pidfile)!r}, 'w').write(str(c.pid))\n"
+            "time.sleep(600)"]
+    got = _bounded(argv, dict(os.environ), 10)
+    assert got == "ran past 10 s and was killed"
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 30
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child)
+    done = _bounded([sys.executable, "-c", "print('ok')"], dict(os.environ), 60)
+    assert not isinstance(done, str) and done.returncode == 0 and done.stdout == "ok\n"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"

@@ -15,7 +15,9 @@ from fleet.loop import LoopLock
     (["--interval", "0"], "", "error: --interval must be a positive number of seconds"),
     ([], "[[roster.ghost]]\nprovider = \"vast\"\ncard = \"RTX 4090\"\n",
      "roster.ghost: unknown role 'ghost'"),
-    ([], "[loop]\ninterval_s = -1\n", "loop: interval_s must be positive"),
+    ([], "[loop]\ninterval_s = -1\n", "loop: interval_s and converge_timeout_s must be positive"),
+    ([], "[loop]\nconverge_timeout_s = 0\n",
+     "loop: interval_s and converge_timeout_s must be positive"),
     ([], "[loop]\ncolour = 1\n", "loop: unknown key 'colour'"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], extra: str,
