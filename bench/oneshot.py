@@ -69,24 +69,10 @@ import time  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from sandbox import fleet_toml  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-CONFIG = """
-[fleet]
-registry = "{state}/boxes.json"
-known_hosts = "{state}/known_hosts"
-ssh_key = "{state}/ssh/fleet"
-releases = "{state}/releases"
-daily_budget_usd = 500
-[store]
-repo = "fleet/outputs"
-archive = "{state}/archive"
-[roles.bench]
-kind = "oneshot"
-image = "img"
-disk_gb = 20
-admitted_driver = "580.95.05"
-"""
 MIB = 1 << 20
 OUTPUT_FILES = 4
 # writes N files of random bytes into out/, 8 MiB at a time
@@ -213,7 +199,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
         base = Path(tmp)
-        (base / "fleet.toml").write_text(CONFIG.format(state=base / "state"))
+        (base / "fleet.toml").write_text(fleet_toml.render(base / "state", store=True,
+                                       roles=fleet_toml.BENCH_ROLE))
         env = {**os.environ, "FLEET_CONFIG": str(base / "fleet.toml"),
                "FLEET_SANDBOX_DIR": str(base / "sandbox"), "PYINFRA_PROGRESS": "off",
                "HF_HOME": str(base / "hf-home"), "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO))
 
-from bench.standing_convert import CONFIG, requests_per_box  # noqa: E402
+from bench.standing_convert import config, requests_per_box  # noqa: E402
 
 ROOT = "/root/fleet"
 # Box-side sampler: one line per change of what the node's RPC answers (or "down").
@@ -93,7 +93,7 @@ class Bench:
         self.base = base
         self.n = n
         self.sandbox = base / "sandbox"
-        (base / "fleet.toml").write_text(CONFIG.format(state=base / "state"))
+        (base / "fleet.toml").write_text(config(base / "state"))
         self.env = {**os.environ, "FLEET_CONFIG": str(base / "fleet.toml"),
                     "FLEET_SANDBOX_DIR": str(self.sandbox), "PYINFRA_PROGRESS": "off",
                     "COLUMNS": "250", "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}

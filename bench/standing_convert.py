@@ -25,31 +25,17 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sandbox import fleet_toml
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-CONFIG = """
-[fleet]
-registry = "{state}/boxes.json"
-known_hosts = "{state}/known_hosts"
-ssh_key = "{state}/ssh/fleet"
-releases = "{state}/releases"
-daily_budget_usd = 1000
-[roles.live]
-kind = "standing"
-image = "img"
-disk_gb = 20
-programs = ["node", "miner", "prover"]
-p2p_port = 26611
-admitted_driver = "580.95.05"
-release = "1.4.0"
-allowed_cuda = ["13.0"]
-[[roster.live]]
-provider = "vast"
-card = "RTX 4090"
-[[roster.live]]
-provider = "runpod"
-card = "RTX 4090"
-"""
+ONE_PER_PROVIDER = (("vast", "RTX 4090", 1), ("runpod", "RTX 4090", 1))
+
+
+def config(state: Path) -> str:
+    return fleet_toml.render(state, budget=1000, roster=ONE_PER_PROVIDER)
+
+
 REQUEST_MARKS = ("Starting session: command", "subsystem request for sftp")
 
 
@@ -76,7 +62,7 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
 def one_size(n: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
         base = Path(tmp)
-        (base / "fleet.toml").write_text(CONFIG.format(state=base / "state"))
+        (base / "fleet.toml").write_text(config(base / "state"))
         sandbox = base / "sandbox"
         env = {**os.environ, "FLEET_CONFIG": str(base / "fleet.toml"),
                "FLEET_SANDBOX_DIR": str(sandbox), "PYINFRA_PROGRESS": "off",

@@ -496,12 +496,13 @@ def sandbox_up(
     role: str = typer.Option(None, help="role to rent them for (default: first standing)"),
     backend: str = typer.Option("auto", help="ns (real SSH hosts), null or auto"),
     seed: int = typer.Option(7),
+    machines: int = typer.Option(16, min=1, help="machines in each provider's market"),
 ) -> None:
     """Start the fake provider APIs (and boxes), write .sandbox/env, rent BOXES boxes."""
     from fleet import sandbox_cmd
 
     sandbox_cmd.up(cfg(), _sandbox_dir(), boxes=boxes, role=role, backend=backend, seed=seed,
-                   console=out)
+                   machines=machines, console=out)
 
 
 @sandbox_app.command("down")

@@ -64,12 +64,13 @@ def _backend(choice: str) -> str:
 
 
 def up(cfg: Config, state_dir: Path, boxes: int, role: str | None, backend: str, seed: int,
-       console: Console) -> list[str]:
+       console: Console, machines: int = 16) -> list[str]:
     import sandbox.manage as manage
     from sandbox.releases import build_store
 
     with _sandbox_errors():
-        info = manage.up(state_dir, seed=seed, backend=_backend(backend))
+        info = manage.up(state_dir, seed=seed, backend=_backend(backend),
+                         machines_per_provider=machines)
     # stands in for the release publisher: the simulators' versions, with their digests,
     # recorded through the store's own writer (a release added by hand stays)
     with tempfile.TemporaryDirectory(prefix="fleet-sandbox-releases-") as tmp:

@@ -10,41 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sandbox import fleet_toml
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
-# {state}: the test's state folder. Four standing boxes wanted, two per provider.
-CONFIG = """
-[fleet]
-registry = "{state}/boxes.json"
-known_hosts = "{state}/known_hosts"
-ssh_key = "{state}/ssh/fleet"
-releases = "{state}/releases"
-daily_budget_usd = 500
-[roles.live]
-kind = "standing"
-image = "img"
-disk_gb = 20
-programs = ["node", "miner", "prover"]
-p2p_port = 26611
-admitted_driver = "580.95.05"
-release = "1.4.0"
-allowed_cuda = ["13.0"]
-[roles.bench]
-kind = "oneshot"
-image = "img"
-disk_gb = 20
-admitted_driver = "580.95.05"
-programs = []
-[[roster.live]]
-provider = "vast"
-card = "RTX 4090"
-count = 2
-[[roster.live]]
-provider = "runpod"
-card = "RTX 4090"
-count = 2
-"""
+
+def config(state: Path) -> str:
+    """Four standing boxes wanted (two per provider) and the one-shot `bench` role."""
+    return fleet_toml.render(state, roles=fleet_toml.LIVE_ROLE + fleet_toml.BENCH_ROLE,
+                             roster=fleet_toml.ROSTER_4090)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0,

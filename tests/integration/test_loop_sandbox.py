@@ -14,42 +14,22 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fleet_cli import BIN, REPO, FleetCli, wait_for
 
 from fleet.registry import Registry, Row
-from sandbox import manage
+from sandbox import fleet_toml, manage
 from sandbox.control_client import ControlClient
 
-CONFIG = """
-[fleet]
-registry = "{state}/boxes.json"
-known_hosts = "{state}/known_hosts"
-ssh_key = "{state}/ssh/fleet"
-releases = "{state}/releases"
-daily_budget_usd = {budget}
-[loop]
-interval_s = 10
-dead_checks = 2
-orphan_grace_s = 5
-[roles.live]
-kind = "standing"
-image = "img"
-disk_gb = 20
-programs = ["node", "miner", "prover"]
-p2p_port = 26611
-admitted_driver = "580.95.05"
-release = "1.4.0"
-allowed_cuda = ["13.0"]
-[[roster.live]]
-provider = "vast"
-card = "RTX 4090"
-[[roster.live]]
-provider = "runpod"
-card = "RTX 4090"
-"""
+ROSTER = (("vast", "RTX 4090", 1), ("runpod", "RTX 4090", 1))
+LOOP = {"interval_s": 10, "dead_checks": 2, "orphan_grace_s": 5}
+
+
+def config(state: Path, budget: float = 500) -> str:
+    return fleet_toml.render(state, budget=budget, loop=LOOP, roster=ROSTER)
 
 
 class Loopy(FleetCli):
@@ -102,7 +82,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loopy]:
     if os.geteuid() != 0:
         raise RuntimeError("sandbox boxes need root (namespaces); run the tests as root")
     tmp = tmp_path_factory.mktemp("loop")
-    (tmp / "fleet.toml").write_text(CONFIG.format(state=tmp / "state", budget=500))
+    (tmp / "fleet.toml").write_text(config(tmp / "state"))
     env = {**os.environ, "FLEET_CONFIG": str(tmp / "fleet.toml"),
            "FLEET_SANDBOX_DIR": str(tmp / "sandbox"), "COLUMNS": "250",
            "PYINFRA_PROGRESS": "off"}
@@ -209,7 +189,7 @@ def test_a_budget_too_low_owes_the_box_with_the_figures(fleet: Loopy) -> None:
     row = fleet.settle()[0]
     fleet.fleet("destroy", row.label, "--force")
     poor = fleet.tmp / "poor.toml"
-    poor.write_text(CONFIG.format(state=fleet.tmp / "state", budget=0.01))
+    poor.write_text(config(fleet.tmp / "state", budget=0.01))
     before = len(fleet.rows())
     r = fleet.run(str(BIN / "fleet"), "--config", str(poor), "loop", "--once", "--json")
     t = json.loads(r.stdout.strip().splitlines()[-1])

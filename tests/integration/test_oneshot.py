@@ -21,27 +21,13 @@ import pytest
 from fleet_cli import BIN, REPO, FleetCli, wait_for
 
 from fleet.registry import Registry, Row
-from sandbox import manage
+from sandbox import fleet_toml, manage
 from sandbox.control_client import ControlClient
 
 EXAMPLE = REPO / "examples" / "bench"
 UNQUALIFIED = "GPU-00000000-0000-4000-8000-000000000000"
 
-CONFIG = """
-[fleet]
-registry = "{state}/boxes.json"
-known_hosts = "{state}/known_hosts"
-ssh_key = "{state}/ssh/fleet"
-releases = "{state}/releases"
-daily_budget_usd = 500
-[store]
-repo = "fleet/outputs"
-archive = "{state}/archive"
-[roles.bench]
-kind = "oneshot"
-image = "img"
-disk_gb = 20
-admitted_driver = "580.95.05"
+ROLES = fleet_toml.BENCH_ROLE + """\
 banned_symbols = ["cublas*", "*softmax*", "*tanh*", "*matrixmultiply*"]
 [roles.qualified]
 kind = "oneshot"
@@ -127,7 +113,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneShot]:
     if os.geteuid() != 0:
         raise RuntimeError("sandbox boxes need root (namespaces); run the tests as root")
     tmp = tmp_path_factory.mktemp("oneshot")
-    (tmp / "fleet.toml").write_text(CONFIG.format(state=tmp / "state", unqualified=UNQUALIFIED))
+    (tmp / "fleet.toml").write_text(fleet_toml.render(
+        tmp / "state", store=True, roles=ROLES.format(unqualified=UNQUALIFIED)))
     env = {**os.environ, "FLEET_CONFIG": str(tmp / "fleet.toml"),
            "FLEET_SANDBOX_DIR": str(tmp / "sandbox"), "COLUMNS": "250",
            "PYINFRA_PROGRESS": "off", "HF_HOME": str(tmp / "hf-home")}

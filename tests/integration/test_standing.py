@@ -25,7 +25,7 @@ from typing import Any
 
 import paramiko
 import pytest
-from fleet_cli import BIN, CONFIG, REPO, FleetCli, wait_for
+from fleet_cli import BIN, REPO, FleetCli, config, wait_for
 
 from fleet.registry import Registry
 from sandbox import manage
@@ -108,7 +108,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     if os.geteuid() != 0:
         raise RuntimeError("sandbox boxes need root (namespaces); run the tests as root")
     tmp = tmp_path_factory.mktemp("standing")
-    (tmp / "fleet.toml").write_text(CONFIG.format(state=tmp / "state"))
+    (tmp / "fleet.toml").write_text(config(tmp / "state"))
     sandbox_dir = tmp / "sandbox"
     env = {**os.environ, "FLEET_CONFIG": str(tmp / "fleet.toml"),
            "FLEET_SANDBOX_DIR": str(sandbox_dir), "COLUMNS": "200", "PYINFRA_PROGRESS": "off"}

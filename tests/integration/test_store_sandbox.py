@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import paramiko
 import pytest
-from fleet_cli import BIN, CONFIG, REPO, FleetCli
+from fleet_cli import BIN, REPO, FleetCli, config
 
 from fleet.registry import Registry, Row
 from sandbox import manage
@@ -98,7 +98,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     if os.geteuid() != 0:
         raise RuntimeError("sandbox boxes need root (namespaces); run the tests as root")
     tmp = tmp_path_factory.mktemp("store")
-    (tmp / "fleet.toml").write_text(CONFIG.format(state=tmp / "state"))
+    (tmp / "fleet.toml").write_text(config(tmp / "state"))
     sandbox_dir = tmp / "sandbox"
     env = {**os.environ, "FLEET_CONFIG": str(tmp / "fleet.toml"),
            "FLEET_SANDBOX_DIR": str(sandbox_dir), "COLUMNS": "200"}
