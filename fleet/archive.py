@@ -6,6 +6,11 @@ manifest the box made of the same bytes as it sent them (`python -m agent manife
 Layout: `<archive>/<label>/<job>/` holds the outputs and `fleet-manifest.json` (the box's
 manifest). A pull lands in a sibling `.incoming` folder first and replaces the archive only
 once every file matched, so an archive folder is always a verified copy.
+
+A pull is not durable by itself: the kernel writes the files back while the teardown pushes
+and reads back the store, and `make_durable` (fsync of every file and folder) is the last
+step before the box is destroyed. Syncing each file as it arrived would stall the stream on
+the disk for no gain, since the box still holds the outputs until that last step.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from fleet import fileutil
 from fleet.errors import FleetError
 
 MANIFEST = "fleet-manifest.json"
@@ -72,8 +78,6 @@ def receive(stream: IO[bytes], dest: Path) -> tuple[dict[str, dict[str, Any]], A
                     h.update(chunk)
                     out.write(chunk)
                     size += len(chunk)
-                out.flush()
-                os.fsync(out.fileno())
             got[rel] = {"size": size, "sha256": h.hexdigest()}
     return got, sent
 
@@ -115,6 +119,12 @@ def compare(manifest: list[dict[str, Any]], got: dict[str, dict[str, Any]],
 
 def folder(archive: Path, label: str, job: str) -> Path:
     return archive / label / job
+
+
+def make_durable(path: Path) -> None:
+    """The archive folder on disk for good (its files, its folders and its own name); an
+    OSError (a full disk, an I/O error) means the copy cannot be counted on."""
+    fileutil.fsync_tree(path)
 
 
 def pull(stream: IO[bytes], archive: Path, label: str, job: str) -> Pulled:

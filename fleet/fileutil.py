@@ -27,11 +27,29 @@ def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
             os.unlink(tmp)
         raise
     # the rename is durable only once the directory entry is
-    dfd = os.open(path.parent, os.O_DIRECTORY)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make the folder's entries (names created, renamed or removed in it) durable."""
+    dfd = os.open(folder, os.O_DIRECTORY)
     try:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def fsync_tree(root: Path) -> None:
+    """Make every file under `root`, the folders holding them and `root`'s own entry durable."""
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(folder))
+    fsync_dir(root.parent)
 
 
 @contextlib.contextmanager

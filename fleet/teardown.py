@@ -7,7 +7,8 @@
 3. Pushed to the store in one commit (manifest included, parent commit pinned), then read back
    at that commit from a fresh cache: sizes and hashes, then the bytes, hashed.
 4. On the box again, sizes and mtimes against the manifest it saved: a file written after it
-   was read keeps the box (no byte is read twice).
+   was read keeps the box (no byte is read twice). The archive is fsynced (the kernel wrote
+   most of it back during step 3).
 5. Only then destroyed through the provider; the row is marked destroyed once the provider no
    longer lists the box.
 
@@ -224,6 +225,10 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
     if changed:  # a straggler wrote on: both copies are stale, the next teardown pushes anew
         reg.update(row.label, store_commit=None)
         _keep(reg, row, changed, "box (written to after they were read)")
+    try:
+        archive.make_durable(pulled.path)
+    except OSError as e:
+        _keep(reg, row, [f"{pulled.path}: cannot be made durable ({e})"], "archive")
     out.commit = commit
 
 

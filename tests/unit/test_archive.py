@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
-from fleet import archive
+import pytest
+
+from fleet import archive, fileutil
 
 
 def tar_stream(files: dict[str, bytes], extra: list[tarfile.TarInfo] | None = None,
@@ -154,3 +158,32 @@ class _Counted:
 
     def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
         return getattr(self._f, name)
+
+
+def test_make_durable_syncs_every_file_and_folder_of_the_archive(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    pulled = archive.pull(tar_stream(FILES), tmp_path, "box-1", "job")
+    synced: list[str] = []
+    real = fileutil.os.fsync
+
+    def record(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(fileutil.os, "fsync", record)
+    archive.make_durable(pulled.path)
+    job = pulled.path
+    assert set(synced) == {str(job / "results.json"), str(job / "deep/samples.bin"),
+                           str(job / archive.MANIFEST), str(job), str(job / "deep"),
+                           str(job.parent)}
+
+
+def test_a_disk_that_cannot_sync_is_an_error(tmp_path: Path, monkeypatch) -> None:
+    pulled = archive.pull(tar_stream(FILES), tmp_path, "box-1", "job")
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fileutil.os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        archive.make_durable(pulled.path)
