@@ -146,14 +146,25 @@ def load(registry: Path) -> Bills | None:
 
 
 def estimate(row: Row, now: datetime) -> float:
-    """What `row` cost since UTC midnight by its recorded price: USD/h times the hours it ran
-    today (a stopped box at its full price, an upper bound that covers its storage)."""
+    """What `row` cost since UTC midnight by its recorded prices: the hours it ran today at
+    its price, plus the hours it has been stopped at its storage price (see `priced`)."""
     if row.status == "failed":
         return 0.0
     start = _parse(row.created_at) if row.created_at else now
-    end = _parse(row.destroyed_at) if row.destroyed_at else now
-    run_from, run_to = max(start, _midnight(now)), min(end, now)
-    return row.usd_per_hour * max(0.0, (run_to - run_from).total_seconds()) / 3600
+    return priced(row, max(start, _midnight(now)), now)
+
+
+def priced(row: Row, frm: datetime, to: datetime) -> float:
+    """USD `row` cost between `frm` and `to` by its recorded prices: USD/h until the listing
+    showed it stopped (`stopped_at`), its storage's USD/h from then. A stop of unknown storage
+    price counts at the full price (an upper bound), and so does a stop that ended: the
+    registry keeps only the current one."""
+    end = min(_parse(row.destroyed_at), to) if row.destroyed_at else to
+    stop = _parse(row.stopped_at) if row.stopped_at else end
+    rate = row.usd_per_hour if row.stopped_usd_per_hour is None else row.stopped_usd_per_hour
+    running = max(0.0, (min(stop, end) - frm).total_seconds())
+    stopped = max(0.0, (end - max(stop, frm)).total_seconds())
+    return (row.usd_per_hour * running + rate * stopped) / 3600
 
 
 def ran_today(row: Row, now: datetime) -> bool:
@@ -191,7 +202,7 @@ def spent_from(rows: Sequence[Row], bills: Bills | None, now: datetime | None = 
         covered = _parse(bills.covered.get(r.provider, bills.read_at))
         start = _parse(r.created_at) if r.created_at else covered
         end = min(_parse(r.destroyed_at), now) if r.destroyed_at else now
-        tail = r.usd_per_hour * max(0.0, (end - max(covered, start)).total_seconds()) / 3600
+        tail = priced(r, max(covered, start), end)
         out.append(SpentRow(r.label, r.provider, charged + tail, "bill", billed_usd=charged,
                             tail_usd=tail))
     return Spent(_iso(now), tuple(out), errors)

@@ -253,6 +253,7 @@ class Loop:
             failed.add(e.provider)
             self._act(t, f"provider {e.provider}: {e} (its boxes are not judged this tick)")
             t.provider_errors.append(str(e))
+        self._note_stops(v)
         read = bills.refresh(self.cfg.registry, self.providers)  # for the rents and the page
         for name, why in read.errors.items():
             self._act(t, f"bills: {name} gave none ({why}); its boxes are estimated")
@@ -269,6 +270,16 @@ class Loop:
             self._act(t, f"page: not written ({e})")
         t.took_s = round(time.monotonic() - started, 2)
         return t
+
+    def _note_stops(self, v: View) -> None:
+        """Record when a listing first showed a box stopped (it then bills its storage only,
+        for the estimate of what it spent), and forget it once the box runs again."""
+        for row, box in v.matched:
+            stopped = box.status in ("stopped", "exited")
+            if stopped and row.stopped_at is None:
+                self.reg.update(row.label, stopped_at=now_iso())
+            elif not stopped and row.stopped_at is not None:
+                self.reg.update(row.label, stopped_at=None)
 
     def _act(self, t: Tick, line: str) -> None:
         t.actions.append(line)

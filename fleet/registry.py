@@ -60,6 +60,10 @@ class Row:
     rerent_of: str | None = None
     created_at: str = ""
     destroyed_at: str | None = None
+    # money while stopped: storage only (None: unknown, estimated at full price), and since when
+    # a listing has shown the box stopped (the loop keeps it; None while it runs)
+    stopped_usd_per_hour: float | None = None
+    stopped_at: str | None = None
     note: str | None = None
     # one-shot boxes: the job, its deadline and what became of it
     job: str | None = None

@@ -76,10 +76,11 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
         # and the row are one locked step, so concurrent rents cannot both pass it
         what = f"renting a {offer.card} on {offer.provider} for ${offer.usd_per_hour:.3f}/h"
         hours = None if job is None else job[1] / 60
+        req = request_for(cfg, role, lab, offer.provider)
         row = reg.add(Row(
             label=lab, provider=offer.provider, role=role.name, kind=role.kind, card=offer.card,
             gpu_count=offer.gpu_count, usd_per_hour=offer.usd_per_hour, driver=offer.driver,
-            cloud=offer.cloud,
+            cloud=offer.cloud, stopped_usd_per_hour=offer.stopped_usd_per_hour(req),
             rerent_of=rerent_of, node_sha16_wanted=None,
             note="resumed after an unfinished rent" if resume else None,
             job=None if job is None else job[0],
@@ -89,7 +90,7 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
                                bills=bills.load(cfg.registry)),
             resume=resume)
         try:
-            box = p.rent(offer, request_for(cfg, role, lab, offer.provider))
+            box = p.rent(offer, req)
         except (NoCapacity, OfferGone) as e:
             # the offer went between search and rent: the next one may still be there
             reg.update(lab, status="failed", destroyed_at=now_iso(), note=str(e))

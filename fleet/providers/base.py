@@ -6,6 +6,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+HOURS_PER_MONTH = 720.0  # how both providers turn a monthly storage price into an hourly one
+# RunPod: a stopped pod's volume, USD per GB per month (its docs; the container disk is dropped)
+RUNPOD_STOPPED_VOLUME_GB_MONTH = 0.20
+
 
 @dataclass(frozen=True)
 class Offer:
@@ -21,7 +25,17 @@ class Offer:
     reliability: float | None = None
     direct_ports: int | None = None
     stock: str | None = None  # RunPod stockStatus
+    # what its kept storage costs while the box is stopped, USD per GB per month (None: unknown)
+    stopped_usd_per_gb_month: float | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def stopped_usd_per_hour(self, req: RentRequest) -> float | None:
+        """What the box rented for `req` bills while stopped: its storage only. Vast keeps (and
+        bills) the one disk; RunPod keeps the volume and drops the container disk."""
+        if self.stopped_usd_per_gb_month is None:
+            return None
+        kept = req.disk_gb + req.volume_gb if self.provider == "vast" else req.volume_gb
+        return self.stopped_usd_per_gb_month * kept / HOURS_PER_MONTH
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any
 
 from fleet.errors import AuthFailed, NoCapacity, ProviderError
 from fleet.providers import cards
-from fleet.providers.base import Box, Offer, RentRequest
+from fleet.providers.base import RUNPOD_STOPPED_VOLUME_GB_MONTH, Box, Offer, RentRequest
 from fleet.providers.client import Client, p2p_public_port
 from fleet.providers.gql import Enum, literal, operation
 
@@ -153,7 +153,8 @@ class RunPod(Client):
         return Offer(
             provider=self.name, offer_id=f"{type_id}:{cloud}", card=cards.from_runpod(type_id),
             gpu_count=gpu_count, usd_per_hour=round(float(price) * gpu_count, 6),
-            cloud=cloud, stock=lp.get("stockStatus"), raw=t,
+            cloud=cloud, stock=lp.get("stockStatus"),
+            stopped_usd_per_gb_month=RUNPOD_STOPPED_VOLUME_GB_MONTH, raw=t,
         )
 
     # -- rent -------------------------------------------------------------------------------

@@ -137,6 +137,7 @@ class Vast(Client):
             country=country or None,
             reliability=o.get("reliability2", o.get("reliability")),
             direct_ports=o.get("direct_port_count"),
+            stopped_usd_per_gb_month=_number(o.get("storage_cost")),
             raw=o,
         )
 
@@ -302,6 +303,13 @@ class Vast(Client):
         body = self._call("DELETE", f"/api/v0/instances/{box_id}/", call, gone_ok=True)
         if body.get("success") is False and not _gone(body):
             raise self.http.error(ProviderError, call, _message(body) or "refused")
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _gone(body: dict[str, Any]) -> bool:

@@ -275,3 +275,17 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+def test_the_loop_notes_when_a_box_was_listed_stopped_and_forgets_it_when_it_runs(
+        tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    row = standing_box(loop, vast)
+    vast.listed["1"].status = "exited"
+    loop.tick()
+    stopped_at = loop.reg.get(row.label).stopped_at  # type: ignore[union-attr]
+    assert stopped_at is not None
+    loop.converge_fn = lambda _c, labels: None
+    vast.listed["1"].status = "running"
+    loop.tick()
+    assert loop.reg.get(row.label).stopped_at is None  # type: ignore[union-attr]
