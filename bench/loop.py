@@ -8,12 +8,13 @@ healthy boxes.
    host dies. Figures: from the host's death to the end of the tick that replaced it (its
    new box converted by the standing deploy and verified by the testinfra checks), how much
    of that was the conversion, and the target: two intervals plus that one conversion.
-2. Healthy ticks: a fresh sandbox whose roster wants N boxes (half per provider, over four
-   cards), filled and converted by the loop, then settled; then `fleet loop --once` three
-   times. Per tick: the loop process's CPU (user + system; it starts Python and imports
-   pyinfra each time), and the SSH requests each box's sshd logged (LogLevel VERBOSE: each
-   exec'd command or sftp start is one). Target: at most one SSH command per healthy box
-   per tick.
+2. Healthy ticks: a fresh sandbox (four machines per wanted box in each provider's
+   market) whose roster wants N RTX 4090 boxes (half per provider), filled and
+   converted by the loop (a box RunPod placed on another driver is unfit and replaced),
+   then settled; then `fleet loop --once` three times. Per tick: the loop process's CPU
+   (user + system; it starts Python and imports pyinfra each time), and the SSH requests
+   each box's sshd logged (LogLevel VERBOSE: each exec'd command or sftp start is one).
+   Target: at most one SSH command per healthy box per tick.
 """
 
 from __future__ import annotations
@@ -32,45 +33,28 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sandbox import fleet_toml
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO / "bench"))
 from standing_convert import requests_per_box  # noqa: E402
 
-CONFIG = """
-[fleet]
-registry = "{state}/boxes.json"
-known_hosts = "{state}/known_hosts"
-ssh_key = "{state}/ssh/fleet"
-releases = "{state}/releases"
-daily_budget_usd = 5000
-[loop]
-interval_s = {interval}
-[roles.live]
-kind = "standing"
-image = "img"
-disk_gb = 20
-programs = ["node", "miner", "prover"]
-admitted_driver = "580.95.05"
-release = "1.4.0"
-{roster}"""
-# the sandbox's market holds about ten admissible boxes of one card per provider: a large
-# roster is spread over four cards
-CARDS = ("RTX 4090", "RTX 3090", "RTX A6000", "L40S")
+# per provider, a market of four machines per wanted box (each holding one to eight GPUs,
+# a third of them on another driver or without a direct port): enough RTX 4090s for all
+CARD = "RTX 4090"
 
 
-def roster(boxes: int) -> str:
-    per = boxes // 2 if boxes <= 2 else boxes // (2 * len(CARDS))
-    cards = CARDS[:1] if boxes <= 2 else CARDS
-    return "".join(f'[[roster.live]]\nprovider = "{p}"\ncard = "{c}"\ncount = {per}\n'
-                   for p in ("vast", "runpod") for c in cards)
+def roster(boxes: int) -> list[tuple[str, str, int]]:
+    return [(p, CARD, max(1, boxes // 2)) for p in ("vast", "runpod")]
 
 
 class Sandbox:
     def __init__(self, base: Path, boxes: int, interval: float) -> None:
         self.base = base
-        (base / "fleet.toml").write_text(CONFIG.format(state=base / "state",
-                                                       roster=roster(boxes), interval=interval))
+        (base / "fleet.toml").write_text(fleet_toml.render(
+            base / "state", budget=5000, loop={"interval_s": interval}, roster=roster(boxes)))
+        self.machines = max(16, 4 * boxes)
         self.env = {**os.environ, "FLEET_CONFIG": str(base / "fleet.toml"),
                     "FLEET_SANDBOX_DIR": str(base / "sandbox"), "PYINFRA_PROGRESS": "off",
                     "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
@@ -78,7 +62,8 @@ class Sandbox:
     def __enter__(self) -> Sandbox:
         from sandbox import manage
 
-        self.fleet("sandbox", "up", "--boxes", "0", "--backend", "ns")
+        self.fleet("sandbox", "up", "--boxes", "0", "--backend", "ns",
+                   "--machines", str(self.machines))
         self.env.update(manage.load_env(self.base / "sandbox"))
         return self
 
@@ -98,13 +83,16 @@ class Sandbox:
         out = self.fleet("loop", "--once", "--json")
         return json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
 
-    def settle(self, boxes: int) -> None:
-        deadline = time.monotonic() + 3600
-        while time.monotonic() < deadline:
+    def settle(self, boxes: int, ticks: int = 30) -> None:
+        """Tick until every wanted box is well; a market that cannot fill the roster ends
+        the run with the loop's own reasons rather than ticking on."""
+        t: dict[str, Any] = {}
+        for _ in range(ticks):
             t = self.tick()
             if len(t["well"]) == boxes and not t["owed"] and not t["problems"]:
                 return
-        raise SystemExit(f"the fleet of {boxes} did not settle")
+        raise SystemExit(f"the fleet of {boxes} did not settle in {ticks} ticks: "
+                         f"owed {t.get('owed')}, problems {t.get('problems')}")
 
 
 def replacement(interval: float) -> dict[str, Any]:
