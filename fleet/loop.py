@@ -12,7 +12,8 @@ Each tick:
    image, driver pin, allowed CUDA and p2p port), labelled `<label>-r<n>`, `rerent_of` set.
    A box whose agent refuses admission (a driver other than the pinned one, an unqualified
    GPU: RunPod advertises no driver, so admission after boot is the only guard) is *unfit*,
-   counted like a dead one: kept, it would bill for a card that never works.
+   counted like a dead one: kept, it would bill for a card that never works. Its machine
+   (where the provider names it) is passed over by the re-rents for a day (`loop.json`).
    A box whose SSH answers but whose agent is down is converged again (its agent back).
 3. Rents what is owed: the re-rents, and the roster's wanted boxes (`[[roster.ROLE]]`) that
    no live box fills, cheapest admissible offer first, each within the daily budget (the
@@ -100,13 +101,16 @@ class Memory:
     rerents: list[Owe] = field(default_factory=list)  # dead boxes not replaced yet
     owed: list[Owe] = field(default_factory=list)  # the last tick's owed boxes, as reported
     orphans: dict[str, str] = field(default_factory=dict)  # "provider/id" -> first seen
+    # "provider/machine" -> when a box on it was found unfit: its offers are passed over
+    unfit_machines: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> Memory:
         try:
             d = json.loads(path.read_text())
             return cls(int(d["tick"]), dict(d["dead"]), [Owe(**o) for o in d["rerents"]],
-                       [Owe(**o) for o in d["owed"]], dict(d["orphans"]))
+                       [Owe(**o) for o in d["owed"]], dict(d["orphans"]),
+                       dict(d.get("unfit_machines", {})))
         except FileNotFoundError:
             return cls()
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -176,6 +180,7 @@ class LoopLock:
 
 
 Converge = Callable[[Config, list[str]], str | None]
+UNFIT_MACHINE_S = 24 * 3600
 
 
 def converge(cfg: Config, labels: list[str]) -> str | None:
@@ -259,6 +264,7 @@ class Loop:
             self._act(t, f"bills: {name} gave none ({why}); its boxes are estimated")
         health = self._judge(t, mem, v, failed)
         self._replace_dead(t, mem, v)
+        self._forget_unfit(mem)
         fresh = self._rent_owed(t, mem)
         self._converge(t, fresh)
         self._orphans(t, mem, v, failed)
@@ -362,6 +368,8 @@ class Loop:
                              "next tick")
                 continue
             del mem.dead[label]
+            if t.dead.get(label, "").startswith("unfit") and box is not None and box.machine_id:
+                mem.unfit_machines[f"{row.provider}/{box.machine_id}"] = now_iso()
             if is_standing(self.cfg, row):
                 mem.rerents.append(Owe(row.role, row.provider, row.card, row.gpu_count,
                                        now_iso(), rerent_of=label, cloud=row.cloud))
@@ -383,10 +391,17 @@ class Loop:
                 out.append(Owe(*shape, since=before.get((shape, None), now_iso())))
         return out
 
+    def _forget_unfit(self, mem: Memory) -> None:
+        """A machine found unfit is passed over for UNFIT_MACHINE_S: its host may fix it."""
+        now = time.time()
+        for key, at in list(mem.unfit_machines.items()):
+            if now - _epoch(at) > UNFIT_MACHINE_S:
+                del mem.unfit_machines[key]
+
     def _rent_owed(self, t: Tick, mem: Memory) -> list[str]:
         rented = []
         for o in self.owed(mem):
-            label = self._try_rent(t, o)
+            label = self._try_rent(t, o, mem.unfit_machines)
             if label is None:
                 t.owed.append(o)
                 continue
@@ -401,8 +416,9 @@ class Loop:
                 self._act(t, f"waiting for SSH on {', '.join(rented)}: {e}")
         return rented
 
-    def _try_rent(self, t: Tick, o: Owe) -> str | None:
-        """Rent one owed box; None (and `o.reason` set) when it cannot be rented now."""
+    def _try_rent(self, t: Tick, o: Owe, unfit: Mapping[str, str]) -> str | None:
+        """Rent one owed box; None (and `o.reason` set) when it cannot be rented now. Offers
+        on a machine where a box was found unfit are passed over."""
         role: Role = self.cfg.role(o.role)
         p = self.providers.get(o.provider)
         if p is None:
@@ -411,6 +427,13 @@ class Loop:
         found, failures = offers_mod.search(role, [p], card=o.card, gpus=o.gpus)
         if o.cloud:
             found = [f for f in found if f.cloud == o.cloud]
+        fit = [f for f in found if f"{f.provider}/{f.machine_id}" not in unfit]
+        if found and not fit:
+            o.reason = (f"no admissible offer: the {len(found)} offered are on machines "
+                        "where a box was found unfit")
+            self._act(t, f"owed {o.role} {o.card} x{o.gpus} on {o.provider}: {o.reason}")
+            return None
+        found = fit
         if not found:
             o.reason = (f"provider refusing: {failures[0]}" if failures
                         else self._no_offer(role, p, o))

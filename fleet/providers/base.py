@@ -25,6 +25,7 @@ class Offer:
     reliability: float | None = None
     direct_ports: int | None = None
     stock: str | None = None  # RunPod stockStatus
+    machine_id: str | None = None  # Vast: the host machine the ask is on (RunPod places pods)
     # what its kept storage costs while the box is stopped, USD per GB per month (None: unknown)
     stopped_usd_per_gb_month: float | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -53,6 +54,7 @@ class Box:
     public_ip: str | None = None
     p2p_public_port: int | None = None
     ports: dict[int, int] = field(default_factory=dict)  # internal TCP port -> public port
+    machine_id: str | None = None  # the host machine it runs on, where the provider says
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -25,6 +25,7 @@ _GONE = ("not found", "does not exist")
 
 POD_FIELDS = (
     "id name desiredStatus costPerHr gpuCount imageName lastStatusChange uptimeSeconds ports "
+    "machineId "
     "runtime { uptimeInSeconds ports { ip isIpPublic privatePort publicPort type } } "
     "machine { gpuDisplayName podHostId }"
 )
@@ -246,6 +247,7 @@ class RunPod(Client):
             public_ip=public_ip,
             p2p_public_port=p2p_public_port(ports, self.p2p_port),
             ports=ports,
+            machine_id=str(pod["machineId"]) if pod.get("machineId") else None,
             raw=pod,
         )
 

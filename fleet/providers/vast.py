@@ -138,6 +138,7 @@ class Vast(Client):
             reliability=o.get("reliability2", o.get("reliability")),
             direct_ports=o.get("direct_port_count"),
             stopped_usd_per_gb_month=_number(o.get("storage_cost")),
+            machine_id=_text(o.get("machine_id")),
             raw=o,
         )
 
@@ -285,6 +286,7 @@ class Vast(Client):
             public_ip=public_ip,
             p2p_public_port=p2p_public_port(ports, self.p2p_port),
             ports=ports,
+            machine_id=_text(inst.get("machine_id")),
             raw=inst,
         )
 
@@ -303,6 +305,10 @@ class Vast(Client):
         body = self._call("DELETE", f"/api/v0/instances/{box_id}/", call, gone_ok=True)
         if body.get("success") is False and not _gone(body):
             raise self.http.error(ProviderError, call, _message(body) or "refused")
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)
 
 
 def _number(value: Any) -> float | None:

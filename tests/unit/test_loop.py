@@ -234,8 +234,14 @@ def test_a_box_whose_agent_refuses_admission_is_unfit_and_replaced(tmp_path: Pat
     assert t.dead == {row.label: f"unfit: its agent refused admission ({why})"}
     assert vast.destroyed == [] and f"{row.label}: unfit (its agent refused admission ({why})), " \
         "check 1 of 2" in lines
-    loop.tick()
+    vast.listed["1"].machine_id = "m1"
+    vast.market = [Offer("vast", "9", "RTX 4090", 1, 0.2, driver="580.95.05", machine_id="m1")]
+    t = loop.tick()
     assert vast.destroyed == ["1"] and loop.reg.get(row.label).status == "destroyed"  # type: ignore[union-attr]
+    # its machine is passed over: the only offer is on it, so the re-rent is owed
+    assert [o.reason for o in t.owed] == [
+        "no admissible offer: the 1 offered are on machines where a box was found unfit"]
+    assert Memory.load(loop.memory_path).unfit_machines.keys() == {"vast/m1"}
 
 
 def test_a_box_whose_admission_is_unknown_is_never_unfit(tmp_path: Path) -> None:
