@@ -10,7 +10,6 @@ saved manifest, reading no file's bytes: what changed after the read, one line e
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import tarfile
@@ -45,48 +44,57 @@ def manifest(root: Path) -> list[dict[str, Any]]:
             for rel, path in _files(root)]
 
 
-class _Hashing(io.RawIOBase):
-    """A file read through once: every byte handed out is hashed on the way."""
-
-    def __init__(self, f: IO[bytes]) -> None:
-        # OpenSSL's sha256 (this command is short-lived, so its RSS does not matter; the
-        # agent's built-in one is several times slower on hosts with SHA extensions)
-        self.f, self.digest = f, hashlib.sha256()
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int | None = -1) -> bytes:
-        data = self.f.read(CHUNK if size is None or size < 0 else size)
-        self.digest.update(data)
-        return data
-
-
 def stream(root: Path, out: IO[bytes], save: Path) -> list[dict[str, Any]]:
-    """Write root's files to `out` as a tar stream, then their manifest; save it to `save`."""
+    """Write root's files to `out` as a tar stream, then their manifest; save it to `save`.
+
+    tarfile writes each header (`TarInfo.tobuf`, PAX for long names and large sizes); the
+    bytes go from the file through one reused buffer to the hash and `out`, where tarfile's
+    own stream would copy every chunk twice more."""
     entries: list[dict[str, Any]] = []
-    with tarfile.open(fileobj=out, mode="w|", bufsize=CHUNK, format=tarfile.PAX_FORMAT) as tar:
-        tar.copybufsize = CHUNK  # type: ignore[attr-defined]  # addfile copies in these
-        for rel, path in _files(root):
-            with open(path, "rb") as f:
-                before = os.fstat(f.fileno())
-                info = tarfile.TarInfo(OUT_PREFIX + rel)
-                info.size, info.mtime, info.mode = before.st_size, int(before.st_mtime), 0o644
-                reader = _Hashing(f)
-                tar.addfile(info, reader)  # exactly `size` bytes, or an error if it shrank
-                after = os.stat(path)
-            entry = {"path": rel, "size": before.st_size, "sha256": reader.digest.hexdigest(),
-                     "mtime_ns": before.st_mtime_ns}
-            if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
-                entry["changed"] = True
-            entries.append(entry)
-        write_json(save, entries, durable=True)
-        blob = json.dumps(entries).encode()
-        info = tarfile.TarInfo(STREAM_MANIFEST)
-        info.size, info.mode = len(blob), 0o644
-        tar.addfile(info, io.BytesIO(blob))
+    buf = memoryview(bytearray(CHUNK))
+    for rel, path in _files(root):
+        with open(path, "rb", buffering=0) as f:
+            before = os.fstat(f.fileno())
+            info = tarfile.TarInfo(OUT_PREFIX + rel)
+            info.size, info.mtime, info.mode = before.st_size, int(before.st_mtime), 0o644
+            out.write(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+            digest = _send(f, before.st_size, buf, out, rel)
+            after = os.stat(path)
+        entry = {"path": rel, "size": before.st_size, "sha256": digest,
+                 "mtime_ns": before.st_mtime_ns}
+        if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+            entry["changed"] = True
+        entries.append(entry)
+    write_json(save, entries, durable=True)
+    blob = json.dumps(entries).encode()
+    info = tarfile.TarInfo(STREAM_MANIFEST)
+    info.size, info.mode = len(blob), 0o644
+    out.write(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+    out.write(blob + _padding(len(blob)))
+    out.write(tarfile.NUL * (2 * tarfile.BLOCKSIZE))  # the end of the archive
     out.flush()
     return entries
+
+
+def _send(f: IO[bytes], size: int, buf: memoryview, out: IO[bytes], rel: str) -> str:
+    """Exactly `size` bytes of `f` (its size when the header was written) to `out`, hashed on
+    the way with OpenSSL's sha256 (this command is short-lived, so its RSS does not matter;
+    the agent's built-in one is several times slower on hosts with SHA extensions); then the
+    padding. A file that shrank meanwhile cannot fill its member: an error, not a short file."""
+    h, left = hashlib.sha256(), size
+    while left:
+        n = f.readinto(buf[:min(left, len(buf))])  # type: ignore[attr-defined]
+        if not n:
+            raise OSError(f"{rel}: shrank while it was read ({size - left} of {size} bytes)")
+        h.update(buf[:n])
+        out.write(buf[:n])
+        left -= n
+    out.write(_padding(size))
+    return h.hexdigest()
+
+
+def _padding(size: int) -> bytes:
+    return tarfile.NUL * (-size % tarfile.BLOCKSIZE)
 
 
 def unchanged_since(root: Path, saved: Path) -> list[str]:

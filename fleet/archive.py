@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import tarfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
@@ -54,32 +55,115 @@ def _member_path(name: str) -> str | None:
 def receive(stream: IO[bytes], dest: Path) -> tuple[dict[str, dict[str, Any]], Any]:
     """Unpack a tar stream's output files into `dest`, hashing each as it is written:
     ({path: {size, sha256}}, the stream's manifest or None). Anything but regular files and
-    folders is skipped."""
+    folders is skipped.
+
+    tarfile parses each header (`TarInfo.frombuf`; PAX and GNU long-name records are applied
+    here), but the file bytes go from the stream into one reused buffer, then to the hash and
+    the file: tarfile's own stream reader joins every chunk into new bytes, a second copy of
+    the outputs that costs as much as hashing them."""
     got: dict[str, dict[str, Any]] = {}
     sent = None
-    with tarfile.open(fileobj=stream, mode="r|", bufsize=CHUNK) as tar:
-        for member in tar:
-            src = tar.extractfile(member) if member.isfile() else None
-            if src is None:
-                continue
-            if member.name == STREAM_MANIFEST and member.size <= MAX_MANIFEST_BYTES:
-                sent = json.loads(src.read())
-                continue
-            if not member.name.startswith(OUT_PREFIX):
-                continue
-            rel = _member_path(member.name[len(OUT_PREFIX):])
-            if rel is None:
-                continue
-            target = dest / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            h, size = hashlib.sha256(), 0
-            with open(target, "wb") as out:
-                while chunk := src.read(CHUNK):
-                    h.update(chunk)
-                    out.write(chunk)
-                    size += len(chunk)
-            got[rel] = {"size": size, "sha256": h.hexdigest()}
+    buf = memoryview(bytearray(CHUNK))
+    for name, kind, size in _members(stream):
+        if kind not in FILE_TYPES:
+            _copy(stream, size, buf, None)
+            continue
+        if name == STREAM_MANIFEST and size <= MAX_MANIFEST_BYTES:
+            sent = json.loads(_read_exact(stream, size))
+            _skip_padding(stream, size)
+            continue
+        rel = _member_path(name[len(OUT_PREFIX):]) if name.startswith(OUT_PREFIX) else None
+        if rel is None:
+            _copy(stream, size, buf, None)
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        h = hashlib.sha256()
+        with open(target, "wb") as out:
+            def sink(chunk: memoryview, h: Any = h, out: IO[bytes] = out) -> None:
+                h.update(chunk)
+                out.write(chunk)
+
+            _copy(stream, size, buf, sink)
+        got[rel] = {"size": size, "sha256": h.hexdigest()}
     return got, sent
+
+
+FILE_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE)
+BLOCK = tarfile.BLOCKSIZE
+
+
+def _members(stream: IO[bytes]) -> Iterator[tuple[str, bytes, int]]:
+    """(name, type, size) of each member; the caller consumes its data (`_copy`). Ends at the
+    zero block that closes an archive, or where the stream ends between members; a stream
+    ending inside a header or a file is an error."""
+    pax: dict[str, str] = {}
+    long_name: str | None = None
+    while True:
+        first = stream.read(BLOCK)
+        if not first:
+            return  # cut at a member's edge: the missing manifest tells (`_box_manifest`)
+        block = first + _read_exact(stream, BLOCK - len(first))
+        if block == tarfile.NUL * BLOCK:
+            return
+        info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+        if info.type in (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME):
+            data = _read_exact(stream, info.size)
+            _skip_padding(stream, info.size)
+            if info.type == tarfile.GNUTYPE_LONGNAME:
+                long_name = data.rstrip(tarfile.NUL).decode("utf-8", "surrogateescape")
+            elif info.type == tarfile.XHDTYPE:
+                pax = _pax_records(data)
+            continue  # a global header (XGLTYPE) carries nothing the outputs need
+        name = pax.get("path") or long_name or info.name
+        size = int(pax["size"]) if "size" in pax else info.size
+        pax, long_name = {}, None
+        if size < 0:
+            raise ValueError(f"{name}: negative size in its tar header")
+        yield name, info.type, size
+
+
+def _pax_records(data: bytes) -> dict[str, str]:
+    """A PAX extended header's `LENGTH key=value\n` records."""
+    out, pos = {}, 0
+    while pos < len(data) and data[pos:pos + 1] != tarfile.NUL:
+        space = data.index(b" ", pos)
+        length = int(data[pos:space])
+        if length <= space - pos or data[pos + length - 1:pos + length] != b"\n":
+            raise ValueError("malformed PAX record in the tar stream")
+        key, _, value = data[space + 1:pos + length - 1].partition(b"=")
+        out[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+        pos += length
+    return out
+
+
+def _copy(stream: IO[bytes], size: int, buf: memoryview,
+          sink: Callable[[memoryview], Any] | None) -> None:
+    """Exactly `size` bytes of member data through `buf` into `sink` (None: skipped), then
+    the member's padding to the next block."""
+    left = size
+    while left:
+        n = stream.readinto(buf[:min(left, len(buf))])  # type: ignore[attr-defined]
+        if not n:
+            raise ValueError("the tar stream ended inside a file")
+        if sink is not None:
+            sink(buf[:n])
+        left -= n
+    _skip_padding(stream, size)
+
+
+def _skip_padding(stream: IO[bytes], size: int) -> None:
+    _read_exact(stream, -size % BLOCK)
+
+
+def _read_exact(stream: IO[bytes], n: int) -> bytes:
+    data = stream.read(n) if n else b""
+    while len(data) < n:
+        more = stream.read(n - len(data))
+        if not more:
+            raise ValueError("the tar stream ended early")
+        data += more
+    return data
 
 
 def _box_manifest(sent: Any) -> tuple[list[dict[str, Any]], list[str]]:

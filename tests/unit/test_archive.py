@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleet import archive, fileutil
+from fleet.errors import FleetError
 
 
 def tar_stream(files: dict[str, bytes], extra: list[tarfile.TarInfo] | None = None,
@@ -119,8 +120,8 @@ def test_the_agents_stream_round_trips_and_reads_each_byte_once(tmp_path: Path,
         (out / rel).write_bytes(data)
     read: list[int] = []
 
-    def counting_open(path, mode="r"):  # type: ignore[no-untyped-def]
-        f = open(path, mode)  # noqa: SIM115 (closed by the wrapper)
+    def counting_open(path, mode="r", **kw):  # type: ignore[no-untyped-def]
+        f = open(path, mode, **kw)  # noqa: SIM115 (closed by the wrapper)
         return _Counted(f, read)
 
     # every file the agent's stream opens, counted as it is read
@@ -149,6 +150,11 @@ class _Counted:
         data = self._f.read(n)
         self._read.append(len(data))
         return data
+
+    def readinto(self, buf) -> int:  # type: ignore[no-untyped-def]
+        n = self._f.readinto(buf)
+        self._read.append(n)
+        return n
 
     def __enter__(self):  # type: ignore[no-untyped-def]
         return self
@@ -187,3 +193,18 @@ def test_a_disk_that_cannot_sync_is_an_error(tmp_path: Path, monkeypatch) -> Non
     monkeypatch.setattr(fileutil.os, "fsync", full)
     with pytest.raises(OSError, match="No space left"):
         archive.make_durable(pulled.path)
+
+
+def test_long_names_and_a_stream_cut_anywhere(tmp_path: Path) -> None:
+    deep = "d/" * 80 + "results.bin"  # past ustar's 100 bytes: a PAX header carries it
+    files = {deep: b"x" * 700, "small.txt": b"y"}
+    pulled = archive.pull(tar_stream(files), tmp_path / "a", "box", "job")
+    assert pulled.problems == [] and (pulled.path / deep).read_bytes() == b"x" * 700
+    whole = tar_stream(files).getvalue()
+    first = 3 * tarfile.BLOCKSIZE + 1024  # the PAX header, the file's header, its two blocks
+    between = archive.pull(io.BytesIO(whole[:first]), tmp_path / "b", "box", "job")
+    assert between.problems == ["the box sent no manifest after its files (the stream was "
+                                "cut short?)"]
+    for cut in (first - 100, first + 10):  # inside a file, inside a header
+        with pytest.raises(FleetError, match="ended"):
+            archive.pull(io.BytesIO(whole[:cut]), tmp_path / f"c{cut}", "box", "job")
