@@ -234,3 +234,29 @@ def test_a_storm_of_provider_errors_is_reported_and_rerents_nothing(fleet: Loopy
     t = fleet.tick()
     assert not t["provider_errors"] and sorted(t["well"]) == sorted(r.label for r in rows), t
     assert [r.label for r in fleet.live()] == [r.label for r in rows]
+
+
+def test_a_box_whose_driver_drifted_is_unfit_and_replaced_on_another_machine(
+        fleet: Loopy) -> None:
+    fleet.settle()
+    old = fleet.live("vast")[0]
+    with fleet.control() as c:
+        machine = next(i["machine_id"] for i in c.instances() if i["label"] == old.label)
+    fleet.fleet("sandbox", "fault", "driver_drift", old.label, "--driver", "580.105.08")
+
+    def refused() -> bool:
+        status = json.loads(fleet.ssh(old, "cd /root/fleet && venv/bin/python -m agent status"))
+        return status["admission"]["admitted"] is False
+
+    wait_for("the agent refusing admission on the drifted driver", refused, timeout=120)
+    first = fleet.tick()
+    assert first["dead"][old.label].startswith("unfit: its agent refused admission"), first
+    second = fleet.tick()
+    new_label = second["replaced"][old.label]
+    assert new_label == f"{old.label}-r1" and new_label in second["converged"], second
+    assert fleet.rows()[old.label].status == "destroyed"
+    with fleet.control() as c:
+        placed = next(i["machine_id"] for i in c.instances() if i["label"] == new_label)
+    assert placed != machine  # the drifted machine is passed over
+    memory = json.loads((fleet.tmp / "state" / "loop.json").read_text())
+    assert f"vast/{machine}" in memory["unfit_machines"]
