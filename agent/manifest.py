@@ -9,9 +9,13 @@ saved manifest, reading no file's bytes: what changed after the read, one line e
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import io
 import json
 import os
+import stat
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,6 +56,7 @@ def stream(root: Path, out: IO[bytes], save: Path) -> list[dict[str, Any]]:
     own stream would copy every chunk twice more."""
     entries: list[dict[str, Any]] = []
     buf = memoryview(bytearray(CHUNK))
+    _widen_pipe(out)
     for rel, path in _files(root):
         with open(path, "rb", buffering=0) as f:
             before = os.fstat(f.fileno())
@@ -91,6 +96,14 @@ def _send(f: IO[bytes], size: int, buf: memoryview, out: IO[bytes], rel: str) ->
         left -= n
     out.write(_padding(size))
     return h.hexdigest()
+
+
+def _widen_pipe(out: IO[bytes]) -> None:
+    """1 MiB for the pipe to sshd, where `out` is one (Linux): fewer, larger hand-overs."""
+    with contextlib.suppress(OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        fd = out.fileno()
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, CHUNK)
 
 
 def _padding(size: int) -> bytes:
