@@ -20,8 +20,7 @@ from fleet.providers.base import RentRequest
 from fleet.providers.http import RetryPolicy
 from fleet.registry import Row
 from sandbox.daemon import Sandbox
-
-T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: the sandbox's frozen clock
+from sandbox.frozen import T0, frozen_sandbox
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -144,19 +143,10 @@ def test_a_bill_read_before_midnight_never_counts_after_it(tmp_path: Path) -> No
     assert r.usd == pytest.approx(0.5 * 3 / 60)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
 def sbx() -> Iterator[Sandbox]:
-    s = Sandbox(seed=5, ticker=False, clock=Clock(), poll_interval=0.01)
-    yield s
-    s.close()
+    with frozen_sandbox(seed=5) as s:
+        yield s
 
 
 def test_a_5xx_storm_on_the_fake_providers_is_estimated_then_the_bills_return(

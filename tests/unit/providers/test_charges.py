@@ -17,24 +17,15 @@ from fleet.providers.http import RetryPolicy
 from fleet.providers.runpod import RunPod
 from fleet.providers.vast import Vast
 from sandbox.daemon import Sandbox
+from sandbox.frozen import T0, frozen_sandbox
 
-T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 H = 3600.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 @pytest.fixture
 def sbx() -> Iterator[Sandbox]:
-    s = Sandbox(seed=3, ticker=False, clock=Clock(), poll_interval=0.01)
-    yield s
-    s.close()
+    with frozen_sandbox(seed=3) as s:
+        yield s
 
 
 Sleeps = list[float]

@@ -11,19 +11,8 @@ import pytest
 
 from sandbox.backend import BoxEndpoints, BoxSpec, GpuSpec, NullBackend
 from sandbox.daemon import Sandbox
+from sandbox.frozen import FrozenClock
 from sandbox.world import World
-
-T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
-
-
-class FrozenClock:
-    """Time stands still unless the test (or World.advance) moves it."""
-
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class RecordingBackend:

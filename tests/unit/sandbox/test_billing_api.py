@@ -11,11 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import T0
 from test_sandbox_runpod_api import deploy
 from test_sandbox_vast_api import rent
 
 from sandbox.daemon import Sandbox
+from sandbox.frozen import T0
 from sandbox.ledger import Ledger, Segment
 from sandbox.world import World
 
