@@ -46,7 +46,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from fleet import bills
+from fleet import bills, pyinfra_run
 from fleet import offers as offers_mod
 from fleet import rent as rent_mod
 from fleet.check import Health
@@ -67,7 +67,6 @@ from fleet.registry import Registry, Row, now_iso
 from fleet.sshkeys import write_known_hosts
 from fleet.sync import View, view
 
-REPO = Path(__file__).resolve().parent.parent
 RERENT = re.compile(r"^(?P<base>.+?)-r(?P<n>\d+)$")
 
 
@@ -187,13 +186,8 @@ def converge(cfg: Config, labels: list[str]) -> str | None:
     """The standing deploy on `labels`, then the testinfra checks on them; None when both
     passed, else what failed (one line). Each run is bounded by `converge_timeout_s`: a hung
     deploy must not stall the loop, whose other boxes still need their ticks."""
-    env = {**os.environ, "FLEET_CONFIG": str(cfg.path), "PYINFRA_PROGRESS": "off",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-           "FLEET_INFRA_LIMIT": ",".join(labels)}
-    deploy = [str(Path(sys.executable).parent / "pyinfra"), "-y"]
-    for label in labels:
-        deploy += ["--limit", label]
-    deploy += ["inventory.py", "deploys/standing.py"]
+    env = pyinfra_run.env(cfg, FLEET_INFRA_LIMIT=",".join(labels))
+    deploy = pyinfra_run.argv("deploys/standing.py", labels)
     r = _bounded(deploy, env, cfg.loop.converge_timeout_s)
     if isinstance(r, str):
         return f"the standing deploy {r}"
@@ -213,7 +207,7 @@ def _bounded(argv: list[str], env: dict[str, str],
              timeout_s: float) -> subprocess.CompletedProcess[str] | str:
     """Run `argv` in its own process group; past `timeout_s` the whole group (pyinfra's or
     pytest's SSH children too) is killed and the answer is a sentence, not a result."""
-    p = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+    p = subprocess.Popen(argv, cwd=pyinfra_run.REPO, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = p.communicate(timeout=timeout_s)

@@ -22,7 +22,7 @@ from fleet.config import Config
 from fleet.errors import FleetError, UsageError
 from fleet.job import Job
 from fleet.providers.base import Provider
-from fleet.publish import run_pyinfra
+from fleet.pyinfra_run import run_pyinfra
 from fleet.registry import Registry, Row
 
 DEPLOY = "deploys/oneshot.py"

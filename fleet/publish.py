@@ -24,8 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -39,12 +37,12 @@ from fleet import releases
 from fleet.config import Config
 from fleet.errors import FleetError, UsageError
 from fleet.fileutil import write_atomic
+from fleet.pyinfra_run import run_pyinfra
 from fleet.registry import Registry, now_iso
 
 STATES = ("untouched", "switched", "ahead", "reverted", "failed", "unreachable")
 DONE = frozenset({"switched", "ahead"})
 RECORD = "publish.json"
-REPO = Path(__file__).resolve().parent.parent
 
 Hosts = list[tuple[str, dict[str, Any]]]
 Readback = dict[str, Any]
@@ -380,57 +378,6 @@ def _read_one(data: Mapping[str, Any], timeout: float = 10.0) -> tuple[Readback 
         finally:
             client.close()
     return None, error
-
-
-@dataclass
-class Run:
-    rc: int
-    output: str
-
-    def errors_for(self, label: str) -> list[str]:
-        """pyinfra's lines about one host that say what went wrong."""
-        keys = ("error", "failed", "differ", "refus", "revert", "unhealthy", "not ")
-        prefix = f"[{label}]"
-        lines = []
-        for raw in self.output.splitlines():
-            line = _strip_ansi(raw).strip()
-            if line.startswith(prefix) and any(k in line.lower() for k in keys):
-                lines.append(line[len(prefix):].strip())
-        return lines
-
-
-def _strip_ansi(text: str) -> str:
-    import re
-
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
-
-
-def run_pyinfra(cfg: Config, labels: Sequence[str], data: Mapping[str, str],
-                echo: Callable[[str], None], fail_fast: bool = True,
-                deploy: str = "deploys/publish.py") -> Run:
-    """One pyinfra run of `deploy` over exactly `labels` (a publish's waves are ours).
-
-    `fail_fast` (a wave): `--fail-percent 0`, the run stops at the first failed box. Staging
-    runs without it, so every box gets through or names its own failure.
-    """
-    argv = [str(Path(sys.executable).parent / "pyinfra"), "-y"]
-    if fail_fast:
-        argv += ["--fail-percent", "0"]
-    for label in labels:
-        argv += ["--limit", label]
-    argv += ["inventory.py", deploy]
-    for k, v in data.items():
-        argv += ["--data", f"{k}={v}"]
-    env = {**os.environ, "FLEET_CONFIG": str(cfg.path), "PYINFRA_PROGRESS": "off",
-           "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        echo(line.rstrip("\n"))
-    return Run(proc.wait(), "".join(lines))
 
 
 # --- the publish -----------------------------------------------------------------------------
