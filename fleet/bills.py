@@ -34,7 +34,7 @@ from typing import Any
 
 from fleet.errors import ProviderError
 from fleet.fileutil import write_atomic
-from fleet.registry import Row
+from fleet.registry import Row, iso, parse_iso
 
 MAX_AGE_S = 900.0  # an older bill says nothing about now
 
@@ -49,10 +49,10 @@ class Bills:
     since: str = ""  # the window's start: read_at's UTC midnight ("" in older files: derived)
 
     def age_s(self, now: datetime) -> float:
-        return (now - _parse(self.read_at)).total_seconds()
+        return (now - parse_iso(self.read_at)).total_seconds()
 
     def window_start(self) -> datetime:
-        return _parse(self.since) if self.since else _midnight(_parse(self.read_at))
+        return parse_iso(self.since) if self.since else _midnight(parse_iso(self.read_at))
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def read(providers: Mapping[str, Any], now: datetime | None = None) -> Bills:
     Never raises for a provider: one that fails is named in `errors` with why."""
     now = (now or datetime.now(UTC)).astimezone(UTC)
     midnight = _midnight(now)
-    bills = Bills(read_at=_iso(now), since=_iso(midnight))
+    bills = Bills(read_at=iso(now), since=iso(midnight))
     for name, p in sorted(providers.items()):
         ask = getattr(p, "charges", None)
         if ask is None:
@@ -118,7 +118,7 @@ def read(providers: Mapping[str, Any], now: datetime | None = None) -> Bills:
             continue
         bills.charges[name] = charged
         lag = timedelta(seconds=float(getattr(p, "billing_lag_s", 0.0) or 0.0))
-        bills.covered[name] = _iso(max(midnight, now - lag))
+        bills.covered[name] = iso(max(midnight, now - lag))
     return bills
 
 
@@ -150,7 +150,7 @@ def estimate(row: Row, now: datetime) -> float:
     its price, plus the hours it has been stopped at its storage price (see `priced`)."""
     if row.status == "failed":
         return 0.0
-    start = _parse(row.created_at) if row.created_at else now
+    start = parse_iso(row.created_at) if row.created_at else now
     return priced(row, max(start, _midnight(now)), now)
 
 
@@ -159,8 +159,8 @@ def priced(row: Row, frm: datetime, to: datetime) -> float:
     showed it stopped (`stopped_at`), its storage's USD/h from then. A stop of unknown storage
     price counts at the full price (an upper bound), and so does a stop that ended: the
     registry keeps only the current one."""
-    end = min(_parse(row.destroyed_at), to) if row.destroyed_at else to
-    stop = _parse(row.stopped_at) if row.stopped_at else end
+    end = min(parse_iso(row.destroyed_at), to) if row.destroyed_at else to
+    stop = parse_iso(row.stopped_at) if row.stopped_at else end
     rate = row.usd_per_hour if row.stopped_usd_per_hour is None else row.stopped_usd_per_hour
     running = max(0.0, (min(stop, end) - frm).total_seconds())
     stopped = max(0.0, (end - max(stop, frm)).total_seconds())
@@ -171,7 +171,7 @@ def ran_today(row: Row, now: datetime) -> bool:
     """Whether `row` may have billed since UTC midnight (a failed rent never did)."""
     if row.status == "failed":
         return False
-    return row.destroyed_at is None or _parse(row.destroyed_at) >= _midnight(now)
+    return row.destroyed_at is None or parse_iso(row.destroyed_at) >= _midnight(now)
 
 
 def spent_from(rows: Sequence[Row], bills: Bills | None, now: datetime | None = None) -> Spent:
@@ -199,13 +199,13 @@ def spent_from(rows: Sequence[Row], bills: Bills | None, now: datetime | None = 
         if charged is None or bills is None:
             out.append(SpentRow(r.label, r.provider, estimate(r, now), "estimate", why=why))
             continue
-        covered = _parse(bills.covered.get(r.provider, bills.read_at))
-        start = _parse(r.created_at) if r.created_at else covered
-        end = min(_parse(r.destroyed_at), now) if r.destroyed_at else now
+        covered = parse_iso(bills.covered.get(r.provider, bills.read_at))
+        start = parse_iso(r.created_at) if r.created_at else covered
+        end = min(parse_iso(r.destroyed_at), now) if r.destroyed_at else now
         tail = priced(r, max(covered, start), end)
         out.append(SpentRow(r.label, r.provider, charged + tail, "bill", billed_usd=charged,
                             tail_usd=tail))
-    return Spent(_iso(now), tuple(out), errors)
+    return Spent(iso(now), tuple(out), errors)
 
 
 def spent_today(rows: Sequence[Row], providers: Mapping[str, Any],
@@ -248,10 +248,3 @@ def _midnight(t: datetime) -> datetime:
     return t.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-def _parse(ts: str) -> datetime:
-    t = datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
-
-
-def _iso(t: datetime) -> str:
-    return t.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

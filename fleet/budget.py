@@ -17,13 +17,11 @@ from datetime import UTC, datetime, timedelta
 
 from fleet.bills import Bills, billed, estimate
 from fleet.errors import BudgetExceeded
-from fleet.registry import Row
+from fleet.registry import Row, parse_iso
 
 
 def _parse(ts: str | None) -> datetime | None:
-    if not ts:
-        return None
-    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    return parse_iso(ts) if ts else None
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from fleet.config import PROVIDERS, Config, load
 from fleet.errors import AuthFailed, FleetError, ProviderError, UsageError
 from fleet.providers import all_providers
 from fleet.providers.base import Provider
-from fleet.registry import Registry, Row, check_label, now_iso
+from fleet.registry import Registry, Row, check_label, now_iso, parse_iso
 
 if TYPE_CHECKING:
     from fleet.loop import Owe
@@ -68,7 +68,7 @@ def emit(table: Table, data: Any, as_json: bool) -> None:
 
 def _uptime(created_at: str) -> str:
     try:
-        t = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+        t = parse_iso(created_at)
     except ValueError:
         return "?"
     s = int((datetime.now(UTC) - t).total_seconds())

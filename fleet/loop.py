@@ -63,7 +63,7 @@ from fleet.fileutil import write_atomic
 from fleet.inventory import Built, host_data
 from fleet.page import Owed, is_standing
 from fleet.providers.base import Box, Provider
-from fleet.registry import Registry, Row, now_iso
+from fleet.registry import Registry, Row, now_iso, parse_iso
 from fleet.sshkeys import write_known_hosts
 from fleet.sync import View, view
 
@@ -543,7 +543,7 @@ class Loop:
 
 
 def _epoch(iso: str) -> float:
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    return parse_iso(iso).timestamp()
 
 
 def run(loop: Loop, interval_s: float, once: bool, emit: Callable[[Tick], None]) -> None:

@@ -23,7 +23,7 @@ from fleet.errors import FleetError, UsageError
 from fleet.job import Job
 from fleet.providers.base import Provider
 from fleet.pyinfra_run import run_pyinfra
-from fleet.registry import Registry, Row
+from fleet.registry import Registry, Row, parse_iso
 
 DEPLOY = "deploys/oneshot.py"
 
@@ -95,8 +95,8 @@ def mark_job(label: str, job: str, ttl_minutes: int) -> None:
 
 
 def cost(row: Row) -> float:
-    start = datetime.fromisoformat(row.created_at.replace("Z", "+00:00"))
-    end = (datetime.fromisoformat(row.destroyed_at.replace("Z", "+00:00"))
+    start = parse_iso(row.created_at)
+    end = (parse_iso(row.destroyed_at)
            if row.destroyed_at else datetime.now(UTC))
     return row.usd_per_hour * max(0.0, (end - start).total_seconds()) / 3600
 

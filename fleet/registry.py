@@ -27,7 +27,19 @@ UNFINISHED = ("renting", "provisioning")
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return iso(datetime.now(UTC))
+
+
+def iso(t: datetime) -> str:
+    """The registry's timestamp form: UTC to the second, "2026-12-03T12:00:00Z"."""
+    return t.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def parse_iso(ts: str) -> datetime:
+    """A registry timestamp as an aware UTC datetime (naive ones are UTC); ValueError when
+    it is not one."""
+    t = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def check_label(label: str) -> str:

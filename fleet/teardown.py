@@ -32,7 +32,7 @@ from fleet.agent_config import ROOT
 from fleet.config import Config
 from fleet.errors import FleetError, ProviderError, UsageError
 from fleet.providers.base import Provider
-from fleet.registry import Registry, Row, now_iso
+from fleet.registry import Registry, Row, now_iso, parse_iso
 
 ENDED = ("finished", "failed", "interrupted", "refused")
 NEVER_STAGED = 7  # the exit status of the job read when the box never got the job
@@ -145,7 +145,7 @@ def is_standing(cfg: Config, row: Row) -> bool:
 def expired(row: Row, now: datetime | None = None) -> bool:
     if not row.expires_at:
         return False
-    at = datetime.fromisoformat(row.expires_at.replace("Z", "+00:00"))
+    at = parse_iso(row.expires_at)
     return (now or datetime.now(UTC)) >= at
 
 

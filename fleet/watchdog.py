@@ -16,7 +16,7 @@ from typing import Any
 from fleet import oneshot, teardown
 from fleet.config import Config
 from fleet.errors import FleetError
-from fleet.registry import Registry, Row
+from fleet.registry import Registry, Row, parse_iso
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Watch:
 def _minutes(ts: str | None, now: datetime) -> float | None:
     if not ts:
         return None
-    return (datetime.fromisoformat(ts.replace("Z", "+00:00")) - now).total_seconds() / 60
+    return (parse_iso(ts) - now).total_seconds() / 60
 
 
 def judge(row: Row, state: dict[str, Any] | None, read_error: str | None,
