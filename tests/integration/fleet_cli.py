@@ -3,12 +3,15 @@ and the real `fleet` and `pyinfra` CLIs run as subprocesses against one sandbox.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from sandbox import fleet_toml
 
@@ -20,6 +23,21 @@ def config(state: Path) -> str:
     """Four standing boxes wanted (two per provider) and the one-shot `bench` role."""
     return fleet_toml.render(state, roles=fleet_toml.LIVE_ROLE + fleet_toml.BENCH_ROLE,
                              roster=fleet_toml.ROSTER_4090)
+
+
+def workspace(factory: pytest.TempPathFactory, name: str, toml: Callable[[Path], str],
+              columns: int = 250, **extra: str) -> tuple[Path, dict[str, str]]:
+    """A fresh folder with its fleet.toml (`toml` of its state folder, `<folder>/state`), and
+    the environment that points the fleet commands at it and at a sandbox of its own
+    (`<folder>/sandbox`). Sandbox boxes are namespaces: root only."""
+    if os.geteuid() != 0:
+        raise RuntimeError("sandbox boxes need root (namespaces); run the tests as root")
+    tmp = factory.mktemp(name)
+    (tmp / "fleet.toml").write_text(toml(tmp / "state"))
+    env = {**os.environ, "FLEET_CONFIG": str(tmp / "fleet.toml"),
+           "FLEET_SANDBOX_DIR": str(tmp / "sandbox"), "COLUMNS": str(columns),
+           "PYINFRA_PROGRESS": "off", **extra}
+    return tmp, env
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0,

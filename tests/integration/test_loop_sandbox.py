@@ -9,7 +9,6 @@ so none depends on what another did before it.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet_cli import BIN, REPO, FleetCli, wait_for
+from fleet_cli import BIN, REPO, FleetCli, wait_for, workspace
 
 from fleet.registry import Registry, Row
 from sandbox import fleet_toml, manage
@@ -79,13 +78,7 @@ class Loopy(FleetCli):
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loopy]:
-    if os.geteuid() != 0:
-        raise RuntimeError("sandbox boxes need root (namespaces); run the tests as root")
-    tmp = tmp_path_factory.mktemp("loop")
-    (tmp / "fleet.toml").write_text(config(tmp / "state"))
-    env = {**os.environ, "FLEET_CONFIG": str(tmp / "fleet.toml"),
-           "FLEET_SANDBOX_DIR": str(tmp / "sandbox"), "COLUMNS": "250",
-           "PYINFRA_PROGRESS": "off"}
+    tmp, env = workspace(tmp_path_factory, "loop", config)
     f = Loopy(tmp, env)
     try:
         f.fleet("sandbox", "up", "--boxes", "0", "--backend", "ns",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet_cli import BIN, REPO, FleetCli, wait_for
+from fleet_cli import BIN, REPO, FleetCli, wait_for, workspace
 
 from fleet.registry import Registry, Row
 from sandbox import fleet_toml, manage
@@ -110,14 +109,9 @@ class OneShot(FleetCli):
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneShot]:
-    if os.geteuid() != 0:
-        raise RuntimeError("sandbox boxes need root (namespaces); run the tests as root")
-    tmp = tmp_path_factory.mktemp("oneshot")
-    (tmp / "fleet.toml").write_text(fleet_toml.render(
-        tmp / "state", store=True, roles=ROLES.format(unqualified=UNQUALIFIED)))
-    env = {**os.environ, "FLEET_CONFIG": str(tmp / "fleet.toml"),
-           "FLEET_SANDBOX_DIR": str(tmp / "sandbox"), "COLUMNS": "250",
-           "PYINFRA_PROGRESS": "off", "HF_HOME": str(tmp / "hf-home")}
+    tmp, env = workspace(tmp_path_factory, "oneshot", lambda state: fleet_toml.render(
+        state, store=True, roles=ROLES.format(unqualified=UNQUALIFIED)))
+    env["HF_HOME"] = str(tmp / "hf-home")
     f = OneShot(tmp, env)
     try:
         f.fleet("sandbox", "up", "--boxes", "0", "--backend", "ns")

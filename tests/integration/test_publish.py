@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from typing import Any
 import paramiko
 import psutil
 import pytest
-from fleet_cli import BIN, REPO, FleetCli, config, wait_for
+from fleet_cli import BIN, REPO, FleetCli, config, wait_for, workspace
 
 from fleet import releases
 from fleet.registry import Registry
@@ -113,13 +112,8 @@ class Fleet(FleetCli):
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    if os.geteuid() != 0:
-        raise RuntimeError("sandbox boxes need root (namespaces); run the tests as root")
-    tmp = tmp_path_factory.mktemp("publish")
-    (tmp / "fleet.toml").write_text(config(tmp / "state"))
+    tmp, env = workspace(tmp_path_factory, "publish", config)
     sandbox_dir = tmp / "sandbox"
-    env = {**os.environ, "FLEET_CONFIG": str(tmp / "fleet.toml"),
-           "FLEET_SANDBOX_DIR": str(sandbox_dir), "COLUMNS": "250", "PYINFRA_PROGRESS": "off"}
     f = Fleet(tmp, env)
     try:
         f.fleet("sandbox", "up", "--boxes", "4", "--backend", "ns")

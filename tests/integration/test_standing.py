@@ -14,7 +14,6 @@ sandbox's teardown asserts that `fleet sandbox down` leaves nothing behind.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -25,7 +24,7 @@ from typing import Any
 
 import paramiko
 import pytest
-from fleet_cli import BIN, REPO, FleetCli, config, wait_for
+from fleet_cli import BIN, REPO, FleetCli, config, wait_for, workspace
 
 from fleet.registry import Registry
 from sandbox import manage
@@ -105,13 +104,8 @@ LONE_CARD = "RTX 3090"  # no other box has it, so its machine holds no other box
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    if os.geteuid() != 0:
-        raise RuntimeError("sandbox boxes need root (namespaces); run the tests as root")
-    tmp = tmp_path_factory.mktemp("standing")
-    (tmp / "fleet.toml").write_text(config(tmp / "state"))
+    tmp, env = workspace(tmp_path_factory, "standing", config, columns=200)
     sandbox_dir = tmp / "sandbox"
-    env = {**os.environ, "FLEET_CONFIG": str(tmp / "fleet.toml"),
-           "FLEET_SANDBOX_DIR": str(sandbox_dir), "COLUMNS": "200", "PYINFRA_PROGRESS": "off"}
     f = Fleet(tmp, env)
     try:
         f.fleet("sandbox", "up", "--boxes", str(BOXES), "--backend", "ns")

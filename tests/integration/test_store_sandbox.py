@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import paramiko
 import pytest
-from fleet_cli import BIN, REPO, FleetCli, config
+from fleet_cli import BIN, REPO, FleetCli, config, workspace
 
 from fleet.registry import Registry, Row
 from sandbox import manage
@@ -95,13 +95,8 @@ class Store(FleetCli):
 
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    if os.geteuid() != 0:
-        raise RuntimeError("sandbox boxes need root (namespaces); run the tests as root")
-    tmp = tmp_path_factory.mktemp("store")
-    (tmp / "fleet.toml").write_text(config(tmp / "state"))
+    tmp, env = workspace(tmp_path_factory, "store", config, columns=200)
     sandbox_dir = tmp / "sandbox"
-    env = {**os.environ, "FLEET_CONFIG": str(tmp / "fleet.toml"),
-           "FLEET_SANDBOX_DIR": str(sandbox_dir), "COLUMNS": "200"}
     s = Store(tmp, env)
     try:
         s.fleet("sandbox", "up", "--boxes", "2", "--backend", "ns")
