@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -196,19 +197,23 @@ class Vast(Client):
             "order_by": json.dumps([{"col": "id", "dir": "asc"}]),
             "limit": str(PAGE),
         }
-        rows: list[dict[str, Any]] = []
+        return [row for body in self._pages("/api/v1/instances/", params)
+                for row in body.get("instances") or []]
+
+    def _pages(self, path: str, params: dict[str, str]) -> Iterator[dict[str, Any]]:
+        """Each page of a GET that Vast pages by `next_token` (keyset: `after_token`)."""
         seen: set[str] = set()
-        call = "GET /api/v1/instances/"
+        call = f"GET {path}"
         while True:
-            body = self._call("GET", "/api/v1/instances/", call, params=params)
-            rows.extend(body.get("instances") or [])
+            body = self._call("GET", path, call, params=params)
+            yield body
             token = body.get("next_token")
             if not token:
-                return rows
+                return
             if token in seen:
                 raise self.http.error(ProviderError, call, "next_token repeats; listing loops")
             seen.add(token)
-            params["after_token"] = str(token)
+            params = {**params, "after_token": str(token)}
 
     def boxes(self) -> list[Box]:
         return [self._box(i) for i in self._list({})]
@@ -226,10 +231,7 @@ class Vast(Client):
             "day": {"gte": int(since.timestamp()), "lte": int(until.timestamp())},
             "type": {"in": ["instance"]}}), "limit": str(CHARGES_PAGE)}
         out: dict[str, float] = {}
-        seen: set[str] = set()
-        call = "GET /api/v0/charges/"
-        while True:
-            body = self._call("GET", "/api/v0/charges/", call, params=params)
+        for body in self._pages("/api/v0/charges/", params):
             for r in body.get("results") or []:
                 if not isinstance(r, dict):
                     continue
@@ -237,13 +239,7 @@ class Vast(Client):
                 if r.get("type") == "instance" and source.startswith("instance-"):
                     box_id = source[len("instance-"):]
                     out[box_id] = out.get(box_id, 0.0) + float(r.get("amount") or 0.0)
-            token = body.get("next_token")
-            if not token:
-                return out
-            if token in seen:
-                raise self.http.error(ProviderError, call, "next_token repeats; listing loops")
-            seen.add(token)
-            params["after_token"] = str(token)
+        return out
 
     def _by_label(self, label: str) -> list[Box]:
         # filter here too: a server that ignored select_filters must not hand back strangers
