@@ -81,8 +81,7 @@ def _remote_job(cfg: Config, row: Row, job: str) -> dict[str, Any]:
 
 
 def _manifest(cfg: Config, row: Row, outputs: str) -> list[dict[str, Any]]:
-    res = boxssh.run(cfg, row, f"cd {ROOT} && venv/bin/python -m agent manifest "
-                     f"{shlex.quote(outputs)}", timeout=3600)
+    res = boxssh.run(cfg, row, _agent_manifest(outputs), timeout=3600)
     if res.returncode != 0:
         raise KeptBox(f"{row.label}: the box could not make its outputs' manifest "
                       f"({res.stderr.strip()[-200:]}); box kept")
@@ -95,8 +94,7 @@ def _manifest(cfg: Config, row: Row, outputs: str) -> list[dict[str, Any]]:
 def _pull(cfg: Config, row: Row, outputs: str, job: str) -> archive.Pulled:
     """The outputs as one tar stream, each file read once on the box and hashed there as it is
     sent, then its manifest (also saved on the box, for `_unchanged`)."""
-    proc = boxssh.stream(cfg, row, f"cd {ROOT} && venv/bin/python -m agent manifest "
-                         f"{shlex.quote(outputs)} --tar --save {shlex.quote(_saved(job))}")
+    proc = boxssh.stream(cfg, row, _agent_manifest(outputs, "--tar", "--save", _saved(job)))
     try:
         assert proc.stdout is not None
         pulled = archive.pull(proc.stdout, archive_dir(cfg), row.label, job)
@@ -108,6 +106,12 @@ def _pull(cfg: Config, row: Row, outputs: str, job: str) -> archive.Pulled:
     return pulled
 
 
+def _agent_manifest(outputs: str, *args: str) -> str:
+    """The box's command line for `python -m agent manifest OUTPUTS ARGS...`."""
+    return " ".join([f"cd {ROOT} && venv/bin/python -m agent manifest",
+                     *map(shlex.quote, (outputs, *args))])
+
+
 def _saved(job: str) -> str:
     return f"{ROOT}/jobs/{job}/outputs-manifest.json"
 
@@ -115,8 +119,7 @@ def _saved(job: str) -> str:
 def _unchanged(cfg: Config, row: Row, outputs: str, job: str) -> list[str]:
     """What was written on the box after its outputs were read (sizes and mtimes against the
     saved manifest; no byte is read again)."""
-    res = boxssh.run(cfg, row, f"cd {ROOT} && venv/bin/python -m agent manifest "
-                     f"{shlex.quote(outputs)} --unchanged-since {shlex.quote(_saved(job))}")
+    res = boxssh.run(cfg, row, _agent_manifest(outputs, "--unchanged-since", _saved(job)))
     try:
         problems = json.loads(res.stdout) if res.returncode == 0 else None
     except ValueError:
