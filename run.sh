@@ -26,9 +26,9 @@ setup() {
         python3 -m venv .venv
     fi
     if ! .venv/bin/python -c "import fleet, pyinfra, pytest" 2>/dev/null \
-        || [ pyproject.toml -nt .venv/.installed ]; then
+        || [ pyproject.toml -nt .venv/.installed ] || [ constraints.txt -nt .venv/.installed ]; then
         .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-        .venv/bin/python -m pip install -q -e '.[test]'
+        .venv/bin/python -m pip install -q -c constraints.txt -e '.[test]'
         touch .venv/.installed
     fi
 }

@@ -118,6 +118,20 @@ def test_the_pins_are_the_versions_the_tests_run_with() -> None:
     assert not left_out & {p.partition("==")[0].replace("_", "-") for p in bundle.AGENT_WHEELS}
 
 
+def test_the_pins_agree_with_the_constraints_a_fresh_machine_installs() -> None:
+    """run.sh installs the test environment under constraints.txt; the box gets the same."""
+    from packaging.utils import canonicalize_name
+
+    constraints = {}
+    for line in (bundle.REPO / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, pinned = line.partition("==")
+            constraints[canonicalize_name(name)] = pinned
+    for pin in bundle.AGENT_WHEELS:
+        name, _, pinned = pin.partition("==")
+        assert constraints.get(canonicalize_name(name)) == pinned, pin
+
+
 def test_a_failing_pip_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bundle.subprocess, "run", FakePip(rc=1))
     with pytest.raises(FleetError) as e:
