@@ -1,8 +1,9 @@
 """`HubServer`: the Hub routes on a stdlib threading HTTP server, with bodies streamed.
 
-Uploads are hashed on their way to disk and downloads leave by `sendfile`, so a GiB never sits
-in memory (the shared `sandbox.httpbase` reads and writes whole bodies). The request line is
-logged at debug level; headers (the token) never are.
+Uploads are hashed on their way to disk and downloads are read from it in 1 MiB pieces, both by
+direct I/O (`directio`), so a GiB never sits in memory (the shared `sandbox.httpbase` reads
+and writes whole bodies). The request line is logged at debug level; headers (the token)
+never are.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from fleet.directio import read_range
 from sandbox.hub.faults import HubFaults
 from sandbox.hub.routes import HubApp
 from sandbox.hub.store import HubError, HubStore
@@ -97,16 +99,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _send_file(self, part: FileSlice) -> None:
-        with open(part.path, "rb") as fh:
-            offset, left = part.start, part.length
-            if part.corrupt:
-                # other bytes, same length: the first byte of what is sent, inverted
-                fh.seek(offset)
-                first = fh.read(1)
-                self.wfile.write(bytes([first[0] ^ 0xFF]))
-                offset, left = offset + 1, left - 1
-            if left:
-                self.connection.sendfile(fh, offset, left)
+        first = part.corrupt  # the store_wrong_bytes fault: the first byte sent, inverted
+        for view in read_range(part.path, part.start, part.length):
+            if first:
+                self.wfile.write(bytes([view[0] ^ 0xFF]))
+                view, first = view[1:], False
+            self.wfile.write(view)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
