@@ -7,10 +7,12 @@ Layout: `<archive>/<label>/<job>/` holds the outputs and `fleet-manifest.json` (
 manifest). A pull lands in a sibling `.incoming` folder first and replaces the archive only
 once every file matched, so an archive folder is always a verified copy.
 
-A pull is not durable by itself: the kernel writes the files back while the teardown pushes
-and reads back the store, and `make_durable` (fsync of every file and folder) is the last
-step before the box is destroyed. Syncing each file as it arrived would stall the stream on
-the disk for no gain, since the box still holds the outputs until that last step.
+The files are written by direct I/O (`directio`), past the page cache: the push reads them
+once more the same way, and nothing else reads them soon. A pull is not durable by itself
+(its folders and the files' sizes are metadata the kernel writes back later), and
+`make_durable` (fsync of every file and folder) is the last step before the box is
+destroyed. Syncing each file as it arrived would stall the stream for no gain, since the
+box still holds the outputs until that last step.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from fleet import fileutil
+from fleet.directio import DirectWriter
 from fleet.errors import FleetError
 
 MANIFEST = "fleet-manifest.json"
@@ -79,8 +82,8 @@ def receive(stream: IO[bytes], dest: Path) -> tuple[dict[str, dict[str, Any]], A
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         h = hashlib.sha256()
-        with open(target, "wb") as out:
-            def sink(chunk: memoryview, h: Any = h, out: IO[bytes] = out) -> None:
+        with DirectWriter(target) as out:
+            def sink(chunk: memoryview, h: Any = h, out: DirectWriter = out) -> None:
                 h.update(chunk)
                 out.write(chunk)
 

@@ -16,16 +16,19 @@ relative to the pushed folder; `push` stores it beside the files as `fleet-manif
 from __future__ import annotations
 
 import hashlib
-import io
+import http.client
 import json
 import os
 import re
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, cast
+from urllib.parse import urlsplit
 
 import httpx2
 from huggingface_hub import CommitOperationAdd, HfApi, constants, get_token, hf_hub_url
@@ -35,9 +38,10 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.file_download import get_hf_file_metadata, http_get
-from huggingface_hub.utils import build_hf_headers, disable_progress_bars, silent_tqdm
+from huggingface_hub.file_download import get_hf_file_metadata
+from huggingface_hub.utils import build_hf_headers, disable_progress_bars
 
+from fleet.directio import DirectReader
 from fleet.errors import AuthFailed, FleetError, ProviderError, UsageError
 
 REPO_TYPE = "dataset"
@@ -205,6 +209,13 @@ class _KnownAdd(CommitOperationAdd):
                              f"{self.known_size}")
         self.upload_info.sha256 = bytes.fromhex(self.known_sha256)
 
+    @contextmanager
+    def as_file(self, with_tqdm: bool = False) -> Iterator[BinaryIO]:
+        """The file for its upload, read by direct I/O as the archive wrote it (no progress
+        bars: the CLI prints its own lines)."""
+        with DirectReader(Path(str(self.path_or_fileobj))) as fh:
+            yield cast(BinaryIO, fh)
+
 
 def _commit(api: HfApi, repo: str, ops: list[Any], message: str) -> str:
     """One commit of `ops` on main's current head; the returned id is checked to be the head."""
@@ -271,35 +282,34 @@ def push_toolchain(repo: str, local_dir: Path, message: str) -> str:
 
 # --- reading back --------------------------------------------------------------------------
 
-class _Sha256Sink(io.RawIOBase):
-    """Where a read-back download goes: hashed and counted as it streams, never stored."""
+_READ = 1 << 20  # bytes each read-back read asks the socket for
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.digest = hashlib.sha256()
-        self.size = 0
 
-    def writable(self) -> bool:
-        return True
+def _hub_host(url: str, endpoint: str) -> bool:
+    a, b = urlsplit(url), urlsplit(endpoint)
+    return (a.scheme, a.netloc) == (b.scheme, b.netloc)
 
-    def write(self, b: Any) -> int:
-        self.digest.update(b)
-        self.size += len(b)
-        return len(b)
 
-    def tell(self) -> int:
-        return self.size
+def _download_hashed(url: str, headers: Mapping[str, str]) -> tuple[int, str]:
+    """GET `url` and hash its body as it arrives: (bytes, sha256 hex). Nothing is stored.
 
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        # the downloader rewinds to its start when a server ignored a resume's Range
-        if whence == io.SEEK_SET and offset == 0:
-            self.digest, self.size = hashlib.sha256(), 0
-        elif not (whence == io.SEEK_CUR and offset == 0):
-            raise io.UnsupportedOperation("a hashing sink only rewinds to its start")
-        return self.size
-
-    def truncate(self, size: int | None = None) -> int:
-        return self.size
+    The body goes from the socket into one reused buffer and from there to the hash, each
+    step outside the GIL, so the readers run on every core; huggingface_hub's `http_get`
+    hands its body through httpx's per-64-KiB chunks and re-joins them, which costs this
+    process more than the hashing does. Redirects are followed, without `headers` beyond
+    the first host (a signed CDN URL carries its own credentials); proxies come from the
+    environment, as for every urllib caller. An HTTP error is raised as
+    `urllib.error.HTTPError`, a network one as `OSError`."""
+    req = urllib.request.Request(url)
+    for name, value in headers.items():
+        req.add_unredirected_header(name, value)  # never sent to where a redirect points
+    digest, size = hashlib.sha256(), 0
+    buf = memoryview(bytearray(_READ))
+    with urllib.request.urlopen(req, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as resp:
+        while n := resp.readinto(buf):
+            digest.update(buf[:n])
+            size += n
+    return size, digest.hexdigest()
 
 
 def _read_one(api: HfApi, secret: str, repo: str, commit: str, path: str,
@@ -310,23 +320,27 @@ def _read_one(api: HfApi, secret: str, repo: str, commit: str, path: str,
     with _call("download", repo):
         try:
             meta = get_hf_file_metadata(url, token=secret, library_name="fleet")
-            if meta.commit_hash != commit:
-                return f"{path}: the store served commit {meta.commit_hash} when asked for {short}"
-            sink = _Sha256Sink()
-            try:
-                http_get(url, cast(BinaryIO, sink), headers=build_hf_headers(
-                    token=secret, library_name="fleet"), expected_size=want.size,
-                    displayed_filename=path, tqdm_class=silent_tqdm)
-            except HfHubHTTPError:
-                raise
-            except OSError:  # the size check: fewer or more bytes than announced
-                return (f"{path}: store at {short} sent {sink.size} bytes, manifest says "
-                        f"{want.size}")
         except RemoteEntryNotFoundError:
             return f"{path}: missing from the store at {short}"
-    got = sink.digest.hexdigest()
-    if sink.size != want.size:
-        return f"{path}: store at {short} sent {sink.size} bytes, manifest says {want.size}"
+    if meta.commit_hash != commit:
+        return f"{path}: the store served commit {meta.commit_hash} when asked for {short}"
+    # an LFS file's location may be a CDN's signed URL: the token stays with the Hub
+    where = meta.location or url
+    headers = build_hf_headers(token=secret if _hub_host(where, api.endpoint) else False,
+                               library_name="fleet")
+    try:
+        size, got = _download_hashed(where, headers)
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return f"{path}: missing from the store at {short}"
+        raise StoreError("download", f"{repo}: {path} at {short}: HTTP {e.code}: {e.reason}",
+                         "see the store's status, then try again") from None
+    except (OSError, http.client.HTTPException) as e:  # a cut body is IncompleteRead
+        raise StoreError("download", f"{repo}: {path} at {short}: cannot read it from the "
+                         f"store: {type(e).__name__}: {e}",
+                         "check HF_ENDPOINT and the network") from None
+    if size != want.size:
+        return f"{path}: store at {short} sent {size} bytes, manifest says {want.size}"
     if got != want.sha256:
         return f"{path}: store at {short} has sha256 {got}, manifest says {want.sha256}"
     return None

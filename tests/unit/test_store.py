@@ -8,9 +8,11 @@ import hashlib
 import json
 import os
 import socket
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from huggingface_hub import CommitOperationAdd, HfApi, constants, lfs
@@ -291,3 +293,82 @@ def test_push_toolchain_commits_a_tree_in_one_commit(hub: HubServer, api: HfApi,
         == ["toolchain 2.1", "initial commit"]
     with pytest.raises(UsageError):
         store.push_toolchain("fleet/toolchains", tmp_path / "absent", "nothing")
+
+
+class _Front(BaseHTTPRequestHandler):
+    """The Hub's answer for an LFS file, and the CDN it redirects to (another host name)."""
+
+    seen: ClassVar[dict[str, str | None]] = {}
+    body: ClassVar[bytes] = b""
+    commit: ClassVar[str] = ""
+    cdn_status: ClassVar[int] = 200
+
+    def do_HEAD(self) -> None:
+        self._answer()
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def _answer(self) -> None:
+        self.seen[f"{self.command} {self.path.split('?')[0]}"] = self.headers.get("Authorization")
+        if "/resolve/" in self.path:
+            port = self.server.server_address[1]
+            self.send_response(302)
+            self.send_header("Location", f"http://localhost:{port}/cdn/blob?signature=s3cr3t")
+            self.send_header("X-Repo-Commit", self.commit)
+            self.send_header("X-Linked-Etag", '"cdn-etag"')
+            self.send_header("X-Linked-Size", str(len(self.body)))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        status = self.cdn_status
+        body = self.body if status == 200 else b"no"
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command == "GET":
+            self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def cdn_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[HfApi, type[_Front]]]:
+    class Front(_Front):
+        seen: ClassVar[dict[str, str | None]] = {}
+        body = os.urandom(MiB + 3)
+        commit = "c0ffee" * 6 + "abcd"
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Front)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    yield HfApi(endpoint=url, token=TOKEN), Front
+    server.shutdown()
+    server.server_close()
+
+
+def test_read_back_follows_the_hubs_redirect_to_a_cdn_without_the_token(
+        cdn_hub: tuple[HfApi, type[_Front]]) -> None:
+    api, front = cdn_hub
+    path = "j/x/big.bin"
+    want = store.Entry(path, len(front.body), hashlib.sha256(front.body).hexdigest())
+    assert store._read_one(api, TOKEN, REPO, front.commit, path, want) is None
+    assert front.seen[f"HEAD /datasets/{REPO}/resolve/{front.commit}/{path}"] == f"Bearer {TOKEN}"
+    assert front.seen["GET /cdn/blob"] is None  # the signed URL carries its own credentials
+    other = store.Entry(path, want.size, "0" * 64)
+    assert store._read_one(api, TOKEN, REPO, front.commit, path, other) == (
+        f"{path}: store at {front.commit[:12]} has sha256 {want.sha256}, manifest says {'0' * 64}")
+
+
+def test_read_back_names_a_blob_the_cdn_lost_and_refuses_on_its_errors(
+        cdn_hub: tuple[HfApi, type[_Front]]) -> None:
+    api, front = cdn_hub
+    want = store.Entry("a.bin", len(front.body), hashlib.sha256(front.body).hexdigest())
+    front.cdn_status = 404
+    assert store._read_one(api, TOKEN, REPO, front.commit, "a.bin", want) == (
+        f"a.bin: missing from the store at {front.commit[:12]}")
+    front.cdn_status = 500
+    with pytest.raises(FleetError, match=r"a\.bin at c0ffeec0ffee: HTTP 500"):
+        store._read_one(api, TOKEN, REPO, front.commit, "a.bin", want)
