@@ -20,7 +20,7 @@ from sandbox.boxes.errors import BoxError
 log = logging.getLogger(__name__)
 
 PORT_RANGE = range(10000, 60000)
-_CHUNK = 1 << 16
+_CHUNK = 1 << 20  # an SSH stream of a GiB moves in few, large steps
 
 
 def bind(address: str, port: int) -> socket.socket:
