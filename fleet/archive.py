@@ -9,7 +9,7 @@ once every file matched, so an archive folder is always a verified copy.
 
 The files are written by direct I/O (`directio`), past the page cache: the push reads them
 once more the same way, and nothing else reads them soon. A pull is not durable by itself
-(its folders and the files' sizes are metadata the kernel writes back later), and
+(each file's last partial block, its size and its folder the kernel writes back later), and
 `make_durable` (fsync of every file and folder) is the last step before the box is
 destroyed. Syncing each file as it arrived would stall the stream for no gain, since the
 box still holds the outputs until that last step.
