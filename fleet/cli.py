@@ -534,7 +534,7 @@ def sandbox_fault(kind: str,
                   driver: str = typer.Option(None, help="driver_drift: the driver NVML reports "
                                              "from then on, e.g. 580.105.08")) -> None:
     """Inject a fault by name (no_capacity, rate_limit, host_death, driver_drift, ...,
-    store_upload_refused, store_wrong_bytes, store_ghost_commit).
+    store_upload_refused, store_wrong_bytes, store_ghost_commit, store_busy).
 
     driver_drift on a provider (`vast`, `runpod`) hits the next box rented there: it arrives
     advertising one driver while NVML reports another, as the operators met it."""

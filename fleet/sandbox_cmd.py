@@ -31,7 +31,8 @@ from fleet.sync import view
 FAULTS = ("no_capacity", "offer_gone", "rate_limit", "server_error", "create_timeout",
           "host_death", "driver_drift", "container_restart", "low_bid")
 # the store's: TARGET is a repository (`fleet/outputs`) or `*`
-STORE_FAULTS = ("store_upload_refused", "store_wrong_bytes", "store_ghost_commit")
+STORE_FAULTS = ("store_upload_refused", "store_wrong_bytes", "store_ghost_commit",
+                "store_busy")
 
 
 def load_env(state_dir: Path) -> dict[str, str]:

@@ -4,6 +4,8 @@
   403, as a Hub that refuses the token's write or the repository's quota would.
 - `store_wrong_bytes`: the next download of a file's bytes (GET resolve) sends other bytes of
   the same length under the right file's headers (ETag, X-Linked-Etag, sizes).
+- `store_busy`: the next download of a file's bytes (GET resolve) is answered 429 with
+  `Retry-After: 1`, as a rate-limited Hub answers; a client that asks again gets the bytes.
 - `store_ghost_commit`: the next commit answers success with a commit id, but nothing is stored:
   the branch does not move and that id does not resolve.
 
@@ -19,7 +21,8 @@ from typing import Any
 UPLOAD_REFUSED = "store_upload_refused"
 WRONG_BYTES = "store_wrong_bytes"
 GHOST_COMMIT = "store_ghost_commit"
-FAULT_KINDS = (UPLOAD_REFUSED, WRONG_BYTES, GHOST_COMMIT)
+BUSY = "store_busy"
+FAULT_KINDS = (UPLOAD_REFUSED, WRONG_BYTES, GHOST_COMMIT, BUSY)
 
 
 @dataclass

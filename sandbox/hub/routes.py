@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
-from sandbox.hub.faults import GHOST_COMMIT, UPLOAD_REFUSED, WRONG_BYTES, HubFaults
+from sandbox.hub.faults import BUSY, GHOST_COMMIT, UPLOAD_REFUSED, WRONG_BYTES, HubFaults
 from sandbox.hub.oids import content_oid
 from sandbox.hub.store import (
     AddFile,
@@ -350,6 +350,9 @@ class HubApp:
         if wanted is not None:
             (start, length), status = wanted, 206
             headers["Content-Range"] = f"bytes {start}-{start + length - 1}/{blob.size}"
+        if req.method == "GET" and self.faults.take(BUSY, repo.repo_id):
+            raise HubError(429, "the store is busy: try again later (sandbox fault store_busy)",
+                           headers={"Retry-After": "1"})
         corrupt = req.method == "GET" and length > 0 and \
             self.faults.take(WRONG_BYTES, repo.repo_id)
         return Reply(status, headers,

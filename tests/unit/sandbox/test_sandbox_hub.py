@@ -369,6 +369,23 @@ def test_store_wrong_bytes_sends_other_bytes_of_the_same_length_under_the_right_
     assert httpx.get(url, headers=auth).content == data  # the fault is spent
 
 
+def test_store_busy_answers_429_with_retry_after_and_the_client_asks_again(
+        api: HfApi, hub: HubServer, repo: str, tmp_path: Path) -> None:
+    data = os.urandom(MiB + 7)
+    oid = commit(api, {"r.bin": data})
+    hub.faults.add("store_busy", count=1)
+    with httpx.Client(base_url=hub.url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+        blob = f"/datasets/{repo}/resolve/{oid}/r.bin"
+        assert http.head(blob).status_code == 200  # a HEAD is not a download
+        busy = http.get(blob)
+    assert (busy.status_code, busy.headers["Retry-After"]) == (429, "1")
+    assert "store_busy" in busy.json()["error"]
+    hub.faults.add("store_busy", count=1)
+    path = hf_hub_download(repo, "r.bin", repo_type="dataset", revision=oid,
+                           cache_dir=tmp_path / "cache")
+    assert Path(path).read_bytes() == data and hub.faults.pending() == []
+
+
 def test_store_ghost_commit_answers_an_id_that_is_never_stored(api: HfApi, hub: HubServer,
                                                                repo: str) -> None:
     before = head(api)
