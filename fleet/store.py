@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import re
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
@@ -43,6 +44,7 @@ from huggingface_hub.utils import build_hf_headers, disable_progress_bars
 
 from fleet.directio import DirectReader
 from fleet.errors import AuthFailed, FleetError, ProviderError, UsageError
+from fleet.providers.http import RetryPolicy, retry_after
 
 REPO_TYPE = "dataset"
 BRANCH = "main"
@@ -283,6 +285,8 @@ def push_toolchain(repo: str, local_dir: Path, message: str) -> str:
 # --- reading back --------------------------------------------------------------------------
 
 _READ = 1 << 20  # bytes each read-back read asks the socket for
+_BUSY = frozenset({408, 429, 500, 502, 503, 504})  # asked again, as huggingface_hub does
+_RETRY = RetryPolicy(attempts=6, base_delay=1.0, max_delay=8.0)  # its 5 retries, 1-8 s
 
 
 def _hub_host(url: str, endpoint: str) -> bool:
@@ -298,18 +302,50 @@ def _download_hashed(url: str, headers: Mapping[str, str]) -> tuple[int, str]:
     hands its body through httpx's per-64-KiB chunks and re-joins them, which costs this
     process more than the hashing does. Redirects are followed, without `headers` beyond
     the first host (a signed CDN URL carries its own credentials); proxies come from the
-    environment, as for every urllib caller. An HTTP error is raised as
-    `urllib.error.HTTPError`, a network one as `OSError`."""
-    req = urllib.request.Request(url)
-    for name, value in headers.items():
-        req.add_unredirected_header(name, value)  # never sent to where a redirect points
-    digest, size = hashlib.sha256(), 0
+    environment, as for every urllib caller.
+
+    As huggingface_hub's own download does, a busy store (408, 429, 5xx) is asked again after
+    its Retry-After or a backoff, and a body cut short is resumed where it stopped (a Range
+    request; the hash goes on), `_RETRY.attempts` tries in all; a server that answers a Range
+    with the whole file is read from its start again. The last HTTP error is raised as
+    `urllib.error.HTTPError`, a network one as `OSError` or `http.client.HTTPException`."""
+    policy, digest, size = _RETRY, hashlib.sha256(), 0
     buf = memoryview(bytearray(_READ))
-    with urllib.request.urlopen(req, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as resp:
-        while n := resp.readinto(buf):
-            digest.update(buf[:n])
-            size += n
-    return size, digest.hexdigest()
+    for attempt in range(policy.attempts):
+        req = urllib.request.Request(url)
+        for name, value in headers.items():
+            req.add_unredirected_header(name, value)  # never sent to where a redirect points
+        if size:
+            req.add_header("Range", f"bytes={size}-")
+        last = attempt + 1 == policy.attempts
+        try:
+            with urllib.request.urlopen(req, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as resp:
+                if size and not _resumes_at(resp, size):
+                    digest, size = hashlib.sha256(), 0
+                while n := resp.readinto(buf):
+                    digest.update(buf[:n])
+                    size += n
+                if resp.length:  # the connection closed before Content-Length was reached
+                    raise http.client.IncompleteRead(b"", resp.length)
+            return size, digest.hexdigest()
+        except urllib.error.HTTPError as e:
+            e.close()
+            if last or e.code not in _BUSY:
+                raise
+            wait = retry_after(e)
+            time.sleep(min(wait, policy.max_retry_after) if wait is not None
+                       else policy.backoff(attempt))
+        except (OSError, http.client.HTTPException):
+            if last:
+                raise
+            time.sleep(policy.backoff(attempt))
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _resumes_at(resp: http.client.HTTPResponse, offset: int) -> bool:
+    """Whether `resp` is the part of the file from `offset` on (206 with that Content-Range)."""
+    return resp.status == 206 and \
+        (resp.headers.get("Content-Range") or "").startswith(f"bytes {offset}-")
 
 
 def _read_one(api: HfApi, secret: str, repo: str, commit: str, path: str,
@@ -319,7 +355,8 @@ def _read_one(api: HfApi, secret: str, repo: str, commit: str, path: str,
     short = commit[:12]
     with _call("download", repo):
         try:
-            meta = get_hf_file_metadata(url, token=secret, library_name="fleet")
+            meta = get_hf_file_metadata(url, token=secret, library_name="fleet",
+                                        retry_on_errors=True)
         except RemoteEntryNotFoundError:
             return f"{path}: missing from the store at {short}"
     if meta.commit_hash != commit:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import email.utils
 import random
 import time
+import urllib.error
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -57,7 +58,7 @@ class RetryPolicy:
         return d / 2 + rand() * d / 2
 
 
-def retry_after(resp: httpx.Response) -> float | None:
+def retry_after(resp: httpx.Response | urllib.error.HTTPError) -> float | None:
     """Seconds from a Retry-After header (delta-seconds or HTTP date), None when absent or bad."""
     raw = resp.headers.get("Retry-After")
     if raw is None:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fleet_cli import BIN, REPO, FleetCli, wait_for, workspace
 
@@ -314,6 +315,17 @@ def test_a_store_that_fails_keeps_the_box(fleet: OneShot, fault: str) -> None:
         c.clear_faults()
     fleet.fleet("teardown", row.label)
     assert fleet.rows()[row.label].status == "destroyed"
+
+
+def test_a_busy_store_is_asked_again_and_the_box_destroyed(fleet: OneShot) -> None:
+    row = _kept_run(fleet, "store-busy")
+    fleet.fleet("sandbox", "fault", "store_busy", "*", "--count", "2")  # two read-back GETs
+    fleet.fleet("teardown", row.label)
+    done = fleet.rows()[row.label]
+    assert done.status == "destroyed" and done.store_commit and not fleet.listed(done)
+    armed = httpx.get(f"{fleet.env['HF_ENDPOINT']}/_sandbox/faults", timeout=10,
+                      headers={"Authorization": f"Bearer {fleet.env['HF_TOKEN']}"})
+    assert armed.json()["faults"] == []  # both 429s were met and waited out
 
 
 def test_a_failed_provider_destroy_leaves_the_row_live_and_is_retried(fleet: OneShot) -> None:

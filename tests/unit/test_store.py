@@ -19,6 +19,7 @@ from huggingface_hub import CommitOperationAdd, HfApi, constants, lfs
 
 from fleet import store
 from fleet.errors import AuthFailed, FleetError, UsageError
+from fleet.providers.http import RetryPolicy
 from sandbox.hub import HubServer, client_env
 
 TOKEN = "hf_sandbox_store_token_9876543210"
@@ -119,6 +120,16 @@ def test_read_back_names_each_file_the_store_serves_wrong(
     assert lines[1].startswith(f"j/x/fleet-manifest.json: store at {commit[:12]} has sha256 ")
     assert hub.faults.pending() == []
     assert store.read_back(REPO, commit, "j/x", manifest) == []  # the store itself is fine
+
+
+def test_read_back_asks_a_busy_store_again_after_its_retry_after(
+        hub: HubServer, tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    manifest = make_outputs(root, {"b.bin": os.urandom(MiB + 5)})
+    commit = store.push(REPO, root, manifest, "j/x", "j")
+    hub.faults.add("store_busy", count=2, repo=REPO)
+    assert store.read_back(REPO, commit, "j/x", manifest) == []
+    assert hub.faults.pending() == []  # both 429s were met and waited out
 
 
 def test_read_back_reports_missing_resized_and_changed_files_from_the_listing(
@@ -296,12 +307,19 @@ def test_push_toolchain_commits_a_tree_in_one_commit(hub: HubServer, api: HfApi,
 
 
 class _Front(BaseHTTPRequestHandler):
-    """The Hub's answer for an LFS file, and the CDN it redirects to (another host name)."""
+    """The Hub's answer for an LFS file, and the CDN it redirects to (another host name).
+
+    The CDN plays `script` first, one entry per GET: an HTTP status to answer with (a busy one
+    says `Retry-After: 0`), or "cut" (the whole Content-Length promised, half of it sent, the
+    connection closed); then it serves the blob, honouring a Range unless `ranges` is off."""
 
     seen: ClassVar[dict[str, str | None]] = {}
+    gets: ClassVar[list[str | None]] = []  # each CDN GET's Range header
+    script: ClassVar[list[int | str]] = []
     body: ClassVar[bytes] = b""
     commit: ClassVar[str] = ""
     cdn_status: ClassVar[int] = 200
+    ranges: ClassVar[bool] = True
 
     def do_HEAD(self) -> None:
         self._answer()
@@ -321,9 +339,26 @@ class _Front(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        status = self.cdn_status
-        body = self.body if status == 200 else b"no"
+        self.gets.append(self.headers.get("Range"))
+        step = self.script.pop(0) if self.script else self.cdn_status
+        if step == "cut":
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(self.body)))
+            self.end_headers()
+            self.wfile.write(self.body[:len(self.body) // 2])
+            self.close_connection = True
+            return
+        status, body, start = int(step), self.body, 0
+        wanted = self.headers.get("Range")
+        if status == 200 and wanted and self.ranges:
+            start, status = int(wanted.removeprefix("bytes=").removesuffix("-")), 206
+        body = body[start:] if status in (200, 206) else b"no"
         self.send_response(status)
+        if status == 206:
+            self.send_header("Content-Range", f"bytes {start}-{len(self.body) - 1}/"
+                                              f"{len(self.body)}")
+        if status in (408, 429, 503):
+            self.send_header("Retry-After", "0")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if self.command == "GET":
@@ -337,6 +372,8 @@ class _Front(BaseHTTPRequestHandler):
 def cdn_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[HfApi, type[_Front]]]:
     class Front(_Front):
         seen: ClassVar[dict[str, str | None]] = {}
+        gets: ClassVar[list[str | None]] = []
+        script: ClassVar[list[int | str]] = []
         body = os.urandom(MiB + 3)
         commit = "c0ffee" * 6 + "abcd"
 
@@ -344,6 +381,8 @@ def cdn_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[HfApi, type[_Fron
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setenv("HF_TOKEN", TOKEN)
+    # the library's policy (6 tries, 1-8 s apart) with waits a test need not sit through
+    monkeypatch.setattr(store, "_RETRY", RetryPolicy(attempts=6, base_delay=0.01, max_delay=0.02))
     yield HfApi(endpoint=url, token=TOKEN), Front
     server.shutdown()
     server.server_close()
@@ -369,6 +408,39 @@ def test_read_back_names_a_blob_the_cdn_lost_and_refuses_on_its_errors(
     front.cdn_status = 404
     assert store._read_one(api, TOKEN, REPO, front.commit, "a.bin", want) == (
         f"a.bin: missing from the store at {front.commit[:12]}")
-    front.cdn_status = 500
+    front.cdn_status, front.gets[:] = 500, []
     with pytest.raises(FleetError, match=r"a\.bin at c0ffeec0ffee: HTTP 500"):
         store._read_one(api, TOKEN, REPO, front.commit, "a.bin", want)
+    assert len(front.gets) == 6  # asked again as huggingface_hub would, then refused
+
+
+def test_read_back_waits_out_a_busy_cdn_and_resumes_a_cut_body_where_it_stopped(
+        cdn_hub: tuple[HfApi, type[_Front]]) -> None:
+    api, front = cdn_hub
+    want = store.Entry("a.bin", len(front.body), hashlib.sha256(front.body).hexdigest())
+    front.script[:] = [429, "cut", 503, "cut"]
+    assert store._read_one(api, TOKEN, REPO, front.commit, "a.bin", want) is None
+    half = f"bytes={len(front.body) // 2}-"
+    assert front.gets == [None, None, half, half, half]  # a cut answer starts from byte 0
+    # a store that answers a Range with the whole file is hashed from its start again
+    front.ranges, front.gets[:] = False, []
+    front.script[:] = ["cut"]
+    assert store._read_one(api, TOKEN, REPO, front.commit, "a.bin", want) is None
+    assert front.gets == [None, half]
+    # the bytes after a resume are checked like any others
+    other = store.Entry("a.bin", want.size, "0" * 64)
+    front.ranges, front.script[:] = True, ["cut"]
+    assert store._read_one(api, TOKEN, REPO, front.commit, "a.bin", other) == (
+        f"a.bin: store at {front.commit[:12]} has sha256 {want.sha256}, manifest says {'0' * 64}")
+
+
+def test_a_cdn_that_keeps_cutting_the_body_is_one_line_and_the_file_is_not_passed(
+        cdn_hub: tuple[HfApi, type[_Front]]) -> None:
+    api, front = cdn_hub
+    want = store.Entry("a.bin", len(front.body), hashlib.sha256(front.body).hexdigest())
+    front.script[:] = ["cut"] * 6
+    with pytest.raises(FleetError, match=r"a\.bin at c0ffeec0ffee: cannot read it from the "
+                                         r"store: IncompleteRead") as e:
+        store._read_one(api, TOKEN, REPO, front.commit, "a.bin", want)
+    one_line(e)
+    assert len(front.gets) == 6
