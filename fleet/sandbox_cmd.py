@@ -30,9 +30,6 @@ from fleet.sync import view
 
 FAULTS = ("no_capacity", "offer_gone", "rate_limit", "server_error", "create_timeout",
           "host_death", "driver_drift", "container_restart", "low_bid")
-# the store's: TARGET is a repository (`fleet/outputs`) or `*`
-STORE_FAULTS = ("store_upload_refused", "store_wrong_bytes", "store_ghost_commit",
-                "store_busy")
 
 
 def load_env(state_dir: Path) -> dict[str, str]:
@@ -143,10 +140,11 @@ def status(state_dir: Path) -> dict[str, Any]:
 
 def fault(cfg: Config, state_dir: Path, kind: str, target: str, count: int,
           **params: Any) -> Any:
+    import sandbox.manage as manage
+    from sandbox.hub import FAULT_KINDS as STORE_FAULTS  # their TARGET: a repository or `*`
+
     if kind not in FAULTS + STORE_FAULTS:
         raise UsageError(f"unknown fault {kind!r} (one of: {', '.join(FAULTS + STORE_FAULTS)})")
-    import sandbox.manage as manage
-
     if kind in STORE_FAULTS:
         with _sandbox_errors():
             return manage.fault(state_dir, kind, target, count)
