@@ -45,7 +45,7 @@ case "${1:-}" in
             .venv/bin/fleet sandbox down || true
         fi
         .venv/bin/ruff check .
-        .venv/bin/mypy fleet agent sandbox facts operations
+        .venv/bin/mypy fleet agent sandbox facts operations lowio
         .venv/bin/pytest -q "$@"
         # pyinfra-testing monkeypatches with gevent on import: its own process
         .venv/bin/pytest -q -p no:cacheprovider tests/pyinfra ;;

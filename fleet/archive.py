@@ -7,7 +7,7 @@ Layout: `<archive>/<label>/<job>/` holds the outputs and `fleet-manifest.json` (
 manifest). A pull lands in a sibling `.incoming` folder first and replaces the archive only
 once every file matched, so an archive folder is always a verified copy.
 
-The files are written by direct I/O (`directio`), past the page cache: the push reads them
+The files are written by direct I/O (`lowio.directio`), past the page cache: the push reads them
 once more the same way, and nothing else reads them soon. A pull is not durable by itself
 (each file's last partial block, its size and its folder the kernel writes back later), and
 `make_durable` (fsync of every file and folder) is the last step before the box is
@@ -28,8 +28,8 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from fleet import fileutil
-from fleet.directio import DirectWriter
 from fleet.errors import FleetError
+from lowio.directio import DirectWriter
 
 MANIFEST = "fleet-manifest.json"
 CHUNK = 1 << 20

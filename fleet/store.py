@@ -42,9 +42,9 @@ from huggingface_hub.errors import (
 from huggingface_hub.file_download import get_hf_file_metadata
 from huggingface_hub.utils import build_hf_headers, disable_progress_bars
 
-from fleet.directio import DirectReader
 from fleet.errors import AuthFailed, FleetError, ProviderError, UsageError
 from fleet.providers.http import RetryPolicy, retry_after
+from lowio.directio import DirectReader
 
 REPO_TYPE = "dataset"
 BRANCH = "main"

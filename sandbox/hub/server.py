@@ -1,7 +1,7 @@
 """`HubServer`: the Hub routes on a stdlib threading HTTP server, with bodies streamed.
 
 Uploads are hashed on their way to disk and downloads are read from it in 1 MiB pieces, both by
-direct I/O (`directio`), so a GiB never sits in memory (the shared `sandbox.httpbase` reads
+direct I/O (`lowio.directio`), so a GiB never sits in memory (the shared `sandbox.httpbase` reads
 and writes whole bodies). The request line is logged at debug level; headers (the token)
 never are.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from fleet.directio import read_range
+from lowio.directio import read_range
 from sandbox.hub.faults import HubFaults
 from sandbox.hub.routes import HubApp
 from sandbox.hub.store import HubError, HubStore

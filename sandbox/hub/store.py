@@ -9,7 +9,7 @@
 Every file is written to a temporary name and renamed into place, a commit before the ref
 that points at it, so a crash leaves the last good state. Metadata is fsynced; objects are not
 (a sandbox's power never fails, and fsyncing a GiB upload would dominate its cost). Object
-bytes go to and from disk by direct I/O (`directio`), past the page cache.
+bytes go to and from disk by direct I/O (`lowio.directio`), past the page cache.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fleet.directio import DirectWriter
+from lowio.directio import DirectWriter
 from sandbox.hub.oids import content_oid, git_blob_oid, lfs_pointer
 
 KINDS = ("model", "dataset", "space")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet import directio
-from fleet.directio import ALIGN, CHUNK, DirectWriter, read_range
+from lowio import directio
+from lowio.directio import ALIGN, CHUNK, DirectWriter, read_range
 
 SIZES = [0, 1, ALIGN - 1, ALIGN, ALIGN + 1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 4099]
 
