@@ -41,6 +41,11 @@ class BoxSpec:
     authorized_keys: str  # the account's SSH public keys
     gpu: GpuSpec
     start_hook: str | None = None  # shell run at container start (Vast onstart, RunPod start)
+    disk_gb: float = 20.0  # the container's disk (RunPod containerDiskInGb; Vast disk)
+    # whether the disk outlives a stop and a restart: Vast's does, RunPod's container disk not
+    disk_kept: bool = True
+    volume_gb: float = 0.0  # RunPod's pod volume (kept until the pod is deleted); 0: none
+    volume_path: str | None = None  # where the volume is mounted (volumeMountPath)
 
 
 @dataclass
@@ -53,7 +58,7 @@ class BoxEndpoints:
 
 
 class BoxBackend(Protocol):
-    def start(self, spec: BoxSpec) -> BoxEndpoints: ...
+    def start(self, spec: BoxSpec) -> BoxEndpoints: ...  # a known box id resumes on its disks
 
     def destroy(self, box_id: str) -> None: ...  # kill everything, remove the disk
 

@@ -1,9 +1,11 @@
 """`NamespaceBackend`: every running sandbox instance is a real SSH host on this machine.
 
 A box is a process tree in its own network, PID, mount, UTS and IPC namespaces: `boxinit`
-as PID 1, OpenSSH's sshd under it. Its netns hangs off one bridge; its ports are forwarded
-from the machine's public address by `forward.Forwarder`. Stopping a box is one SIGKILL to its
-PID 1: the kernel kills the rest of the namespace before the init can be reaped.
+as PID 1, OpenSSH's sshd under it. Its root is its own: an overlay of the image layer and the
+host's root, read-only, under the box's disk (`disks`: a filesystem of the rented size). Its
+netns hangs off one bridge; its ports are forwarded from the machine's public address by
+`forward.Forwarder`. Stopping a box is one SIGKILL to its PID 1: the kernel kills the rest of
+the namespace before the init can be reaped.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from pathlib import Path
 
 from sandbox.backend import BoxEndpoints, BoxSpec, GpuSpec
-from sandbox.boxes import config, layout
+from sandbox.boxes import config, disks, layout
 from sandbox.boxes.errors import BoxError
 from sandbox.boxes.forward import Forwarder, Mapping, PortAllocator, bind
 from sandbox.boxes.host import BOX_PYTHON, preflight
@@ -39,6 +41,16 @@ from sandbox.boxes.proc import (
 
 BOXINIT = Path(__file__).with_name("boxinit.py")
 NVML_LIB = "libnvidia-ml.so.1"
+# What RunPod's images run at container start (their CMD). sshd is the box init's, so the
+# sandbox's stand-in only runs the image's hook and stays, as the real one does.
+IMAGE_START_SH = """#!/bin/bash
+# the sandbox image's /start.sh: RunPod's images start sshd here (the box's init does that),
+# then run /post_start.sh if present, then stay
+[ -x /post_start.sh ] && /post_start.sh
+exec sleep infinity
+"""
+# Directories of the host's root a box must not see: the box gets them empty, on its disk
+OWN_DIRS = {"root": 0o700, "tmp": 0o1777, "var/tmp": 0o1777, "var/log": 0o755, "home": 0o755}
 NOTIFY = "notify.sock"  # in sys/: where the box's sshd reports READY=1
 _NAMESPACES = ["--net", "--pid", "--fork", "--kill-child", "--mount", "--uts", "--ipc",
                "--propagation", "private", "--mount-proc"]
@@ -76,9 +88,11 @@ class NamespaceBackend:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.net = Network(bridge, subnet)
         self.ready_timeout = ready_timeout
-        self._lib_dir = _library_dir()
         self._unshare = shutil.which("unshare") or "unshare"  # not looked up on the box's PATH
-        self._nvml_layer = self._build_nvml()
+        self._loop = disks.loop_devices_work()  # else each disk is a tmpfs of its size
+        self._image = self._build_image()
+        # the operator's files the host's root shows: this state and the project that runs it
+        self._hidden = sorted({str(self.state_dir), str(Path(__file__).resolve().parents[2])})
         self._lock = threading.Lock()  # the box table and the network
         self._boxes: dict[str, _Box] = {}
         self._closed = False
@@ -116,7 +130,8 @@ class NamespaceBackend:
                 raise BoxError(f"box {spec.box_id} is already running")
             try:
                 if fresh:
-                    shutil.rmtree(paths.root, ignore_errors=True)  # a new rental, a new disk
+                    self._remove_disks(paths)  # a new rental, new disks
+                    shutil.rmtree(paths.root, ignore_errors=True)
                 else:
                     self._resume(box, spec)
                 self._open_ports(box)
@@ -150,7 +165,8 @@ class NamespaceBackend:
             self._close_ports(box)
 
     def restart(self, box_id: str) -> None:
-        """Container restart: every process dies, the disk stays, init, sshd and hook rerun."""
+        """Container restart: every process dies, init, sshd and hook rerun; the disk stays
+        where the provider keeps it (`BoxSpec.disk_kept`), and the volume always."""
         box = self._get(box_id)
         with box.lock:
             self._stop(box)
@@ -230,6 +246,7 @@ class NamespaceBackend:
         box.mappings.clear()
 
     def _launch(self, box: _Box) -> None:
+        self._mount_disks(box)
         self._prepare(box)
         paths = box.paths
         with notify_socket(paths.sys / NOTIFY) as notify:
@@ -276,28 +293,54 @@ class NamespaceBackend:
             write_atomic(hook, spec.start_hook.rstrip("\n") + "\n", 0o755)
         else:
             hook.unlink(missing_ok=True)
-        # The box is down, so its /etc overlay's upper dir may be written directly. Like a
-        # container runtime, the host rewrites hostname and hosts at every start.
-        upper = paths.etc_upper
-        write_atomic(upper / "hostname", spec.hostname + "\n")
-        write_atomic(upper / "hosts", config.hosts_file(spec.hostname, box.address))
-        nvml_link = upper / "sandbox-nvml.json"
+        # The box is down, so its disk may be written directly. Like a container runtime, the
+        # host rewrites hostname and hosts at every start.
+        etc = paths.upper / "etc"
+        etc.mkdir(exist_ok=True)
+        write_atomic(etc / "hostname", spec.hostname + "\n")
+        write_atomic(etc / "hosts", config.hosts_file(spec.hostname, box.address))
+        nvml_link = etc / "sandbox-nvml.json"
         if not nvml_link.is_symlink():
             nvml_link.symlink_to(f"{config.SANDBOX_DIR}/nvml.json")
-        disk = paths.disk
+        volume = None
+        if spec.volume_path:
+            volume = {"source": str(paths.volume / "data"), "path": spec.volume_path}
         _write_marshal(paths.init_config, {
             "hostname": spec.hostname,
             "sys": str(paths.sys),
-            "etc": {"upper": str(upper), "work": str(disk / "etc-work")},
-            "lib": {"layer": str(self._nvml_layer), "dir": self._lib_dir},
-            "binds": [[str(disk / "var-log"), "/var/log"], [str(disk / "root"), "/root"],
-                      [str(disk / "tmp"), "/tmp"]],
-            "hide": str(self.state_dir),
+            "rootfs": str(paths.rootfs),
+            "layers": {"image": str(paths.disk / "image"), "upper": str(paths.upper),
+                       "work": str(paths.disk / "work")},
+            "volume": volume,
+            "hide": self._hidden,
             "hook": f"{config.SANDBOX_DIR}/start-hook.sh" if spec.start_hook else None,
             "hook_log": config.HOOK_LOG,
             "sshd_log": str(paths.log / "sshd.log"),
             "notify": f"{config.SANDBOX_DIR}/{NOTIFY}",
         })
+
+    def _mount_disks(self, box: _Box) -> None:
+        """The box's disk (new where the provider drops it at each start) and its volume."""
+        spec, paths = box.spec, box.paths
+        paths.make()
+        if spec.disk_kept:
+            disks.mount(paths.disk_image, paths.disk, spec.disk_gb, self._loop)
+        else:
+            disks.wipe(paths.disk_image, paths.disk, spec.disk_gb, self._loop)
+        _init_disk(paths.disk)
+        # the image layer goes on the box's disk: a layer under the host's root would overlap it
+        image = paths.disk / "image"
+        shutil.rmtree(image, ignore_errors=True)
+        shutil.copytree(self._image, image, symlinks=True)
+        if spec.volume_path:
+            if spec.volume_gb <= 0:
+                raise BoxError(f"box {spec.box_id}: a volume at {spec.volume_path} needs a size")
+            disks.mount(paths.volume_image, paths.volume, spec.volume_gb, self._loop)
+            (paths.volume / "data").mkdir(exist_ok=True)
+
+    def _remove_disks(self, paths: BoxPaths) -> None:
+        disks.unmount(paths.volume_image, paths.volume)
+        disks.unmount(paths.disk_image, paths.disk)
 
     def _write_nvml_config(self, box: _Box) -> None:
         from sandbox import nvml
@@ -360,24 +403,46 @@ class NamespaceBackend:
             self._forget(box)
 
     def _forget(self, box: _Box) -> None:
-        """Delete a stopped box's disk and take it out of the table."""
+        """Delete a stopped box's disks and take it out of the table."""
+        self._remove_disks(box.paths)
         shutil.rmtree(box.paths.root, ignore_errors=True)
         with self._lock:
             if self._boxes.get(box.spec.box_id) is box:
                 del self._boxes[box.spec.box_id]
 
-    def _build_nvml(self) -> Path:
-        """The stand-in NVML as the only file of a layer over the box's library dir."""
+    def _build_image(self) -> Path:
+        """The image layer every box sees over the host's root (each box's disk gets a copy):
+        the stand-in NVML where the driver's library lives, and the RunPod image's /start.sh."""
         from sandbox import nvml
 
         built = nvml.build_library(self.state_dir / "nvml-build")
-        layer = self.state_dir / "nvml-layer"
-        layer.mkdir(exist_ok=True)
-        tmp = layer / f".{NVML_LIB}.tmp"
+        image = self.state_dir / "image"
+        lib = image / _library_dir().lstrip("/")
+        lib.mkdir(parents=True, exist_ok=True)
+        tmp = lib / f".{NVML_LIB}.tmp"
         shutil.copyfile(built, tmp)
         tmp.chmod(0o755)
-        os.replace(tmp, layer / NVML_LIB)
-        return layer
+        os.replace(tmp, lib / NVML_LIB)
+        write_atomic(image / "start.sh", IMAGE_START_SH, 0o755)
+        return image
+
+
+def _init_disk(disk: Path) -> None:
+    """The root's layers on a disk; on a new disk, the directories the box owns outright
+    (opaque: the host's /root, /tmp and logs stay out of sight)."""
+    upper, work = disk / "upper", disk / "work"
+    work.mkdir(exist_ok=True)
+    if upper.exists():
+        return
+    tmp = disk / ".upper.new"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for rel, mode in OWN_DIRS.items():
+        d = tmp / rel
+        d.mkdir(parents=True)
+        d.chmod(mode)
+        os.setxattr(d, "trusted.overlay.opaque", b"y")
+    os.replace(tmp, upper)
 
 
 def _write_marshal(path: Path, data: dict[str, object]) -> None:

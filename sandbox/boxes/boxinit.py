@@ -2,7 +2,9 @@
 
 Run by the host as `unshare --net --pid --fork --mount --uts --ipc --mount-proc
 /usr/bin/python3 -I -S boxinit.py <box dir>`, so it starts inside the box's fresh namespaces but
-still sees the host's files. It runs on the box's Python, not the project's, and imports only
+still sees the host's files, until it pivots into its own root: an overlay of the image layer
+and the host's root (both read-only) under the box's disk, so nothing the box writes reaches
+the host or another box. It runs on the box's Python, not the project's, and imports only
 built-in modules plus ctypes: every millisecond of interpreter start is paid once per box.
 Handshake on stdin/stdout: it prints `up` once its namespaces exist and waits for `go`, which the
 host sends after giving it a network. Killing it kills the box (the kernel kills every process
@@ -21,9 +23,15 @@ TYPE_CHECKING = False  # typing costs ~10 ms to import; only the type checker ne
 if TYPE_CHECKING:
     from typing import Any
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 1, 2, 4, 32, 4096
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+MNT_DETACH = 2
 PR_SET_NAME = 15
 SSHD = "/usr/sbin/sshd"
+# pivot_root has no libc wrapper on older glibc; its syscall number per architecture
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+# the device nodes a container gets: (name, mode, major, minor)
+DEVICES = (("null", 0o666, 1, 3), ("zero", 0o666, 1, 5), ("full", 0o666, 1, 7),
+           ("random", 0o666, 1, 8), ("urandom", 0o666, 1, 9), ("tty", 0o666, 5, 0))
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -41,29 +49,67 @@ def mount(source: str, target: str, fstype: str | None, flags: int = 0, data: st
 
 
 def bind(fd: int, target: str, readonly: bool = False) -> None:
-    # Sources are opened before any mount, as /root or /tmp may hide them once mounted over.
+    # Sources are opened before any mount, as the mounts may hide them.
     mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
     if readonly:
         mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def build_filesystem(cfg: dict[str, Any], fds: dict[str, int]) -> None:
-    # Overlays first: their layers are named by path, which the mounts below may hide.
-    etc = cfg["etc"]
-    mount("overlay", "/etc", "overlay", 0,
-          f"lowerdir=/etc,upperdir={etc['upper']},workdir={etc['work']}")
-    lib = cfg["lib"]  # read-only: the stand-in NVML library over the host's library dir
-    mount("overlay", lib["dir"], "overlay", MS_RDONLY, f"lowerdir={lib['layer']}:{lib['dir']}")
-    mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
-    os.mkdir("/run/sshd", 0o755)  # sshd's privilege separation directory
-    os.mkdir("/run/sandbox", 0o755)
-    bind(fds[cfg["sys"]], "/run/sandbox", readonly=True)
-    for source, target in cfg["binds"]:
-        bind(fds[source], target)
+def pivot_into(new_root: str) -> None:
+    """Make `new_root` the box's `/` and drop the host's root from this mount namespace."""
+    os.chdir(new_root)
+    number = SYS_PIVOT_ROOT[os.uname().machine]
+    # pivot_root(".", "."): the old root is stacked under the new one, then detached
+    _check(_libc.syscall(ctypes.c_long(number), b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "unmount the host's root")
+    os.chdir("/")
+
+
+def make_dev() -> None:
+    """A container's /dev: a tmpfs with the usual nodes, its own ptys and shared memory."""
+    mount("tmpfs", "/dev", "tmpfs", MS_NOSUID, "mode=755,size=64k")
+    old = os.umask(0)
+    try:
+        for name, mode, major, minor in DEVICES:
+            os.mknod(f"/dev/{name}", mode | 0o020000, os.makedev(major, minor))  # S_IFCHR
+        os.mkdir("/dev/pts", 0o755)
+        os.mkdir("/dev/shm", 0o1777)
+    finally:
+        os.umask(old)
+    mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+          "newinstance,ptmxmode=0666,mode=620")
+    os.symlink("pts/ptmx", "/dev/ptmx")
+    for i, name in enumerate(("stdin", "stdout", "stderr")):
+        os.symlink(f"/proc/self/fd/{i}", f"/dev/{name}")
+    os.symlink("/proc/self/fd", "/dev/fd")
     mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
-    hide = cfg["hide"]  # the other boxes' dirs and keys, when still visible
-    if os.path.isdir(hide):
-        mount("tmpfs", hide, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=755")
+
+
+def build_filesystem(cfg: dict[str, Any], fds: dict[str, int]) -> None:
+    """The box's own root: the image and the host's root, read-only, under the box's disk.
+
+    Whatever the box writes lands on its disk (the overlay's upper layer); the host's root is
+    only ever read. Mounts that need a source on the host are made before the pivot.
+    """
+    root = cfg["rootfs"]
+    layers = cfg["layers"]
+    mount("overlay", root, "overlay", 0,
+          f"lowerdir={layers['image']}:/,upperdir={layers['upper']},workdir={layers['work']}")
+    mount("tmpfs", f"{root}/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
+    os.mkdir(f"{root}/run/sshd", 0o755)  # sshd's privilege separation directory
+    os.mkdir(f"{root}/run/sandbox", 0o755)
+    bind(fds[cfg["sys"]], f"{root}/run/sandbox", readonly=True)
+    volume = cfg["volume"]
+    if volume:  # RunPod's pod volume at its mount path
+        os.makedirs(f"{root}{volume['path']}", exist_ok=True)
+        bind(fds[volume["source"]], f"{root}{volume['path']}")
+    pivot_into(root)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    make_dev()
+    for path in cfg["hide"]:  # the operator's files the host's root still shows
+        if os.path.isdir(path):
+            mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=755")
 
 
 def spawn(argv: list[str], env: dict[str, str], out: int, setsid: bool = False) -> int:
@@ -91,7 +137,7 @@ def main() -> None:
         cfg = marshal.load(f)  # a dict of str, list and None; no json import to pay for
     _libc.prctl(PR_SET_NAME, b"box-init", 0, 0, 0)
     sshd_log = os.open(cfg["sshd_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    sources = [cfg["sys"], *(source for source, _ in cfg["binds"])]
+    sources = [cfg["sys"], *([cfg["volume"]["source"]] if cfg["volume"] else [])]
     fds = {s: os.open(s, os.O_PATH | os.O_DIRECTORY) for s in sources}
     os.write(1, b"up\n")
     if sys.stdin.readline().strip() != "go":

@@ -2,9 +2,10 @@
 
 A backend that closes cleanly leaves nothing; one whose process died leaves its boxes running
 (their processes, netns and veths live as long as their PID 1), the bridge with its addresses,
-and the boxes' disks. Box processes are found by their command line, which names `boxinit.py`
-and the box's dir; the bridge by `network.json`. The boxes' mounts live only in their own
-mount namespaces and go with their processes.
+and the boxes' disks, still mounted. Box processes are found by their command line, which
+names `boxinit.py` and the box's dir; the bridge by `network.json`; the disks by the mounts and
+loop devices under the state dir. A box's own root lives only in its mount namespace and goes
+with its processes.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 
+from sandbox.boxes.disks import loops_under, mounts_under
 from sandbox.boxes.net import delete_link, ip, link_exists
 
 
@@ -56,11 +59,26 @@ def sweep(state_dir: str | Path, wait: float = 10.0) -> list[str]:
                 pass
         time.sleep(0.02)
     removed += _sweep_network(state)
+    removed += _sweep_disks(state)
     if state.is_dir():
         for box in sorted(state.iterdir()):
             if (box / "init.marshal").exists() or (box / "box.json").exists():
                 shutil.rmtree(box, ignore_errors=True)
                 removed.append(f"box dir {box.name}")
+    return removed
+
+
+def _sweep_disks(state: Path) -> list[str]:
+    """Unmount the disks under `state` (deepest first) and detach their loop devices."""
+    removed = []
+    for target in mounts_under(state):
+        res = subprocess.run(["umount", target], capture_output=True)
+        if res.returncode != 0:
+            subprocess.run(["umount", "--lazy", target], capture_output=True)
+        removed.append(f"mount {target}")
+    for dev in loops_under(state):
+        subprocess.run(["losetup", "-d", dev], capture_output=True)
+        removed.append(f"loop device {dev}")
     return removed
 
 

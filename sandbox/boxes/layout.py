@@ -2,14 +2,17 @@
 
 ```
 <state>/network.json         the bridge this backend made (for sweep)
-<state>/nvml-layer/          libnvidia-ml.so.1, the lower layer over the box's library dir
+<state>/image/               the image layer, over the host's root in every box: the stand-in
+                             libnvidia-ml.so.1 in the library dir, the image's /start.sh
 <state>/<box_id>/
   box.json                   runtime record: init pid, veth, address, ports (for sweep)
-  init.marshal               what the box's init needs: hostname, environment, mount sources
+  init.marshal               what the box's init needs: hostname, mount sources, hidden paths
   sys/                       read-only at /run/sandbox in the box: sshd_config, host key,
                              authorized_keys, nvml.json, start-hook.sh
-  disk/root, disk/tmp, disk/var-log, disk/etc-upper, disk/etc-work
-                             the box's disk: kept across container restarts, gone on destroy
+  disk.img, disk/            the box's disk (sparse ext4 of its size; a tmpfs without loop
+                             devices), mounted at disk/: upper/ and work/, its root's layers
+  volume.img, volume/        a RunPod pod volume, when it has one: volume/data at its mount path
+  rootfs/                    where the init mounts the box's root before pivoting into it
   log/init.log, log/sshd.log the container's logs, outside the box
 ```
 """
@@ -73,21 +76,32 @@ class BoxPaths:
         return self.root / "disk"
 
     @property
-    def etc_upper(self) -> Path:
-        return self.disk / "etc-upper"
+    def disk_image(self) -> Path:
+        return self.root / "disk.img"
+
+    @property
+    def upper(self) -> Path:
+        return self.disk / "upper"
+
+    @property
+    def volume(self) -> Path:
+        return self.root / "volume"
+
+    @property
+    def volume_image(self) -> Path:
+        return self.root / "volume.img"
+
+    @property
+    def rootfs(self) -> Path:
+        return self.root / "rootfs"
 
     @property
     def log(self) -> Path:
         return self.root / "log"
 
     def make(self) -> None:
-        for d in (self.sys, self.log, self.etc_upper, self.disk / "etc-work", self.disk / "root",
-                  self.disk / "var-log"):
+        for d in (self.sys, self.log, self.rootfs):
             d.mkdir(parents=True, exist_ok=True)
-        tmp = self.disk / "tmp"
-        tmp.mkdir(exist_ok=True)
-        tmp.chmod(0o1777)
-        (self.disk / "root").chmod(0o700)
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:

@@ -81,6 +81,7 @@ def runpod_spec(pub: str, n: int, hook: str | None = None) -> BoxSpec:
         tcp_ports=[22, 26611], authorized_keys=pub, start_hook=hook,
         gpu=gpu("580.95.05", f"GPU-{n:08x}-aaaa-4bbb-8ccc-000000000001",
                 f"GPU-{n:08x}-aaaa-4bbb-8ccc-000000000002"),
+        disk_gb=1, disk_kept=False, volume_gb=1, volume_path="/workspace",  # RunPod's disks
     )
 
 
@@ -91,7 +92,7 @@ def vast_spec(pub: str, n: int, hook: str | None = None) -> BoxSpec:
         box_id=f"vast-{iid}", provider="vast", hostname=f"C.{iid}", public_ip=ip,
         env={"VAST_CONTAINERLABEL": f"C.{iid}", "CONTAINER_ID": str(iid), "PUBLIC_IPADDR": ip},
         tcp_ports=[22, 26611], authorized_keys=pub, start_hook=hook,
-        gpu=gpu("570.172.08", f"GPU-{n:08x}-dddd-4eee-8fff-000000000001"),
+        gpu=gpu("570.172.08", f"GPU-{n:08x}-dddd-4eee-8fff-000000000001"), disk_gb=1,
     )
 
 
@@ -392,7 +393,7 @@ def test_nvidia_ml_py_reports_the_advertised_driver_and_uuids(backend, boxes, ke
             lib = run(client, "sha256sum /usr/lib/*-linux-gnu/libnvidia-ml.so.1").split()
         finally:
             run(client, "rm -rf /root/pylib")  # the shared box as it was
-    stand_in = backend.state_dir / "nvml-layer" / "libnvidia-ml.so.1"
+    stand_in, = (backend.state_dir / "image").glob("usr/lib*/**/libnvidia-ml.so.1")
     assert report["module"] == "/root/pylib/pynvml.py"
     assert report["driver"] == spec.gpu.driver_version
     assert report["cuda"] == spec.gpu.cuda_driver_version
@@ -452,6 +453,73 @@ def test_public_ports_do_not_collide(backend, boxes, fresh):
     assert len(taken) == len(set(taken))
 
 
+# --- a box is its own machine: its own root and disk -----------------------------------------
+
+SHARED_PATHS = ("/post_start.sh", "/opt/x", "/usr/local/bin/x", "/workspace/x")
+
+
+def host_tree(*dirs: str) -> dict[str, tuple[int, int]]:
+    """(size, mtime) of every entry of `dirs` on this machine, one level deep; of `/`, its
+    names and files (its directories change by the host's own work: /tmp, /root, ...)."""
+    found = {}
+    for d in ("/", *dirs):
+        for entry in Path(d).iterdir():
+            st = entry.lstat()
+            found[str(entry)] = (0, 0) if d == "/" and entry.is_dir() else (
+                st.st_size, st.st_mtime_ns)
+    return found
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_two_boxes_writing_the_same_paths_each_see_only_their_own(fresh, key, provider):
+    before = host_tree("/opt", "/usr/local", "/usr/local/bin")
+    (_, a), (_, b) = fresh(provider), fresh(provider)
+    with connect(a, key) as ca, connect(b, key) as cb:
+        for client, name in ((ca, "a"), (cb, "b")):
+            run(client, "; ".join(f"mkdir -p $(dirname {p}) && echo {name} > {p}"
+                                  for p in SHARED_PATHS))
+        for client, name in ((ca, "a"), (cb, "b")):
+            assert run(client, "cat " + " ".join(SHARED_PATHS)).split() == [name] * 4
+        run(ca, "rm /opt/x")
+        assert run(cb, "cat /opt/x").strip() == "b"
+    assert host_tree("/opt", "/usr/local", "/usr/local/bin") == before
+    for path in SHARED_PATHS:
+        assert not Path(path).exists(), f"{path} reached the host"
+
+
+def test_a_box_that_deletes_usr_breaks_only_itself(boxes, fresh, key):
+    _, victim = fresh("vast")
+    with connect(victim, key) as client:
+        client.exec_command("rm -rf /usr/bin /usr/lib/python3*")[1].channel.recv_exit_status()
+        _, out, _ = client.exec_command("/usr/bin/python3 -c 'print(1)'")
+        assert out.channel.recv_exit_status() != 0  # broken, as a real box would be
+    _, other = boxes["vast"]
+    with connect(other, key) as client:
+        assert run(client, "/usr/bin/python3 -c 'print(6 * 7)'").strip() == "42"
+    res = subprocess.run(["/usr/bin/python3", "-c", "print(6 * 7)"], capture_output=True,
+                         text=True, check=True)
+    assert res.stdout.strip() == "42"
+
+
+def test_a_box_that_fills_its_disk_gets_enospc_and_nothing_else_does(boxes, fresh, key):
+    spec, ep = fresh("vast")  # disk_gb = 1
+    host_free = os.statvfs("/").f_bavail * os.statvfs("/").f_frsize
+    with connect(ep, key) as client:
+        _, out, err = client.exec_command(
+            "dd if=/dev/zero of=/opt/fill bs=1M count=2048 2>&1; echo rc=$?", timeout=120)
+        text = out.read().decode()
+        assert "No space left on device" in text and "rc=1" in text, text
+        size = int(run(client, "stat -c %s /opt/fill"))
+        assert 0.8 * 2**30 < size < 2**30  # the rented size, less the filesystem's own
+        run(client, "rm /opt/fill")
+        run(client, "echo fine > /root/after")  # the box itself recovers once it frees space
+    _, other = boxes["vast"]
+    with connect(other, key) as client:
+        run(client, "dd if=/dev/zero of=/root/ok bs=1M count=16 && rm /root/ok")
+    # the operator's disk never saw more than the box's size
+    assert host_free - os.statvfs("/").f_bavail * os.statvfs("/").f_frsize < 2**30
+
+
 # --- lifecycle ---------------------------------------------------------------------------
 
 def test_host_death_leaves_no_process(backend, fresh, key):
@@ -478,7 +546,7 @@ def test_destroy_leaves_no_process_and_no_disk(backend, fresh, key):
     assert pid is not None
     pidns = ns_of(pid, "pid")
     disk = backend.state_dir / spec.box_id
-    assert (disk / "disk" / "root" / "data").read_text() == "data\n"
+    assert (disk / "disk" / "upper" / "root" / "data").read_text() == "data\n"
     backend.destroy(spec.box_id)
     assert processes_in("pid", pidns) == []
     assert not disk.exists()
@@ -509,14 +577,36 @@ def test_container_restart_keeps_the_disk_and_reruns_the_start_hook(backend, fre
 
 
 def test_start_after_kill_boots_the_same_disk(backend, fresh, key):
-    spec, ep = fresh("runpod")
+    spec, ep = fresh("vast")
     with connect(ep, key) as client:
-        run(client, "echo kept > /root/keep")
+        run(client, "echo kept > /root/keep; echo kept > /opt/keep")
     backend.kill(spec.box_id)
     again = backend.start(spec)  # a stopped instance resumed
     assert again.host_key == ep.host_key
     with connect(again, key) as client:
-        assert run(client, "cat /root/keep").strip() == "kept"
+        assert run(client, "cat /root/keep /opt/keep").split() == ["kept", "kept"]
+
+
+@pytest.mark.parametrize("how", ["restart", "stop and start"])
+def test_runpod_keeps_only_its_volume(backend, fresh, key, how):
+    """RunPod drops the container disk at every stop and restart; the volume stays."""
+    hook = "echo ran >> /workspace/hook.log"
+    spec, ep = fresh("runpod", hook=hook)
+    with connect(ep, key) as client:
+        eventually(lambda: run(client, "cat /workspace/hook.log").count("ran") == 1, "hook")
+        run(client, "echo lost > /root/lost; echo lost > /opt/lost; echo kept > /workspace/kept")
+    if how == "restart":
+        backend.restart(spec.box_id)
+    else:
+        backend.kill(spec.box_id)
+        ep = backend.start(spec)
+    with connect(ep, key) as client:
+        assert run(client, "cat /workspace/kept").strip() == "kept"
+        assert run(client, "ls -A /root; ls /opt/lost 2>&1 || true").strip().endswith(
+            "No such file or directory")
+        eventually(lambda: run(client, "cat /workspace/hook.log").count("ran") == 2, "again")
+        # the new container disk is a whole new one: the box's own dirs and hostname are back
+        assert run(client, "hostname; stat -c %a /tmp").split() == [spec.hostname, "1777"]
 
 
 # --- nothing left behind -----------------------------------------------------------------
@@ -562,6 +652,9 @@ def assert_nothing_left(state: Path, bridge: str, subnet_prefix: str,
 
     assert box_processes(state) == {}
     assert not [p for p in state.iterdir() if (p / "disk").exists()]
+    from sandbox.boxes.disks import loops_under
+
+    assert loops_under(state) == []
 
 
 def test_close_leaves_nothing_behind(tmp_path, key):
