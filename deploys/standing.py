@@ -50,7 +50,7 @@ def standing() -> None:
                     sha16=rel.node_sha16, sha256sums=shipped.sha256sums, root=ROOT)
     release.pointer(name="Node pointer", node=f"{ROOT}/releases/{rel.node_sha16}/igneumd",
                     sha256=rel.node_sha256, root=ROOT, only_if_absent=True)
-    for path, content in hook.hook_files(ROOT, str(host.data.get("provider"))).items():
+    for path, content in hook.hook_files(ROOT).items():
         box.file(name=f"Start hook {path}", path=path, content=content, mode="755", root=ROOT)
     # a new bundle or agent.toml needs a new agent; its programs keep running and are adopted
     stale = state.get("bundle") != bundle.sha256 or state.get("files", {}).get(

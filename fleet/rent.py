@@ -12,6 +12,7 @@ is rented under the same label (`rent(..., resume=True)`), its row replaced.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from fleet import bills, budget
+from fleet.agent_config import ROOT
 from fleet.config import Config, Role
 from fleet.errors import FleetError, NoCapacity, OfferGone, ProviderError, UsageError
 from fleet.providers.base import Box, Offer, Provider, RentRequest
@@ -26,10 +28,16 @@ from fleet.providers.keys import ENV
 from fleet.registry import Registry, Row, now_iso, unfinished
 from fleet.sshkeys import ensure_key, fetch_host_key, public_key, write_known_hosts
 
-# Vast's start hook (onstart, run at every container start): the fleet's boot script, once a
-# deploy has written it. RunPod gets none: its dockerArgs would replace the image's /start.sh
-# (and with it sshd); the deploy registers /post_start.sh, which that script runs instead.
-ONSTART = {"vast": "[ -x /root/fleet/boot.sh ] && /root/fleet/boot.sh; exit 0"}
+# The start hook, run at every container start: the fleet's boot script, once a deploy has
+# written it. Vast runs the instance's onstart. RunPod runs the pod's dockerArgs in place of
+# the image's command, so it starts the boot script beside the image's /start.sh (which starts
+# sshd), in dstack's JSON form. A hook written on RunPod's container disk (/post_start.sh)
+# would be gone after the first restart: dockerArgs stays with the pod.
+ONSTART = {
+    "vast": f"[ -x {ROOT}/boot.sh ] && {ROOT}/boot.sh; exit 0",
+    "runpod": json.dumps({"entrypoint": ["/bin/sh", "-c"],
+                          "cmd": [f"[ -x {ROOT}/boot.sh ] && {ROOT}/boot.sh & exec /start.sh"]}),
+}
 
 
 def new_label(role: str, provider: str) -> str:
@@ -38,9 +46,15 @@ def new_label(role: str, provider: str) -> str:
 
 def request_for(cfg: Config, role: Role, label: str, provider: str) -> RentRequest:
     key = public_key(ensure_key(cfg.ssh_key))
+    # RunPod drops the container disk at every stop and restart and keeps the pod's volume
+    # (shared/research/providers.md, "Disks"): the fleet's root (agent, releases, the node's
+    # data, outputs) is the volume, so a restarted pod comes back without resyncing its node.
+    # Vast keeps its one disk.
+    volume = role.disk_gb if provider == "runpod" else 0
     return RentRequest(
         label=label, image=role.image, disk_gb=role.disk_gb, tcp_ports=role.tcp_ports,
         env={"PUBLIC_KEY": key}, onstart=ONSTART.get(provider), allowed_cuda=role.allowed_cuda,
+        volume_gb=volume, volume_path=ROOT if volume else None,
     )
 
 

@@ -28,7 +28,7 @@ def file(path: str, content: str, mode: str = "644", root: str = "/root/fleet"):
 
         box.file(name="Agent config", path="/root/fleet/agent.toml", content=text, mode="600")
     """
-    if path not in managed_files(host, root):
+    if path not in managed_files(root):
         raise OperationError(f"{path} is not a file the fleet manages on this box")
     state = box_state(host, root)
     want = hashlib.sha256(content.encode()).hexdigest()

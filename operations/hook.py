@@ -1,14 +1,13 @@
 """The start hook: what a container restart runs so that the agent comes back by itself.
 
-Every box gets ``<root>/boot.sh`` (start the agent unless it runs). Vast runs the instance's
-``onstart`` at every container start, and the fleet rents with an onstart that calls boot.sh.
-RunPod's images run ``/post_start.sh`` from their start script, so there it is written too.
-The deploy writes these with ``box.file``.
+Every box gets ``<root>/boot.sh`` (start the agent unless it runs). The fleet rents every box
+with a start command that calls it at every container start: Vast's ``onstart``, RunPod's
+``dockerArgs`` (which then runs the image's ``/start.sh``). On RunPod the root is the pod's
+volume, kept across restarts; a hook on its container disk would not be. The deploy writes
+these with ``box.file``.
 """
 
 from __future__ import annotations
-
-from operations.util import HOOKS
 
 
 def boot_script(root: str) -> str:
@@ -21,9 +20,6 @@ def boot_script(root: str) -> str:
     )
 
 
-def hook_files(root: str, provider: str) -> dict[str, str]:
-    """path -> content of every start-hook file a box of `provider` needs."""
-    files = {f"{root}/boot.sh": boot_script(root)}
-    for path in HOOKS.get(provider, ()):
-        files[path] = f"#!/bin/sh\n# written by fleet\n[ -x {root}/boot.sh ] && {root}/boot.sh\n"
-    return files
+def hook_files(root: str) -> dict[str, str]:
+    """path -> content of every start-hook file a box needs (all under the fleet's root)."""
+    return {f"{root}/boot.sh": boot_script(root)}

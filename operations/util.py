@@ -10,14 +10,10 @@ from facts.box import BoxState
 
 # small files the deploys manage under the fleet root, digested by every BoxState read
 MANAGED = ("agent.toml", "boot.sh", "peers.txt")
-# the start hooks a box's provider runs at container start (RunPod's images run /post_start.sh
-# from their start script; Vast runs the instance's onstart, which the fleet points at boot.sh)
-HOOKS: dict[str, tuple[str, ...]] = {"runpod": ("/post_start.sh",), "vast": ()}
 
 
-def managed_files(host: Host, root: str) -> tuple[str, ...]:
-    return tuple(f"{root}/{name}" for name in MANAGED) + HOOKS.get(
-        str(host.data.get("provider")), ())
+def managed_files(root: str) -> tuple[str, ...]:
+    return tuple(f"{root}/{name}" for name in MANAGED)
 
 
 def box_state(host: Host, root: str) -> dict[str, Any]:
@@ -30,5 +26,5 @@ def box_state(host: Host, root: str) -> dict[str, Any]:
     real: Any = host._get_module() if hasattr(host, "_get_module") else host
     cache: dict[str, dict[str, Any]] = real.__dict__.setdefault("_fleet_box_state", {})
     if root not in cache:
-        cache[root] = host.get_fact(BoxState, root=root, files=managed_files(host, root))
+        cache[root] = host.get_fact(BoxState, root=root, files=managed_files(root))
     return cache[root]

@@ -314,9 +314,10 @@ def parse_ports(text: str | None) -> tuple[list[int], list[int]]:
     return tcp, http
 
 
-# What RunPod's images do at container start when dockerArgs leaves their start script alone:
-# /start.sh starts sshd (the box does that here) and then runs /post_start.sh if present.
-IMAGE_START = "[ -x /post_start.sh ] && /post_start.sh; exit 0"
+# What RunPod's images run at container start when dockerArgs leaves their command alone:
+# /start.sh, which starts sshd (the box's init does that here), runs /post_start.sh if present,
+# and stays. The sandbox's image layer has one (sandbox/boxes/backend.py, IMAGE_START_SH).
+IMAGE_START = "exec /start.sh"
 
 
 def start_hook(docker_args: str | None) -> str | None:

@@ -515,10 +515,16 @@ class World:
                 "PUBLIC_IPADDR": ip,
             }
             hostname = f"C.{inst.id}"
+        runpod = inst.provider == "runpod"
         return BoxSpec(
             box_id=inst.key, provider=inst.provider, hostname=hostname, env=env,
             tcp_ports=list(inst.tcp_ports), public_ip=ip, authorized_keys=keys,
             gpu=inst.gpu or self._gpu_spec(inst), start_hook=inst.start_hook,
+            # shared/research/providers.md "Disks": RunPod drops the container disk on every
+            # stop and restart and keeps the volume; Vast keeps its one disk
+            disk_gb=inst.disk_gb, disk_kept=not runpod,
+            volume_gb=inst.volume_gb if runpod else 0.0,
+            volume_path=inst.extra.get("volumeMountPath") if runpod and inst.volume_gb else None,
         )
 
     # -- views for the control surface -------------------------------------------------------

@@ -78,6 +78,7 @@ class RentRequest:
     allowed_cuda: tuple[str, ...] = ()
     spot_bid: float | None = None  # per box per hour; None = on-demand
     volume_gb: int = 0  # RunPod: a pod volume that survives a stop; Vast: added to the one disk
+    volume_path: str | None = None  # RunPod: where the volume is mounted (default /workspace)
 
 
 class Provider(Protocol):

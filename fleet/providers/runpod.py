@@ -177,7 +177,7 @@ class RunPod(Client):
             "startSsh": True,
         }
         if req.volume_gb:
-            inp["volumeMountPath"] = "/workspace"
+            inp["volumeMountPath"] = req.volume_path or "/workspace"
         if req.allowed_cuda:
             inp["allowedCudaVersions"] = list(req.allowed_cuda)
         if req.onstart:
