@@ -118,11 +118,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     try:
         f.fleet("sandbox", "up", "--boxes", "4", "--backend", "ns")
         env.update(manage.load_env(sandbox_dir))
-        # once more if the first conversion failed on a box (a start-hook upload on a
-        # sandbox RunPod box has been seen to fail once); the deploy is idempotent
-        if f.pyinfra("--limit", "standing", "inventory.py", "deploys/standing.py",
-                     check=False).returncode != 0:
-            f.pyinfra("--limit", "standing", "inventory.py", "deploys/standing.py")
+        f.pyinfra("--limit", "standing", "inventory.py", "deploys/standing.py")
         old = f.release("1.4.0")
         for label in f.rows():
             wait_for(f"{label}: 1.4.0 synced", lambda label=label: (

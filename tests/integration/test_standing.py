@@ -158,7 +158,7 @@ def converted(fleet: Fleet) -> Conversion:
     """Every box of the sandbox converted to standing (converge, idempotence, verify)."""
     r = fleet.run(str(BIN / "pyinfra"), "--dry", "inventory.py", "deploys/standing.py")
     dry_run = r.stdout + r.stderr
-    before = {label: fleet.ssh(label, "ls /root/fleet 2>&1 || true") for label in fleet.rows()}
+    before = {label: fleet.ssh(label, "ls -A /root/fleet 2>&1 || true") for label in fleet.rows()}
     standing_before = [r.standing for r in fleet.rows().values()]
     first = fleet.deploy()
     second = fleet.deploy()
@@ -170,11 +170,15 @@ def converted(fleet: Fleet) -> Conversion:
     return Conversion(dry_run, before, standing_before, first, second, infra)
 
 
-def test_dry_run_changes_nothing(converted: Conversion) -> None:
+def test_dry_run_changes_nothing(fleet: Fleet, converted: Conversion) -> None:
     assert "Agent installed" in converted.dry_run and "Agent running" in converted.dry_run
     assert len(converted.before) == BOXES + 2
+    rows = fleet.rows()
     for label, listing in converted.before.items():
-        assert listing.strip().endswith("No such file or directory"), (label, listing)
+        if rows[label].provider == "runpod":  # the fleet's root is the pod's volume: empty
+            assert listing.strip() == "", (label, listing)
+        else:
+            assert listing.strip().endswith("No such file or directory"), (label, listing)
     assert not any(converted.standing_before)
 
 
@@ -251,7 +255,12 @@ def test_killed_node_comes_back_and_check_is_well_again(fleet: Fleet,
 @pytest.mark.parametrize("provider", ["vast", "runpod"])
 def test_container_restart_brings_the_agent_back_through_the_start_hook(
         fleet: Fleet, converted: Conversion, provider: str) -> None:
+    """The provider's disk rules hold (RunPod drops the container disk, keeps the volume that
+    holds the fleet's root; Vast keeps its disk), and the node resumes from its kept data."""
     label = fleet.claim(provider)
+    wait_for(f"{label}: node synced before the fault",
+             lambda: (fleet.status(label)["node"].get("rpc") or {}).get("synced") is True)
+    fleet.ssh(label, "echo here > /root/container-disk; echo here > /opt/container-disk")
     old = fleet.status(label)["agent"]["started_at"]
     fleet.fleet("sandbox", "fault", "container_restart", label)
 
@@ -261,8 +270,13 @@ def test_container_restart_brings_the_agent_back_through_the_start_hook(
                     and s["programs"]["node"]["state"] == "running")
 
     wait_for(f"{label}: agent back after the container restart", back, timeout=120)
-    boot_log = fleet.ssh(label, "cat /root/fleet/log/boot.log 2>/dev/null; ls /root/fleet")
-    assert "agent.toml" in boot_log  # the disk survived the restart
+    kept = fleet.ssh(label, "cat /root/container-disk /opt/container-disk 2>/dev/null")
+    assert kept.split() == ([] if provider == "runpod" else ["here", "here"])
+    starts = [line for line in fleet.ssh(label, "cat /root/fleet/log/node.log").splitlines()
+              if "fresh datadir" in line or "resuming at height" in line]
+    assert len(starts) >= 2 and "resuming at height" in starts[-1], starts[-3:]
+    # what the loop's next tick reads: the box is well again, nothing to replace
+    wait_for(f"{label}: fleet check well", lambda: fleet.check()[label]["well"], timeout=120)
 
 
 def test_host_death_is_seen(fleet: Fleet, converted: Conversion) -> None:
