@@ -24,6 +24,7 @@ from pathlib import Path
 import paramiko
 import pynvml
 import pytest
+from fleet_cli import HOST_DIRS, host_tree
 
 from sandbox.backend import BoxEndpoints, BoxSpec, GpuDevice, GpuSpec
 from sandbox.boxes import BoxError, NamespaceBackend, sweep
@@ -458,21 +459,9 @@ def test_public_ports_do_not_collide(backend, boxes, fresh):
 SHARED_PATHS = ("/post_start.sh", "/opt/x", "/usr/local/bin/x", "/workspace/x")
 
 
-def host_tree(*dirs: str) -> dict[str, tuple[int, int]]:
-    """(size, mtime) of every entry of `dirs` on this machine, one level deep; of `/`, its
-    names and files (its directories change by the host's own work: /tmp, /root, ...)."""
-    found = {}
-    for d in ("/", *dirs):
-        for entry in Path(d).iterdir():
-            st = entry.lstat()
-            found[str(entry)] = (0, 0) if d == "/" and entry.is_dir() else (
-                st.st_size, st.st_mtime_ns)
-    return found
-
-
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_two_boxes_writing_the_same_paths_each_see_only_their_own(fresh, key, provider):
-    before = host_tree("/opt", "/usr/local", "/usr/local/bin")
+    before = host_tree(*HOST_DIRS)
     (_, a), (_, b) = fresh(provider), fresh(provider)
     with connect(a, key) as ca, connect(b, key) as cb:
         for client, name in ((ca, "a"), (cb, "b")):
@@ -482,7 +471,7 @@ def test_two_boxes_writing_the_same_paths_each_see_only_their_own(fresh, key, pr
             assert run(client, "cat " + " ".join(SHARED_PATHS)).split() == [name] * 4
         run(ca, "rm /opt/x")
         assert run(cb, "cat /opt/x").strip() == "b"
-    assert host_tree("/opt", "/usr/local", "/usr/local/bin") == before
+    assert host_tree(*HOST_DIRS) == before
     for path in SHARED_PATHS:
         assert not Path(path).exists(), f"{path} reached the host"
 
