@@ -7,12 +7,15 @@ import shutil
 
 from sandbox.boxes.errors import BoxError
 
-# Debian packages the boxes use: sshd and its keygen, `ip`, `unshare`/`nsenter`, the boxes'
+# Debian packages the boxes use: sshd and its keygen, `ip`, `unshare`/`nsenter`, `mount` and
+# `losetup` with `mkfs.ext4` for the boxes' disks (a tmpfs stands in without them), the boxes'
 # own Python (a pyenv Python under /root is hidden inside a box), bash for start hooks, `ps`.
 DEBIAN_PACKAGES = (
     "openssh-server",
     "iproute2",
     "util-linux",
+    "mount",
+    "e2fsprogs",
     "python3",
     "python3-venv",
     "bash",
@@ -28,6 +31,9 @@ _TOOLS = {
     "ip": "iproute2",
     "unshare": "util-linux",
     "nsenter": "util-linux",
+    "mount": "mount",
+    "umount": "mount",
+    "losetup": "mount",
     BOX_PYTHON: "python3",
     BASH: "bash",
 }
