@@ -35,7 +35,16 @@ from typing import Any
 from sandbox.catalog import Machine, driver_number, make_machine
 from sandbox.faults import REQUEST_KINDS, Call, Fault
 from sandbox.httpbase import Request, Response, json_response, text_response
-from sandbox.vast_query import QueryError, check_fields, matches, order_rows
+from sandbox.vast_index import VastIndex
+from sandbox.vast_query import (
+    QueryError,
+    check_fields,
+    first_after,
+    keyset,
+    matches,
+    order_rows,
+    row_position,
+)
 from sandbox.world import VAST_STORAGE_GB_MONTH, Instance, World, WorldError, vast_storage_rate
 
 ASK_BASE = 30_000_000  # offer id = ASK_BASE + machine position * 100 + GPU count
@@ -270,6 +279,7 @@ class VastApp:
     def __init__(self, world: World, key: str) -> None:
         self.world = world
         self.key = key
+        self.index = VastIndex(world)  # the live instances by id, for the listing
         self.routes: list[tuple[str, re.Pattern[str], str, frozenset[str], Handler, bool]] = []
         route = self._route
         route("POST", r"/api/v0/bundles/", "search", {"search"}, self.bundles, False)
@@ -413,31 +423,59 @@ class VastApp:
                     "/api/v0/instances/ is deprecated. Use /api/v1/instances/ instead.")
 
     def list_v1(self, req: Request, _: re.Match[str], fault: Fault | None) -> Response:
+        """One page, keyset-paged: `next_token` holds the last row's position (its values of
+        the `keyset` columns), the next page starts after it. In id order without filters
+        (what the SDK and fleet ask for) the page comes from the id index: the rows are
+        O(limit + log n); any other order or a filter renders, filters and sorts every row."""
         args = {k: _json_arg(v) for k, v in req.query.items()}
         filters = args.get("select_filters") or {}
         if not isinstance(filters, dict):
             raise QueryError("select_filters must be a JSON object")
+        order = args.get("order_by") or DEFAULT_ORDER
+        if not filters:
+            keys = keyset(order)
+            if len(keys) == 1:  # [("id", asc or desc)]
+                return self._list_by_id(args, desc=keys[0][1])
+        return self._list_full(args, filters, order)
+
+    def _list_by_id(self, args: dict[str, Any], desc: bool) -> Response:
+        limit = _page_limit(args)
+        cursor = _token_cursor(args.get("after_token"), 1)
+        after = None
+        if cursor is not None:
+            if not isinstance(cursor[0], int) or isinstance(cursor[0], bool):
+                raise QueryError("invalid after_token")
+            after = cursor[0]
+        index = self.index
+        index.sync()
+        total, label_counts = index.summary(desc)
+        insts = index.walk(after, desc, limit + 1)
+        page = [instance_row(self.world, i) for i in insts[:limit]]
+        more = len(insts) > limit
+        return _list_answer(args, page, total, label_counts,
+                            _cursor_token([page[-1]["id"]]) if more else None)
+
+    def _list_full(self, args: dict[str, Any], filters: dict[str, Any],
+                     order: Any) -> Response:
+        """The listing from every row: rendered, filtered, sorted, then the page after the
+        cursor found by binary search. O(n log n) a page."""
         rows = [instance_row(self.world, i) for i in self.world.live("vast")]
         for name in filters:
             if name in COMPUTED_INSTANCE_COLS or (rows and name not in rows[0]):
                 raise QueryError(f"{name} is not a valid search key")
         rows = [r for r in rows if matches(r, filters)]
-        rows = order_rows(rows, args.get("order_by") or [{"col": "id", "dir": "asc"}])
-        limit = max(1, min(PAGE_MAX, int(args.get("limit") or PAGE_MAX)))
-        offset = _token_offset(args.get("after_token"))
-        page = rows[offset: offset + limit]
-        more = offset + limit < len(rows)
-        cols = args.get("select_cols")
-        if isinstance(cols, list) and cols and "*" not in cols:
-            page = [{k: r[k] for k in ["id", *cols] if k in r} for r in page]
+        rows = order_rows(rows, order)
+        keys = keyset(order)
+        limit = _page_limit(args)
+        cursor = _token_cursor(args.get("after_token"), len(keys))
+        start = 0 if cursor is None else first_after(rows, keys, cursor)
+        page = rows[start: start + limit]
+        more = start + limit < len(rows)
         label_counts: dict[str, int] = {}
         for r in rows:
             label_counts[r["label"] or ""] = label_counts.get(r["label"] or "", 0) + 1
-        return json_response(200, {
-            "success": True, "instances_found": len(page), "total_instances": len(rows),
-            "label_counts": label_counts,
-            "next_token": _token(offset + limit) if more else None, "instances": page,
-        })
+        return _list_answer(args, page, len(rows), json.dumps(label_counts),
+                            _cursor_token(row_position(page[-1], keys)) if more else None)
 
     def show(self, req: Request, match: re.Match[str], fault: Fault | None) -> Response:
         inst = self.world.get("vast", match.group(1))
@@ -610,6 +648,48 @@ def _json_arg(value: str) -> Any:
         return value
 
 
+DEFAULT_ORDER = [{"col": "id", "dir": "asc"}]
+
+
+def _page_limit(args: dict[str, Any]) -> int:
+    return max(1, min(PAGE_MAX, int(args.get("limit") or PAGE_MAX)))
+
+
+def _list_answer(args: dict[str, Any], page: list[dict[str, Any]], total: int,
+                 label_counts: str, next_token: str | None) -> Response:
+    """The listing's answer, `label_counts` given as JSON text (the index keeps it encoded):
+    the same bytes `json_response` would send for the whole object."""
+    cols = args.get("select_cols")
+    if isinstance(cols, list) and cols and "*" not in cols:
+        page = [{k: r[k] for k in ["id", *cols] if k in r} for r in page]
+    head = json.dumps({"success": True, "instances_found": len(page), "total_instances": total})
+    tail = json.dumps({"next_token": next_token, "instances": page})
+    body = f'{head[:-1]}, "label_counts": {label_counts}, {tail[1:]}'
+    return Response(200, body.encode(), "application/json")
+
+
+def _cursor_token(values: list[Any]) -> str:
+    """The opaque `next_token` of the instance listing: the last row's position."""
+    return base64.urlsafe_b64encode(json.dumps({"k": values}).encode()).decode()
+
+
+def _token_cursor(token: Any, size: int) -> list[Any] | None:
+    """The position an instance listing's `after_token` holds (None without one), which
+    must have `size` values (the listing's `keyset` columns)."""
+    if not token:
+        return None
+    try:
+        cursor = json.loads(base64.urlsafe_b64decode(str(token).encode()))["k"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise QueryError("invalid after_token") from exc
+    if not isinstance(cursor, list) or len(cursor) != size:
+        raise QueryError("invalid after_token")
+    return cursor
+
+
+# The charges listing's token is still an offset (each of its pages is a full pass over the
+# ledger's window anyway). Its rows are never removed, but with `latest_first` an instance made
+# between two pages comes first and shifts the next page by one row: unlike a keyset cursor.
 def _token(offset: int) -> str:
     return base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode()
 

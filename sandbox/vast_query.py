@@ -93,13 +93,19 @@ def check_fields(filters: dict[str, Any], known: AbstractSet[str], what: str) ->
             raise QueryError(f"{name} is not a valid search key for {what}")
 
 
-def order_rows(rows: list[dict[str, Any]], order: Any) -> list[dict[str, Any]]:
-    """Sort by `[[col, "asc"|"desc"], ...]` or `[{"col":..,"dir":..}, ...]`, id breaking ties."""
+def parse_order(order: Any) -> list[tuple[str, bool]]:
+    """`[[col, "asc"|"desc"], ...]` or `[{"col":..,"dir":..}, ...]` as [(col, descending)]."""
     keys: list[tuple[str, bool]] = []
     for item in order or []:
         col, direction = (item.get("col"), item.get("dir", "asc")) if isinstance(item, dict) \
             else (item[0], item[1] if len(item) > 1 else "asc")
         keys.append((str(col), str(direction).lower() == "desc"))
+    return keys
+
+
+def order_rows(rows: list[dict[str, Any]], order: Any) -> list[dict[str, Any]]:
+    """Sort by `[[col, "asc"|"desc"], ...]` or `[{"col":..,"dir":..}, ...]`, id breaking ties."""
+    keys = parse_order(order)
     out = sorted(rows, key=lambda r: r.get("id", 0))
     for col, desc in reversed(keys):  # stable sorts, least significant key first
         out.sort(key=_sort_key(col), reverse=desc)
@@ -108,7 +114,63 @@ def order_rows(rows: list[dict[str, Any]], order: Any) -> list[dict[str, Any]]:
 
 def _sort_key(col: str) -> Callable[[dict[str, Any]], tuple[bool, Any]]:
     def key(row: dict[str, Any]) -> tuple[bool, Any]:
-        value = row.get(col)
-        return (value is None, 0 if value is None else value)  # missing values sort last
+        return _value_key(row.get(col))
 
     return key
+
+
+def _value_key(value: Any) -> tuple[bool, Any]:
+    return (value is None, 0 if value is None else value)  # missing values sort last
+
+
+# -- keyset paging ------------------------------------------------------------------------------
+# A listing in `order` is a sequence ordered by the columns of `keyset(order)`, compared one after
+# the other as `order_rows` sorts them (missing values last, each column in its own direction),
+# the unique `id` deciding last. A page's cursor is the last row's values of those columns; the
+# next page starts at the first row that comes after it, so rows added or removed between pages
+# move no other row, as Vast's keyset paging by `after_token` behaves.
+
+
+def keyset(order: Any) -> list[tuple[str, bool]]:
+    """The columns that position a row in `order`: `order` up to its first `id` (ids are
+    unique: later columns never decide), else `order` then `id` ascending (`order_rows`'s
+    tiebreaker)."""
+    keys = parse_order(order)
+    for n, (col, _) in enumerate(keys):
+        if col == "id":
+            return keys[: n + 1]
+    return [*keys, ("id", False)]
+
+
+def row_position(row: dict[str, Any], keys: list[tuple[str, bool]]) -> list[Any]:
+    """The row's values of the `keyset` columns: what a cursor after this row holds."""
+    return [row.get(col) for col, _ in keys]
+
+
+def comes_after(values: list[Any], cursor: list[Any], keys: list[tuple[str, bool]]) -> bool:
+    """Whether a row with `values` (its `row_position`) sorts after the `cursor` in the listing.
+    Raises QueryError when a cursor value cannot be compared with the row's."""
+    try:
+        for (_, desc), have, mark in zip(keys, values, cursor, strict=True):
+            a, b = _value_key(have), _value_key(mark)
+            if a < b:
+                return desc
+            if b < a:
+                return not desc
+    except TypeError as exc:
+        raise QueryError("invalid after_token") from exc
+    return False
+
+
+def first_after(rows: list[dict[str, Any]], keys: list[tuple[str, bool]],
+                cursor: list[Any]) -> int:
+    """The index of the first of `rows` (sorted by `order_rows`) after `cursor`: a binary
+    search, since "comes after" holds for a suffix of the sorted rows."""
+    lo, hi = 0, len(rows)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if comes_after(row_position(rows[mid], keys), cursor, keys):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
