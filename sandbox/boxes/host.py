@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 from sandbox.boxes.errors import BoxError
 
@@ -50,3 +51,27 @@ def preflight() -> None:
 
 def _found(tool: str) -> bool:
     return os.access(tool, os.X_OK) if tool.startswith("/") else shutil.which(tool) is not None
+
+
+# where a box writing onto the operator's machine would show first (a shared root did: the
+# RunPod deploys' /post_start.sh landed in the host's /)
+WATCHED_DIRS = ("/opt", "/usr/local", "/usr/local/bin")
+
+
+def host_snapshot(dirs: tuple[str, ...] = WATCHED_DIRS) -> dict[str, tuple[int, int]]:
+    """What boxes must never change on this machine: (size, mtime) of every entry of `dirs`,
+    one level deep, and of `/` its names and files (its directories change by the machine's
+    own work: /tmp, /root, ...). Equal before and after means no box wrote there."""
+    found = {}
+    for d in ("/", *dirs):
+        for entry in Path(d).iterdir():
+            st = entry.lstat()
+            found[str(entry)] = (0, 0) if d == "/" and entry.is_dir() else (
+                st.st_size, st.st_mtime_ns)
+    return found
+
+
+def snapshot_changes(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+                     ) -> list[str]:
+    """The paths whose entry differs between two snapshots, sorted."""
+    return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))

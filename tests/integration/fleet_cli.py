@@ -40,22 +40,6 @@ def workspace(factory: pytest.TempPathFactory, name: str, toml: Callable[[Path],
     return tmp, env
 
 
-def host_tree(*dirs: str) -> dict[str, tuple[int, int]]:
-    """What sandbox boxes must never change on this machine: (size, mtime) of every entry of
-    `dirs`, one level deep, and of `/` its names and files (its directories change by the
-    machine's own work: /tmp, /root, ...)."""
-    found = {}
-    for d in ("/", *dirs):
-        for entry in Path(d).iterdir():
-            st = entry.lstat()
-            found[str(entry)] = (0, 0) if d == "/" and entry.is_dir() else (
-                st.st_size, st.st_mtime_ns)
-    return found
-
-
-HOST_DIRS = ("/opt", "/usr/local", "/usr/local/bin")
-
-
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 90.0,
              poll_s: float = 0.3) -> Any:
     """Poll until check() is truthy and return it; fail naming `what` and the last answer."""

@@ -24,11 +24,11 @@ from pathlib import Path
 import paramiko
 import pynvml
 import pytest
-from fleet_cli import HOST_DIRS, host_tree
 
 from sandbox.backend import BoxEndpoints, BoxSpec, GpuDevice, GpuSpec
 from sandbox.boxes import BoxError, NamespaceBackend, sweep
 from sandbox.boxes.config import BOX_PATH
+from sandbox.boxes.host import host_snapshot
 
 BRIDGE, SUBNET, PUBLIC = "fltest0", "10.79.0.0/16", "10.79.1"
 ROOT = Path(__file__).resolve().parents[2]
@@ -461,7 +461,7 @@ SHARED_PATHS = ("/post_start.sh", "/opt/x", "/usr/local/bin/x", "/workspace/x")
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_two_boxes_writing_the_same_paths_each_see_only_their_own(fresh, key, provider):
-    before = host_tree(*HOST_DIRS)
+    before = host_snapshot()
     (_, a), (_, b) = fresh(provider), fresh(provider)
     with connect(a, key) as ca, connect(b, key) as cb:
         for client, name in ((ca, "a"), (cb, "b")):
@@ -471,7 +471,7 @@ def test_two_boxes_writing_the_same_paths_each_see_only_their_own(fresh, key, pr
             assert run(client, "cat " + " ".join(SHARED_PATHS)).split() == [name] * 4
         run(ca, "rm /opt/x")
         assert run(cb, "cat /opt/x").strip() == "b"
-    assert host_tree(*HOST_DIRS) == before
+    assert host_snapshot() == before
     for path in SHARED_PATHS:
         assert not Path(path).exists(), f"{path} reached the host"
 

@@ -24,10 +24,11 @@ from typing import Any
 
 import paramiko
 import pytest
-from fleet_cli import BIN, HOST_DIRS, REPO, FleetCli, config, host_tree, wait_for, workspace
+from fleet_cli import BIN, REPO, FleetCli, config, wait_for, workspace
 
 from fleet.registry import Registry
 from sandbox import manage
+from sandbox.boxes.host import host_snapshot, snapshot_changes
 from sandbox.control_client import ControlClient
 
 
@@ -151,13 +152,13 @@ class Conversion:
     first: str  # the first deploy's output
     second: str  # the second deploy's output
     infra: subprocess.CompletedProcess[str]  # pytest tests/infra against every box
-    host_changed: dict[str, tuple[Any, Any]]  # this machine's /, /opt, /usr/local: what changed
+    host_changed: list[str]  # what changed on this machine's /, /opt and /usr/local
 
 
 @pytest.fixture(scope="module")
 def converted(fleet: Fleet) -> Conversion:
     """Every box of the sandbox converted to standing (converge, idempotence, verify)."""
-    host = host_tree(*HOST_DIRS)
+    host = host_snapshot()
     r = fleet.run(str(BIN / "pyinfra"), "--dry", "inventory.py", "deploys/standing.py")
     dry_run = r.stdout + r.stderr
     before = {label: fleet.ssh(label, "ls -A /root/fleet 2>&1 || true") for label in fleet.rows()}
@@ -169,9 +170,7 @@ def converted(fleet: Fleet) -> Conversion:
         for label in fleet.rows()))
     infra = fleet.run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                       "tests/infra", check=False)
-    after = host_tree(*HOST_DIRS)
-    changed = {p: (host.get(p), after.get(p)) for p in host.keys() | after.keys()
-               if host.get(p) != after.get(p)}
+    changed = snapshot_changes(host, host_snapshot())
     return Conversion(dry_run, before, standing_before, first, second, infra, changed)
 
 
@@ -197,7 +196,7 @@ def test_conversion_is_idempotent_and_verified(fleet: Fleet, converted: Conversi
     assert all(r.standing and r.standing_since for r in rows.values())
     assert converted.infra.returncode == 0, converted.infra.stdout[-4000:]
     assert " passed" in converted.infra.stdout
-    assert converted.host_changed == {}  # the boxes wrote nothing onto this machine
+    assert converted.host_changed == []  # the boxes wrote nothing onto this machine
 
 
 def test_every_box_is_reached_and_nvml_reports_its_machines_driver(
