@@ -16,6 +16,7 @@ import os
 import platform
 import shutil
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -92,7 +93,8 @@ class NamespaceBackend:
         self._loop = disks.loop_devices_work()  # else each disk is a tmpfs of its size
         self._image = self._build_image()
         # the operator's files the host's root shows: this state and the project that runs it
-        self._hidden = sorted({str(self.state_dir), str(Path(__file__).resolve().parents[2])})
+        self._hidden = sorted({str(self.state_dir), str(self.state_dir.parent),
+                               str(Path(__file__).resolve().parents[2])})
         self._lock = threading.Lock()  # the box table and the network
         self._boxes: dict[str, _Box] = {}
         self._closed = False
@@ -293,18 +295,15 @@ class NamespaceBackend:
             write_atomic(hook, spec.start_hook.rstrip("\n") + "\n", 0o755)
         else:
             hook.unlink(missing_ok=True)
-        # The box is down, so its disk may be written directly. Like a container runtime, the
-        # host rewrites hostname and hosts at every start.
-        etc = paths.upper / "etc"
-        etc.mkdir(exist_ok=True)
-        write_atomic(etc / "hostname", spec.hostname + "\n")
-        write_atomic(etc / "hosts", config.hosts_file(spec.hostname, box.address))
-        nvml_link = etc / "sandbox-nvml.json"
-        if not nvml_link.is_symlink():
-            nvml_link.symlink_to(f"{config.SANDBOX_DIR}/nvml.json")
+        # Like a container runtime, the host writes hostname and hosts at every start, into the
+        # sys dir (never into the box's disk, where a symlink of the box's could lead it out);
+        # the init binds them over the box's own.
+        write_atomic(paths.sys / "hostname", spec.hostname + "\n")
+        write_atomic(paths.sys / "hosts", config.hosts_file(spec.hostname, box.address))
         volume = None
         if spec.volume_path:
-            volume = {"source": str(paths.volume / "data"), "path": spec.volume_path}
+            volume = {"source": str(paths.volume / "data"),
+                      "path": config.check_volume_path(spec.box_id, spec.volume_path)}
         _write_marshal(paths.init_config, {
             "hostname": spec.hostname,
             "sys": str(paths.sys),
@@ -328,10 +327,16 @@ class NamespaceBackend:
         else:
             disks.wipe(paths.disk_image, paths.disk, spec.disk_gb, self._loop)
         _init_disk(paths.disk)
+        for name in ("upper", "work", "image"):  # the host never follows a link on a disk
+            if (paths.disk / name).is_symlink():
+                raise BoxError(f"box {spec.box_id}: {paths.disk / name} is a symbolic link")
         # the image layer goes on the box's disk: a layer under the host's root would overlap it
         image = paths.disk / "image"
         shutil.rmtree(image, ignore_errors=True)
         shutil.copytree(self._image, image, symlinks=True)
+        for rel in _masked_host_files():  # whiteouts: the host's secrets are not the image's
+            (image / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.mknod(image / rel, stat.S_IFCHR | 0o600, os.makedev(0, 0))
         if spec.volume_path:
             if spec.volume_gb <= 0:
                 raise BoxError(f"box {spec.box_id}: a volume at {spec.volume_path} needs a size")
@@ -424,7 +429,32 @@ class NamespaceBackend:
         tmp.chmod(0o755)
         os.replace(tmp, lib / NVML_LIB)
         write_atomic(image / "start.sh", IMAGE_START_SH, 0o755)
+        (image / "etc").mkdir(exist_ok=True)
+        for name in ("shadow", "gshadow"):  # the host's accounts, without their passwords
+            write_atomic(image / "etc" / name, _locked(Path("/etc") / name), 0o640)
         return image
+
+
+def _masked_host_files() -> list[str]:
+    """The host's own secrets under its /etc (relative paths), hidden from every box."""
+    return sorted(str(p.relative_to("/")) for p in Path("/etc/ssh").glob("ssh_host_*")
+                  if p.is_file() and not p.is_symlink()) + [
+        name for name in ("etc/shadow-", "etc/gshadow-") if os.path.isfile(f"/{name}")]
+
+
+def _locked(path: Path) -> str:
+    """An /etc/shadow-style file with every password field replaced by `*` (no password)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return ""
+    out = []
+    for line in lines:
+        fields = line.split(":")
+        if len(fields) > 1:
+            fields[1] = "*"
+        out.append(":".join(fields))
+    return "\n".join(out) + "\n" if out else ""
 
 
 def _init_disk(disk: Path) -> None:

@@ -24,14 +24,26 @@ if TYPE_CHECKING:
     from typing import Any
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+MS_MOVE = 8192
 MNT_DETACH = 2
-PR_SET_NAME = 15
+PR_SET_NAME, PR_CAPBSET_DROP = 15, 24
 SSHD = "/usr/sbin/sshd"
+STAGED_VOLUME = "/run/.sandbox-volume"
 # pivot_root has no libc wrapper on older glibc; its syscall number per architecture
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 # the device nodes a container gets: (name, mode, major, minor)
 DEVICES = (("null", 0o666, 1, 3), ("zero", 0o666, 1, 5), ("full", 0o666, 1, 7),
            ("random", 0o666, 1, 8), ("urandom", 0o666, 1, 9), ("tty", 0o666, 5, 0))
+# The capabilities a box keeps: a container runtime's default set, without CAP_MKNOD. Without
+# CAP_SYS_ADMIN a box cannot unmount what hides the host's files, remount its read-only views
+# or mount a disk; without CAP_MKNOD it cannot make a node for one; without CAP_SYS_PTRACE or
+# CAP_DAC_READ_SEARCH it cannot reach through another process or a file handle to the host.
+KEEP_CAPS = (0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 29, 31)  # CHOWN DAC_OVERRIDE FOWNER FSETID
+# KILL SETGID SETUID SETPCAP NET_BIND_SERVICE NET_RAW SYS_CHROOT AUDIT_WRITE SETFCAP
+CAP_VERSION_3 = 0x20080522
+# files of /proc a container gets read-only (kernel settings) or not at all (kernel memory)
+PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+PROC_MASKED = ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/kmsg")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -51,6 +63,12 @@ def mount(source: str, target: str, fstype: str | None, flags: int = 0, data: st
 def bind(fd: int, target: str, readonly: bool = False) -> None:
     # Sources are opened before any mount, as the mounts may hide them.
     mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
+    if readonly:
+        mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def bind_path(source: str, target: str, readonly: bool = False) -> None:
+    mount(source, target, None, MS_BIND)
     if readonly:
         mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
@@ -100,16 +118,60 @@ def build_filesystem(cfg: dict[str, Any], fds: dict[str, int]) -> None:
     os.mkdir(f"{root}/run/sandbox", 0o755)
     bind(fds[cfg["sys"]], f"{root}/run/sandbox", readonly=True)
     volume = cfg["volume"]
-    if volume:  # RunPod's pod volume at its mount path
-        os.makedirs(f"{root}{volume['path']}", exist_ok=True)
-        bind(fds[volume["source"]], f"{root}{volume['path']}")
+    if volume:  # staged on the fresh /run: no path of the box's is resolved on the host
+        os.mkdir(f"{root}{STAGED_VOLUME}", 0o700)
+        bind(fds[volume["source"]], f"{root}{STAGED_VOLUME}")
     pivot_into(root)
+    # from here on every path resolves inside the box's own root, its symlinks included
+    if volume:  # RunPod's pod volume at its mount path
+        os.makedirs(volume["path"], exist_ok=True)
+        mount(STAGED_VOLUME, volume["path"], None, MS_MOVE)
+        os.rmdir(STAGED_VOLUME)
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for path in PROC_READONLY:
+        if os.path.exists(path):
+            bind_path(path, path, readonly=True)
     mount("sysfs", "/sys", "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     make_dev()
+    for path in PROC_MASKED:
+        if os.path.exists(path):
+            bind_path("/dev/null", path, readonly=True)
     for path in cfg["hide"]:  # the operator's files the host's root still shows
         if os.path.isdir(path):
             mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=755")
+    try:
+        bind_runtime_files()
+    except OSError as e:  # a box that broke its own /etc boots broken, as a real one would
+        os.write(2, f"box-init: {e}\n".encode())
+
+
+def bind_runtime_files() -> None:
+    """What the container runtime writes for the box, read-only from its sys dir, over the
+    box's own /etc/hostname and /etc/hosts; and the stand-in NVML's config link."""
+    for name in ("hostname", "hosts"):
+        target = f"/etc/{name}"
+        if not os.path.isfile(target):
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
+        bind_path(f"/run/sandbox/{name}", target, readonly=True)
+    link = "/etc/sandbox-nvml.json"
+    if not os.path.islink(link) or os.readlink(link) != "/run/sandbox/nvml.json":
+        if os.path.lexists(link):
+            os.unlink(link)
+        os.symlink("/run/sandbox/nvml.json", link)
+
+
+def drop_capabilities() -> None:
+    """Keep only KEEP_CAPS, in this init and everything it starts (the bounding set)."""
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        if cap not in KEEP_CAPS:
+            _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
+    keep = sum(1 << cap for cap in KEEP_CAPS)
+    header = (ctypes.c_uint32 * 2)(CAP_VERSION_3, 0)
+    # two 32-bit halves of (effective, permitted, inheritable); every cap kept is below 32
+    data = (ctypes.c_uint32 * 6)(keep, keep, 0, 0, 0, 0)
+    _check(_libc.capset(header, data), "capset")
 
 
 def spawn(argv: list[str], env: dict[str, str], out: int, setsid: bool = False) -> int:
@@ -148,6 +210,7 @@ def main() -> None:
         os.close(fd)
     name = cfg["hostname"].encode()
     _check(_libc.sethostname(name, len(name)), "sethostname")
+    drop_capabilities()  # last: nothing of the box may undo what the init set up
     os.chdir("/root")
     env = dict(os.environ)  # the container's environment, given by the host
     # NOTIFY_SOCKET: sshd says READY=1 there once it listens (sessions do not inherit it)

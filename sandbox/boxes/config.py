@@ -11,6 +11,22 @@ SANDBOX_DIR = "/run/sandbox"  # the box's read-only view of its sys/ dir
 HOOK_LOG = "/var/log/start-hook.log"
 
 
+# where a volume may not go: the box's root itself, and what the init mounts for the box
+_NO_VOLUME = ("/", "/proc", "/sys", "/dev", "/run", "/etc")
+
+
+def check_volume_path(box_id: str, path: str) -> str:
+    """An absolute, normalised path that is no mount of the box's own; else `BoxError`."""
+    import posixpath
+
+    if not path.startswith("/") or posixpath.normpath(path) != path or "\0" in path \
+            or any(path == p or path.startswith(p.rstrip("/") + "/") for p in _NO_VOLUME[1:]) \
+            or path == "/":
+        raise BoxError(f"box {box_id}: volume mount path {path!r}: an absolute, normalised "
+                       "path outside /proc, /sys, /dev, /run and /etc")
+    return path
+
+
 def box_env(spec: BoxSpec, ports: dict[int, int]) -> dict[str, str]:
     """The container environment: the provider's variables plus one per mapped TCP port."""
     try:

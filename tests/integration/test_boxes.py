@@ -509,6 +509,75 @@ def test_a_box_that_fills_its_disk_gets_enospc_and_nothing_else_does(boxes, fres
     assert host_free - os.statvfs("/").f_bavail * os.statvfs("/").f_frsize < 2**30
 
 
+def attempt(client: paramiko.SSHClient, cmd: str) -> tuple[int, str]:
+    _, out, _ = client.exec_command(f"{cmd} 2>&1", timeout=30)
+    text = out.read().decode()
+    return out.channel.recv_exit_status(), text
+
+
+def test_root_in_a_box_cannot_undo_its_isolation(backend, boxes, key):
+    """A container runtime's default capabilities, without CAP_MKNOD: no unmount of what hides
+    the host's files, no remount of a read-only view, no mount, no device node, no kernel
+    setting (adversarial review: all of these worked while a box kept every capability)."""
+    _, ep = boxes["vast"]
+    tries = {
+        "unmount the hidden state dir": f"umount {backend.state_dir}",
+        "remount the sys dir writable": "mount -o remount,bind,rw /run/sandbox",
+        "mount a filesystem": "mount -t tmpfs fresh /mnt",
+        "make a device node": "mknod /root/disk b 7 0",
+        "set a kernel setting": "cat /proc/sys/kernel/printk_ratelimit "
+                                "> /proc/sys/kernel/printk_ratelimit",
+        "write the hostname file": "echo other > /etc/hostname",
+    }
+    with connect(ep, key) as client:
+        for what, cmd in tries.items():
+            rc, text = attempt(client, cmd)
+            assert rc != 0, f"{what}: {text}"
+        effective = int(run(client, "grep CapEff /proc/self/status").split()[1], 16)
+        assert effective & (1 << 21) == 0  # CAP_SYS_ADMIN
+        assert effective & (1 << 27) == 0  # CAP_MKNOD
+        # what the provider gave still works: ports, NVML config, the init's environment
+        assert run(client, "cat /proc/1/environ | tr '\\0' '\\n' | grep -c TCP_PORT") != "0"
+        assert run(client, "readlink /etc/sandbox-nvml.json").strip() == \
+            "/run/sandbox/nvml.json"
+
+
+def test_the_hosts_secrets_are_not_in_a_box(boxes, key):
+    _, ep = boxes["runpod"]
+    with connect(ep, key) as client:
+        fields = {line.split(":")[1] for line in run(client, "cat /etc/shadow").splitlines()}
+        assert fields == {"*"}  # the host's accounts, no password of theirs
+        assert run(client, "ls /etc/ssh | grep ssh_host_ || true").strip() == ""
+
+
+def test_a_box_that_links_its_etc_away_leads_the_host_nowhere(backend, fresh, key, tmp_path):
+    """The host writes a box's hostname and hosts at every start: never through the box's
+    files (a box that replaced its /etc with a link once had the host write where it said)."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "hosts").write_text("the host's own\n")
+    spec, ep = fresh("vast")
+    with connect(ep, key) as client:
+        attempt(client, f"cp -a /etc /etc.copy; rm -rf /etc; ln -s {victim} /etc")
+    try:
+        backend.restart(spec.box_id)
+    except BoxError:
+        pass  # a box without its /etc may not come up: that is its own business
+    assert sorted(p.name for p in victim.iterdir()) == ["hosts"]
+    assert (victim / "hosts").read_text() == "the host's own\n"
+
+
+@pytest.mark.parametrize("path", ["/../../{escape}", "relative", "/run/vol", "/proc/vol", "/"])
+def test_a_volume_path_outside_the_box_is_refused(backend, key, tmp_path, path):
+    escape = tmp_path / "escape"
+    spec = runpod_spec(key.pub, 99)
+    spec.volume_path = path.format(escape=str(escape).lstrip("/"))
+    with pytest.raises(BoxError, match="volume mount path"):
+        backend.start(spec)
+    assert not escape.exists()
+    assert not (backend.state_dir / spec.box_id).exists()
+
+
 # --- lifecycle ---------------------------------------------------------------------------
 
 def test_host_death_leaves_no_process(backend, fresh, key):
