@@ -42,6 +42,7 @@ from sandbox.boxes.proc import (
 
 BOXINIT = Path(__file__).with_name("boxinit.py")
 NVML_LIB = "libnvidia-ml.so.1"
+IMAGE = "image"  # in the state dir: the image layer (layout.py)
 # What RunPod's images run at container start (their CMD). sshd is the box init's, so the
 # sandbox's stand-in only runs the image's hook and stays, as the real one does.
 IMAGE_START_SH = """#!/bin/bash
@@ -91,15 +92,19 @@ class NamespaceBackend:
         self.ready_timeout = ready_timeout
         self._unshare = shutil.which("unshare") or "unshare"  # not looked up on the box's PATH
         self._loop = disks.loop_devices_work()  # else each disk is a tmpfs of its size
-        self._image = self._build_image()
         # the operator's files the host's root shows: this state and the project that runs it
         self._hidden = sorted({str(self.state_dir), str(self.state_dir.parent),
-                               str(Path(__file__).resolve().parents[2])})
+                               *_checkout()})
         self._lock = threading.Lock()  # the box table and the network
         self._boxes: dict[str, _Box] = {}
         self._closed = False
         self._ports = PortAllocator()
         self.net.up()  # refuses a network another sandbox uses before touching anything
+        try:
+            self._image = self._build_image()
+        except BaseException:
+            self.net.down()
+            raise
         # for sweep; written only now, so a refused backend can never sweep another's bridge
         write_json(self.state_dir / "network.json", {"bridge": bridge, "subnet": subnet})
         self._forwarder = Forwarder()
@@ -196,6 +201,7 @@ class NamespaceBackend:
         self._forwarder.close()
         self.net.down()
         (self.state_dir / "network.json").unlink(missing_ok=True)
+        shutil.rmtree(self.state_dir / IMAGE, ignore_errors=True)
 
     # --- for tests and diagnostics ------------------------------------------------------------
 
@@ -421,7 +427,7 @@ class NamespaceBackend:
         from sandbox import nvml
 
         built = nvml.build_library(self.state_dir / "nvml-build")
-        image = self.state_dir / "image"
+        image = self.state_dir / IMAGE
         lib = image / _library_dir().lstrip("/")
         lib.mkdir(parents=True, exist_ok=True)
         tmp = lib / f".{NVML_LIB}.tmp"
@@ -433,6 +439,13 @@ class NamespaceBackend:
         for name in ("shadow", "gshadow"):  # the host's accounts, without their passwords
             write_atomic(image / "etc" / name, _locked(Path("/etc") / name), 0o640)
         return image
+
+
+def _checkout() -> list[str]:
+    """The project's checkout, when this code runs from one (not from an installed package,
+    whose folder may be one the box's own Python needs)."""
+    top = Path(__file__).resolve().parents[2]
+    return [str(top)] if (top / "pyproject.toml").exists() else []
 
 
 def _masked_host_files() -> list[str]:

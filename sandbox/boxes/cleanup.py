@@ -60,6 +60,9 @@ def sweep(state_dir: str | Path, wait: float = 10.0) -> list[str]:
         time.sleep(0.02)
     removed += _sweep_network(state)
     removed += _sweep_disks(state)
+    if (state / "image").is_dir():
+        shutil.rmtree(state / "image", ignore_errors=True)
+        removed.append("image layer")
     if state.is_dir():
         for box in sorted(state.iterdir()):
             if (box / "init.marshal").exists() or (box / "box.json").exists():

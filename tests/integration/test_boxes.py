@@ -578,6 +578,32 @@ def test_a_volume_path_outside_the_box_is_refused(backend, key, tmp_path, path):
     assert not (backend.state_dir / spec.box_id).exists()
 
 
+def test_without_loop_devices_a_disk_is_a_tmpfs_of_its_size(tmp_path, key, monkeypatch):
+    """Where a machine has no loop devices (a container), each disk is a tmpfs of the rented
+    size: the same ENOSPC, the same providers' rules, nothing left behind."""
+    from sandbox.boxes import disks
+
+    monkeypatch.setattr(disks, "loop_devices_work", lambda: False)
+    state = tmp_path / "boxes"
+    b = NamespaceBackend(state, bridge="fltest4", subnet="10.82.0.0/16")
+    try:
+        spec = runpod_spec(key.pub, 3)
+        spec.public_ip, spec.disk_gb, spec.volume_gb = "10.82.1.3", 0.25, 0.25
+        ep = b.start(spec)
+        assert disks.loops_under(state) == []
+        with connect(ep, key) as client:
+            rc, text = attempt(client, "dd if=/dev/zero of=/opt/fill bs=1M count=400")
+            assert rc != 0 and "No space left on device" in text
+            run(client, "rm /opt/fill; echo kept > /workspace/kept; echo lost > /root/lost")
+        b.restart(spec.box_id)
+        with connect(ep, key) as client:
+            assert run(client, "cat /workspace/kept; ls -A /root").split() == ["kept"]
+    finally:
+        b.close()
+    assert disks.mounts_under(state) == []
+    assert not [p for p in state.iterdir() if p.name != "nvml-build"]
+
+
 # --- lifecycle ---------------------------------------------------------------------------
 
 def test_host_death_leaves_no_process(backend, fresh, key):
