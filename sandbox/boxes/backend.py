@@ -36,6 +36,7 @@ from sandbox.boxes.proc import (
     notify_socket,
     only_child,
     read_line,
+    relay_log,
     start_time,
     tail,
 )
@@ -71,6 +72,7 @@ class _Box:
     host_key: str | None = None
     env: dict[str, str] = dataclasses.field(default_factory=dict)  # the container's
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    relays: list[threading.Thread] = dataclasses.field(default_factory=list)  # its logs
 
 
 class NamespaceBackend:
@@ -262,13 +264,21 @@ class NamespaceBackend:
 
     def _boot(self, box: _Box, notify: socket.socket) -> None:
         paths = box.paths
-        with open(paths.log / "init.log", "ab") as log:
+        # the box writes its logs into pipes, relayed into files here up to LOG_CAP: a file of
+        # the host handed to the box could be reopened through /proc and filled without end
+        init_log, sshd_log = relay_log(paths.log / "init.log"), relay_log(paths.log / "sshd.log")
+        box.relays = [init_log.thread, sshd_log.thread]
+        try:
             argv = [self._unshare, *_NAMESPACES, BOX_PYTHON, "-I", "-S", str(BOXINIT)]
             box.proc = subprocess.Popen(
-                [*argv, str(paths.root)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                [*argv, str(sshd_log.fd), str(paths.root)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=init_log.fd,
+                pass_fds=(sshd_log.fd,),
                 env=box.env,  # PID 1's environment is the container's, as /proc/1/environ shows
             )
+        finally:
+            os.close(init_log.fd)
+            os.close(sshd_log.fd)
         proc = box.proc
         assert proc.stdin is not None and proc.stdout is not None
         deadline = time.monotonic() + self.ready_timeout
@@ -320,7 +330,6 @@ class NamespaceBackend:
             "hide": self._hidden,
             "hook": f"{config.SANDBOX_DIR}/start-hook.sh" if spec.start_hook else None,
             "hook_log": config.HOOK_LOG,
-            "sshd_log": str(paths.log / "sshd.log"),
             "notify": f"{config.SANDBOX_DIR}/{NOTIFY}",
         })
 
@@ -389,6 +398,9 @@ class NamespaceBackend:
         raise self._boot_error(box, f"sshd did not listen within {self.ready_timeout:g}s")
 
     def _boot_error(self, box: _Box, why: str) -> BoxError:
+        if box.proc is not None and box.proc.poll() is not None:
+            for relay in box.relays:  # what the init wrote before it died
+                relay.join(timeout=2)
         logs = "".join(tail(box.paths.log / name) for name in ("init.log", "sshd.log"))
         return BoxError(f"box {box.spec.box_id} failed to start: {why}\n{logs}".rstrip())
 

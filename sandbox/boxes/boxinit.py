@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
 MS_MOVE = 8192
 MNT_DETACH = 2
-PR_SET_NAME, PR_CAPBSET_DROP = 15, 24
+PR_SET_NAME, PR_CAPBSET_DROP, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 15, 24, 22, 2
 SSHD = "/usr/sbin/sshd"
 STAGED_VOLUME = "/run/.sandbox-volume"
 # pivot_root has no libc wrapper on older glibc; its syscall number per architecture
@@ -38,8 +38,10 @@ DEVICES = (("null", 0o666, 1, 3), ("zero", 0o666, 1, 5), ("full", 0o666, 1, 7),
 # CAP_SYS_ADMIN a box cannot unmount what hides the host's files, remount its read-only views
 # or mount a disk; without CAP_MKNOD it cannot make a node for one; without CAP_SYS_PTRACE or
 # CAP_DAC_READ_SEARCH it cannot reach through another process or a file handle to the host.
-KEEP_CAPS = (0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 29, 31)  # CHOWN DAC_OVERRIDE FOWNER FSETID
-# KILL SETGID SETUID SETPCAP NET_BIND_SERVICE NET_RAW SYS_CHROOT AUDIT_WRITE SETFCAP
+# CAP_NET_RAW is not kept either: with it a box could send frames as another box's MAC (the
+# bridge would then hand it that box's traffic) or to any address of the host.
+KEEP_CAPS = (0, 1, 3, 4, 5, 6, 7, 8, 10, 18, 29, 31)  # CHOWN DAC_OVERRIDE FOWNER FSETID KILL
+# SETGID SETUID SETPCAP NET_BIND_SERVICE SYS_CHROOT AUDIT_WRITE SETFCAP
 CAP_VERSION_3 = 0x20080522
 # files of /proc a container gets read-only (kernel settings) or not at all (kernel memory)
 PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
@@ -174,6 +176,63 @@ def drop_capabilities() -> None:
     _check(_libc.capset(header, data), "capset")
 
 
+# Syscalls a box may not make, as a container runtime's default seccomp profile: the kernel
+# keyrings (not namespaced: root's user keyring is the host's and every box's) and new user
+# namespaces (in one, root regains capabilities over what it mounts). Per architecture:
+# (audit arch, {name: number}); x86_64's x32 numbers and any foreign arch are refused whole.
+SECCOMP_ARCH = {
+    "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250,
+                            "unshare": 272, "clone": 56, "clone3": 435}),
+    "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219,
+                             "unshare": 97, "clone": 220, "clone3": 435}),
+}
+CLONE_NEWUSER = 0x10000000
+EPERM, ENOSYS = 1, 38
+
+
+def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) instructions of classic BPF over `seccomp_data`."""
+    arch, nr = SECCOMP_ARCH[machine]
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | EPERM, 0x00050000 | ENOSYS
+    # (code, k, label if true, label if false); labels resolve to relative jumps below
+    prog: list[tuple[int | str, int, str | None, str | None]] = [
+        (ld, 4, None, None), (jeq, arch, None, "enosys"), (ld, 0, None, None)]
+    if machine == "x86_64":
+        prog.append((jge, 0x40000000, "enosys", None))  # the x32 ABI
+    prog += [(jeq, nr[name], "eperm", None) for name in ("add_key", "request_key", "keyctl")]
+    prog += [(jeq, nr["clone3"], "enosys", None),  # flags behind a pointer: libc falls back
+             (jeq, nr["unshare"], "flags", None), (jeq, nr["clone"], "flags", None),
+             (ret, allow, None, None),
+             ("flags", 16, None, None), (jset, CLONE_NEWUSER, "eperm", None),  # args[0], low
+             (ret, allow, None, None), ("eperm", eperm, None, None), ("enosys", enosys, None, None)]
+    labels: dict[str, int] = {code: i for i, (code, _, _, _) in enumerate(prog)
+                              if isinstance(code, str)}
+    out = []
+    for i, (code, k, jt, jf) in enumerate(prog):
+        if isinstance(code, str):  # a label: "flags" loads, the others return
+            code = ld if code == "flags" else ret
+        out.append((code, labels[jt] - i - 1 if jt else 0, labels[jf] - i - 1 if jf else 0, k))
+    return out
+
+
+def install_seccomp() -> None:
+    """Load the filter into this init; everything it starts inherits it, for good."""
+    prog = seccomp_program(os.uname().machine)
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    filters = (SockFilter * len(prog))(*(SockFilter(*ins) for ins in prog))
+    fprog = SockFprog(len(prog), filters)
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+           "seccomp")
+
+
 def spawn(argv: list[str], env: dict[str, str], out: int, setsid: bool = False) -> int:
     actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                (os.POSIX_SPAWN_DUP2, out, 1), (os.POSIX_SPAWN_DUP2, out, 2)]
@@ -194,11 +253,12 @@ def reap_forever(sshd: int) -> None:
 
 
 def main() -> None:
-    box = sys.argv[1]
+    # argv: the write end of the pipe the host relays into sshd's log, then the box's dir.
+    # No file of the host is ever handed to the box: a process could reopen it through /proc.
+    sshd_log, box = int(sys.argv[1]), sys.argv[2]
     with open(os.path.join(box, "init.marshal"), "rb") as f:
         cfg = marshal.load(f)  # a dict of str, list and None; no json import to pay for
     _libc.prctl(PR_SET_NAME, b"box-init", 0, 0, 0)
-    sshd_log = os.open(cfg["sshd_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     sources = [cfg["sys"], *([cfg["volume"]["source"]] if cfg["volume"] else [])]
     fds = {s: os.open(s, os.O_PATH | os.O_DIRECTORY) for s in sources}
     os.write(1, b"up\n")
@@ -210,6 +270,7 @@ def main() -> None:
         os.close(fd)
     name = cfg["hostname"].encode()
     _check(_libc.sethostname(name, len(name)), "sethostname")
+    install_seccomp()
     drop_capabilities()  # last: nothing of the box may undo what the init set up
     os.chdir("/root")
     env = dict(os.environ)  # the container's environment, given by the host

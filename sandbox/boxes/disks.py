@@ -38,7 +38,8 @@ def mount(image: Path, mountpoint: Path, size_gb: float, loop: bool) -> None:
     mountpoint.mkdir(parents=True, exist_ok=True)
     size = size_bytes(size_gb)
     if not loop:
-        _run("mount", "-t", "tmpfs", "-o", f"size={size},mode=755", "tmpfs", str(mountpoint))
+        _run("mount", "-t", "tmpfs", "-o", f"size={size},mode=700,nosuid,nodev", "tmpfs",
+             str(mountpoint))
         return
     if not image.exists():
         tmp = image.with_name(f".{image.name}.new")

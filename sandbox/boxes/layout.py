@@ -102,6 +102,7 @@ class BoxPaths:
     def make(self) -> None:
         for d in (self.sys, self.log, self.rootfs):
             d.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o700)  # nothing of a box is for the host's other users
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:

@@ -3,14 +3,48 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import select
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+LOG_CAP = 16 << 20  # bytes a box's log file may grow to; the rest is dropped
+
+
+@dataclasses.dataclass
+class Relay:
+    fd: int  # the write end, for the box
+    thread: threading.Thread
+
+
+def relay_log(path: Path, cap: int = LOG_CAP) -> Relay:
+    """A pipe whose write end goes to a box; a thread appends what comes to `path` until the
+    last writer is gone, up to `cap` bytes (then one line says so, and the rest is dropped)."""
+    read_fd, write_fd = os.pipe()
+
+    def copy() -> None:
+        with os.fdopen(read_fd, "rb", buffering=0) as src, open(path, "ab") as dst:
+            capped = False
+            while data := src.read(1 << 16):
+                room = cap - dst.tell()
+                if room > 0:
+                    dst.write(data[:room])
+                    dst.flush()
+                elif not capped:
+                    capped = True
+                    dst.write(f"\n[log capped at {cap} bytes; the rest dropped]\n".encode())
+                    dst.flush()
+
+    thread = threading.Thread(target=copy, name=f"log {path.parent.parent.name}/{path.name}",
+                              daemon=True)
+    thread.start()
+    return Relay(write_fd, thread)
 
 
 def read_line(stream: IO[bytes], deadline: float) -> str:

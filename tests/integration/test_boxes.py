@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -27,8 +28,10 @@ import pytest
 
 from sandbox.backend import BoxEndpoints, BoxSpec, GpuDevice, GpuSpec
 from sandbox.boxes import BoxError, NamespaceBackend, sweep
+from sandbox.boxes.boxinit import SECCOMP_ARCH
 from sandbox.boxes.config import BOX_PATH
 from sandbox.boxes.host import host_snapshot
+from sandbox.boxes.proc import LOG_CAP
 
 BRIDGE, SUBNET, PUBLIC = "fltest0", "10.79.0.0/16", "10.79.1"
 ROOT = Path(__file__).resolve().parents[2]
@@ -528,18 +531,45 @@ def test_root_in_a_box_cannot_undo_its_isolation(backend, boxes, key):
         "set a kernel setting": "cat /proc/sys/kernel/printk_ratelimit "
                                 "> /proc/sys/kernel/printk_ratelimit",
         "write the hostname file": "echo other > /etc/hostname",
+        # a second review: these let a box reach the host or another box
+        "open a raw socket (send as another box's MAC)":
+            "python3 -c 'import socket; socket.socket(socket.AF_PACKET, socket.SOCK_RAW)'",
+        "make a user namespace": "unshare --user --map-root-user true",
+        "add a key to root's user keyring (the host's)": "python3 -c " + shlex.quote(
+            "import ctypes, os, sys; from sandbox_nr import NR; libc = ctypes.CDLL(None, "
+            "use_errno=True); sys.exit(libc.syscall(NR, b'user', b'fleet-test', b'v', 1, -4)"
+            " < 0)"),
     }
+    nr = SECCOMP_ARCH[os.uname().machine][1]["add_key"]
     with connect(ep, key) as client:
+        run(client, f"mkdir -p /root/nr && echo 'NR = {nr}' > /root/nr/sandbox_nr.py")
+        tries = {what: f"PYTHONPATH=/root/nr {cmd}" for what, cmd in tries.items()}
         for what, cmd in tries.items():
             rc, text = attempt(client, cmd)
             assert rc != 0, f"{what}: {text}"
         effective = int(run(client, "grep CapEff /proc/self/status").split()[1], 16)
         assert effective & (1 << 21) == 0  # CAP_SYS_ADMIN
         assert effective & (1 << 27) == 0  # CAP_MKNOD
+        assert effective & (1 << 13) == 0  # CAP_NET_RAW
         # what the provider gave still works: ports, NVML config, the init's environment
         assert run(client, "cat /proc/1/environ | tr '\\0' '\\n' | grep -c TCP_PORT") != "0"
         assert run(client, "readlink /etc/sandbox-nvml.json").strip() == \
             "/run/sandbox/nvml.json"
+
+
+def test_a_box_cannot_fill_the_hosts_disk_through_its_logs(backend, fresh, key):
+    """The init's and sshd's output reach the host through pipes, relayed up to LOG_CAP: the
+    box can reopen them through /proc, but never write more than that into the host's logs."""
+    spec, ep = fresh("vast")
+    mib = 2 * LOG_CAP >> 20
+    with connect(ep, key) as client:
+        for pid in (1, "$(pgrep -x sshd | head -1)"):
+            attempt(client, f"dd if=/dev/zero of=/proc/{pid}/fd/2 bs=1M count={mib}")
+    logs = backend.state_dir / spec.box_id / "log"
+    for name in ("init.log", "sshd.log"):
+        eventually(lambda name=name: (logs / name).stat().st_size >= LOG_CAP, f"{name} capped")
+        assert (logs / name).stat().st_size <= LOG_CAP + 100
+        assert b"log capped" in (logs / name).read_bytes()[-100:]
 
 
 def test_the_hosts_secrets_are_not_in_a_box(boxes, key):
@@ -591,6 +621,10 @@ def test_without_loop_devices_a_disk_is_a_tmpfs_of_its_size(tmp_path, key, monke
         spec.public_ip, spec.disk_gb, spec.volume_gb = "10.82.1.3", 0.25, 0.25
         ep = b.start(spec)
         assert disks.loops_under(state) == []
+        options = {line.split()[4]: line.split()[5] for line in
+                   Path("/proc/self/mountinfo").read_text().splitlines()}
+        for disk in ("disk", "volume"):
+            assert {"nosuid", "nodev"} <= set(options[str(state / spec.box_id / disk)].split(","))
         with connect(ep, key) as client:
             rc, text = attempt(client, "dd if=/dev/zero of=/opt/fill bs=1M count=400")
             assert rc != 0 and "No space left on device" in text
