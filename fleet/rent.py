@@ -33,10 +33,10 @@ from fleet.sshkeys import ensure_key, fetch_host_key, public_key, write_known_ho
 # the image's command, so it starts the boot script beside the image's /start.sh (which starts
 # sshd), in dstack's JSON form. A hook written on RunPod's container disk (/post_start.sh)
 # would be gone after the first restart: dockerArgs stays with the pod.
+BOOT = f"[ -x {ROOT}/boot.sh ] && {ROOT}/boot.sh"
 ONSTART = {
-    "vast": f"[ -x {ROOT}/boot.sh ] && {ROOT}/boot.sh; exit 0",
-    "runpod": json.dumps({"entrypoint": ["/bin/sh", "-c"],
-                          "cmd": [f"[ -x {ROOT}/boot.sh ] && {ROOT}/boot.sh & exec /start.sh"]}),
+    "vast": f"{BOOT}; exit 0",
+    "runpod": json.dumps({"entrypoint": ["/bin/sh", "-c"], "cmd": [f"{BOOT} & exec /start.sh"]}),
 }
 
 

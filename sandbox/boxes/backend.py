@@ -43,7 +43,6 @@ from sandbox.boxes.proc import (
 
 BOXINIT = Path(__file__).with_name("boxinit.py")
 NVML_LIB = "libnvidia-ml.so.1"
-IMAGE = "image"  # in the state dir: the image layer (layout.py)
 # What RunPod's images run at container start (their CMD). sshd is the box init's, so the
 # sandbox's stand-in only runs the image's hook and stays, as the real one does.
 IMAGE_START_SH = """#!/bin/bash
@@ -122,6 +121,7 @@ class NamespaceBackend:
         paths = BoxPaths.of(self.state_dir, spec.box_id)
         if 22 not in spec.tcp_ports:
             raise BoxError(f"box {spec.box_id}: tcp_ports must include 22")
+        config.check_volume(spec)
         with self._lock:
             if self._closed:
                 raise BoxError("the box backend is closed")
@@ -203,7 +203,7 @@ class NamespaceBackend:
         self._forwarder.close()
         self.net.down()
         (self.state_dir / "network.json").unlink(missing_ok=True)
-        shutil.rmtree(self.state_dir / IMAGE, ignore_errors=True)
+        shutil.rmtree(self.state_dir / layout.IMAGE, ignore_errors=True)
 
     # --- for tests and diagnostics ------------------------------------------------------------
 
@@ -318,14 +318,13 @@ class NamespaceBackend:
         write_atomic(paths.sys / "hosts", config.hosts_file(spec.hostname, box.address))
         volume = None
         if spec.volume_path:
-            volume = {"source": str(paths.volume / "data"),
-                      "path": config.check_volume_path(spec.box_id, spec.volume_path)}
+            volume = {"source": str(paths.volume / "data"), "path": spec.volume_path}
         _write_marshal(paths.init_config, {
             "hostname": spec.hostname,
             "sys": str(paths.sys),
             "rootfs": str(paths.rootfs),
-            "layers": {"image": str(paths.disk / "image"), "upper": str(paths.upper),
-                       "work": str(paths.disk / "work")},
+            "layers": {"image": str(paths.layer), "upper": str(paths.upper),
+                       "work": str(paths.work)},
             "volume": volume,
             "hide": self._hidden,
             "hook": f"{config.SANDBOX_DIR}/start-hook.sh" if spec.start_hook else None,
@@ -341,20 +340,18 @@ class NamespaceBackend:
             disks.mount(paths.disk_image, paths.disk, spec.disk_gb, self._loop)
         else:
             disks.wipe(paths.disk_image, paths.disk, spec.disk_gb, self._loop)
-        _init_disk(paths.disk)
-        for name in ("upper", "work", "image"):  # the host never follows a link on a disk
-            if (paths.disk / name).is_symlink():
-                raise BoxError(f"box {spec.box_id}: {paths.disk / name} is a symbolic link")
+        for path in (paths.upper, paths.work, paths.layer):  # never follow a link on a disk
+            if path.is_symlink():
+                raise BoxError(f"box {spec.box_id}: {path} is a symbolic link")
+        _init_disk(paths)
         # the image layer goes on the box's disk: a layer under the host's root would overlap it
-        image = paths.disk / "image"
+        image = paths.layer
         shutil.rmtree(image, ignore_errors=True)
         shutil.copytree(self._image, image, symlinks=True)
         for rel in _masked_host_files():  # whiteouts: the host's secrets are not the image's
             (image / rel).parent.mkdir(parents=True, exist_ok=True)
             os.mknod(image / rel, stat.S_IFCHR | 0o600, os.makedev(0, 0))
         if spec.volume_path:
-            if spec.volume_gb <= 0:
-                raise BoxError(f"box {spec.box_id}: a volume at {spec.volume_path} needs a size")
             disks.mount(paths.volume_image, paths.volume, spec.volume_gb, self._loop)
             (paths.volume / "data").mkdir(exist_ok=True)
 
@@ -439,7 +436,7 @@ class NamespaceBackend:
         from sandbox import nvml
 
         built = nvml.build_library(self.state_dir / "nvml-build")
-        image = self.state_dir / IMAGE
+        image = self.state_dir / layout.IMAGE
         lib = image / _library_dir().lstrip("/")
         lib.mkdir(parents=True, exist_ok=True)
         tmp = lib / f".{NVML_LIB}.tmp"
@@ -482,14 +479,13 @@ def _locked(path: Path) -> str:
     return "\n".join(out) + "\n" if out else ""
 
 
-def _init_disk(disk: Path) -> None:
+def _init_disk(paths: BoxPaths) -> None:
     """The root's layers on a disk; on a new disk, the directories the box owns outright
     (opaque: the host's /root, /tmp and logs stay out of sight)."""
-    upper, work = disk / "upper", disk / "work"
-    work.mkdir(exist_ok=True)
-    if upper.exists():
+    paths.work.mkdir(exist_ok=True)
+    if paths.upper.exists():
         return
-    tmp = disk / ".upper.new"
+    tmp = paths.disk / ".upper.new"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     for rel, mode in OWN_DIRS.items():
@@ -497,7 +493,7 @@ def _init_disk(disk: Path) -> None:
         d.mkdir(parents=True)
         d.chmod(mode)
         os.setxattr(d, "trusted.overlay.opaque", b"y")
-    os.replace(tmp, upper)
+    os.replace(tmp, paths.upper)
 
 
 def _write_marshal(path: Path, data: dict[str, object]) -> None:

@@ -62,17 +62,15 @@ def mount(source: str, target: str, fstype: str | None, flags: int = 0, data: st
     _check(rc, f"mount {source} on {target} ({fstype or 'bind'})")
 
 
-def bind(fd: int, target: str, readonly: bool = False) -> None:
-    # Sources are opened before any mount, as the mounts may hide them.
-    mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
-    if readonly:
-        mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-
-
 def bind_path(source: str, target: str, readonly: bool = False) -> None:
     mount(source, target, None, MS_BIND)
     if readonly:
         mount("none", target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def bind(fd: int, target: str, readonly: bool = False) -> None:
+    # Sources are opened before any mount, as the mounts may hide them.
+    bind_path(f"/proc/self/fd/{fd}", target, readonly)
 
 
 def pivot_into(new_root: str) -> None:

@@ -15,11 +15,11 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
-from sandbox.boxes.disks import loops_under, mounts_under
+from sandbox.boxes.disks import detach_loops, mounts_under, unmount_path
+from sandbox.boxes.layout import IMAGE
 from sandbox.boxes.net import delete_link, ip, link_exists
 
 
@@ -60,8 +60,8 @@ def sweep(state_dir: str | Path, wait: float = 10.0) -> list[str]:
         time.sleep(0.02)
     removed += _sweep_network(state)
     removed += _sweep_disks(state)
-    if (state / "image").is_dir():
-        shutil.rmtree(state / "image", ignore_errors=True)
+    if (state / IMAGE).is_dir():
+        shutil.rmtree(state / IMAGE, ignore_errors=True)
         removed.append("image layer")
     if state.is_dir():
         for box in sorted(state.iterdir()):
@@ -75,14 +75,9 @@ def _sweep_disks(state: Path) -> list[str]:
     """Unmount the disks under `state` (deepest first) and detach their loop devices."""
     removed = []
     for target in mounts_under(state):
-        res = subprocess.run(["umount", target], capture_output=True)
-        if res.returncode != 0:
-            subprocess.run(["umount", "--lazy", target], capture_output=True)
+        unmount_path(Path(target))
         removed.append(f"mount {target}")
-    for dev in loops_under(state):
-        subprocess.run(["losetup", "-d", dev], capture_output=True)
-        removed.append(f"loop device {dev}")
-    return removed
+    return removed + [f"loop device {dev}" for dev in detach_loops(state)]
 
 
 def box_processes(state: Path) -> dict[int, bool]:

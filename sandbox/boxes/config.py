@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import posixpath
+
 from sandbox.backend import BoxSpec
 from sandbox.boxes.errors import BoxError
 
@@ -11,20 +13,23 @@ SANDBOX_DIR = "/run/sandbox"  # the box's read-only view of its sys/ dir
 HOOK_LOG = "/var/log/start-hook.log"
 
 
-# where a volume may not go: the box's root itself, and what the init mounts for the box
-_NO_VOLUME = ("/", "/proc", "/sys", "/dev", "/run", "/etc")
+# what the init mounts for the box, where a volume may not go (nor on / itself)
+_NO_VOLUME = ("/proc", "/sys", "/dev", "/run", "/etc")
 
 
-def check_volume_path(box_id: str, path: str) -> str:
-    """An absolute, normalised path that is no mount of the box's own; else `BoxError`."""
-    import posixpath
-
-    if not path.startswith("/") or posixpath.normpath(path) != path or "\0" in path \
-            or any(path == p or path.startswith(p.rstrip("/") + "/") for p in _NO_VOLUME[1:]) \
-            or path == "/":
-        raise BoxError(f"box {box_id}: volume mount path {path!r}: an absolute, normalised "
-                       "path outside /proc, /sys, /dev, /run and /etc")
-    return path
+def check_volume(spec: BoxSpec) -> None:
+    """A volume has a size and an absolute, normalised path that is no mount of the box's
+    own; else `BoxError`."""
+    path = spec.volume_path
+    if path is None:
+        return
+    inside = any(path == top or path.startswith(top + "/") for top in _NO_VOLUME)
+    if path == "/" or inside or posixpath.normpath(path) != path or not path.startswith("/") \
+            or "\0" in path:
+        raise BoxError(f"box {spec.box_id}: volume mount path {path!r}: an absolute, "
+                       "normalised path outside /proc, /sys, /dev, /run and /etc")
+    if spec.volume_gb <= 0:
+        raise BoxError(f"box {spec.box_id}: a volume at {path} needs a size")
 
 
 def box_env(spec: BoxSpec, ports: dict[int, int]) -> dict[str, str]:

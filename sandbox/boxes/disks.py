@@ -54,12 +54,17 @@ def mount(image: Path, mountpoint: Path, size_gb: float, loop: bool) -> None:
 
 def unmount(image: Path, mountpoint: Path) -> None:
     """Unmount the disk; its loop device goes with it (autoclear). Not mounted is fine."""
+    unmount_path(mountpoint)
+    detach_loops(image)
+
+
+def unmount_path(mountpoint: Path) -> None:
+    """Unmount what is mounted at `mountpoint`, if anything."""
     if os.path.ismount(mountpoint):
         res = subprocess.run(["umount", str(mountpoint)], capture_output=True, text=True)
         if res.returncode != 0 and os.path.ismount(mountpoint):
             # busy: a box booting now still holds a copy in its mount namespace for a moment
             _run("umount", "--lazy", str(mountpoint))
-    detach_loops(image)
 
 
 def wipe(image: Path, mountpoint: Path, size_gb: float, loop: bool) -> None:
@@ -69,10 +74,11 @@ def wipe(image: Path, mountpoint: Path, size_gb: float, loop: bool) -> None:
     mount(image, mountpoint, size_gb, loop)
 
 
-def detach_loops(image: Path) -> list[str]:
-    """Detach loop devices still backed by `image` (autoclear does it once unmounted)."""
+def detach_loops(path: Path) -> list[str]:
+    """Detach loop devices still backed by `path` or a file under it (autoclear does it once
+    unmounted); the devices detached."""
     found = []
-    for dev in loops_under(image):
+    for dev in loops_under(path):
         subprocess.run(["losetup", "-d", dev], capture_output=True)
         found.append(dev)
     return found

@@ -29,6 +29,7 @@ from typing import Any
 
 from sandbox.boxes.errors import BoxError
 
+IMAGE = "image"  # in the state dir: the image layer
 _BOX_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Overlay mount options are comma/colon separated, so these may not appear in state paths.
 _BAD_PATH_CHARS = set(",:\\\n")
@@ -82,6 +83,15 @@ class BoxPaths:
     @property
     def upper(self) -> Path:
         return self.disk / "upper"
+
+    @property
+    def work(self) -> Path:
+        return self.disk / "work"
+
+    @property
+    def layer(self) -> Path:
+        """The disk's copy of the image layer."""
+        return self.disk / IMAGE
 
     @property
     def volume(self) -> Path:
