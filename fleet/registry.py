@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from fleet.fileutil import locked, write_atomic
 
 SCHEMA = 1
 LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+FLEET_ID_RE = re.compile(r"^[0-9a-f]{6}$")
 LIVE = ("renting", "provisioning", "running", "stopped", "exited", "unknown")
 UNFINISHED = ("renting", "provisioning")
 
@@ -40,6 +42,10 @@ def parse_iso(ts: str) -> datetime:
     it is not one."""
     t = datetime.fromisoformat(ts.replace("Z", "+00:00"))
     return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def new_fleet_id() -> str:
+    return secrets.token_hex(3)
 
 
 def check_label(label: str) -> str:
@@ -122,10 +128,14 @@ class Registry:
         self.lock_path = path.with_name(path.name + ".lock")
 
     def _read(self) -> dict[str, Row]:
+        return self._read_doc()[1]
+
+    def _read_doc(self) -> tuple[str | None, dict[str, Row]]:
+        """The fleet id (None before the first write) and the rows, by label."""
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return {}
+            return None, {}
         except (OSError, UnicodeDecodeError) as e:
             raise RegistryError(f"registry {self.path}: cannot read: {e}") from None
         try:
@@ -141,6 +151,9 @@ class Registry:
         rows = doc.get("boxes")
         if not isinstance(rows, list):
             raise RegistryError(f"registry {self.path}: 'boxes' is not a list")
+        fid = doc.get("fleet_id")
+        if fid is not None and not (isinstance(fid, str) and FLEET_ID_RE.match(fid)):
+            raise RegistryError(f"registry {self.path}: fleet_id {fid!r} is not 6 hex digits")
         out: dict[str, Row] = {}
         for i, d in enumerate(rows):
             r = _row(f"registry {self.path}: boxes[{i}]", d)
@@ -148,10 +161,10 @@ class Registry:
                 raise RegistryError(
                     f"registry {self.path}: boxes[{i}]: duplicate label {r.label!r}")
             out[r.label] = r
-        return out
+        return fid, out
 
-    def _write(self, rows: dict[str, Row]) -> None:
-        doc = {"schema": SCHEMA, "updated_at": now_iso(),
+    def _write(self, fid: str, rows: dict[str, Row]) -> None:
+        doc = {"schema": SCHEMA, "fleet_id": fid, "updated_at": now_iso(),
                "boxes": [r.to_dict() for r in rows.values()]}
         write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=False) + "\n")
 
@@ -171,9 +184,21 @@ class Registry:
     def transaction(self) -> Iterator[dict[str, Row]]:
         """Lock, read, let the caller change the rows, write once at the end."""
         with locked(self.lock_path):
-            rows = self._read()
+            fid, rows = self._read_doc()
             yield rows
-            self._write(rows)
+            self._write(fid or new_fleet_id(), rows)
+
+    def fleet_id(self) -> str:
+        """This registry's fleet id, made and written on first use: every label the fleet
+        makes carries it (`fleet.labels`), so a box is provably this fleet's only by its
+        label's exact form, never by a role's prefix that a person's box or another
+        registry's could share."""
+        with locked(self.lock_path):
+            fid, rows = self._read_doc()
+            if fid is None:
+                fid = new_fleet_id()
+                self._write(fid, rows)
+            return fid
 
     def add(self, row: Row, check: Callable[[list[Row]], None] | None = None, *,
             resume: bool = False) -> Row:

@@ -13,7 +13,6 @@ is rented under the same label (`rent(..., resume=True)`), its row replaced.
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from fleet import bills, budget
 from fleet.agent_config import ROOT
 from fleet.config import Config, Role
 from fleet.errors import FleetError, NoCapacity, OfferGone, ProviderError, UsageError
+from fleet.labels import new_label
 from fleet.providers.base import Box, Offer, Provider, RentRequest
 from fleet.providers.keys import ENV
 from fleet.registry import Registry, Row, now_iso, unfinished
@@ -38,10 +38,6 @@ ONSTART = {
     "vast": f"{BOOT}; exit 0",
     "runpod": json.dumps({"entrypoint": ["/bin/sh", "-c"], "cmd": [f"{BOOT} & exec /start.sh"]}),
 }
-
-
-def new_label(role: str, provider: str) -> str:
-    return f"{role}-{provider}-{secrets.token_hex(3)}"
 
 
 def request_for(cfg: Config, role: Role, label: str, provider: str) -> RentRequest:
@@ -85,7 +81,7 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
     last: ProviderError | None = None
     for offer in offers[:5]:
         p = providers[offer.provider]
-        lab = label or new_label(role.name, offer.provider)
+        lab = label or new_label(role.name, offer.provider, reg.fleet_id())
         # every candidate is checked: a later one may cost more than the first; the check
         # and the row are one locked step, so concurrent rents cannot both pass it
         what = f"renting a {offer.card} on {offer.provider} for ${offer.usd_per_hour:.3f}/h"
