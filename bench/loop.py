@@ -53,7 +53,9 @@ class Sandbox:
     def __init__(self, base: Path, boxes: int, interval: float) -> None:
         self.base = base
         (base / "fleet.toml").write_text(fleet_toml.render(
-            base / "state", budget=5000, loop={"interval_s": interval}, roster=roster(boxes)))
+            base / "state", budget=5000, roster=roster(boxes),
+            # the orphan grace must be at least two intervals (600 s is the default)
+            loop={"interval_s": interval, "orphan_grace_s": max(600.0, 2 * interval)}))
         self.machines = max(16, 4 * boxes)
         self.env = {**os.environ, "FLEET_CONFIG": str(base / "fleet.toml"),
                     "FLEET_SANDBOX_DIR": str(base / "sandbox"), "PYINFRA_PROGRESS": "off",

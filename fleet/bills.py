@@ -9,9 +9,12 @@ seconds it ran today (`estimate`).
 `bills.json` beside the registry (`save`, replaced whole, atomically) and says, per registry
 row, what it spent today and where the figure came from. The budget check reads that file
 (`load`), never the network, because it runs under the registry's lock. A billed box's spent
-today is its bill plus its price for the time after the bill's covered end (bills lag); a bill
-older than `MAX_AGE_S` or from another day, a provider that failed, or a box the bill does not
-name (yet) falls back to the estimate, and the row says why.
+today is its bill plus its price for the time after the bill's covered end (bills lag), but
+never less than the estimate from its price (a bill may lag more than it says); a bill older
+than `MAX_AGE_S` or from another day, a provider that failed, or a box the bill does not name
+(yet) falls back to the estimate, and the row says why. What a fresh bill charged for boxes no
+registry row names (an orphan, a label's duplicate) counts too (`Spent.unnamed`), and so does
+a failed rent's box that the bill names.
 
 `bills.json`:
 
@@ -66,31 +69,55 @@ class SpentRow:
     billed_usd: float | None = None  # what the bill said (source "bill")
     tail_usd: float = 0.0  # source "bill": price x the time after the bill's covered end
     why: str | None = None  # source "estimate": why no bill counted
+    # source "bill": the estimate from its price; `usd` is the larger of it and bill + tail
+    estimate_usd: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+class Billed(dict[str, float]):
+    """Spent today by label for the rows a bill counted (`budget.project(billed=...)`), and
+    `unnamed_usd`: what the bills charged today for boxes no registry row names, which
+    `budget.project` counts on top of the rows."""
+
+    def __init__(self, by_label: Mapping[str, float] | None = None,
+                 unnamed_usd: float = 0.0) -> None:
+        super().__init__(by_label or {})
+        self.unnamed_usd = unnamed_usd
+
+
 @dataclass(frozen=True)
 class Spent:
-    """Spent today: a row per registry row that ran today, their total, and the providers
-    whose bills failed (their rows are estimated)."""
+    """Spent today: a row per registry row that ran today (or that a bill names), what the
+    bills charged for boxes no row names, their total, and the providers whose bills failed
+    (their rows are estimated)."""
 
     at: str  # UTC ISO-8601: the moment the figures are for
     rows: tuple[SpentRow, ...] = ()
     errors: Mapping[str, str] = field(default_factory=dict)  # provider -> why no bill
+    # provider -> box id -> USD a fresh bill charged today for a box no registry row names
+    unnamed: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+    @property
+    def unnamed_usd(self) -> float:
+        return sum(u for ids in self.unnamed.values() for u in ids.values())
 
     @property
     def total_usd(self) -> float:
-        return sum(r.usd for r in self.rows)
+        return sum(r.usd for r in self.rows) + self.unnamed_usd
 
-    def billed(self) -> dict[str, float]:
-        """Spent today by label for the rows a bill counted: `budget.project(billed=...)`."""
-        return {r.label: r.usd for r in self.rows if r.source == "bill"}
+    def billed(self) -> Billed:
+        """Spent today by label for the rows a bill counted, with the charges no row names:
+        `budget.project(billed=...)`."""
+        return Billed({r.label: r.usd for r in self.rows if r.source == "bill"},
+                      self.unnamed_usd)
 
     def to_dict(self) -> dict[str, Any]:
         return {"at": self.at, "total_usd": round(self.total_usd, 6),
                 "from_bills": sum(1 for r in self.rows if r.source == "bill"),
+                "unnamed_usd": round(self.unnamed_usd, 6),
+                "unnamed": {p: dict(ids) for p, ids in self.unnamed.items()},
                 "errors": dict(self.errors), "rows": [r.to_dict() for r in self.rows]}
 
 
@@ -175,37 +202,50 @@ def ran_today(row: Row, now: datetime) -> bool:
 
 
 def spent_from(rows: Sequence[Row], bills: Bills | None, now: datetime | None = None) -> Spent:
-    """Spent today per row that ran today, from bills already read (no HTTP: the budget
-    check's way, with `load`): the bill plus the price after its covered end where a fresh
-    bill of today names the box, else the estimate and why."""
+    """Spent today per row that ran today or that a fresh bill names, from bills already read
+    (no HTTP: the budget check's way, with `load`): where a fresh bill of today names the box,
+    the larger of its bill plus the price after the bill's covered end and the estimate; else
+    the estimate and why. A fresh bill's charges for boxes no row names are `Spent.unnamed`."""
     now = (now or datetime.now(UTC)).astimezone(UTC)
     stale = _stale(bills, now)
-    errors = dict(bills.errors) if bills is not None and stale is None else {}
+    fresh = bills if stale is None else None
+    errors = dict(fresh.errors) if fresh is not None else {}
+    named: dict[str, set[str]] = {}
     out = []
     for r in rows:
-        if not ran_today(r, now):
+        if r.provider_id is not None:
+            named.setdefault(r.provider, set()).add(r.provider_id)
+        charged = None
+        if fresh is not None and r.provider_id is not None:
+            charged = fresh.charges.get(r.provider, {}).get(r.provider_id)
+        if charged is None and not ran_today(r, now):
             continue
         why = stale
-        charged = None
-        if why is None and bills is not None:
-            if r.provider in bills.errors:
-                why = f"no bill from {r.provider}: {bills.errors[r.provider]}"
-            elif r.provider not in bills.charges:
+        if fresh is not None and charged is None:
+            if r.provider in fresh.errors:
+                why = f"no bill from {r.provider}: {fresh.errors[r.provider]}"
+            elif r.provider not in fresh.charges:
                 why = f"{r.provider} gave no bill"
-            elif r.provider_id is None or r.provider_id not in bills.charges[r.provider]:
-                why = f"not on {r.provider}'s bill (yet)"
             else:
-                charged = bills.charges[r.provider][r.provider_id]
-        if charged is None or bills is None:
+                why = f"not on {r.provider}'s bill (yet)"
+        if charged is None or fresh is None:
             out.append(SpentRow(r.label, r.provider, estimate(r, now), "estimate", why=why))
             continue
-        covered = parse_iso(bills.covered.get(r.provider, bills.read_at))
+        covered = parse_iso(fresh.covered.get(r.provider, fresh.read_at))
         start = parse_iso(r.created_at) if r.created_at else covered
         end = min(parse_iso(r.destroyed_at), now) if r.destroyed_at else now
         tail = priced(r, max(covered, start), end)
-        out.append(SpentRow(r.label, r.provider, charged + tail, "bill", billed_usd=charged,
-                            tail_usd=tail))
-    return Spent(iso(now), tuple(out), errors)
+        est = estimate(r, now)
+        out.append(SpentRow(r.label, r.provider, max(charged + tail, est), "bill",
+                            billed_usd=charged, tail_usd=tail, estimate_usd=est))
+    unnamed: dict[str, dict[str, float]] = {}
+    if fresh is not None:
+        for provider, charges in sorted(fresh.charges.items()):
+            mine = named.get(provider, set())
+            extra = {i: u for i, u in charges.items() if i not in mine and u}
+            if extra:
+                unnamed[provider] = extra
+    return Spent(iso(now), tuple(out), errors, unnamed)
 
 
 def spent_today(rows: Sequence[Row], providers: Mapping[str, Any],
@@ -221,10 +261,11 @@ def spent_today(rows: Sequence[Row], providers: Mapping[str, Any],
     return spent_from(rows, bills, now)
 
 
-def billed(rows: Sequence[Row], bills: Bills | None, now: datetime) -> dict[str, float]:
+def billed(rows: Sequence[Row], bills: Bills | None, now: datetime) -> Billed:
     """Spent today by label, for the rows a fresh bill names: the bill plus the price for the
-    time after its covered end (a live box keeps billing). Rows it does not name are left out
-    (the caller estimates them)."""
+    time after its covered end (a live box keeps billing), never less than the estimate. Rows
+    it does not name are left out (the caller estimates them); its charges for boxes no row
+    names are `unnamed_usd`."""
     return spent_from(rows, bills, now).billed()
 
 

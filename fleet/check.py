@@ -9,6 +9,7 @@ the GPU programs are admitted.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -19,7 +20,7 @@ from pyinfra.api import Config as PyinfraConfig
 from pyinfra.api import Inventory, State
 from pyinfra.api.connect import connect_all, disconnect_all
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.api.facts import get_facts
+from pyinfra.api.facts import get_fact
 from pyinfra.connectors.sshuserclient import client as ssh_client
 
 from facts.box import AgentStatus
@@ -173,6 +174,38 @@ def _wanted(cfg: Config, data: dict[str, Any]) -> str | None:
         return None
 
 
+STATUS_DEADLINE_S = 30.0  # one box's status command; connecting is bounded by its own timeouts
+
+
+def _status_within(state: State, host: Any, deadline_s: float) -> tuple[bool, Any]:
+    """The AgentStatus fact of one connected box, or (False, "late") when it has not
+    answered within `deadline_s`: its SSH connection is then closed from a timer thread,
+    which ends the blocked read (pyinfra's own `_timeout` cannot fire here: its sockets block
+    the thread without gevent's monkey-patching, which a library must not apply). Boxes are
+    read one after another, as unpatched sockets would serialise them anyway, so one hung
+    box never holds the others' answers past its own deadline."""
+    client = getattr(host.connector, "client", None)
+    cut = threading.Event()
+
+    def close() -> None:
+        cut.set()
+        if client is not None:
+            client.close()
+
+    timer = threading.Timer(deadline_s, close)
+    timer.daemon = True
+    timer.start()
+    try:
+        status = get_fact(state, host, AgentStatus, kwargs={"root": ROOT})
+    except PyinfraError:
+        status = None
+    finally:
+        timer.cancel()
+    if cut.is_set():
+        return False, "late"
+    return True, status
+
+
 def check(cfg: Config, built: Built) -> list[Health]:
     hosts = built.groups.get("standing", [])
     # standing boxes the provider no longer runs are the least well of all
@@ -194,19 +227,27 @@ def check(cfg: Config, built: Built) -> list[Health]:
     ssh_client.get_host_keys.cache.clear()  # type: ignore[attr-defined]
     inventory = Inventory(([(name, dict(data)) for name, data in hosts], {}))
     state = State(inventory=inventory, config=PyinfraConfig(PARALLEL=32, CONNECT_TIMEOUT=15))
-    answers: dict[Any, Any] = {}
+    by_name: dict[str, Any] = {}
+    late: set[str] = set()
     try:
         connect_all(state)  # raises when no box answers at all
-        answers = get_facts(state, AgentStatus, kwargs={"root": ROOT})
+        for host in list(state.activated_hosts):
+            answered, status = _status_within(state, host, STATUS_DEADLINE_S)
+            if answered:
+                by_name[host.name] = status
+            elif status == "late":
+                late.add(host.name)
     except PyinfraError:
-        pass  # every box then reads as not answering
+        pass  # every box not read by then reads as not answering
     finally:
         disconnect_all(state)
-    by_name = {h.name: v for h, v in answers.items()}
     out = []
     for name, data in hosts:
         status = by_name.get(name) if name in by_name else None
         h = judge(name, data, status, _wanted(cfg, data), history.get(name), known)
+        if name in late:
+            h.problems = [f"ssh: the status command did not finish within "
+                          f"{STATUS_DEADLINE_S:g} s"]
         if h.exec_tip is not None and status:
             history[name] = {"exec_tip": h.exec_tip, "moving": h.exec_moving,
                              "rpc_at": (status.get("node") or {}).get("rpc_at"),

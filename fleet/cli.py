@@ -18,7 +18,7 @@ from fleet import offers as offers_mod
 from fleet import rent as rent_mod
 from fleet.config import PROVIDERS, Config, load
 from fleet.errors import AuthFailed, FleetError, ProviderError, UsageError
-from fleet.providers import all_providers
+from fleet.providers import all_providers, cards
 from fleet.providers.base import Provider
 from fleet.registry import Registry, Row, check_label, now_iso, parse_iso
 
@@ -59,6 +59,17 @@ def providers() -> dict[str, Provider]:
     return dict(all_providers())
 
 
+def card_option(card: str | None) -> str | None:
+    """A --card in any spelling of a known card (`rtx 4090`, RunPod's `NVIDIA GeForce RTX
+    4090`) as the fleet's name; an unknown card is a usage error."""
+    if card is None:
+        return None
+    name = cards.canonical(card)
+    if name is None:
+        raise UsageError(f"unknown card {card!r} (known: {cards.known()})")
+    return name
+
+
 def emit(table: Table, data: Any, as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps(data, indent=1, default=str) + "\n")
@@ -80,8 +91,9 @@ def offers_cmd(role: str, card: str = typer.Option(None, help="only this card, e
                gpus: int = typer.Option(1, min=1), limit: int = typer.Option(10, min=1),
                as_json: bool = typer.Option(False, "--json")) -> None:
     """The cheapest admissible offers for ROLE across both providers."""
+    wanted = card_option(card)
     r = cfg().role(role)
-    found, failures = offers_mod.search(r, providers().values(), card=card, gpus=gpus)
+    found, failures = offers_mod.search(r, providers().values(), card=wanted, gpus=gpus)
     for f in failures:
         err.print(f"warning: {f}")
     t = Table(title=f"offers for {role} (driver {r.admitted_driver or 'any'})")
@@ -107,6 +119,7 @@ def rent_cmd(role: str, provider: str = typer.Option(None, help="runpod or vast"
     SSH), resume it: the box its provider lists under the label is recorded and waited for;
     if there is none, the label is rented again there (budget checked).
     """
+    wanted = card_option(card)
     c, reg = cfg(), registry()
     r = c.role(role)
     if provider and provider not in PROVIDERS:
@@ -139,7 +152,7 @@ def rent_cmd(role: str, provider: str = typer.Option(None, help="runpod or vast"
         chosen = {provider: rent_mod.provider_for(ps, provider, f"cannot rent on {provider}")}
     else:
         ps = chosen = providers()  # no key at all: AuthFailed names the variables
-    found, failures = offers_mod.search(r, chosen.values(), card=card, gpus=gpus)
+    found, failures = offers_mod.search(r, chosen.values(), card=wanted, gpus=gpus)
     for f in failures:
         err.print(f"warning: {f}")
     if dry_run:
@@ -152,7 +165,8 @@ def rent_cmd(role: str, provider: str = typer.Option(None, help="runpod or vast"
         resumed = f" under the unfinished label {old.label}" if old else ""
         out.print(f"dry run: would rent {o.card} x{o.gpu_count} on {o.provider} "
                   f"(offer {o.offer_id}) at ${o.usd_per_hour:.3f}/h{resumed}; projected day "
-                  f"${day.total_usd:.2f} of ${day.budget_usd:.2f}: {verdict}")
+                  f"${day.total_usd:.2f}, run rate ${day.run_rate_usd:.2f} a day, of "
+                  f"${day.budget_usd:.2f}: {verdict}")
         return
     res = rent_mod.rent(c, reg, r, found, ps, label=label, resume=old is not None)
     _rented(c, reg, ps, res.row.label, wait, as_json)
@@ -217,7 +231,8 @@ def roster_cmd(
     t.caption = (f"total ${total:.3f}/h, ${total * 24:.2f}/day; spent today "
                  f"${money['spent_today_usd']:.2f} ({money['boxes_from_bills']} boxes from the "
                  f"bills), committed until midnight ${money['committed_until_midnight_usd']:.2f}"
-                 f", budget ${money['daily_budget_usd']:.2f}")
+                 f", run rate ${money['run_rate_usd_per_day']:.2f}/day, budget "
+                 f"${money['daily_budget_usd']:.2f}")
     emit(t, {"boxes": data, "orphans": [b.to_dict() for b in v.orphans],
              "owed": [o.for_page().to_dict() | {"rerent_of": o.rerent_of} for o in owed],
              "usd_per_hour": total, "usd_per_day": total * 24, "money": money}, as_json)
@@ -236,6 +251,7 @@ def _money(c: Config, reg: Registry, ps: dict[str, Provider]) -> dict[str, Any]:
     day = budget.project(rows, c.daily_budget_usd, now=now, billed=billed)
     return {"spent_today_usd": round(day.spent_usd, 6), "boxes_from_bills": len(billed),
             "committed_until_midnight_usd": round(day.committed_usd, 6),
+            "run_rate_usd_per_day": round(day.rate_usd, 6),
             "daily_budget_usd": day.budget_usd}
 
 

@@ -6,13 +6,16 @@ line naming the file and the key, so the CLI can print it and exit 2 having chan
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fleet.errors import ConfigError, UsageError
+from fleet.providers import cards
 
 PROVIDERS = ("runpod", "vast")
 KINDS = ("standing", "oneshot")
@@ -20,6 +23,13 @@ PROGRAMS = ("node", "miner", "prover")
 # programs gated by admission unless a role says otherwise (`gpu_programs`)
 GPU_PROGRAMS = ("miner", "prover")
 NODE_UNHEALTHY_RESTART_S = 300.0
+READY_TIMEOUT_MIN_S = 300.0
+DRIVER = re.compile(r"^\d+\.\d+\.\d+$")
+CUDA = re.compile(r"^\d+\.\d+$")
+# a role name starts every label the fleet makes (`<role>-<fleet id>-<provider>-<6 hex>[-r<n>]`,
+# see fleet/labels.py), which must stay within 60 characters and one DNS-like form
+ROLE_NAME = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
+ROLE_NAME_MAX = 20
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,7 @@ class LoopSettings:
     dead_checks: int = 2  # consecutive dead checks before a standing box is replaced
     orphan_grace_s: float = 600.0  # an orphan is destroyed once seen this long
     converge_timeout_s: float = 1800.0  # a deploy or check run longer than this has failed
+    ready_timeout_s: float = 1800.0  # a rented box not SSH-ready this long is given up
 
 
 @dataclass(frozen=True)
@@ -114,6 +125,10 @@ def _check(where: str, table: dict[str, Any], spec: dict[str, tuple[type, ...]],
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             names = " or ".join(t.__name__ for t in types)
             raise ConfigError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
+        # TOML spells nan and inf, and no setting means either: a nan grace is none, a nan
+        # interval a busy loop, an inf budget no budget at all
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{where}.{key}: must be a finite number, got {value}")
     for key in required:
         if key not in table:
             raise ConfigError(f"{where}: missing key {key!r}")
@@ -137,6 +152,11 @@ _ROLE_SPEC: dict[str, tuple[type, ...]] = {
 
 def _role(name: str, table: Any, src: str) -> Role:
     where = f"{src}: roles.{name}"
+    if not ROLE_NAME.match(name) or len(name) > ROLE_NAME_MAX:
+        raise ConfigError(
+            f"{where}: bad role name {name!r}: lowercase letters and digits, words joined by "
+            f"single hyphens, starting with a letter, at most {ROLE_NAME_MAX} characters (it "
+            "starts every label of the role's boxes)")
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: expected a table")
     _check(where, table, _ROLE_SPEC, required=("kind", "image", "disk_gb"))
@@ -159,6 +179,15 @@ def _role(name: str, table: Any, src: str) -> Role:
                 raise ConfigError(f"{where}.gpu_programs: {p!r} is not one of the role's programs")
     else:
         named = GPU_PROGRAMS
+    driver = table.get("admitted_driver")
+    if driver is not None and driver.strip() and not DRIVER.match(driver.strip()):
+        # refused now, not when the loop's first search (maybe days later) sends it to Vast
+        raise ConfigError(f"{where}.admitted_driver: {driver!r} is not an exact NVIDIA driver "
+                          "version X.Y.Z (e.g. \"580.95.05\")")
+    for cuda in _strings(f"{where}.allowed_cuda", table.get("allowed_cuda", [])):
+        if not CUDA.match(cuda):
+            raise ConfigError(f"{where}.allowed_cuda: {cuda!r} is not a CUDA version X.Y "
+                              "(e.g. \"13.0\")")
     restart = table.get("node_unhealthy_restart_s", NODE_UNHEALTHY_RESTART_S)
     if restart < 0:
         raise ConfigError(
@@ -185,7 +214,7 @@ def _wants(role: str, entries: Any, src: str) -> list[Want]:
     where = f"{src}: roster.{role}"
     if not isinstance(entries, list):
         raise ConfigError(f"{where}: expected an array of tables ([[roster.{role}]])")
-    wants = []
+    wants: list[Want] = []
     for i, e in enumerate(entries):
         w = f"{where}[{i}]"
         if not isinstance(e, dict):
@@ -198,24 +227,56 @@ def _wants(role: str, entries: Any, src: str) -> list[Want]:
         gpus, count = e.get("gpus", 1), e.get("count", 1)
         if gpus < 1 or count < 0:
             raise ConfigError(f"{w}: gpus must be >= 1 and count >= 0")
-        wants.append(Want(role, e["provider"], e["card"], gpus, count))
+        # the registry records the fleet's name for a card: a roster in another spelling
+        # ("rtx 4090", RunPod's "NVIDIA GeForce RTX 4090") would never count as filled
+        card = cards.canonical(e["card"])
+        if card is None:
+            raise ConfigError(f"{w}.card: unknown card {e['card']!r} (known: {cards.known()})")
+        twin = next((x for x in wants if (x.provider, x.card, x.gpus) ==
+                     (e["provider"], card, gpus)), None)
+        if twin is not None:
+            # each would be counted against the same boxes: the roster would mean the larger
+            raise ConfigError(f"{w}: the same {e['provider']} {card} x{gpus} as an earlier "
+                              "entry; give one entry the sum of their counts")
+        wants.append(Want(role, e["provider"], card, gpus, count))
     return wants
+
+
+_LOOP_SECONDS = ("interval_s", "orphan_grace_s", "converge_timeout_s", "ready_timeout_s")
 
 
 def _loop(table: dict[str, Any], src: str) -> LoopSettings:
     where = f"{src}: loop"
-    _check(where, table, {"interval_s": (int, float), "dead_checks": (int,),
-                          "orphan_grace_s": (int, float), "converge_timeout_s": (int, float)})
+    _check(where, table, {"dead_checks": (int,), **{k: (int, float) for k in _LOOP_SECONDS}})
     d = LoopSettings()
-    loop = LoopSettings(float(table.get("interval_s", d.interval_s)),
-                        int(table.get("dead_checks", d.dead_checks)),
-                        float(table.get("orphan_grace_s", d.orphan_grace_s)),
-                        float(table.get("converge_timeout_s", d.converge_timeout_s)))
-    if (loop.interval_s <= 0 or loop.dead_checks < 1 or loop.orphan_grace_s < 0
-            or loop.converge_timeout_s <= 0):
-        raise ConfigError(f"{where}: interval_s and converge_timeout_s must be positive, "
-                          "dead_checks at least 1 and orphan_grace_s not negative")
+    loop = LoopSettings(
+        interval_s=float(table.get("interval_s", d.interval_s)),
+        dead_checks=int(table.get("dead_checks", d.dead_checks)),
+        orphan_grace_s=float(table.get("orphan_grace_s", d.orphan_grace_s)),
+        converge_timeout_s=float(table.get("converge_timeout_s", d.converge_timeout_s)),
+        ready_timeout_s=float(table.get("ready_timeout_s", d.ready_timeout_s)))
+    for key in ("interval_s", "converge_timeout_s", "ready_timeout_s"):
+        if getattr(loop, key) <= 0:
+            raise ConfigError(f"{where}.{key}: must be positive, got {getattr(loop, key):g}")
+    if loop.dead_checks < 1:
+        raise ConfigError(f"{where}.dead_checks: at least 1, got {loop.dead_checks}")
+    if loop.ready_timeout_s < READY_TIMEOUT_MIN_S:
+        # shorter, a box still pulling its image would be destroyed and rented again each tick
+        raise ConfigError(f"{where}.ready_timeout_s: at least {READY_TIMEOUT_MIN_S:g} s, got "
+                          f"{loop.ready_timeout_s:g}")
+    problem = grace_problem(loop.orphan_grace_s, loop.interval_s)
+    if problem:
+        raise ConfigError(f"{where}.orphan_grace_s: {problem}")
     return loop
+
+
+def grace_problem(orphan_grace_s: float, interval_s: float) -> str | None:
+    """Why an orphan grace is too short for the loop's interval, or None: an orphan is destroyed
+    no sooner than two ticks after the one that first saw it."""
+    if orphan_grace_s >= 2 * interval_s:
+        return None
+    return (f"must be at least two interval_s ({2 * interval_s:g} s), got {orphan_grace_s:g} s "
+            f"with interval_s {interval_s:g} s")
 
 
 def parse(data: dict[str, Any], path: Path) -> Config:

@@ -35,7 +35,15 @@ class BudgetExceeded(FleetError):
 
 
 class ProviderError(FleetError):
-    """A provider refused or failed a call."""
+    """A provider refused or failed a call.
+
+    `refused` says the provider answered and said no, so the call did not take effect (an
+    HTTP 4xx answer, a GraphQL error with no result, an offer gone): a create refused so left
+    no box. False where it may have taken effect (a timeout, a dropped connection, a 5xx, an
+    answer that could not be read) or where nothing says.
+    """
+
+    refused = False
 
     def __init__(self, provider: str, call: str, detail: str, hint: str = "") -> None:
         self.provider = provider
@@ -49,13 +57,26 @@ class ProviderError(FleetError):
 class NoCapacity(ProviderError):
     """The provider has no machine for the request right now; try another offer or later."""
 
+    refused = True
+
 
 class OfferGone(ProviderError):
     """The offer was taken or withdrawn between search and rent."""
 
+    refused = True
+
+
+class RentOutcomeUnknown(ProviderError):
+    """A box may exist under the label: a create's outcome was unknown (a timeout, a dropped
+    connection, a 5xx) and no lookup found its box, or the lookup failed. Whatever came after
+    (even an offer gone, which the first create may have caused) says nothing about it. The
+    rent is unfinished: look the label up again before renting anything else for it."""
+
 
 class RateLimited(ProviderError):
     """The provider answered 429 and the retries ran out."""
+
+    refused = True  # a 429 is answered instead of doing the call
 
     def __init__(self, provider: str, call: str, detail: str, retry_after: float | None = None):
         super().__init__(provider, call, detail, "slow down and try again")
@@ -66,3 +87,4 @@ class AuthFailed(ProviderError):
     """The key was missing or refused: the operator's to fix, so exit status 2."""
 
     exit_code = 2
+    refused = True

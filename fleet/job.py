@@ -30,6 +30,7 @@ from typing import Any
 
 from fleet.config import PROVIDERS, Role, read_toml
 from fleet.errors import UsageError
+from fleet.providers import cards
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -171,10 +172,16 @@ def parse(data: dict[str, Any], path: Path) -> Job:
     gpus = data.get("gpus", 1)
     if gpus < 1:
         raise UsageError(f"{src}: gpus must be at least 1")
+    card = data.get("card")
+    if card is not None:
+        named = cards.canonical(card)
+        if named is None:
+            raise UsageError(f"{src}: card: unknown card {card!r} (known: {cards.known()})")
+        card = named
     return Job(path=path, name=name, command=data["command"],
                outputs=_relative(f"{src}: outputs", data["outputs"]), ttl_minutes=ttl,
                inputs=inputs, modules=tuple(modules), gates=tuple(gates), toolchain=toolchain,
-               card=data.get("card"), gpus=gpus, provider=provider)
+               card=card, gpus=gpus, provider=provider)
 
 
 def load(path: Path) -> Job:

@@ -3,31 +3,43 @@
 Each tick:
 1. Lists every provider's boxes against the registry (`fleet.sync.view`). A provider that
    fails is reported and its boxes are not judged this tick: an API error is never death.
-2. Checks every running standing box at once (the agent's status through one SSH command
-   each, as `fleet check`). A box is *dead* on a check when its provider lists it as exited
-   (or no longer lists it), or SSH does not answer while the provider says it runs. Dead on
-   `dead_checks` consecutive ticks (fleet.toml `[loop]`, default 2), it is destroyed where the
-   provider still lists it (its row marked destroyed, or vanished when no provider lists it)
-   and owed for a re-rent in the same shape: provider, card, GPU count and role (so the same
-   image, driver pin, allowed CUDA and p2p port), labelled `<label>-r<n>`, `rerent_of` set.
-   A box whose agent refuses admission (a driver other than the pinned one, an unqualified
-   GPU: RunPod advertises no driver, so admission after boot is the only guard) is *unfit*,
-   counted like a dead one: kept, it would bill for a card that never works. Its machine
-   (where the provider names it) is passed over by the re-rents for a day (`loop.json`).
-   A box whose SSH answers but whose agent is down is converged again (its agent back).
-3. Rents what is owed: the re-rents, and the roster's wanted boxes (`[[roster.ROLE]]`) that
-   no live box fills, cheapest admissible offer first, each within the daily budget (the
-   budget check and the registry row are one locked step). What cannot be rented stays owed
-   with the reason: no capacity, no admissible offer, over budget, provider refusing.
-4. Converts what it rented, and the boxes whose agent was down, with the standing deploy,
-   then verifies them with the testinfra checks: only then is a replacement done.
-5. Reports orphans (provider boxes with a label of this fleet's roles that the registry
-   lacks) and destroys them once seen for `orphan_grace_s`, unless told not to.
-6. Writes the fleet page (index.html and fleet.json, each replaced whole).
+   A box the listing leaves out is gone only once its provider, asked for its id, says so.
+2. Resumes the rents that never finished (`_resume_unfinished`): each is looked up, pinned
+   once SSH-ready and converted, or given up past `ready_timeout_s`.
+3. Checks every standing box at once (the agent's status through one SSH command each, as
+   `fleet check`), and SSH-probes those the provider cannot vouch for (`unknown`,
+   `provisioning`). A box is *dead* on a check when its provider lists it as exited or
+   stopped, says it has no box of that id, or SSH does not answer. When more than half of
+   the probed boxes (two at least) fail SSH at once, or the fleet's own SSH key is
+   unreadable, a breaker counts no SSH death that tick: that is the fleet's blindness.
+   Dead on `dead_checks` consecutive ticks (fleet.toml `[loop]`, default 2), it is destroyed
+   where the provider still lists it (its row marked destroyed, or vanished when no provider
+   has it) and owed for a re-rent in the same shape: provider, card, GPU count and role (so
+   the same image, driver pin, allowed CUDA and p2p port), labelled `<label>-r<n>`,
+   `rerent_of` set. A box whose agent refuses admission (a driver other than the pinned
+   one, an unqualified GPU: RunPod advertises no driver, so admission after boot is the
+   only guard) is *unfit*, counted like a dead one: kept, it would bill for a card that
+   never works. Its machine (where the provider names it) is passed over by the re-rents
+   for a day (`loop.json`). A box whose SSH answers but whose agent is down is converged
+   again (its agent back).
+4. Rents what is owed: the re-rents no live row fills yet, and the roster's wanted boxes
+   (`[[roster.ROLE]]`) that no live box fills, cheapest admissible offer first, each within
+   the daily budget (the budget check and the registry row are one locked step). What
+   cannot be rented stays owed with the reason: no capacity, no admissible offer, over
+   budget, provider refusing.
+5. Converts what it rented or resumed, and the boxes whose agent was down, with the
+   standing deploy, then verifies them with the testinfra checks: only then is a
+   replacement done.
+6. Reports orphans (boxes under a label of this fleet's roles that the registry does not
+   own, and second boxes under a live label) and destroys, once seen for `orphan_grace_s`,
+   only those whose label has this fleet's exact form (`fleet.labels`), never while the
+   registry is empty or the orphans outnumber its live boxes.
+7. Writes the fleet page (index.html and fleet.json, each replaced whole).
 
 Boxes behind their wanted release are reported; the loop never moves binaries. What the loop
-remembers between ticks (dead counts, owed boxes, orphans first seen) is in `loop.json`
-beside the registry; `loop.lock` keeps a second loop off the same registry.
+remembers between ticks (dead counts, re-rents owed, orphans first seen) is in `loop.json`
+beside the registry, saved after every destroy and rent; `loop.lock` keeps a second loop off
+the same registry.
 """
 
 from __future__ import annotations
@@ -35,7 +47,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -46,7 +57,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from fleet import bills, pyinfra_run
+from fleet import bills, labels, pyinfra_run
 from fleet import offers as offers_mod
 from fleet import rent as rent_mod
 from fleet.check import Health
@@ -62,12 +73,10 @@ from fleet.errors import (
 from fleet.fileutil import write_atomic
 from fleet.inventory import Built, host_data
 from fleet.page import Owed, is_standing
-from fleet.providers.base import Box, Provider
-from fleet.registry import Registry, Row, now_iso, parse_iso
+from fleet.providers.base import Provider
+from fleet.registry import Registry, Row, now_iso, parse_iso, unfinished
 from fleet.sshkeys import write_known_hosts
 from fleet.sync import View, view
-
-RERENT = re.compile(r"^(?P<base>.+?)-r(?P<n>\d+)$")
 
 
 @dataclass
@@ -252,15 +261,19 @@ class Loop:
             failed.add(e.provider)
             self._act(t, f"provider {e.provider}: {e} (its boxes are not judged this tick)")
             t.provider_errors.append(str(e))
+        for label, why in sorted(v.unsure.items()):
+            self._act(t, f"{label}: not judged this tick: {why}")
         self._note_stops(v)
         read = bills.refresh(self.cfg.registry, self.providers)  # for the rents and the page
         for name, why in read.errors.items():
             self._act(t, f"bills: {name} gave none ({why}); its boxes are estimated")
+        resumed = self._resume_unfinished(t, v, failed)
         health = self._judge(t, mem, v, failed)
         self._replace_dead(t, mem, v)
+        mem.save(self.memory_path)  # the destroys and the re-rents they owe, before any rent
         self._forget_unfit(mem)
         fresh = self._rent_owed(t, mem)
-        self._converge(t, fresh)
+        self._converge(t, resumed + fresh)
         self._orphans(t, mem, v, failed)
         mem.owed = t.owed
         mem.save(self.memory_path)
@@ -290,28 +303,56 @@ class Loop:
                 if r.live and is_standing(self.cfg, r) and r.host_key and r.provider_id]
 
     def _judge(self, t: Tick, mem: Memory, v: View, failed: set[str]) -> list[Health]:
-        """Dead votes, agents to bring back, problems to report; returns the checks made."""
+        """Dead votes, agents to bring back, problems to report; returns the checks made.
+
+        What the provider vouches for (it lists the box exited or stopped, or says it has no
+        box of that id) is a death. A box it cannot vouch for (`unknown`, `provisioning`) is
+        SSH-probed like a running one: one that answers is alive. A box whose SSH does not
+        answer is dead, unless the fleet cannot tell: when more than half of the boxes probed
+        (two at least) fail at once, or its own SSH key is unreadable, the failure is taken as
+        the fleet's own blindness and no death is counted this tick (`_blind`)."""
         listed = {row.label: box for row, box in v.matched}
         gone = {r.label for r in v.gone}
         hosts, checked = [], []
+        unjudged = set(v.unsure)
+        vouched: dict[str, str] = {}  # label -> the provider's status, for boxes probed
+        for row, seen in v.matched:  # a restart may map SSH to another port: pin the key there
+            if seen.ssh_host and seen.ssh_port and \
+                    (seen.ssh_host, seen.ssh_port) != (row.ssh_host, row.ssh_port):
+                self.reg.update(row.label, ssh_host=seen.ssh_host, ssh_port=seen.ssh_port)
         write_known_hosts(self.cfg.known_hosts, self.reg.rows())
         for row in self._standing_rows():
             if row.provider in failed:
+                unjudged.add(row.label)
                 continue  # the provider did not answer: nothing can be told, nothing changes
             box = listed.get(row.label)
             if row.label in gone:
-                t.dead[row.label] = "no provider lists it any more"
-            elif box is not None and box.status != "running":
+                t.dead[row.label] = (f"{row.provider} has no box {row.provider_id} any more "
+                                     "(asked by id)")
+            elif box is not None and box.status in ("exited", "stopped"):
                 t.dead[row.label] = f"{row.provider} lists it as {box.status}"
             elif box is not None:
+                vouched[row.label] = box.status
                 hosts.append((row.label, host_data(self.cfg, row, box)))
         for row in v.gone:  # one-shot and other boxes: marked vanished, never re-rented
             if row.provider not in failed and not is_standing(self.cfg, row):
                 t.dead[row.label] = "no provider lists it any more"
-        health = self.check_fn(self.cfg, Built(groups={"standing": hosts})) if hosts else []
+        blind = self._blind_key() if hosts else None
+        health = self.check_fn(self.cfg, Built(groups={"standing": hosts})) \
+            if hosts and blind is None else []
+        unanswered = [h for h in health if not h.ssh]
+        if blind is None and len(unanswered) >= 2 and 2 * len(unanswered) > len(hosts):
+            blind = (f"{len(unanswered)} of {len(hosts)} boxes did not answer SSH at once: "
+                     "more likely the fleet's own side (its network, an SSH proxy, its key) "
+                     "than that many deaths")
+        if blind is not None:
+            self._act(t, f"breaker: no deaths counted this tick ({blind})")
+            unjudged.update(label for label, _ in hosts)
         for h in health:
             if not h.ssh:
-                t.dead[h.label] = "SSH does not answer while its provider says it runs"
+                if blind is None:
+                    said = vouched.get(h.label, "running")
+                    t.dead[h.label] = f"SSH does not answer while its provider says {said}"
                 continue
             checked.append(h)
             if h.well:
@@ -327,7 +368,7 @@ class Loop:
                     self._act(t, f"{h.label}: {p[len('node: '):]} (reported; the loop never "
                                  "moves binaries)")
         for label in list(mem.dead):
-            if label not in t.dead:
+            if label not in t.dead and label not in unjudged:
                 del mem.dead[label]  # alive again, or no longer ours to judge
         for label, why in sorted(t.dead.items()):
             mem.dead[label] = mem.dead.get(label, 0) + 1
@@ -336,10 +377,25 @@ class Loop:
                          f"{self.cfg.loop.dead_checks}")
         return checked
 
+    def _blind_key(self) -> str | None:
+        """Why the fleet's own SSH cannot work this tick (its key unreadable), or None."""
+        try:
+            with open(self.cfg.ssh_key, "rb") as f:
+                f.read(1)
+        except OSError as e:
+            return f"the fleet's SSH key {self.cfg.ssh_key} is unreadable: {e.strerror}"
+        return None
+
     def _replace_dead(self, t: Tick, mem: Memory, v: View) -> None:
+        """Destroy what is dead on `dead_checks` ticks in a row, this one included: a box not
+        judged this tick (its provider silent, the breaker open) keeps its count, untouched.
+        Only a box its provider says it has no more is marked vanished without a destroy."""
         listed = {row.label: box for row, box in v.matched}
+        gone = {r.label for r in v.gone}
         for label, count in sorted(mem.dead.items()):
-            if count < self.cfg.loop.dead_checks:
+            if count < self.cfg.loop.dead_checks or label not in t.dead:
+                continue
+            if label not in listed and label not in gone:
                 continue
             row = self.reg.get(label)
             if row is None or not row.live:
@@ -371,8 +427,15 @@ class Loop:
     # -- the owed roster --------------------------------------------------------------------
 
     def owed(self, mem: Memory) -> list[Owe]:
-        """Re-rents first, then each roster entry's shortfall (a pending re-rent fills one)."""
+        """Re-rents first, then each roster entry's shortfall (a pending re-rent fills one).
+
+        Recomputed from the registry: a re-rent is owed only while no live row replaces its
+        box (`rerent_of`), so a loop killed between a rent and saving its memory never rents
+        the replacement twice. Unfinished rents count: each tick resumes them, each with
+        its own deadline (`_resume_unfinished`)."""
         live = [r for r in self.reg.rows() if r.live]
+        replaced = {r.rerent_of for r in live if r.rerent_of}
+        mem.rerents = [o for o in mem.rerents if o.rerent_of not in replaced]
         out = list(mem.rerents)
         before = {(o.shape(), o.rerent_of): o.since for o in mem.owed}
         for w in self.cfg.roster:
@@ -403,6 +466,7 @@ class Loop:
             if o.rerent_of:
                 mem.rerents.remove(o)
                 t.replaced[o.rerent_of] = label
+            mem.save(self.memory_path)  # the registry row is the truth; the memory follows it
         if rented:
             try:
                 rent_mod.wait_ready(self.cfg, self.reg, self.providers, rented)
@@ -470,13 +534,68 @@ class Loop:
     def _label(self, o: Owe) -> str | None:
         if not o.rerent_of:
             return None  # a roster box gets a generated label
-        m = RERENT.match(o.rerent_of)
-        base = m.group("base") if m else o.rerent_of
-        taken = {r.label for r in self.reg.rows()}
-        n = 1
-        while f"{base}-r{n}" in taken:
-            n += 1
-        return f"{base}-r{n}"
+        return labels.rerent_label(o.rerent_of, {r.label for r in self.reg.rows()})
+
+    # -- unfinished rents -------------------------------------------------------------------
+
+    def _resume_unfinished(self, t: Tick, v: View, failed: set[str]) -> list[str]:
+        """Take up every standing rent that never finished (its box not SSH-ready in time, or
+        the rent killed half-way), each against its own deadline from its row's creation
+        (`[loop] ready_timeout_s`). Returns the labels whose host key was pinned now, to be
+        converted this tick.
+
+        + no box id recorded: the box is looked up by its label (a create whose outcome was
+          unknown may have landed); found, it is recorded; none found past the deadline, the
+          row is marked failed (nothing bills under it), and the roster rents anew
+        + a box that is SSH-ready: its host key is pinned
+        + still not ready past the deadline: destroyed (its row and id prove it ours), and
+          the roster rents anew
+        A provider that does not answer leaves its rows as they are."""
+        listed = {row.label: box for row, box in v.matched}
+        pinned = []
+        now = time.time()
+        limit = self.cfg.loop.ready_timeout_s
+        for row in self.reg.rows():
+            if not (unfinished(row) and is_standing(self.cfg, row)) or row.provider in failed:
+                continue
+            p = self.providers.get(row.provider)
+            if p is None or row.label in v.unsure:
+                continue
+            age = now - _epoch(row.created_at) if row.created_at else 0.0
+            late = age > limit
+            try:
+                box = listed.get(row.label) or rent_mod.find_unfinished(p, row)
+                if box is None:
+                    if late:
+                        self.reg.update(row.label, status="failed", destroyed_at=now_iso(),
+                                        note=f"no box under its label {limit:.0f} s after "
+                                             "the rent: it never landed")
+                        self._act(t, f"{row.label}: unfinished rent given up (no box under "
+                                     f"its label after {age:.0f} s)")
+                    continue
+                row = rent_mod.record(self.reg, row.label, box)
+                key = rent_mod.host_key_if_ready(box)
+                if key is not None:
+                    rent_mod.pin(self.reg, row, key)
+                    pinned.append(row.label)
+                    self._act(t, f"{row.label}: unfinished rent resumed: SSH-ready, host key "
+                                 "pinned")
+                elif late:
+                    p.destroy(box.box_id)
+                    self.reg.mark_destroyed(row.label)
+                    self.reg.update(row.label, note=f"not SSH-ready {limit:.0f} s after the "
+                                                    "rent: destroyed")
+                    self._act(t, f"{row.label}: destroyed: not SSH-ready after {age:.0f} s "
+                                 f"(ready_timeout_s {limit:.0f})")
+                else:
+                    self._act(t, f"{row.label}: waiting for SSH ({box.status}, {age:.0f} s "
+                                 f"of {limit:.0f})")
+            except FleetError as e:
+                self._act(t, f"{row.label}: resuming the unfinished rent failed ({e}); tried "
+                             "again next tick")
+        if pinned:
+            write_known_hosts(self.cfg.known_hosts, self.reg.rows())
+        return pinned
 
     # -- conversion, orphans, the page ------------------------------------------------------
 
@@ -495,25 +614,54 @@ class Loop:
         t.converged = ready
         self._act(t, f"converged and checked: {', '.join(ready)}")
 
-    def _ours(self, b: Box) -> bool:
-        return any((b.label or "").startswith(f"{role}-") for role in self.cfg.roles)
-
     def _orphans(self, t: Tick, mem: Memory, v: View, failed: set[str]) -> None:
+        """Report every box of the fleet's roles the registry does not own, and destroy, once
+        seen for the grace, only those whose label has this fleet's exact form (its fleet
+        id: `fleet.labels`). Nothing is destroyed while the registry has no live row (a
+        missing or mistyped registry path reads as empty) or while the orphans outnumber the
+        live rows; each destroy first reads the label's row again under the registry's lock."""
+        roles = tuple(self.cfg.roles)
+        form = labels.fleet_form(roles, self.reg.fleet_id())
         now = time.time()
         seen = {}
         grace = self.cfg.loop.orphan_grace_s
+        ours = []
         for b in v.orphans:
-            if not self._ours(b):
-                continue
+            label = b.label or ""
+            if not (form.match(label) or labels.role_prefixed(label, roles)):
+                continue  # another fleet's or a person's box, under no role of ours
             key = f"{b.provider}/{b.box_id}"
-            first = mem.orphans.get(key, now_iso())
-            seen[key] = first
-            age = now - _epoch(first)
+            what = "a second box under a live label" if key in v.duplicates else \
+                "not in the registry"
             t.orphans.append(f"{b.label} ({key})")
-            if age < grace or not self.destroy_orphans:
-                left = "" if not self.destroy_orphans else f", destroyed in {grace - age:.0f} s"
-                self._act(t, f"orphan {b.label} ({key}, ${b.usd_per_hour:.3f}/h): not in the "
-                             f"registry{left}")
+            if not form.match(label):
+                self._act(t, f"orphan {b.label} ({key}, ${b.usd_per_hour:.3f}/h): {what}; "
+                             "its label is not of this fleet's form, so it is never destroyed")
+                continue
+            seen[key] = mem.orphans.get(key, now_iso())
+            ours.append((b, key, what))
+        live = [r for r in self.reg.rows() if r.live]
+        refusal = None
+        if not live:
+            refusal = ("the registry has no live box (a missing or wrong registry path reads "
+                       "as empty)")
+        elif len(ours) > len(live):
+            refusal = f"{len(ours)} orphans outnumber the registry's {len(live)} live boxes"
+        for b, key, what in ours:
+            age = now - _epoch(seen[key])
+            if age < grace or not self.destroy_orphans or refusal:
+                left = "" if not self.destroy_orphans else (
+                    f", destroyed in {grace - age:.0f} s" if not refusal else
+                    f"; no orphan is destroyed: {refusal}")
+                self._act(t, f"orphan {b.label} ({key}, ${b.usd_per_hour:.3f}/h): {what}"
+                             f"{left}")
+                continue
+            row = self.reg.get(b.label)  # under the lock: a rent may have just written it
+            if row is not None and row.live and row.provider == b.provider and \
+                    row.provider_id in (None, b.box_id):
+                self._act(t, f"orphan {b.label} ({key}): its row is in the registry now; "
+                             "kept")
+                seen.pop(key)
                 continue
             try:
                 self.providers[b.provider].destroy(b.box_id)
@@ -559,6 +707,10 @@ def run(loop: Loop, interval_s: float, once: bool, emit: Callable[[Tick], None])
             # anything else (a registry write on a full disk, a provider's odd answer): said,
             # and the next tick tries again; the loop itself never stops for it
             print(f"tick failed: {e}", file=sys.stderr, flush=True)
+        except Exception as e:  # a KeyError from an odd listing, an OSError from a full disk
+            if once:
+                raise
+            print(f"tick failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         if once:
             return
         time.sleep(max(0.0, interval_s - (time.monotonic() - started)))

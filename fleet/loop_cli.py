@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import typer
 
 from fleet.cli import app, cfg, providers
+from fleet.config import grace_problem
 from fleet.errors import UsageError
 
 
@@ -29,8 +31,13 @@ def loop_cmd(
 
     c = cfg()
     every = c.loop.interval_s if interval is None else interval
-    if every <= 0:
+    if not (math.isfinite(every) and every > 0):
         raise UsageError(f"--interval must be a positive number of seconds, got {interval}")
+    if interval is not None and grace_problem(c.loop.orphan_grace_s, every):
+        raise UsageError(
+            f"--interval {every:g} leaves [loop] orphan_grace_s ({c.loop.orphan_grace_s:g}) "
+            f"under two intervals; use --interval {c.loop.orphan_grace_s / 2:g} or less, or "
+            f"raise orphan_grace_s in {c.path} to {2 * every:g} or more")
     target = page.prepare(page_dir if page_dir is not None else c.registry.parent / "page")
     with loop.LoopLock(c.registry):
         ps = providers()  # no key at all: one line naming the variables, exit 2

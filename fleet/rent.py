@@ -4,6 +4,13 @@ The row is written (status `renting`) before the provider is asked, so a crash b
 provider's answer and our bookkeeping leaves a label the fleet can look up instead of an
 unknown box that bills. The provider clients make the call itself idempotent per label.
 The budget check and the row are one locked step (`Registry.add(check=budget.guard(...))`).
+Once the box exists, the price its provider lists for it is checked again the same way when it
+is higher than the offer's: a box that no longer fits is destroyed.
+
+A create whose outcome is unknown (a timeout, a 5xx, an interrupt, `RentOutcomeUnknown`) and
+whose box no lookup finds leaves its row unfinished (`renting`) and stops the rent: no other
+offer is tried under a new label while a box may exist under this one. Only a create the
+provider refused (an offer gone, no capacity, an HTTP 4xx) marks its row `failed`.
 
 A rent that stopped half-way (its row `unfinished`) is resumed by renting its label again:
 `find_unfinished` looks the box up at the row's provider; one found is recorded, none found
@@ -19,9 +26,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from fleet import bills, budget
+from fleet import offers as offers_mod
 from fleet.agent_config import ROOT
 from fleet.config import Config, Role
-from fleet.errors import FleetError, NoCapacity, OfferGone, ProviderError, UsageError
+from fleet.errors import (
+    BudgetExceeded,
+    FleetError,
+    NoCapacity,
+    OfferGone,
+    ProviderError,
+    UsageError,
+)
 from fleet.labels import new_label
 from fleet.providers.base import Box, Offer, Provider, RentRequest
 from fleet.providers.keys import ENV
@@ -45,10 +60,10 @@ def request_for(cfg: Config, role: Role, label: str, provider: str) -> RentReque
     # RunPod drops the container disk at every stop and restart and keeps the pod's volume
     # (shared/research/providers.md, "Disks"): the fleet's root (agent, releases, the node's
     # data, outputs) is the volume, so a restarted pod comes back without resyncing its node.
-    # Vast keeps its one disk.
-    volume = role.disk_gb if provider == "runpod" else 0
+    # Vast keeps its one disk. The offers were searched for the same (`offers.search`).
+    disk, volume = offers_mod.disks(role, provider)
     return RentRequest(
-        label=label, image=role.image, disk_gb=role.disk_gb, tcp_ports=role.tcp_ports,
+        label=label, image=role.image, disk_gb=disk, tcp_ports=role.tcp_ports,
         env={"PUBLIC_KEY": key}, onstart=ONSTART.get(provider), allowed_cuda=role.allowed_cuda,
         volume_gb=volume, volume_path=ROOT if volume else None,
     )
@@ -74,6 +89,10 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
       row's cost until now but not beside the new box
     + job: a one-shot job's (name, TTL minutes): the budget counts the box for its TTL only
       (or until midnight, if sooner) and the row records the job and its deadline
+
+    Raises BudgetExceeded before renting, or after when the price the provider lists for the
+    box is over the budget (the box is destroyed, its row says so); a ProviderError of a
+    create whose outcome is unknown (see the module docstring) leaves the row unfinished.
     """
     if not offers:
         raise NoCapacity("fleet", "offers", f"no admissible offer for role {role.name!r}",
@@ -101,22 +120,88 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
             resume=resume)
         try:
             box = p.rent(offer, req)
-        except (NoCapacity, OfferGone) as e:
-            # the offer went between search and rent: the next one may still be there
-            reg.update(lab, status="failed", destroyed_at=now_iso(), note=str(e))
-            last, label, resume = e, None, False
-            continue
         except BaseException as e:
+            if isinstance(e, NoCapacity | OfferGone) and _refused(e):
+                # the offer went between search and rent: the next one may still be there
+                reg.update(lab, status="failed", destroyed_at=now_iso(), note=str(e))
+                last, label, resume = e, None, False
+                continue
             # whatever happened, a box carrying our label may exist: record it, never leak it
             found = _lookup(p, lab)
             if found is None:
-                reg.update(lab, status="failed", destroyed_at=now_iso(), note=str(e)[:300])
+                if _refused(e):
+                    reg.update(lab, status="failed", destroyed_at=now_iso(), note=str(e)[:300])
+                else:
+                    # a box may exist that no lookup sees yet: the row stays unfinished, its
+                    # label looked up again (`find_unfinished`); nothing else is rented
+                    reg.update(lab, note=_unknown_note(e))
                 raise
             box = found
-        row = record(reg, lab, box)
+        record(reg, lab, box)
+        row = check_listed(cfg, reg, p, offer, lab, box.box_id, hours)
         return RentOutcome(row, box)
     assert last is not None
     raise last
+
+
+def _refused(e: BaseException) -> bool:
+    """Whether `e` says the create took no effect: the provider refused it (an offer gone, no
+    capacity, an HTTP 4xx answer) or it was never sent (the operator's mistake). Anything
+    else (a timeout, a 5xx, an unreadable answer, an interrupt, a bug) may have left a box."""
+    return isinstance(e, UsageError) or (isinstance(e, ProviderError) and e.refused)
+
+
+def _unknown_note(e: BaseException) -> str:
+    why = str(e) or type(e).__name__
+    return (f"rent outcome unknown, a box may exist under this label: it will be looked up "
+            f"again by label ({why})")[:300]
+
+
+def check_listed(cfg: Config, reg: Registry, p: Provider, offer: Offer, label: str,
+                 box_id: str, hours: float | None = None) -> Row:
+    """Record the price `p` lists for the box rented under `label` and, where it is higher than
+    the offer's (Vast's listing counts the disk the box got, RunPod's the pod it placed), check
+    the budget again at it, under the registry's lock (as `budget.guard` does for a rent; the
+    row counts its cost until now, the box the listed price from now, `hours` as the rent's).
+    A box that no longer fits is destroyed, its row marked so with why, and BudgetExceeded is
+    raised. A listing that fails, or shows no price, keeps the offer's price."""
+    try:
+        listed = p.box(box_id)
+    except ProviderError:
+        listed = None
+    row = reg.get(label)
+    assert row is not None
+    if listed is None or listed.usd_per_hour <= 0:
+        return row
+    price = listed.usd_per_hour
+    if price <= offer.usd_per_hour + 1e-9:
+        return reg.update(label, usd_per_hour=price)
+    what = (f"keeping {label} ({offer.card} on {offer.provider}) at its listed "
+            f"${price:.3f}/h, offered at ${offer.usd_per_hour:.3f}/h,")
+    check = budget.guard(cfg.daily_budget_usd, price, what, replacing=label, new_hours=hours,
+                         bills=bills.load(cfg.registry))
+    over: BudgetExceeded | None = None
+    with reg.transaction() as rows:
+        try:
+            check(list(rows.values()))
+        except BudgetExceeded as e:
+            over = e
+        row = rows[label]
+        row.usd_per_hour = price
+    if over is None:
+        return row
+    why = f"over budget at the listed price ${price:.3f}/h (offered at ${offer.usd_per_hour:.3f}/h)"
+    try:
+        p.destroy(box_id)
+    except ProviderError as e:
+        # no longer the registry's (never resumed, converted or counted as filling the
+        # roster): its box is then an orphan of this fleet's form, which the loop destroys
+        reg.update(label, status="failed", destroyed_at=now_iso(),
+                   note=f"{why}; destroying it failed, it may still bill: {e}"[:300])
+        raise
+    reg.update(label, status="destroyed", destroyed_at=now_iso(), note=f"{why}: destroyed")
+    err = BudgetExceeded(f"{over}; box {box_id} was destroyed")
+    raise err from None
 
 
 def in_hours(hours: float) -> str:
@@ -207,14 +292,36 @@ def _lookup(p: Provider, label: str) -> Box | None:
 
 
 def record(reg: Registry, label: str, box: Box) -> Row:
-    """Copy what the provider says of a box into its row (the driver only where it says one)."""
+    """Copy what the provider says of a box into its row (the driver only where it says one).
+    The price is never lowered: a listing that shows none (0) or less must not make a live
+    box count as cheaper than the price its rent was checked at."""
+    old = reg.get(label)
+    price = max(box.usd_per_hour, old.usd_per_hour if old is not None else 0.0)
     changes = dict(
-        provider_id=box.box_id, status=box.status, usd_per_hour=box.usd_per_hour,
+        provider_id=box.box_id, status=box.status, usd_per_hour=price,
         ssh_host=box.ssh_host, ssh_port=box.ssh_port, public_ip=box.public_ip,
         p2p_public_port=box.p2p_public_port)
     if box.driver:
         changes["driver"] = box.driver
     return reg.update(label, **changes)
+
+
+def host_key_if_ready(box: Box) -> str | None:
+    """The host key of a box that is SSH-ready, or None while it is not (yet)."""
+    if not box.ssh_ready:
+        return None
+    try:
+        return fetch_host_key(box.ssh_host or "", box.ssh_port or 22, timeout=5)
+    except FleetError:
+        return None  # the endpoint is published before sshd answers
+
+
+def pin(reg: Registry, row: Row, key: str) -> Row:
+    """Pin `key` as the row's host key; a box presenting another than the one pinned is
+    refused."""
+    if row.host_key and row.host_key != key:
+        raise FleetError(f"{row.label}: host key changed since it was pinned; not trusting it")
+    return reg.update(row.label, host_key=key)
 
 
 def wait_ready(cfg: Config, reg: Registry, providers: dict[str, Provider], labels: list[str],
@@ -233,15 +340,10 @@ def wait_ready(cfg: Config, reg: Registry, providers: dict[str, Provider], label
             if box is None:
                 raise FleetError(f"{label}: {row.provider} no longer lists box {row.provider_id}")
             row = record(reg, label, box)
-            if not box.ssh_ready:
+            key = host_key_if_ready(box)
+            if key is None:
                 continue
-            try:
-                key = fetch_host_key(box.ssh_host or "", box.ssh_port or 22, timeout=5)
-            except FleetError:
-                continue  # the endpoint is published before sshd answers
-            if row.host_key and row.host_key != key:
-                raise FleetError(f"{label}: host key changed since it was pinned; not trusting it")
-            done[label] = reg.update(label, host_key=key)
+            done[label] = pin(reg, row, key)
             pending.discard(label)
             if progress:
                 progress(label, "ready")

@@ -29,7 +29,7 @@ from fleet.sshkeys import ensure_key, public_key
 from fleet.sync import view
 
 FAULTS = ("no_capacity", "offer_gone", "rate_limit", "server_error", "create_timeout",
-          "host_death", "driver_drift", "container_restart", "low_bid")
+          "host_death", "driver_drift", "container_restart", "low_bid", "heartbeat_lost")
 
 
 def load_env(state_dir: Path) -> dict[str, str]:

@@ -144,6 +144,8 @@ class Machine:
     inet_up: float
     owners: list[str | None] = field(default_factory=list)  # per GPU: instance key or None
     dead_at: float | None = None  # host death time
+    # the provider lost the host's heartbeat while its boxes run on (fault heartbeat_lost)
+    silent: bool = False
 
     @property
     def gpu_count(self) -> int:

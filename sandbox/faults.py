@@ -14,9 +14,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 REQUEST_KINDS = frozenset(
-    {"no_capacity", "offer_gone", "rate_limit", "server_error", "create_timeout", "low_bid"}
+    {"no_capacity", "offer_gone", "rate_limit", "server_error", "create_timeout", "low_bid",
+     "listing_gap"}
 )
-INSTANCE_KINDS = frozenset({"host_death", "driver_drift", "container_restart", "preempt"})
+# listing_gap: a listing that answers 200 but leaves out the box labelled `drop` (Vast)
+# heartbeat_lost: the provider stops vouching for the box's host (Vast `unknown`, RunPod
+# "Host machine is unreachable") while the box itself runs on and answers SSH
+INSTANCE_KINDS = frozenset({"host_death", "driver_drift", "container_restart", "preempt",
+                            "heartbeat_lost"})
 KINDS = REQUEST_KINDS | INSTANCE_KINDS
 
 

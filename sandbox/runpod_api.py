@@ -247,8 +247,9 @@ def _js_date(t: float) -> str:
 def last_status_change(world: World, inst: Instance) -> str:
     """RunPod's free-text status line; a dead host shows only once it has been noticed."""
     dead_at = inst.machine.dead_at
-    if dead_at is not None and world.host_noticed(inst):
-        return f"Host machine is unreachable: {_js_date(dead_at + world.notice_delay)}"
+    if world.host_noticed(inst):
+        lost = world.now() if dead_at is None else dead_at + world.notice_delay
+        return f"Host machine is unreachable: {_js_date(lost)}"
     return f"{inst.reason}: {_js_date(inst.changed_at)}"
 
 

@@ -55,6 +55,13 @@ COMPUTED_INSTANCE_COLS = {"dph_total", "duration", "uptime_mins", "storage_total
 MIN_DISK_GB = 8.0
 
 
+def _without(resp: Response, label: str) -> Response:
+    """A listing page that leaves out the instance labelled `label` (fault listing_gap)."""
+    body = json.loads(resp.body)
+    body["instances"] = [i for i in body.get("instances") or [] if i.get("label") != label]
+    return json_response(resp.status, body)
+
+
 def _err(status: int, error: str, msg: str, **extra: Any) -> Response:
     return json_response(status, {"success": False, "error": error, "msg": msg, **extra})
 
@@ -316,6 +323,7 @@ class VastApp:
             call = Call("vast", name, aliases)
             kinds = REQUEST_KINDS if name == "create" else (
                 {"rate_limit", "server_error", "no_capacity"} if name == "search"
+                else {"rate_limit", "server_error", "listing_gap"} if name == "list"
                 else {"rate_limit", "server_error"})
             fault = self.world.faults.take(call, kinds)
             if fault is not None and fault.kind in ("rate_limit", "server_error"):
@@ -427,6 +435,8 @@ class VastApp:
         the `keyset` columns), the next page starts after it. In id order without filters
         (what the SDK and fleet ask for) the page comes from the id index: the rows are
         O(limit + log n); any other order or a filter renders, filters and sorts every row."""
+        if fault is not None and fault.kind == "listing_gap":
+            return _without(self.list_v1(req, _, None), str(fault.params.get("drop")))
         args = {k: _json_arg(v) for k, v in req.query.items()}
         filters = args.get("select_filters") or {}
         if not isinstance(filters, dict):

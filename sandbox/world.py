@@ -203,6 +203,8 @@ class World:
     def host_noticed(self, inst: Instance, factor: float = 1.0) -> bool:
         """Whether the provider has noticed the host died (after `factor` notice delays)."""
         dead_at = inst.machine.dead_at
+        if inst.machine.silent:
+            return True
         return dead_at is not None and self.now() - dead_at >= self.notice_delay * factor
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -382,6 +384,8 @@ class World:
             out["driver"] = self.drift(inst.machine, params.get("driver"))
         elif kind == "container_restart":
             self.restart_container(inst)
+        elif kind == "heartbeat_lost":
+            inst.machine.silent = True
         else:
             self.preempt(inst)
         return out
@@ -392,7 +396,7 @@ class World:
 
     def _on_running(self, inst: Instance) -> None:
         """Instance faults queued for 'the next box' hit it as soon as it runs."""
-        for kind in ("host_death", "container_restart", "preempt"):
+        for kind in ("host_death", "container_restart", "preempt", "heartbeat_lost"):
             fault = self.faults.take_instance(kind, inst.provider, self._create_names(inst))
             if fault is not None and inst.phase == "running":
                 self._apply(kind, inst, fault.params)

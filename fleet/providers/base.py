@@ -91,6 +91,9 @@ class Provider(Protocol):
         driver: str | None = None,
         direct_ports: int = 0,
         cuda: tuple[str, ...] = (),  # host CUDA versions allowed ("12.8"); () = any
+        # GB of storage the rent will ask for (container disk + volume): a provider whose
+        # price counts the disk prices its offers for it (Vast); None: its own default
+        disk_gb: float | None = None,
     ) -> list[Offer]: ...
 
     def rent(self, offer: Offer, req: RentRequest) -> Box: ...

@@ -1,7 +1,9 @@
 """Card names: the fleet speaks Vast's short names; RunPod speaks GPU type ids and display names.
 
 The one table that maps them. A RunPod type missing here passes through under its own id, so an
-unknown card is shown as RunPod names it rather than dropped.
+unknown card is shown as RunPod names it rather than dropped. What an operator writes (fleet.toml's
+roster, a `--card` option) goes through `canonical`: any spelling of a known card becomes the
+fleet's name, and an unknown card is refused.
 """
 
 from __future__ import annotations
@@ -39,6 +41,27 @@ CARDS: tuple[Card, ...] = (
 _BY_FLEET = {c.fleet.lower(): c for c in CARDS}
 _BY_RUNPOD = {c.runpod_id.lower(): c for c in CARDS}
 _BY_RUNPOD_DISPLAY = {c.runpod_display.lower(): c for c in CARDS}
+
+
+def _key(name: str) -> str:
+    return " ".join(name.split()).casefold()
+
+
+# every spelling an operator may write for a card: the fleet's name, RunPod's gpuTypeId and
+# RunPod's display name (case and runs of whitespace aside)
+_BY_ANY = {_key(n): c.fleet for c in CARDS for n in (c.runpod_display, c.runpod_id, c.fleet)}
+
+
+def canonical(name: str) -> str | None:
+    """The fleet's name for a card however it is spelled (the fleet's name, RunPod's gpuTypeId
+    or display name; any case, extra whitespace): `"nvidia geforce rtx 4090"` is `"RTX 4090"`.
+    None for a card the table does not know."""
+    return _BY_ANY.get(_key(name))
+
+
+def known() -> str:
+    """The fleet's card names, for an error line."""
+    return ", ".join(c.fleet for c in CARDS)
 
 
 def runpod_type_id(card: str) -> str:

@@ -5,6 +5,9 @@ A concrete client speaks its wire format in four hooks (`_create`, `_terminate`,
 
 * a label rents at most one box: look it up before the first create, and after any create whose
   outcome is unknown (timeout, dropped connection, 5xx) before trying again;
+* once a create's outcome was unknown, nothing after it is reported as the plain failure it
+  looks like (an offer gone may be the first create's doing): the label is looked up again,
+  and a box not found is `RentOutcomeUnknown` (a box may exist under the label);
 * if duplicates appear anyway (a create that landed after its lookup), all but one are destroyed;
 * a destroy is done only when the provider no longer lists the box.
 """
@@ -15,7 +18,7 @@ import re
 from collections.abc import Iterable
 from typing import Self
 
-from fleet.errors import ProviderError, UsageError
+from fleet.errors import ProviderError, RentOutcomeUnknown, UsageError
 from fleet.providers.base import Box, Offer, RentRequest
 from fleet.providers.http import Http, OutcomeUnknown
 
@@ -100,8 +103,9 @@ class Client:
 
         Returns the box as the provider first reports it (usually "provisioning"); poll `box()`
         until `ssh_ready`. Raises NoCapacity, OfferGone, RateLimited, AuthFailed or
-        ProviderError; a ProviderError after unknown outcomes means no box with the label
-        was found.
+        ProviderError when the only create sent was refused (or none was sent), and
+        RentOutcomeUnknown when a create's outcome was unknown and no box with the label was
+        found (a box may exist: look the label up again before renting it anew).
         """
         if offer.provider != self.name:
             raise UsageError(f"{offer.provider} offer {offer.offer_id} given to {self.name}")
@@ -118,19 +122,41 @@ class Client:
                 unknown = e
                 # give a create still in flight time to land before looking for it
                 self.http.sleep(policy.backoff(attempt, self.http.rand))
-                found = self._keep_one(self._by_label(req.label))
+                found = self._look_again(req.label, unknown)
                 if found is not None:
                     return found
                 continue
+            except ProviderError as e:
+                if unknown is None:
+                    raise  # the only create sent: its failure says what it says
+                # e.g. OfferGone because the create we lost took the machine
+                found = self._look_again(req.label, unknown)
+                if found is not None:
+                    return found
+                raise self._outcome_unknown(req.label, unknown, f"then {e}") from e
             if unknown is not None:
                 # an earlier create we gave up on may have landed after its lookup
                 self._keep_one(self._by_label(req.label), keep=box.box_id)
             return box
         assert unknown is not None
-        raise ProviderError(
-            self.name, "rent",
-            f"{unknown.detail}; no box labelled {req.label} after {policy.attempts} tries",
-            f"look for {req.label} in the {self.name} console before renting it again",
+        raise self._outcome_unknown(
+            req.label, unknown,
+            f"no box labelled {req.label} after {policy.attempts} tries")
+
+    def _look_again(self, label: str, unknown: OutcomeUnknown) -> Box | None:
+        """The box carrying `label` after a create of unknown outcome (extras destroyed), or
+        None; a lookup that fails is RentOutcomeUnknown."""
+        try:
+            return self._keep_one(self._by_label(label))
+        except ProviderError as e:
+            raise self._outcome_unknown(label, unknown, f"looking it up failed: {e}") from e
+
+    def _outcome_unknown(self, label: str, unknown: OutcomeUnknown,
+                         then: str) -> RentOutcomeUnknown:
+        return RentOutcomeUnknown(
+            self.name, "rent", f"{unknown.detail}; {then}",
+            f"a box labelled {label} may exist: look for {label} in the {self.name} console, "
+            "or let the fleet look it up again, before renting it again",
         )
 
     def _keep_one(self, boxes: Iterable[Box], keep: str | None = None) -> Box | None:

@@ -90,11 +90,17 @@ class RunPod(Client):
             snippet = self.http.body_snippet(resp)
             raise self.http.error(ProviderError, call, f"unexpected body: {snippet}")
         if body.get("errors"):
-            raise self._gql_error(call, body["errors"])
+            err = self._gql_error(call, body["errors"])
+            # errors beside a result (GraphQL's partial answer) may come with a pod made
+            data = body.get("data")
+            err.refused = not (isinstance(data, dict) and data.get(call))
+            raise err
         if resp.status_code >= 400:
-            raise self.http.error(
+            err = self.http.error(
                 ProviderError, call, f"HTTP {resp.status_code}: {self.http.body_snippet(resp)}"
             )
+            err.refused = True  # a 4xx (a 5xx was OutcomeUnknown or retried in `Http`)
+            raise err
         data = body.get("data")
         return data if isinstance(data, dict) else {}
 
@@ -117,12 +123,15 @@ class RunPod(Client):
         driver: str | None = None,
         direct_ports: int = 0,
         cuda: tuple[str, ...] = (),
+        disk_gb: float | None = None,
     ) -> list[Offer]:
         """On-demand offers per GPU type and cloud, from `gpuTypes { lowestPrice }`.
 
         RunPod cannot filter on a driver (`driver` is accepted and ignored: admission after
         boot guards); `cuda` becomes `allowedCudaVersions`. Types whose stock is null are
-        dropped, as RunPod has nothing to place them on.
+        dropped, as RunPod has nothing to place them on. `disk_gb` is accepted and ignored:
+        RunPod's price is per GPU and leaves storage out, in the offer as in the pod's
+        `costPerHr`, so the disk does not change the price a rent is checked at.
         """
         out: list[Offer] = []
         type_filter = {"input": {"id": cards.runpod_type_id(card)}} if card else None

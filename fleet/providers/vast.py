@@ -67,7 +67,7 @@ class Vast(Client):
 
     def __init__(self, http: Http, *, storage_gb: float = 10.0, **kw: Any) -> None:
         super().__init__(http, **kw)
-        self.storage_gb = storage_gb  # the disk `dph_total` is priced for in searches
+        self.storage_gb = storage_gb  # the disk searches price for when not told one
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -92,7 +92,10 @@ class Vast(Client):
         detail = f"HTTP {resp.status_code}: {_message(body) or self.http.body_snippet(resp)}"
         if "/asks/" in call and (resp.status_code in (404, 410) or "no_such_ask" in detail):
             return self.http.error(OfferGone, call, detail, "search again and pick another")
-        return self.http.error(ProviderError, call, detail)
+        err = self.http.error(ProviderError, call, detail)
+        # an HTTP 4xx or `success: false` said no; a 2xx without a result says nothing
+        err.refused = resp.status_code >= 400 or body.get("success") is False
+        return err
 
     # -- offers -----------------------------------------------------------------------------
 
@@ -103,8 +106,14 @@ class Vast(Client):
         driver: str | None = None,
         direct_ports: int = 0,
         cuda: tuple[str, ...] = (),
+        disk_gb: float | None = None,
     ) -> list[Offer]:
-        """Rentable on-demand offers, cheapest first (POST /api/v0/bundles/)."""
+        """Rentable on-demand offers, cheapest first (POST /api/v0/bundles/).
+
+        Vast's `dph_total` counts the disk (`storage_cost` x GB / 720), priced for the
+        search's `allocated_storage` (hosts with less disk are left out): `disk_gb`, the disk
+        the rent will ask for (`storage_gb` when None), so the price is the one it bills.
+        """
         q: dict[str, Any] = dict(_DEFAULTS)
         q["num_gpus"] = {"eq": gpu_count}
         if card:
@@ -115,7 +124,8 @@ class Vast(Client):
             q["direct_port_count"] = {"gte": direct_ports}
         if cuda:
             q["cuda_max_good"] = {"in": [float(c) for c in cuda]}
-        q.update(order=[["dph_total", "asc"]], type="on-demand", allocated_storage=self.storage_gb)
+        storage = self.storage_gb if disk_gb is None else float(disk_gb)
+        q.update(order=[["dph_total", "asc"]], type="on-demand", allocated_storage=storage)
         call = "POST /api/v0/bundles/"
         body = self._call("POST", "/api/v0/bundles/", call, json=q, final=_quota_spent)
         out = [self._offer(o) for o in body.get("offers") or []]
@@ -252,7 +262,13 @@ class Vast(Client):
             "GET", f"/api/v0/instances/{box_id}/", call, params={"owner": "me"}, gone_ok=True
         )
         inst = body.get("instances")
-        return self._box(inst) if isinstance(inst, dict) else None
+        if isinstance(inst, dict):
+            return self._box(inst)
+        if _gone(body) or ("instances" in body and inst is None):
+            return None  # Vast's two ways of saying there is no such instance
+        # any other answer says nothing of the box: never read it as gone
+        raise self.http.error(ProviderError, call, f"no instance in the answer: "
+                              f"{_message(body) or str(body)[:200]}")
 
     def _box(self, inst: dict[str, Any]) -> Box:
         ports: dict[int, int] = {}

@@ -11,75 +11,27 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet_cli import BIN, REPO, FleetCli, wait_for, workspace
+from fleet_cli import BIN, REPO, wait_for, workspace
+from loopy import LOOP, Loopy
 
-from fleet.registry import Registry, Row
 from sandbox import fleet_toml, manage
-from sandbox.control_client import ControlClient
 
 ROSTER = (("vast", "RTX 4090", 1), ("runpod", "RTX 4090", 1))
-LOOP = {"interval_s": 10, "dead_checks": 2, "orphan_grace_s": 5}
 
 
 def config(state: Path, budget: float = 500) -> str:
     return fleet_toml.render(state, budget=budget, loop=LOOP, roster=ROSTER)
 
 
-class Loopy(FleetCli):
-    def rows(self) -> dict[str, Row]:
-        return {r.label: r for r in Registry(self.tmp / "state" / "boxes.json").rows()}
-
-    def live(self, provider: str | None = None) -> list[Row]:
-        return sorted((r for r in self.rows().values()
-                       if r.live and (provider is None or r.provider == provider)),
-                      key=lambda r: r.created_at)
-
-    def tick(self, *extra: str, check: bool = True) -> dict[str, Any]:
-        r = self.fleet("loop", "--once", "--json", *extra, check=check)
-        line = [ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1]
-        data: dict[str, Any] = json.loads(line)
-        return data
-
-    def settle(self) -> list[Row]:
-        """Tick until the roster is filled and every standing box is well (bounded)."""
-        def settled() -> bool:
-            t = self.tick()
-            return not t["owed"] and not t["problems"] and not t["dead"] and len(t["well"]) == 2
-        wait_for("a settled fleet", settled, timeout=600, poll_s=1)
-        return self.live()
-
-    def control(self) -> ControlClient:
-        return ControlClient.from_state_dir(self.tmp / "sandbox")
-
-    def ssh(self, row: Row, command: str) -> str:
-        from fleet import boxssh
-        from fleet.config import load
-
-        res = boxssh.run(load(self.tmp / "fleet.toml"), row, command)
-        assert res.returncode == 0, res.stderr
-        return res.stdout
-
-    def agent_alive(self, row: Row) -> bool:
-        out = self.ssh(row, "cd /root/fleet && venv/bin/python -m agent status")
-        return bool(json.loads(out)["alive"])
-
-    def infra(self, *labels: str) -> subprocess.CompletedProcess[str]:
-        env = {**self.env, "FLEET_INFRA_LIMIT": ",".join(labels)}
-        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               "tests/infra/test_standing.py"], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=600)
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loopy]:
     tmp, env = workspace(tmp_path_factory, "loop", config)
-    f = Loopy(tmp, env)
+    f = Loopy(tmp, env, boxes=len(ROSTER))
     try:
         f.fleet("sandbox", "up", "--boxes", "0", "--backend", "ns",
                 "--machines", "32")  # room for the replacements the tests make

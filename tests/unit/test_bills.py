@@ -1,7 +1,8 @@
-"""Spent today from the providers' bills: a bill replaces the estimate (and so can refuse a
-rent the estimate would let through), the price fills the time after a lagging bill's end; a
-stale bill, a bill of yesterday, a failed or garbled provider, a 5xx storm on the fake
-providers, or a box the bill does not name falls back to the estimate, and says why."""
+"""Spent today from the providers' bills: a bill above the estimate replaces it (and so can
+refuse a rent the estimate would let through), one below never lowers it, the price fills the
+time after a lagging bill's end, and charges for boxes no row names count; a stale bill, a bill
+of yesterday, a failed or garbled provider, a 5xx storm on the fake providers, or a box the
+bill does not name falls back to the estimate, and says why."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def rp_row(label: str, box_id: str, usd_h: float = 1.2, **kw: str) -> Row:
 
 def test_spent_today_says_per_row_whether_a_bill_or_the_estimate_counted(
         tmp_path: Path) -> None:
-    providers = {"vast": Billing({"1": 9.0, "stranger": 5.0}), "runpod": Lagging({"p": 2.0})}
+    providers = {"vast": Billing({"1": 9.0, "stranger": 5.0}), "runpod": Lagging({"p": 20.0})}
     rows = [row("billed", "1"), row("unnamed", "2"),
             rp_row("pod", "p"),  # its bill ends five minutes ago: the price fills the lag
             replace(row("failed", "3"), status="failed"),
@@ -93,12 +94,14 @@ def test_spent_today_says_per_row_whether_a_bill_or_the_estimate_counted(
     by = {r.label: r for r in spent.rows}
     assert sorted(by) == ["billed", "gone-at-ten", "pod", "unnamed"]  # what ran today
     assert by["billed"].source == "bill" and by["billed"].usd == pytest.approx(9.0)
-    assert by["pod"].source == "bill" and by["pod"].billed_usd == 2.0
+    assert by["pod"].source == "bill" and by["pod"].billed_usd == 20.0
     assert by["pod"].tail_usd == pytest.approx(1.2 * 300 / 3600)
+    assert by["pod"].usd == pytest.approx(20.1)  # more than its price: the bill counts
     assert by["unnamed"].source == "estimate" and by["unnamed"].usd == pytest.approx(0.5 * 12)
     assert "not on vast's bill" in (by["unnamed"].why or "")
     assert by["gone-at-ten"].usd == pytest.approx(0.5 * 10) and not spent.errors
-    assert spent.total_usd == pytest.approx(9.0 + 2.0 + 0.1 + 6.0 + 5.0)
+    assert spent.unnamed_usd == 5.0  # the stranger: a box no row names
+    assert spent.total_usd == pytest.approx(9.0 + 20.0 + 0.1 + 6.0 + 5.0 + 5.0)
     # the budget counts the same money: the bills where they count, the estimate elsewhere
     day = budget.project(rows, 1000, now=NOW, billed=spent.billed())
     assert day.spent_usd == pytest.approx(spent.total_usd)
@@ -184,9 +187,10 @@ def test_a_5xx_storm_on_the_fake_providers_is_estimated_then_the_bills_return(
 
 def test_the_bills_refuse_through_the_budget_what_the_estimate_lets_through() -> None:
     rows = [row("b", "1")]  # $0.5/h: $6 spent by noon, $6 more until midnight
-    assert budget.project(rows, 20, 0.5, now=NOW).fits  # 6 + 6 + 6 for the new box
+    # 6 + 6 + 6 for the new box; a day of both at their price is $24
+    assert budget.project(rows, 25, 0.5, now=NOW).fits
     spent = bills.spent_today(rows, {"vast": Billing({"1": 15.0})}, NOW)
-    day = budget.project(rows, 20, 0.5, now=NOW, billed=spent.billed())
+    day = budget.project(rows, 25, 0.5, now=NOW, billed=spent.billed())
     with pytest.raises(BudgetExceeded, match="spent today \\$15.00"):
         budget.require_fits(day, "renting a box")
 
@@ -235,3 +239,48 @@ def test_the_estimate_of_a_box_stopped_on_the_fake_providers_matches_their_meter
     slack = box.usd_per_hour * (started - T0) / 3600
     assert abs(bills.estimate(r, now) - metered) <= slack + 0.02 * metered
     assert bills.estimate(r, now) < r.usd_per_hour * 4  # far below the full price
+
+
+# --- a bill never counts for less than the price, and money no row names still counts -----
+
+def test_a_lagging_bill_counts_no_less_than_the_price(tmp_path: Path) -> None:
+    reg = tmp_path / "boxes.json"
+    # a $10/h box since midnight; at noon its bill says $110 (an hour behind, yet read as
+    # current): the day so far cost $120 by its price
+    bills.refresh(reg, {"vast": Billing({"1": 110.0})}, NOW)
+    rows = [row("b", "1", usd_h=10.0)]
+    (r,) = bills.spent_from(rows, bills.load(reg), NOW).rows
+    assert r.source == "bill" and r.billed_usd == 110.0
+    assert r.usd == pytest.approx(120.0) and r.estimate_usd == pytest.approx(120.0)
+    spent = bills.billed(rows, bills.load(reg), NOW)
+    assert spent == {"b": pytest.approx(120.0)}
+    assert budget.project(rows, 1000, now=NOW, billed=spent).spent_usd == pytest.approx(120.0)
+    # a caller's own figure below the estimate does not lower it either
+    assert budget.project(rows, 1000, now=NOW, billed={"b": 50.0}).spent_usd == \
+        pytest.approx(120.0)
+
+
+def test_charges_no_row_names_and_failed_rows_on_the_bill_count(tmp_path: Path) -> None:
+    reg = tmp_path / "boxes.json"
+    bills.refresh(reg, {"vast": Billing({"1": 9.0, "orphan": 5.0, "dup": 2.5, "3": 1.5})}, NOW)
+    rows = [row("billed", "1"),
+            replace(row("failed", "3"), status="failed", destroyed_at="2026-12-03T01:00:00Z"),
+            replace(row("never", "4"), status="failed", destroyed_at="2026-12-03T01:00:00Z")]
+    spent = bills.spent_from(rows, bills.load(reg), NOW)
+    by = {r.label: r for r in spent.rows}
+    assert sorted(by) == ["billed", "failed"]  # a failed row off the bill never billed
+    assert by["failed"].usd == pytest.approx(1.5) and by["failed"].source == "bill"
+    assert spent.unnamed == {"vast": {"orphan": 5.0, "dup": 2.5}}
+    assert spent.unnamed_usd == pytest.approx(7.5)
+    assert spent.total_usd == pytest.approx(9.0 + 1.5 + 7.5)
+    assert spent.to_dict()["unnamed_usd"] == pytest.approx(7.5)
+    billed = spent.billed()
+    assert billed == {"billed": pytest.approx(9.0), "failed": pytest.approx(1.5)}
+    assert billed.unnamed_usd == pytest.approx(7.5)
+    day = budget.project(rows, 1000, now=NOW, billed=billed)
+    assert day.spent_usd == pytest.approx(spent.total_usd)
+    # the budget check's view counts it too
+    assert bills.billed(rows, bills.load(reg), NOW).unnamed_usd == pytest.approx(7.5)
+    with pytest.raises(BudgetExceeded, match="spent today \\$18.00"):
+        budget.guard(18.0 + 6.0 + 0.5 * 12 - 1, 0.5, "renting a box",
+                     bills=bills.load(reg), now=NOW)(rows)

@@ -1,6 +1,7 @@
 import multiprocessing
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ def test_a_replaced_row_counts_until_now_but_not_beside_its_replacement() -> Non
 # --- concurrent rents: the check and the row are one locked step ---------------------------
 
 PAST_NOON = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)  # 12 h to midnight; every row is younger
-PRICE = 1.0  # $/h: $12 until that midnight
+PRICE = 1.0  # $/h: $12 until that midnight, $24 a day (the run rate, the check that binds)
 
 
 class _Provider:
@@ -75,6 +76,9 @@ class _Provider:
 
     def find_by_label(self, label: str) -> Box | None:
         return None
+
+    def box(self, box_id: str) -> Box | None:
+        return None  # not listed yet: the offer's price stands
 
 
 def _renter(cfg: Config, label: str, start: Any) -> None:
@@ -103,7 +107,7 @@ def _renter(cfg: Config, label: str, start: Any) -> None:
 @pytest.mark.parametrize("fit", [1, 2])
 def test_concurrent_rents_never_pass_the_budget_together(tmp_path: Path, fit: int) -> None:
     # each box alone fits; `fit` of them fit together, one more does not
-    budget = PRICE * 12 * (fit + 0.5)
+    budget = PRICE * 24 * (fit + 0.5)
     cfg = Config(path=tmp_path / "fleet.toml", registry=tmp_path / "boxes.json",
                  known_hosts=tmp_path / "known_hosts", ssh_key=ensure_key(tmp_path / "key"),
                  releases=tmp_path / "releases", daily_budget_usd=budget,
@@ -121,3 +125,54 @@ def test_concurrent_rents_never_pass_the_budget_together(tmp_path: Path, fit: in
     rows = Registry(cfg.registry).rows()
     assert len(rows) == fit and all(r.provider_id == f"id-{r.label}" for r in rows)
     assert project(rows, budget, PRICE, now=PAST_NOON).fits is False  # full: one more is over
+
+
+# --- the run rate: a rent must fit a whole day of the fleet, whatever the time -------------
+
+BEFORE_MIDNIGHT = datetime(2026, 12, 2, 23, 55, tzinfo=UTC)
+
+
+def test_a_rent_just_before_midnight_must_fit_a_day_of_its_price() -> None:
+    # $48 spent today; a $600/h box until midnight is $50 more: the day fits, but tomorrow
+    # it alone would cost $14,400
+    rows = [row("a", 48.0, "2026-12-02T10:00:00Z", "2026-12-02T11:00:00Z", "destroyed")]
+    p = project_new(rows, budget_usd=100, new_usd_per_hour=600.0, now=BEFORE_MIDNIGHT)
+    assert p.total_usd == pytest.approx(48 + 50) and p.fits_day
+    assert p.run_rate_usd == pytest.approx(600 * 24) and not p.fits_rate and not p.fits
+    with pytest.raises(BudgetExceeded) as e:
+        require_fits(p, "renting a box")
+    text = str(e.value)
+    assert "\n" not in text and "run rate" in text and "$14400.00" in text
+    assert "$100.00" in text and "projected day" not in text  # only the check that failed
+
+
+def test_the_run_rate_counts_live_boxes_a_day_and_one_shots_until_their_ttl() -> None:
+    rows = [row("a", 1.0, "2026-12-02T00:00:00Z"),  # $24 a day
+            replace(row("j", 2.0, "2026-12-02T11:00:00Z"),
+                    expires_at="2026-12-02T15:00:00Z"),  # 3 h left: $6
+            replace(row("k", 3.0, "2026-12-02T08:00:00Z"),
+                    expires_at="2026-12-02T11:00:00Z"),  # past its TTL, still billing: $72
+            row("d", 50.0, "2026-12-02T01:00:00Z", "2026-12-02T02:00:00Z", "destroyed")]
+    p = project_new(rows, budget_usd=150, new_usd_per_hour=4.0, now=NOON, new_hours=0.5)
+    assert p.rate_usd == pytest.approx(24 + 6 + 72)
+    assert p.new_rate_usd == pytest.approx(2.0)  # a one-shot rent: its TTL only
+    assert p.fits  # the day: 76 spent, 54 until midnight, 2 for the job
+    whole = project_new(rows, budget_usd=150, new_usd_per_hour=4.0, now=NOON)
+    assert whole.new_rate_usd == pytest.approx(96.0) and not whole.fits_rate
+
+
+def test_both_checks_failing_name_both() -> None:
+    p = project([row("a", 3.0, "2026-12-02T00:00:00Z")], budget_usd=50, new_usd_per_hour=1.0,
+                now=NOON)
+    with pytest.raises(BudgetExceeded) as e:
+        require_fits(p, "renting a box")
+    assert "projected day $84.00" in str(e.value) and "run rate $96.00" in str(e.value)
+
+
+def test_the_guard_refuses_by_the_run_rate(tmp_path: Path) -> None:
+    from fleet.budget import guard
+
+    rows = [row("a", 48.0, "2026-12-02T10:00:00Z", "2026-12-02T11:00:00Z", "destroyed")]
+    with pytest.raises(BudgetExceeded, match="run rate"):
+        guard(100, 600.0, "renting", now=BEFORE_MIDNIGHT)(rows)
+    guard(100, 600.0, "renting", new_hours=5 / 60, now=BEFORE_MIDNIGHT)(rows)  # a 5-min job

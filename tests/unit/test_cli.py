@@ -43,6 +43,9 @@ def fleet(tmp_path: Path, *args: str, config: str = CONFIG) -> subprocess.Comple
         (["destroy", "live-vast-aaaaaa"], "error: no box labelled 'live-vast-aaaaaa'"),
         (["sandbox", "fault", "meteor", "vast"], "error: unknown fault 'meteor'"),
         (["rent", "live", "--gpus", "0"], "error:"),
+        (["offers", "live", "--card", "RTX 9999"], "error: unknown card 'RTX 9999' (known: "),
+        (["rent", "live", "--card", "rtx4090"], "error: unknown card 'rtx4090' (known: "),
+        (["rent", "live", "--card", ""], "error: unknown card '' (known: "),
         (["frobnicate"], "error:"),
     ],
 )
@@ -65,3 +68,28 @@ def test_missing_key_is_one_line(tmp_path: Path) -> None:
     r = fleet(tmp_path, "roster")
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "RUNPOD_API_KEY" in r.stderr
+
+
+@pytest.mark.parametrize("command", ["offers", "rent"])
+@pytest.mark.parametrize("spelling", ["rtx 4090", "NVIDIA GeForce RTX 4090", " RTX  4090"])
+def test_a_card_option_in_any_spelling_asks_for_the_fleet_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, spelling: str) -> None:
+    from typer.testing import CliRunner
+
+    from fleet import cli
+
+    asked: list[str | None] = []
+
+    def search(_role: object, _providers: object, card: str | None = None,
+               **_kw: object) -> tuple[list[object], list[object]]:
+        asked.append(card)
+        return [], []
+
+    monkeypatch.setattr(cli, "_state", {})
+    monkeypatch.setattr(cli, "providers", dict)
+    monkeypatch.setattr(cli.offers_mod, "search", search)
+    (tmp_path / "fleet.toml").write_text(CONFIG)
+    extra = ["--dry-run"] if command == "rent" else []
+    CliRunner().invoke(cli.app, ["--config", str(tmp_path / "fleet.toml"), command, "live",
+                                 "--card", spelling, *extra])
+    assert asked == ["RTX 4090"]

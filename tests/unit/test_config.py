@@ -1,4 +1,5 @@
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,154 @@ def test_the_cli_refuses_an_unguarded_gpu_role(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
     assert "miner needs the GPU but admitted_driver is not set" in done.stderr
+
+
+# ---------------------------------------------------------------- roster cards
+
+
+@pytest.mark.parametrize("spelling", [
+    "RTX 4090", "rtx 4090", "NVIDIA GeForce RTX 4090", "nvidia geforce rtx 4090", "RTX  4090",
+])
+def test_a_roster_card_in_any_spelling_is_the_fleet_name(tmp_path: Path, spelling: str) -> None:
+    cfg = load(write(tmp_path, GOOD.replace('card = "RTX 4090"', f'card = "{spelling}"')))
+    assert [w.card for w in cfg.roster] == ["RTX 4090"]
+
+
+def test_a_roster_card_spelled_like_runpod_counts_as_filled_by_the_loop(tmp_path: Path) -> None:
+    from fleet.loop import Loop, Memory
+    from fleet.registry import Row
+
+    cfg = load(write(tmp_path, GOOD.replace('card = "RTX 4090"',
+                                            'card = "NVIDIA GeForce RTX 4090"')))
+    loop = Loop(cfg, {}, page_dir=tmp_path / "page", echo=lambda _: None)
+    for i in range(2):  # the two boxes the roster wants, as the registry records them
+        loop.reg.add(Row(label=f"live-vast-00000{i}", provider="vast", role="live",
+                         kind="standing", card="RTX 4090", gpu_count=1, usd_per_hour=0.3,
+                         status="running", provider_id=str(i), standing=True))
+    assert loop.owed(Memory()) == []
+
+
+def test_an_unknown_roster_card_is_one_line_naming_the_key_and_the_cards(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace('card = "RTX 4090"', 'card = "RTX 9999"'))
+    with pytest.raises(ConfigError) as e:
+        load(path)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert str(path) in msg and "roster.live[0].card" in msg and "'RTX 9999'" in msg
+    assert "RTX 4090" in msg and "H100 SXM" in msg
+
+
+def test_two_roster_entries_of_one_shape_are_one_line(tmp_path: Path) -> None:
+    twice = GOOD + '[[roster.live]]\nprovider = "vast"\ncard = "rtx 4090"\n'
+    path = write(tmp_path, twice)
+    with pytest.raises(ConfigError, match=r"roster.live\[1\]: the same vast RTX 4090 x1 as an "
+                                          "earlier entry"):
+        load(path)
+
+
+# ---------------------------------------------------------------- numbers and names
+
+
+def _loop(table: str) -> str:
+    return GOOD + "[loop]\n" + table + "\n"
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    (_loop("interval_s = nan"), "loop.interval_s"),
+    (_loop("interval_s = inf"), "loop.interval_s"),
+    (_loop("orphan_grace_s = nan"), "loop.orphan_grace_s"),
+    (_loop("orphan_grace_s = inf"), "loop.orphan_grace_s"),
+    (_loop("converge_timeout_s = inf"), "loop.converge_timeout_s"),
+    (_loop("converge_timeout_s = -nan"), "loop.converge_timeout_s"),
+    (_loop("ready_timeout_s = inf"), "loop.ready_timeout_s"),
+    (GOOD.replace("daily_budget_usd = 50", "daily_budget_usd = inf"), "fleet.daily_budget_usd"),
+    (GOOD.replace("daily_budget_usd = 50", "daily_budget_usd = nan"), "fleet.daily_budget_usd"),
+    (GOOD.replace("p2p_port = 26611", "p2p_port = 26611\nnode_unhealthy_restart_s = nan"),
+     "roles.live.node_unhealthy_restart_s"),
+    (GOOD.replace("p2p_port = 26611", "p2p_port = 26611\nnode_unhealthy_restart_s = inf"),
+     "roles.live.node_unhealthy_restart_s"),
+])
+def test_a_number_that_is_not_finite_is_one_line_naming_the_key(tmp_path: Path, text: str,
+                                                                 key: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load(write(tmp_path, text))
+    msg = str(e.value)
+    assert "\n" not in msg and f"{key}: must be a finite number" in msg, msg
+
+
+@pytest.mark.parametrize("table", [
+    "orphan_grace_s = 100",  # the default interval is 60
+    "interval_s = 10\norphan_grace_s = 5",
+    "interval_s = 10\norphan_grace_s = 0",
+    "interval_s = 400",  # the default grace is 600
+])
+def test_the_orphan_grace_is_at_least_two_intervals(tmp_path: Path, table: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load(write(tmp_path, _loop(table)))
+    msg = str(e.value)
+    assert "\n" not in msg and "loop.orphan_grace_s" in msg
+    assert "at least two interval_s" in msg, msg
+
+
+def test_an_orphan_grace_of_exactly_two_intervals_is_fine(tmp_path: Path) -> None:
+    loop = load(write(tmp_path, _loop("interval_s = 10\norphan_grace_s = 20"))).loop
+    assert (loop.interval_s, loop.orphan_grace_s) == (10, 20)
+
+
+def test_the_ready_timeout_defaults_to_1800_s_and_must_be_positive(tmp_path: Path) -> None:
+    assert load(write(tmp_path, GOOD)).loop.ready_timeout_s == 1800
+    assert load(write(tmp_path, _loop("ready_timeout_s = 900"))).loop.ready_timeout_s == 900
+    for bad in ("0", "-5"):
+        with pytest.raises(ConfigError, match="loop.ready_timeout_s: must be positive"):
+            load(write(tmp_path, _loop(f"ready_timeout_s = {bad}")))
+    with pytest.raises(ConfigError, match="loop.ready_timeout_s: expected int or float"):
+        load(write(tmp_path, _loop('ready_timeout_s = "soon"')))
+
+
+def _role_named(name: str) -> str:
+    return GOOD.replace("[roles.live]", f'[roles."{name}"]').replace(
+        "[[roster.live]]", f'[[roster."{name}"]]')
+
+
+@pytest.mark.parametrize("name", [
+    "Live", "live_1", "-x", "x-", "a--b", "1live", "live.1", "a" * 21, "",
+])
+def test_a_role_name_no_label_can_hold_is_one_line(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load(write(tmp_path, _role_named(name)))
+    msg = str(e.value)
+    assert "\n" not in msg and f"bad role name {name!r}" in msg, msg
+
+
+@pytest.mark.parametrize("name", ["live", "live-2", "a1-b2-c3", "a" * 20])
+def test_role_names_a_label_can_hold_load(tmp_path: Path, name: str) -> None:
+    assert list(load(write(tmp_path, _role_named(name))).roles) == [name]
+
+
+def test_the_sandbox_configs_load(tmp_path: Path) -> None:
+    from sandbox import fleet_toml
+
+    for text in (fleet_toml.render(tmp_path / "state"),
+                 fleet_toml.render(tmp_path / "state", roles=fleet_toml.LIVE_ROLE
+                                   + fleet_toml.BENCH_ROLE, roster=fleet_toml.ROSTER_4090,
+                                   store=True),
+                 fleet_toml.render(tmp_path / "state", roster=fleet_toml.ROSTER_4090,
+                                   loop={"interval_s": 10, "dead_checks": 2,
+                                         "orphan_grace_s": 20})):
+        cfg = load(write(tmp_path, text))
+        assert cfg.loop.orphan_grace_s >= 2 * cfg.loop.interval_s
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (('admitted_driver = "580.95.05"', 'admitted_driver = "580.95"'),
+     "admitted_driver: '580.95' is not an exact NVIDIA driver version"),
+    (('kind = "standing"', 'kind = "standing"\nallowed_cuda = ["12.x"]'),
+     "allowed_cuda: '12.x' is not a CUDA version"),
+    (("[fleet]", "[loop]\nready_timeout_s = 60\n[fleet]"),
+     "loop.ready_timeout_s: at least 300 s, got 60"),
+])
+def test_a_driver_or_cuda_the_loop_could_not_search_with_is_refused_at_load(
+        tmp_path: Path, change: tuple[str, str], says: str) -> None:
+    assert change[0] in GOOD
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        load(write(tmp_path, GOOD.replace(change[0], change[1], 1)))

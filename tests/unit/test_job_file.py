@@ -79,3 +79,13 @@ def test_not_toml_and_missing_file(tmp_path: Path) -> None:
         load(write(tmp_path, "name = "))
     with pytest.raises(UsageError, match="no such job file"):
         load(tmp_path / "absent.toml")
+
+
+def test_a_job_card_in_any_spelling_is_the_fleet_name_and_an_unknown_one_is_one_line(
+        tmp_path: Path) -> None:
+    job = load(write(tmp_path, GOOD.replace('ttl_minutes = 30',
+                                            'ttl_minutes = 30\ncard = "nvidia geforce rtx 4090"')))
+    assert job.card == "RTX 4090"
+    with pytest.raises(UsageError, match=r"card: unknown card 'RTX 9999'"):
+        load(write(tmp_path, GOOD.replace('ttl_minutes = 30',
+                                          'ttl_minutes = 30\ncard = "RTX 9999"')))

@@ -51,7 +51,8 @@ class FakeVast:
         self.destroyed: list[str] = []
 
     def offers(self, card: str | None = None, gpu_count: int = 1, driver: str | None = None,
-               direct_ports: int = 0, cuda: tuple[str, ...] = ()) -> list[Offer]:
+               direct_ports: int = 0, cuda: tuple[str, ...] = (),
+               disk_gb: float | None = None) -> list[Offer]:
         return [o for o in self.market if card in (None, o.card)]
 
     def rent(self, offer: Offer, req: RentRequest) -> Box:
@@ -81,6 +82,9 @@ def make(tmp_path: Path, budget: float = 100, grace: float = 600) -> tuple[Loop,
     cfg = config.parse(tomllib.loads(TOML.format(tmp=tmp_path, budget=budget, grace=grace)),
                        tmp_path / "fleet.toml")
     vast = FakeVast()
+    cfg.ssh_key.parent.mkdir(parents=True)
+    cfg.ssh_key.write_text("a key\n")  # the loop checks nothing with a key it cannot read
+    cfg.ssh_key.with_suffix(".pub").write_text("ssh-ed25519 AAAA fleet\n")
     ssh_answers: list[bool] = []  # what the next checks see: SSH answers or not
 
     def check(_cfg: Any, built: Any) -> list[Health]:
@@ -142,7 +146,7 @@ def test_a_box_the_provider_stopped_listing_is_marked_vanished_and_owed(tmp_path
     loop, vast, _ = make(tmp_path)
     row = standing_box(loop, vast)
     vast.listed.clear()
-    assert loop.tick().dead == {row.label: "no provider lists it any more"}
+    assert loop.tick().dead == {row.label: "vast has no box 1 any more (asked by id)"}
     t = loop.tick()
     assert loop.reg.get(row.label).status == "vanished" and vast.destroyed == []  # type: ignore[union-attr]
     assert [o.rerent_of for o in t.owed] == [row.label]
@@ -167,10 +171,12 @@ def test_why_a_box_is_owed(tmp_path: Path) -> None:
 def test_orphans_are_destroyed_after_their_grace_and_foreign_boxes_never(
         tmp_path: Path) -> None:
     loop, vast, _ = make(tmp_path, grace=3600)
-    vast.listed["7"] = Box("vast", "7", "live-vast-0b0b0b", "RTX 3090", 1, 0.2, "running")
+    standing_box(loop, vast)
+    ours = f"live-{loop.reg.fleet_id()}-vast-0b0b0b"
+    vast.listed["7"] = Box("vast", "7", ours, "RTX 3090", 1, 0.2, "running")
     vast.listed["8"] = Box("vast", "8", "someone-elses-box", "RTX 3090", 1, 0.2, "running")
     t = loop.tick()
-    assert t.orphans == ["live-vast-0b0b0b (vast/7)"] and vast.destroyed == []
+    assert t.orphans == [f"{ours} (vast/7)"] and vast.destroyed == []
     mem = Memory.load(loop.memory_path)  # an hour passes
     mem.orphans["vast/7"] = "2000-01-01T00:00:00Z"
     mem.save(loop.memory_path)

@@ -15,9 +15,19 @@ from fleet.loop import LoopLock
     (["--interval", "0"], "", "error: --interval must be a positive number of seconds"),
     ([], "[[roster.ghost]]\nprovider = \"vast\"\ncard = \"RTX 4090\"\n",
      "roster.ghost: unknown role 'ghost'"),
-    ([], "[loop]\ninterval_s = -1\n", "loop: interval_s and converge_timeout_s must be positive"),
-    ([], "[loop]\nconverge_timeout_s = 0\n",
-     "loop: interval_s and converge_timeout_s must be positive"),
+    (["--interval", "nan"], "", "error: --interval must be a positive number of seconds"),
+    (["--interval", "inf"], "", "error: --interval must be a positive number of seconds"),
+    # the orphan grace (default 600 s) is at least two intervals, overridden or not
+    (["--interval", "301"], "", "error: --interval 301 leaves [loop] orphan_grace_s (600) "
+     "under two intervals"),
+    (["--interval", "20"], "[loop]\ninterval_s = 10\norphan_grace_s = 30\n",
+     "error: --interval 20 leaves [loop] orphan_grace_s (30) under two intervals"),
+    ([], "[loop]\ninterval_s = -1\n", "loop.interval_s: must be positive"),
+    ([], "[loop]\nconverge_timeout_s = 0\n", "loop.converge_timeout_s: must be positive"),
+    ([], "[loop]\ninterval_s = nan\n", "loop.interval_s: must be a finite number"),
+    ([], "[loop]\norphan_grace_s = nan\n", "loop.orphan_grace_s: must be a finite number"),
+    ([], "[loop]\ninterval_s = 10\norphan_grace_s = 5\n",
+     "loop.orphan_grace_s: must be at least two interval_s"),
     ([], "[loop]\ncolour = 1\n", "loop: unknown key 'colour'"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], extra: str,
@@ -26,6 +36,12 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], extra: st
     assert r.returncode == 2, r.stdout + r.stderr
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "state" / "loop.json").exists()
+    assert not (tmp_path / "state" / "page").exists()  # nothing changed
+
+
+def test_an_interval_of_half_the_orphan_grace_is_taken(tmp_path: Path) -> None:
+    r = fleet(tmp_path, "loop", "--once", "--interval", "300")  # the default grace: 600 s
+    assert r.returncode == 2 and "RUNPOD_API_KEY" in r.stderr, r.stderr  # past the checks
 
 
 def test_a_page_directory_that_cannot_be_written_is_refused(tmp_path: Path) -> None:

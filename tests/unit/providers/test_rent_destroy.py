@@ -7,9 +7,9 @@ from typing import Any
 
 import httpx
 import pytest
-from provider_fakes import FakeRunPod, FakeVast, make_http
+from provider_fakes import FakeRunPod, FakeVast, gql_error, make_http
 
-from fleet.errors import ProviderError, UsageError
+from fleet.errors import NoCapacity, OfferGone, ProviderError, RentOutcomeUnknown, UsageError
 from fleet.providers.base import Offer, RentRequest
 from fleet.providers.client import Client, check_label
 from fleet.providers.runpod import RunPod
@@ -152,3 +152,48 @@ def test_dedupe_without_a_preference_keeps_the_oldest(case: Case) -> None:
     kept = case.client._keep_one(case.client._by_label("dup2"))
     assert kept is not None and kept.box_id == a
     assert case.client.box(b) is None
+
+
+# --- a refusal after an unknown outcome: the first create may have taken the machine -------
+
+def _refusal(case: Case) -> httpx.Response:
+    if isinstance(case.fake, FakeVast):
+        return httpx.Response(404, json={"success": False, "error": "no_such_ask",
+                                         "msg": "ask 501 is no longer available"})
+    return gql_error(case.create, "There are no longer any instances available with the "
+                                  "requested specifications.")
+
+
+def _empty(case: Case) -> httpx.Response:
+    if isinstance(case.fake, FakeVast):
+        return httpx.Response(200, json={"success": True, "instances": [], "next_token": None})
+    return httpx.Response(200, json={"data": {"myself": {"pods": []}}})
+
+
+def test_a_refusal_after_a_create_that_landed_unseen_returns_that_box(case: Case) -> None:
+    # the first create lands but its answer is lost, the lookup after it does not see it
+    # yet, and the retry is refused because the first took the machine
+    case.fake.queue(case.create, ("after", httpx.ReadTimeout("timed out")),
+                    ("before", _refusal(case)))
+    case.fake.queue(case.list, ("before", None), ("before", _empty(case)))
+    box = case.client.rent(case.offer, REQ)
+    assert box.label == REQ.label and case.count(REQ.label) == 1 and case.creates() == 2
+
+
+def test_a_refusal_after_an_unknown_create_is_not_reported_as_gone(case: Case) -> None:
+    case.fake.queue(case.create, ("after", httpx.ReadTimeout("timed out")),
+                    ("before", _refusal(case)))
+    case.fake.queue(case.list, ("before", None), *[("before", _empty(case))] * 2)
+    with pytest.raises(RentOutcomeUnknown) as e:
+        case.client.rent(case.offer, REQ)
+    assert not isinstance(e.value, NoCapacity | OfferGone)
+    assert REQ.label in str(e.value) and case.count(REQ.label) == 1  # it does exist
+
+
+def test_a_lookup_that_fails_after_an_unknown_create_is_an_unknown_outcome(case: Case) -> None:
+    case.fake.queue(case.create, ("after", httpx.ReadTimeout("timed out")))
+    case.fake.queue(case.list, ("before", None),
+                    *[("before", httpx.Response(503, text="unavailable"))] * 4)
+    with pytest.raises(RentOutcomeUnknown):
+        case.client.rent(case.offer, REQ)
+    assert case.creates() == 1

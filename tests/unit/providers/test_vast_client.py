@@ -49,6 +49,12 @@ def test_search_body(vast: Fix) -> None:
     }
 
 
+def test_search_prices_the_disk_asked_for(vast: Fix) -> None:
+    client, fake = vast
+    client.offers(disk_gb=60)
+    assert json.loads(fake.requests[0].content)["allocated_storage"] == 60.0
+
+
 def test_offers_rechecked_for_the_exact_driver(vast: Fix) -> None:
     client, _ = vast
     got = client.offers(driver="580.95.05")  # the fake ignores filters: 580.82.07 comes back
@@ -120,6 +126,15 @@ def test_other_create_refusals(vast: Fix) -> None:
     with pytest.raises(ProviderError) as e:
         client.rent(OFFER, REQ)
     assert type(e.value) is ProviderError and "disk must be at least 8" in e.value.detail
+    assert e.value.refused  # an answer that said no: no box was made
+
+
+def test_a_create_answered_without_a_contract_is_not_a_refusal(vast: Fix) -> None:
+    client, fake = vast
+    fake.queue("create", ("before", httpx.Response(200, json={"success": True})))
+    with pytest.raises(ProviderError) as e:
+        client.rent(OFFER, REQ)
+    assert not e.value.refused  # nothing says whether a box was made
 
 
 def test_low_bid_leftover_is_destroyed(vast: Fix) -> None:
@@ -238,3 +253,12 @@ def test_a_404_that_is_not_vast_saying_gone_is_an_error(vast: Fix) -> None:
     with pytest.raises(ProviderError, match="no_route"):
         client.destroy(iid)
     assert client.box(iid) is not None  # nothing was taken for gone
+
+
+def test_an_answer_without_an_instance_is_never_read_as_no_such_box(vast: Fix) -> None:
+    client, fake = vast
+    fake.instances[7] = vast_instance(7, "live-abc123-vast-0b0b0b")
+    fake.queue("show", ("before", httpx.Response(
+        200, json={"success": False, "error": "server_error", "msg": "try again later"})))
+    with pytest.raises(ProviderError, match="try again later"):
+        client.box("7")

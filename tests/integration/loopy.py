@@ -1,0 +1,66 @@
+"""`fleet loop` driven tick by tick on a sandbox, for the loop's integration tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from fleet_cli import REPO, FleetCli, wait_for
+
+from fleet.registry import Registry, Row
+from sandbox.control_client import ControlClient
+
+LOOP: dict[str, float] = {"interval_s": 10, "dead_checks": 2, "orphan_grace_s": 20}
+
+
+class Loopy(FleetCli):
+    def __init__(self, tmp: Path, env: dict[str, str], boxes: int) -> None:
+        super().__init__(tmp, env)
+        self.boxes = boxes  # the roster's size: a settled fleet has this many well boxes
+
+    def rows(self) -> dict[str, Row]:
+        return {r.label: r for r in Registry(self.tmp / "state" / "boxes.json").rows()}
+
+    def live(self, provider: str | None = None) -> list[Row]:
+        return sorted((r for r in self.rows().values()
+                       if r.live and (provider is None or r.provider == provider)),
+                      key=lambda r: r.created_at)
+
+    def tick(self, *extra: str, check: bool = True) -> dict[str, Any]:
+        r = self.fleet("loop", "--once", "--json", *extra, check=check)
+        line = [ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1]
+        data: dict[str, Any] = json.loads(line)
+        return data
+
+    def settle(self) -> list[Row]:
+        """Tick until the roster is filled and every standing box is well (bounded)."""
+        def settled() -> bool:
+            t = self.tick()
+            return (not t["owed"] and not t["problems"] and not t["dead"]
+                    and len(t["well"]) == self.boxes)
+        wait_for("a settled fleet", settled, timeout=600, poll_s=1)
+        return self.live()
+
+    def control(self) -> ControlClient:
+        return ControlClient.from_state_dir(self.tmp / "sandbox")
+
+    def ssh(self, row: Row, command: str) -> str:
+        from fleet import boxssh
+        from fleet.config import load
+
+        res = boxssh.run(load(self.tmp / "fleet.toml"), row, command)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    def agent_alive(self, row: Row) -> bool:
+        out = self.ssh(row, "cd /root/fleet && venv/bin/python -m agent status")
+        return bool(json.loads(out)["alive"])
+
+    def infra(self, *labels: str) -> subprocess.CompletedProcess[str]:
+        env = {**self.env, "FLEET_INFRA_LIMIT": ",".join(labels)}
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "tests/infra/test_standing.py"], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=600)

@@ -1,0 +1,343 @@
+"""The loop's money and destroy guards at their edges (the fake provider of test_loop.py):
+never rent a re-rent twice, never destroy what the fleet does not provably own, never read
+its own blindness as a dead box, never leave a rent unfinished, never stop for an odd error."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_loop import FakeVast, make, standing_box
+
+from fleet import loop as loop_mod
+from fleet.check import Health
+from fleet.errors import ProviderError
+from fleet.loop import Memory, Owe
+from fleet.providers.base import Box, Offer
+from fleet.registry import Row
+
+LONG_AGO = "2000-01-01T00:00:00Z"
+
+
+class BlindVast(FakeVast):
+    """A listing that may leave boxes out (`hidden`) while asking by id still finds them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden: set[str] = set()
+        self.by_id_fails = False
+
+    def boxes(self) -> list[Box]:
+        return [b for b in super().boxes() if b.box_id not in self.hidden]
+
+    def box(self, box_id: str) -> Box | None:
+        if self.by_id_fails:
+            raise ProviderError("vast", "GET /api/v0/instances/{id}/", "HTTP 503")
+        return super().box(box_id)
+
+
+def blind(tmp_path: Path, **kw: Any) -> tuple[loop_mod.Loop, BlindVast, list[bool]]:
+    loop, _, ssh = make(tmp_path, **kw)
+    vast = BlindVast()
+    loop.providers = {"vast": vast}
+    return loop, vast, ssh
+
+
+def add_box(loop: loop_mod.Loop, vast: FakeVast, n: int, label: str | None = None) -> Row:
+    label = label or f"live-{loop.reg.fleet_id()}-vast-{n:06x}"
+    row = Row(label=label, provider="vast", role="live", kind="standing", card="RTX 4090",
+              gpu_count=1, usd_per_hour=0.3, status="running", provider_id=str(n),
+              host_key="ssh-ed25519 AAAA", ssh_host=f"10.0.0.{n}", ssh_port=22, standing=True)
+    loop.reg.add(row)
+    vast.listed[str(n)] = Box("vast", str(n), label, "RTX 4090", 1, 0.3, "running",
+                              ssh_host=f"10.0.0.{n}", ssh_port=22)
+    return row
+
+
+def age_orphans(loop: loop_mod.Loop) -> None:
+    mem = Memory.load(loop.memory_path)
+    mem.orphans = {k: LONG_AGO for k in mem.orphans}
+    mem.save(loop.memory_path)
+
+
+# -- never rent twice ---------------------------------------------------------------------
+
+def test_a_rerent_rented_before_the_memory_was_saved_is_not_rented_again(
+        tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    dead = standing_box(loop, vast)
+    loop.reg.mark_destroyed(dead.label)
+    vast.listed.clear()
+    # the replacement was rented, then the loop was killed before loop.json was saved
+    add_box(loop, vast, 2, f"{dead.label}-r1")
+    loop.reg.update(f"{dead.label}-r1", rerent_of=dead.label)
+    mem = Memory(rerents=[Owe("live", "vast", "RTX 4090", 1, LONG_AGO, rerent_of=dead.label)])
+    mem.save(loop.memory_path)
+    vast.market = [Offer("vast", "9", "RTX 4090", 1, 0.2, driver="580.95.05")]
+    t = loop.tick()  # FakeVast.rent raises: nothing may be rented
+    assert t.owed == [] and t.replaced == {}
+    assert Memory.load(loop.memory_path).rerents == []
+
+
+def test_a_second_box_under_a_live_label_is_an_orphan_and_never_the_one_checked(
+        tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    row = add_box(loop, vast, 1)
+    add_box(loop, vast, 2)
+    # a create that landed twice: box 3 carries row 1's label
+    vast.listed["3"] = Box("vast", "3", row.label, "RTX 4090", 1, 0.3, "running",
+                           ssh_host="10.0.0.3", ssh_port=22)
+    seen: list[str] = []
+
+    def check(_cfg: Any, built: Any) -> list[Health]:
+        seen.extend(d["provider_id"] for _, d in built.groups["standing"])
+        return [Health(label, "vast", ssh=True, agent=True) for label, _ in
+                built.groups["standing"]]
+
+    loop.check_fn = check
+    t = loop.tick()
+    assert sorted(seen) == ["1", "2"] and t.orphans == [f"{row.label} (vast/3)"]
+    assert any("a second box under a live label" in a for a in t.actions), t.actions
+    age_orphans(loop)
+    loop.tick()
+    assert vast.destroyed == ["3"] and "1" in vast.listed
+
+
+# -- never destroy what it does not own ----------------------------------------------------
+
+def test_a_persons_box_and_another_registrys_are_reported_and_never_destroyed(
+        tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    add_box(loop, vast, 1)
+    other = "live-abcdef-vast-0b0b0b" if loop.reg.fleet_id() != "abcdef" else \
+        "live-fedcba-vast-0b0b0b"
+    vast.listed["7"] = Box("vast", "7", "live-debug", "RTX 3090", 1, 0.2, "running")
+    vast.listed["8"] = Box("vast", "8", other, "RTX 3090", 1, 0.2, "running")
+    vast.listed["9"] = Box("vast", "9", "live-vast-0b0b0b", "RTX 3090", 1, 0.2, "running")
+    t = loop.tick()
+    assert len(t.orphans) == 3
+    age_orphans(loop)
+    for _ in range(2):
+        t = loop.tick()
+    assert vast.destroyed == []
+    assert sum("never destroyed" in a for a in t.actions) == 3, t.actions
+
+
+def test_the_sweep_refuses_with_an_empty_registry(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    fid = loop.reg.fleet_id()  # a registry path that reads as empty, same fleet id
+    vast.listed["7"] = Box("vast", "7", f"live-{fid}-vast-0b0b0b", "RTX 3090", 1, 0.2,
+                           "running")
+    loop.cfg = loop.cfg.__class__(**{**loop.cfg.__dict__, "roster": ()})
+    loop.tick()
+    age_orphans(loop)
+    t = loop.tick()
+    assert vast.destroyed == []
+    assert any("the registry has no live box" in a for a in t.actions), t.actions
+
+
+def test_the_sweep_refuses_when_orphans_outnumber_live_boxes(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    add_box(loop, vast, 1)
+    fid = loop.reg.fleet_id()
+    for n in (7, 8):
+        vast.listed[str(n)] = Box("vast", str(n), f"live-{fid}-vast-0b0b0{n}", "RTX 3090", 1,
+                                  0.2, "running")
+    loop.tick()
+    age_orphans(loop)
+    t = loop.tick()
+    assert vast.destroyed == []
+    assert any("2 orphans outnumber the registry's 1 live boxes" in a for a in t.actions)
+
+
+def test_an_orphan_whose_row_appears_before_its_destroy_is_kept(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    add_box(loop, vast, 1)
+    label = f"live-{loop.reg.fleet_id()}-vast-0b0b0b"
+    vast.listed["7"] = Box("vast", "7", label, "RTX 3090", 1, 0.2, "running")
+    real_get = loop.reg.get
+
+    def get(lb: str) -> Row | None:  # a `fleet rent` writes its row after the listing
+        if lb == label and loop.reg.path.exists() and real_get(lb) is None:
+            loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
+                             card="RTX 3090", gpu_count=1, usd_per_hour=0.2))
+        return real_get(lb)
+
+    loop.tick()
+    age_orphans(loop)
+    loop.reg.get = get  # type: ignore[method-assign]
+    t = loop.tick()
+    assert vast.destroyed == [] and any("its row is in the registry now" in a
+                                        for a in t.actions), t.actions
+
+
+# -- blindness is not death ------------------------------------------------------------------
+
+def test_a_box_the_listing_leaves_out_is_asked_for_by_id_and_kept(tmp_path: Path) -> None:
+    loop, vast, _ = blind(tmp_path)
+    row = add_box(loop, vast, 1)
+    vast.hidden.add("1")
+    for _ in range(3):
+        t = loop.tick()
+        assert t.dead == {} and t.well == [row.label], t
+    vast.by_id_fails = True  # and when asking by id fails too: not judged at all
+    for _ in range(3):
+        t = loop.tick()
+        assert t.dead == {} and row.label not in t.well
+    assert vast.destroyed == [] and loop.reg.get(row.label).live  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("status", ["unknown", "provisioning"])
+def test_a_box_the_provider_cannot_vouch_for_is_probed_and_kept_when_ssh_answers(
+        tmp_path: Path, status: str) -> None:
+    loop, vast, ssh = make(tmp_path)
+    row = standing_box(loop, vast)
+    vast.listed["1"].status = status
+    for _ in range(3):
+        t = loop.tick()
+        assert t.dead == {} and t.well == [row.label], t
+    ssh += [False, False]  # and when SSH does not answer either, it is dead
+    loop.tick()
+    t = loop.tick()
+    assert vast.destroyed == ["1"], t
+
+
+def test_the_breaker_counts_no_deaths_when_most_boxes_fail_ssh_at_once(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    rows = [add_box(loop, vast, n) for n in (1, 2, 3)]
+    down = {rows[0].label, rows[1].label}
+    loop.check_fn = lambda _c, built: [Health(lb, "vast", ssh=lb not in down,
+                                              agent=lb not in down)
+                                       for lb, _ in built.groups["standing"]]
+    for _ in range(3):
+        t = loop.tick()
+        assert t.dead == {} and any(a.startswith("breaker: no deaths counted this tick "
+                                                 "(2 of 3 boxes did not answer SSH")
+                                    for a in t.actions), t.actions
+    assert vast.destroyed == []
+    down = {rows[0].label}  # one of three: that box's own death
+    loop.tick()
+    loop.tick()
+    assert vast.destroyed == ["1"]
+
+
+def test_an_unreadable_ssh_key_is_blindness_not_death(tmp_path: Path) -> None:
+    loop, vast, ssh = make(tmp_path)
+    standing_box(loop, vast)
+    os.unlink(loop.cfg.ssh_key)  # a key the operator moved, or on a volume not mounted
+    loop.check_fn = lambda *_: pytest.fail("no box is checked without the fleet's key")
+    for _ in range(3):
+        t = loop.tick()
+        assert t.dead == {} and any("SSH key" in a and "unreadable" in a for a in t.actions)
+    assert vast.destroyed == []
+
+
+# -- never stuck, never silent ----------------------------------------------------------------
+
+def unfinished_row(loop: loop_mod.Loop, created: str, **kw: Any) -> Row:
+    row = Row(label=f"live-{loop.reg.fleet_id()}-vast-00000a", provider="vast", role="live",
+              kind="standing", card="RTX 4090", gpu_count=1, usd_per_hour=0.3,
+              status="renting", created_at=created, **kw)
+    loop.reg.add(row)
+    return row
+
+
+def test_a_rent_killed_before_its_box_landed_is_given_up_past_its_deadline(
+        tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    fresh = unfinished_row(loop, loop_mod.now_iso())
+    t = loop.tick()  # within its deadline: waited for, and it fills the roster
+    assert loop.reg.get(fresh.label).status == "renting" and t.owed == []  # type: ignore[union-attr]
+    loop.reg.update(fresh.label, created_at=LONG_AGO)
+    t = loop.tick()
+    row = loop.reg.get(fresh.label)
+    assert row is not None and row.status == "failed" and "never landed" in (row.note or "")
+    assert [o.rerent_of for o in t.owed] == [None]  # the roster's box is owed again
+
+
+def test_an_unfinished_rent_whose_box_landed_is_pinned_and_converted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loop, vast, _ = make(tmp_path)
+    row = unfinished_row(loop, loop_mod.now_iso())
+    vast.listed["5"] = Box("vast", "5", row.label, "RTX 4090", 1, 0.3, "running",
+                           ssh_host="10.0.0.5", ssh_port=22)
+    monkeypatch.setattr(loop_mod.rent_mod, "fetch_host_key",
+                        lambda host, port, timeout: "ssh-ed25519 BBBB")
+    converged: list[list[str]] = []
+    loop.converge_fn = lambda _c, labels: converged.append(labels)  # type: ignore[func-returns-value]
+    t = loop.tick()
+    got = loop.reg.get(row.label)
+    assert got is not None and got.provider_id == "5" and got.host_key == "ssh-ed25519 BBBB"
+    assert converged == [[row.label]] and t.converged == [row.label]
+
+
+def test_an_unfinished_rent_never_ready_is_destroyed_past_its_deadline(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    row = unfinished_row(loop, LONG_AGO, provider_id="5")
+    vast.listed["5"] = Box("vast", "5", row.label, "RTX 4090", 1, 0.3, "provisioning")
+    loop.tick()
+    got = loop.reg.get(row.label)
+    assert vast.destroyed == ["5"] and got is not None and got.status == "destroyed"
+
+
+def test_an_error_that_is_not_a_fleet_error_does_not_end_the_loop(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    calls = []
+
+    class Odd:
+        def tick(self) -> Any:
+            calls.append(1)
+            if len(calls) == 1:
+                raise KeyError("dph_total")
+            if len(calls) == 2:
+                raise OSError(28, "No space left on device")
+            raise SystemExit(0)  # the third tick ends the test
+
+    with pytest.raises(SystemExit):
+        loop_mod.run(Odd(), 0, once=False, emit=lambda t: None)  # type: ignore[arg-type]
+    err = capsys.readouterr().err
+    assert "tick failed: KeyError" in err and "No space left on device" in err
+    with pytest.raises(KeyError):
+        calls.clear()
+        loop_mod.run(Odd(), 0, once=True, emit=lambda t: None)  # type: ignore[arg-type]
+
+
+def test_a_dead_box_whose_destroy_failed_is_not_marked_vanished_on_a_blind_tick(
+        tmp_path: Path) -> None:
+    loop, vast, ssh = make(tmp_path)
+    row = add_box(loop, vast, 1)
+    real = vast.destroy
+    fails = [True]
+
+    def destroy(box_id: str) -> None:
+        if fails and fails.pop():
+            raise ProviderError("vast", "destroy", "box 1 is still listed 120 s after destroy")
+        real(box_id)
+
+    vast.destroy = destroy  # type: ignore[method-assign]
+    ssh += [False, False]
+    loop.tick()
+    loop.tick()  # the second dead check: its destroy fails
+    vast.failing = True  # then a tick that cannot see the provider
+    loop.tick()
+    got = loop.reg.get(row.label)
+    assert "1" in vast.listed and got is not None and got.live, got
+
+
+def test_a_box_whose_ssh_moved_to_another_port_is_probed_where_its_key_is_pinned(
+        tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    add_box(loop, vast, 1)
+    vast.listed["1"].ssh_port = 40022  # restarted: SSH on a new public port
+    probed: list[tuple[str, int]] = []
+
+    def check(_c: Any, built: Any) -> list[Health]:
+        probed.extend((d["ssh_hostname"], d["ssh_port"]) for _, d in built.groups["standing"])
+        return [Health(lb, "vast", ssh=True, agent=True) for lb, _ in built.groups["standing"]]
+
+    loop.check_fn = check
+    loop.tick()
+    assert probed == [("10.0.0.1", 40022)]
+    assert "[10.0.0.1]:40022 ssh-ed25519 AAAA" in loop.cfg.known_hosts.read_text()
