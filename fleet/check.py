@@ -245,7 +245,8 @@ def check(cfg: Config, built: Built) -> list[Health]:
     for name, data in hosts:
         status = by_name.get(name) if name in by_name else None
         h = judge(name, data, status, _wanted(cfg, data), history.get(name), known)
-        if name in late:
+        if name in late:  # SSH answered: not a death, and no deploy on a box this slow
+            h.ssh = h.agent = True
             h.problems = [f"ssh: the status command did not finish within "
                           f"{STATUS_DEADLINE_S:g} s"]
         if h.exec_tip is not None and status:

@@ -13,6 +13,7 @@ import secrets
 
 from fleet.providers import NAMES
 
+MAX_LEN = 60  # what both providers take (RunPod's pod names): `providers.client.check_label`
 RERENT = re.compile(r"^(?P<base>.+?)-r(?P<n>\d+)$")
 
 

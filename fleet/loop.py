@@ -73,7 +73,7 @@ from fleet.errors import (
 from fleet.fileutil import write_atomic
 from fleet.inventory import Built, host_data
 from fleet.page import Owed, is_standing
-from fleet.providers.base import Provider
+from fleet.providers.base import Box, Provider
 from fleet.registry import Registry, Row, now_iso, parse_iso, unfinished
 from fleet.sshkeys import write_known_hosts
 from fleet.sync import View, view
@@ -127,6 +127,17 @@ class Memory:
 
     def save(self, path: Path) -> None:
         write_atomic(path, json.dumps(asdict(self), indent=1) + "\n")
+
+
+@dataclass
+class Late:
+    """An unfinished rent's box to give up, and why; `sight`: only where the fleet's own
+    SSH provably works this tick (the provider calls the box ready)."""
+
+    row: Row
+    box: Box
+    why: str
+    sight: bool
 
 
 @dataclass
@@ -247,6 +258,7 @@ class Loop:
         self.echo = echo
         self.converge_fn = converge_fn
         self.check_fn = check_fn or check_mod.check
+        self._answered = False  # whether any box answered the fleet's SSH in this tick
 
     # -- one tick -------------------------------------------------------------------------
 
@@ -267,8 +279,10 @@ class Loop:
         read = bills.refresh(self.cfg.registry, self.providers)  # for the rents and the page
         for name, why in read.errors.items():
             self._act(t, f"bills: {name} gave none ({why}); its boxes are estimated")
-        resumed = self._resume_unfinished(t, v, failed)
+        self._destroy_wanted(t, failed)
+        resumed, late = self._resume_unfinished(t, v, failed)
         health = self._judge(t, mem, v, failed)
+        self._give_up(t, late, sees=self._answered)
         self._replace_dead(t, mem, v)
         mem.save(self.memory_path)  # the destroys and the re-rents they owe, before any rent
         self._forget_unfit(mem)
@@ -338,9 +352,11 @@ class Loop:
             if row.provider not in failed and not is_standing(self.cfg, row):
                 t.dead[row.label] = "no provider lists it any more"
         blind = self._blind_key() if hosts else None
+        self._answered = False
         health = self.check_fn(self.cfg, Built(groups={"standing": hosts})) \
             if hosts and blind is None else []
         unanswered = [h for h in health if not h.ssh]
+        self._answered = len(unanswered) < len(health)
         if blind is None and len(unanswered) >= 2 and 2 * len(unanswered) > len(hosts):
             blind = (f"{len(unanswered)} of {len(hosts)} boxes did not answer SSH at once: "
                      "more likely the fleet's own side (its network, an SSH proxy, its key) "
@@ -433,17 +449,18 @@ class Loop:
         box (`rerent_of`), so a loop killed between a rent and saving its memory never rents
         the replacement twice. Unfinished rents count: each tick resumes them, each with
         its own deadline (`_resume_unfinished`)."""
-        live = [r for r in self.reg.rows() if r.live]
+        live = [r for r in self.reg.rows() if r.live and not r.destroy_wanted]
         replaced = {r.rerent_of for r in live if r.rerent_of}
         mem.rerents = [o for o in mem.rerents if o.rerent_of not in replaced]
-        out = list(mem.rerents)
+        # a re-rent of a role fleet.toml no longer has is kept, never rented
+        out = [o for o in mem.rerents if o.role in self.cfg.roles]
         before = {(o.shape(), o.rerent_of): o.since for o in mem.owed}
         for w in self.cfg.roster:
             if self.cfg.role(w.role).kind != "standing":
                 continue  # one-shot boxes are rented per job (`fleet run`), never kept up
             shape = (w.role, w.provider, w.card, w.gpus)
             have = sum(1 for r in live if (r.role, r.provider, r.card, r.gpu_count) == shape)
-            pending = sum(1 for o in mem.rerents if o.shape() == shape)
+            pending = sum(1 for o in out if o.shape() == shape and o.rerent_of)
             for _ in range(max(0, w.count - have - pending)):
                 out.append(Owe(*shape, since=before.get((shape, None), now_iso())))
         return out
@@ -506,6 +523,8 @@ class Loop:
             o.reason = f"no capacity: {e}"
         except ProviderError as e:
             o.reason = f"provider refusing: {e}"
+        except UsageError as e:  # e.g. a label the provider refuses: this box, not the loop
+            o.reason = f"refused: {e}"
         else:
             what = f" replacing {o.rerent_of}" if o.rerent_of else " (owed by the roster)"
             self._act(t, f"{res.row.label}: rented {res.row.card} x{res.row.gpu_count} on "
@@ -534,25 +553,31 @@ class Loop:
     def _label(self, o: Owe) -> str | None:
         if not o.rerent_of:
             return None  # a roster box gets a generated label
-        return labels.rerent_label(o.rerent_of, {r.label for r in self.reg.rows()})
+        label = labels.rerent_label(o.rerent_of, {r.label for r in self.reg.rows()})
+        # a hand-given label's `-r<n>` may pass what the providers take: a generated one
+        return label if len(label) <= labels.MAX_LEN else None
 
     # -- unfinished rents -------------------------------------------------------------------
 
-    def _resume_unfinished(self, t: Tick, v: View, failed: set[str]) -> list[str]:
+    def _resume_unfinished(self, t: Tick, v: View,
+                           failed: set[str]) -> tuple[list[str], list[Late]]:
         """Take up every standing rent that never finished (its box not SSH-ready in time, or
         the rent killed half-way), each against its own deadline from its row's creation
         (`[loop] ready_timeout_s`). Returns the labels whose host key was pinned now, to be
-        converted this tick.
+        converted this tick, and the boxes to give up (`_give_up`, once the checks have said
+        whether the fleet's own SSH works this tick).
 
-        + no box id recorded: the box is looked up by its label (a create whose outcome was
-          unknown may have landed); found, it is recorded; none found past the deadline, the
-          row is marked failed (nothing bills under it), and the roster rents anew
-        + a box that is SSH-ready: its host key is pinned
-        + still not ready past the deadline: destroyed (its row and id prove it ours), and
-          the roster rents anew
+        + no box found: a row without a box id is looked up by its label (a create whose
+          outcome was unknown may have landed); past the deadline the row is marked failed
+          (vanished, where it had a box: what that box spent still counts), and the roster
+          rents anew
+        + a box found is recorded; one that is SSH-ready has its host key pinned
+        + a box its provider lists exited before it was ever ready is given up at once; one
+          still not ready past the deadline is given up then
         A provider that does not answer leaves its rows as they are."""
         listed = {row.label: box for row, box in v.matched}
-        pinned = []
+        pinned: list[str] = []
+        late: list[Late] = []
         now = time.time()
         limit = self.cfg.loop.ready_timeout_s
         for row in self.reg.rows():
@@ -562,16 +587,11 @@ class Loop:
             if p is None or row.label in v.unsure:
                 continue
             age = now - _epoch(row.created_at) if row.created_at else 0.0
-            late = age > limit
             try:
                 box = listed.get(row.label) or rent_mod.find_unfinished(p, row)
                 if box is None:
-                    if late:
-                        self.reg.update(row.label, status="failed", destroyed_at=now_iso(),
-                                        note=f"no box under its label {limit:.0f} s after "
-                                             "the rent: it never landed")
-                        self._act(t, f"{row.label}: unfinished rent given up (no box under "
-                                     f"its label after {age:.0f} s)")
+                    if age > limit:
+                        self._never_landed(t, row, age)
                     continue
                 row = rent_mod.record(self.reg, row.label, box)
                 key = rent_mod.host_key_if_ready(box)
@@ -580,13 +600,15 @@ class Loop:
                     pinned.append(row.label)
                     self._act(t, f"{row.label}: unfinished rent resumed: SSH-ready, host key "
                                  "pinned")
-                elif late:
-                    p.destroy(box.box_id)
-                    self.reg.mark_destroyed(row.label)
-                    self.reg.update(row.label, note=f"not SSH-ready {limit:.0f} s after the "
-                                                    "rent: destroyed")
-                    self._act(t, f"{row.label}: destroyed: not SSH-ready after {age:.0f} s "
-                                 f"(ready_timeout_s {limit:.0f})")
+                elif box.status == "exited":
+                    late.append(Late(row, box, f"{row.provider} lists it exited before it "
+                                                "was ever SSH-ready", sight=False))
+                elif age > limit:
+                    # a box its provider says is ready, whose SSH the fleet cannot reach, is
+                    # given up only where the fleet's own SSH provably works (`_give_up`)
+                    late.append(Late(row, box, f"not SSH-ready {age:.0f} s after the rent "
+                                     f"(ready_timeout_s {limit:.0f}, {box.status})",
+                                     sight=box.ssh_ready))
                 else:
                     self._act(t, f"{row.label}: waiting for SSH ({box.status}, {age:.0f} s "
                                  f"of {limit:.0f})")
@@ -595,7 +617,59 @@ class Loop:
                              "again next tick")
         if pinned:
             write_known_hosts(self.cfg.known_hosts, self.reg.rows())
-        return pinned
+        return pinned, late
+
+    def _never_landed(self, t: Tick, row: Row, age: float) -> None:
+        if row.provider_id:  # it had a box, which its provider no longer has
+            self.reg.mark_destroyed(row.label, "vanished")
+            self._act(t, f"{row.label}: unfinished rent given up: {row.provider} has no box "
+                         f"{row.provider_id} any more")
+            return
+        self.reg.update(row.label, status="failed", destroyed_at=now_iso(),
+                        note=f"no box under its label {age:.0f} s after the rent: it never "
+                             "landed")
+        self._act(t, f"{row.label}: unfinished rent given up (no box under its label after "
+                     f"{age:.0f} s)")
+
+    def _give_up(self, t: Tick, late: list[Late], sees: bool) -> None:
+        """Destroy the unfinished rents' boxes given up this tick; `sees`: whether any box
+        answered the fleet's SSH this tick (else a box the provider calls ready but that
+        never answered may be the fleet's own blindness: kept, and said)."""
+        for g in late:
+            if g.sight and not sees:
+                self._act(t, f"{g.row.label}: {g.why}; kept: no box answered the fleet's SSH "
+                             "this tick, so it cannot tell the box from its own blindness")
+                continue
+            try:
+                self.providers[g.row.provider].destroy(g.box.box_id)
+            except ProviderError as e:
+                self._act(t, f"{g.row.label}: {g.why}; destroying it failed ({e}), tried "
+                             "again next tick")
+                continue
+            self.reg.update(g.row.label, status="destroyed", destroyed_at=now_iso(),
+                            note=f"{g.why}: destroyed")
+            self._act(t, f"{g.row.label}: destroyed: {g.why}")
+
+    def _destroy_wanted(self, t: Tick, failed: set[str]) -> None:
+        """Destroy the boxes a rent wanted gone but could not destroy (over budget at the
+        price listed after the create): never adopted, resumed or counted for the roster,
+        and counted by the budget until they are gone."""
+        for row in self.reg.rows():
+            if not row.live or not row.destroy_wanted or row.provider in failed:
+                continue
+            p = self.providers.get(row.provider)
+            if p is None:
+                continue
+            try:
+                box = rent_mod.find_unfinished(p, row)
+                if box is not None:
+                    p.destroy(box.box_id)
+            except ProviderError as e:
+                self._act(t, f"{row.label}: destroying it ({row.destroy_wanted}) failed "
+                             f"({e}); tried again next tick")
+                continue
+            self.reg.update(row.label, status="destroyed", destroyed_at=now_iso())
+            self._act(t, f"{row.label}: destroyed ({row.destroy_wanted})")
 
     # -- conversion, orphans, the page ------------------------------------------------------
 

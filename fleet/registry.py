@@ -91,6 +91,9 @@ class Row:
     refusal: str | None = None  # "gpu: driver 580.105.08 is not the admitted 580.95.05"
     store_commit: str | None = None  # the store commit the outputs were read back at
     teardown: str | None = None  # why the last teardown kept the box (None: not tried or done)
+    # why the fleet wants this box gone though its destroy failed (over budget at the price
+    # listed after its rent): the loop destroys it, never adopts it; the budget counts it
+    destroy_wanted: str | None = None
 
     @property
     def live(self) -> bool:
@@ -101,10 +104,12 @@ class Row:
 
 
 def unfinished(row: Row) -> bool:
-    """A rent that stopped (a crash, an interrupt) before its box was SSH-ready and pinned:
-    live and still `renting` or `provisioning`, or `running` without a pinned host key."""
-    return row.destroyed_at is None and (
-        row.status in UNFINISHED or (row.status == "running" and not row.host_key))
+    """A rent that stopped (a crash, an interrupt, a box that never came up) before its box
+    was SSH-ready and pinned: live and still `renting` or `provisioning`, or in any live
+    status without a pinned host key (a box that exited or went silent while it booted). A
+    box the fleet wants destroyed is never one."""
+    return row.destroyed_at is None and not row.destroy_wanted and (
+        row.status in UNFINISHED or (row.status in LIVE and not row.host_key))
 
 
 _FIELDS = {f.name for f in fields(Row)}

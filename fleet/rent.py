@@ -194,9 +194,9 @@ def check_listed(cfg: Config, reg: Registry, p: Provider, offer: Offer, label: s
     try:
         p.destroy(box_id)
     except ProviderError as e:
-        # no longer the registry's (never resumed, converted or counted as filling the
-        # roster): its box is then an orphan of this fleet's form, which the loop destroys
-        reg.update(label, status="failed", destroyed_at=now_iso(),
+        # still live, so the budget counts it; never resumed, converted or counted as
+        # filling the roster: the loop destroys it (`Loop._destroy_wanted`)
+        reg.update(label, destroy_wanted=why,
                    note=f"{why}; destroying it failed, it may still bill: {e}"[:300])
         raise
     reg.update(label, status="destroyed", destroyed_at=now_iso(), note=f"{why}: destroyed")

@@ -222,11 +222,14 @@ class RunPod(Client):
     def box(self, box_id: str) -> Box | None:
         doc = operation("query", "pod", {"input": {"podId": box_id}}, POD_FIELDS)
         try:
-            pod = self._gql("pod", doc).get("pod")
+            data = self._gql("pod", doc)
         except ProviderError as e:
             if type(e) is ProviderError and any(s in e.detail.lower() for s in _GONE):
                 return None
             raise
+        if "pod" not in data:  # an answer that says nothing of the pod: never "gone"
+            raise self.http.error(ProviderError, "pod", "no pod field in the answer")
+        pod = data["pod"]
         if not pod or pod.get("desiredStatus") == "TERMINATED":
             return None
         return self._box(pod)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from fleet_cli import REPO, FleetCli, wait_for
+import pytest
+from fleet_cli import REPO, FleetCli, wait_for, workspace
 
 from fleet.registry import Registry, Row
+from sandbox import manage
 from sandbox.control_client import ControlClient
 
 LOOP: dict[str, float] = {"interval_s": 10, "dead_checks": 2, "orphan_grace_s": 20}
@@ -44,6 +47,14 @@ class Loopy(FleetCli):
         wait_for("a settled fleet", settled, timeout=600, poll_s=1)
         return self.live()
 
+    def without_faults(self) -> Iterator[None]:
+        """For an autouse fixture: no fault queued before or after a test."""
+        with self.control() as c:
+            c.clear_faults()
+        yield
+        with self.control() as c:
+            c.clear_faults()
+
     def control(self) -> ControlClient:
         return ControlClient.from_state_dir(self.tmp / "sandbox")
 
@@ -64,3 +75,17 @@ class Loopy(FleetCli):
         return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                "tests/infra/test_standing.py"], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=600)
+
+
+def sandboxed(factory: pytest.TempPathFactory, name: str, toml: Callable[[Path], str],
+              boxes: int) -> Iterator[Loopy]:
+    """For a module fixture: a sandbox of its own, 32 machines (room for the replacements the
+    tests make), no box yet; down at the end."""
+    tmp, env = workspace(factory, name, toml)
+    f = Loopy(tmp, env, boxes=boxes)
+    try:
+        f.fleet("sandbox", "up", "--boxes", "0", "--backend", "ns", "--machines", "32")
+        env.update(manage.load_env(tmp / "sandbox"))
+        yield f
+    finally:
+        f.fleet("sandbox", "down", check=False)

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet_cli import BIN, wait_for, workspace
-from loopy import LOOP, Loopy
+from fleet_cli import BIN, wait_for
+from loopy import LOOP, Loopy, sandboxed
 
 from fleet.registry import Registry, Row
-from sandbox import fleet_toml, manage
+from sandbox import fleet_toml
 
 # the cards as a person types them: RunPod's GPU type id, and lower case
 ROSTER = (("vast", "NVIDIA GeForce RTX 4090", 1), ("runpod", "rtx 4090", 1))
@@ -38,23 +38,12 @@ def config(state: Path, budget: float = 500, roster: tuple[tuple[str, str, int],
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loopy]:
-    tmp, env = workspace(tmp_path_factory, "guards", config)
-    f = Loopy(tmp, env, boxes=len(ROSTER))
-    try:
-        f.fleet("sandbox", "up", "--boxes", "0", "--backend", "ns", "--machines", "32")
-        env.update(manage.load_env(tmp / "sandbox"))
-        yield f
-    finally:
-        f.fleet("sandbox", "down", check=False)
+    yield from sandboxed(tmp_path_factory, "guards", config, boxes=len(ROSTER))
 
 
 @pytest.fixture(autouse=True)
 def no_faults(fleet: Loopy) -> Iterator[None]:
-    with fleet.control() as c:
-        c.clear_faults()
-    yield
-    with fleet.control() as c:
-        c.clear_faults()
+    yield from fleet.without_faults()
 
 
 def other_config(fleet: Loopy, name: str, **kw: object) -> Path:

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet_cli import BIN, REPO, wait_for, workspace
-from loopy import LOOP, Loopy
+from fleet_cli import BIN, REPO, wait_for
+from loopy import LOOP, Loopy, sandboxed
 
-from sandbox import fleet_toml, manage
+from fleet.registry import Registry
+from sandbox import fleet_toml
 
 ROSTER = (("vast", "RTX 4090", 1), ("runpod", "RTX 4090", 1))
 
@@ -30,24 +31,13 @@ def config(state: Path, budget: float = 500) -> str:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loopy]:
-    tmp, env = workspace(tmp_path_factory, "loop", config)
-    f = Loopy(tmp, env, boxes=len(ROSTER))
-    try:
-        f.fleet("sandbox", "up", "--boxes", "0", "--backend", "ns",
-                "--machines", "32")  # room for the replacements the tests make
-        env.update(manage.load_env(tmp / "sandbox"))
-        yield f
-    finally:
-        f.fleet("sandbox", "down", check=False)
+    # room for the replacements the tests make
+    yield from sandboxed(tmp_path_factory, "loop", config, boxes=len(ROSTER))
 
 
 @pytest.fixture(autouse=True)
 def no_faults(fleet: Loopy) -> Iterator[None]:
-    with fleet.control() as c:
-        c.clear_faults()
-    yield
-    with fleet.control() as c:
-        c.clear_faults()
+    yield from fleet.without_faults()
 
 
 def test_ticks_fill_the_roster_convert_it_and_then_change_nothing(fleet: Loopy) -> None:
@@ -156,14 +146,15 @@ def test_an_orphan_is_reported_then_destroyed_after_the_grace(fleet: Loopy,
         monkeypatch.setenv(k, v)
     vast = dict(all_providers())["vast"]
     offer = sorted(vast.offers(card="RTX 3090"), key=lambda o: o.usd_per_hour)[0]
-    box = vast.rent(offer, RentRequest(label="live-vast-0b0b0b", image="img", disk_gb=10,
+    label = f"live-{Registry(fleet.tmp / 'state' / 'boxes.json').fleet_id()}-vast-0b0b0b"
+    box = vast.rent(offer, RentRequest(label=label, image="img", disk_gb=10,
                                        tcp_ports=(22,), env={}))
     first = fleet.tick()
-    assert any("live-vast-0b0b0b" in o for o in first["orphans"]), first
-    assert any("orphan live-vast-0b0b0b" in a and "destroyed in" in a
+    assert any(label in o for o in first["orphans"]), first
+    assert any(f"orphan {label}" in a and "destroyed in" in a
                for a in first["actions"]), first
     wait_for("the orphan destroyed after its grace", lambda: any(
-        "orphan live-vast-0b0b0b" in a and "destroyed after" in a
+        f"orphan {label}" in a and "destroyed after" in a
         for a in fleet.tick()["actions"]), timeout=120, poll_s=1)
     assert vast.box(box.box_id) is None
 

@@ -12,10 +12,12 @@ import pytest
 from test_loop import FakeVast, make, standing_box
 
 from fleet import loop as loop_mod
+from fleet import rent as rent_mod
 from fleet.check import Health
-from fleet.errors import ProviderError
+from fleet.errors import BudgetExceeded, FleetError, ProviderError
 from fleet.loop import Memory, Owe
-from fleet.providers.base import Box, Offer
+from fleet.providers.base import Box, Offer, RentRequest
+from fleet.providers.client import check_label
 from fleet.registry import Row
 
 LONG_AGO = "2000-01-01T00:00:00Z"
@@ -341,3 +343,184 @@ def test_a_box_whose_ssh_moved_to_another_port_is_probed_where_its_key_is_pinned
     loop.tick()
     assert probed == [("10.0.0.1", 40022)]
     assert "[10.0.0.1]:40022 ssh-ed25519 AAAA" in loop.cfg.known_hosts.read_text()
+
+
+# -- a second review's cases ----------------------------------------------------------------
+
+@pytest.mark.parametrize("status", ["exited", "unknown", "stopped"])
+def test_an_unfinished_rent_whose_box_is_not_running_is_given_up(tmp_path: Path,
+                                                                 status: str) -> None:
+    loop, vast, _ = make(tmp_path)
+    label = f"live-{loop.reg.fleet_id()}-vast-00000a"
+    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing", card="RTX 4090",
+                     gpu_count=1, usd_per_hour=0.3, status="renting",
+                     created_at=loop_mod.now_iso()))
+    # Vast: "OCI runtime create failed" -> exited; host offline -> unknown
+    vast.listed["5"] = Box("vast", "5", label, "RTX 4090", 1, 0.3, status)
+    loop.tick()  # within the deadline: recorded (status copied from the listing)
+    loop.reg.update(label, created_at=LONG_AGO)  # ready_timeout_s long past
+    for _ in range(4):
+        t = loop.tick()
+    row = loop.reg.get(label)
+    assert row is not None
+    # promise: past ready_timeout_s a box never SSH-ready is destroyed and the place owed again
+    assert "5" in vast.destroyed or not row.live, (row.status, row.host_key, t.owed, t.actions)
+
+
+class PricyVast(FakeVast):
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 10
+        self.listed_price = 5.0
+        self.destroy_fails = True
+
+    def rent(self, offer: Offer, req: RentRequest) -> Box:
+        self.n += 1
+        b = Box("vast", str(self.n), req.label, offer.card, 1, offer.usd_per_hour, "provisioning")
+        self.listed[b.box_id] = b
+        return b
+
+    def box(self, box_id: str) -> Box | None:
+        b = self.listed.get(box_id)
+        if b is None:
+            return None
+        return Box(b.provider, b.box_id, b.label, b.card, 1, self.listed_price, b.status)
+
+    def destroy(self, box_id: str) -> None:
+        if self.destroy_fails:
+            raise ProviderError("vast", "destroy", f"box {box_id} still listed 120 s after")
+        super().destroy(box_id)
+
+
+def test_a_box_over_budget_whose_destroy_failed_still_counts_against_the_budget(
+        tmp_path: Path) -> None:
+    loop, _, _ = make(tmp_path, budget=10)
+    vast = PricyVast()
+    providers = {"vast": vast}
+    role = loop.cfg.role("live")
+    offer = Offer("vast", "o1", "RTX 4090", 1, 0.3, driver="580.95.05")
+    with pytest.raises(ProviderError):  # listed at $5/h (120 $/day > 10): destroy fails
+        rent_mod.rent(loop.cfg, loop.reg, role, [offer], providers)
+    first = [r for r in loop.reg.rows()][0]
+    assert first.live and first.destroy_wanted and "may still bill" in (first.note or "")
+    assert first.provider_id in vast.listed  # it is still billing at $5/h
+    # a second rent, $0.3/h: with the $5/h box still billing, the run rate is 127 $/day
+    vast.listed_price = 0.3
+    with pytest.raises(BudgetExceeded):
+        rent_mod.rent(loop.cfg, loop.reg, role, [offer], providers)
+
+
+class LabelVast(FakeVast):
+    def rent(self, offer: Offer, req: RentRequest) -> Box:
+        check_label(req.label)  # what Client.rent does first
+        b = Box("vast", "77", req.label, offer.card, 1, offer.usd_per_hour, "provisioning")
+        self.listed["77"] = b
+        return b
+
+
+def test_a_long_hand_label_dying_does_not_stop_the_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def not_yet(*_: Any, **__: Any) -> None:
+        raise FleetError("not SSH-ready yet")  # the next ticks resume it
+
+    monkeypatch.setattr(loop_mod.rent_mod, "wait_ready", not_yet)
+    loop, _, ssh = make(tmp_path)
+    vast = LabelVast()
+    loop.providers = {"vast": vast}
+    hand = "live-" + "x" * 53  # 58 characters: rentable (<= 60), its -r1 is 61
+    standing_box(loop, vast, hand)
+    vast.market = [Offer("vast", "9", "RTX 4090", 1, 0.2, driver="580.95.05")]
+    ssh += [False, False, False]
+    ticks = []
+    n = [0]
+
+    def emit(t: Any) -> None:
+        ticks.append(t)
+        n[0] += 1
+        if n[0] >= 3:
+            raise SystemExit(0)
+
+    with pytest.raises(SystemExit):  # the loop must keep ticking: only our SystemExit ends it
+        loop_mod.run(loop, 0, once=False, emit=emit)
+
+
+def test_a_role_removed_while_its_rerent_is_owed_does_not_stop_the_loop(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    Memory(rerents=[Owe("oldrole", "vast", "RTX 4090", 1, LONG_AGO,
+                        rerent_of="oldrole-abc123-vast-000001")]).save(loop.memory_path)
+    n = [0]
+
+    def emit(t: Any) -> None:
+        n[0] += 1
+        if n[0] >= 2:
+            raise SystemExit(0)
+
+    with pytest.raises(SystemExit):
+        loop_mod.run(loop, 0, once=False, emit=emit)
+
+
+def test_resume_does_not_destroy_a_ready_box_when_the_fleet_is_blind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loop, vast, _ = make(tmp_path)
+    label = f"live-{loop.reg.fleet_id()}-vast-00000a"
+    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing", card="RTX 4090",
+                     gpu_count=1, usd_per_hour=0.3, status="running", provider_id="5",
+                     created_at=LONG_AGO))
+    vast.listed["5"] = Box("vast", "5", label, "RTX 4090", 1, 0.3, "running",
+                           ssh_host="10.0.0.5", ssh_port=22)
+
+    def blind(host: str, port: int, timeout: float) -> str:
+        raise FleetError("ssh-keyscan: connect timed out")  # the fleet's own network
+
+    monkeypatch.setattr(rent_mod, "fetch_host_key", blind)
+    loop.tick()
+    assert vast.destroyed == []
+
+
+def test_a_late_status_is_not_an_ssh_death(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet import check as check_mod
+    loop, vast, _ = make(tmp_path)
+    add_box(loop, vast, 1)
+    add_box(loop, vast, 2)
+    add_box(loop, vast, 3)
+
+    def connect_all(state: Any) -> None:  # every box's SSH connects
+        state.activated_hosts.update(state.inventory)
+
+    def status_within(state: Any, host: Any, deadline: float) -> tuple[bool, Any]:
+        if host.name.endswith("000001"):
+            return False, "late"  # box 1's status ran past 30 s (a loaded disk, a slow agent)
+        return True, {}  # the others answer (agent not installed: a problem, not a death)
+
+    monkeypatch.setattr(check_mod, "connect_all", connect_all)
+    monkeypatch.setattr(check_mod, "disconnect_all", lambda state: None)
+    monkeypatch.setattr(check_mod, "_status_within", status_within)
+    loop.check_fn = check_mod.check
+    loop.converge_fn = lambda _c, labels: None  # type: ignore[assignment]
+    t = loop.tick()
+    dead = [lb for lb in t.dead if lb.endswith("000001")]
+    assert dead == [], t.dead  # counted "SSH does not answer"; destroyed on the next tick
+
+
+def test_a_row_given_up_after_its_box_ran_keeps_what_it_spent(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from fleet import budget
+    from fleet.registry import iso
+    loop, vast, _ = make(tmp_path)
+    now = datetime.now(UTC)
+    created = iso(max(now - timedelta(minutes=40), now.replace(hour=0, minute=0, second=0)))
+    label = f"live-{loop.reg.fleet_id()}-vast-00000a"
+    # a box that ran (status running, id recorded) but never got its host key pinned
+    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing", card="RTX 4090",
+                     gpu_count=1, usd_per_hour=6.0, status="running", provider_id="5",
+                     created_at=created))
+    before = budget.project(loop.reg.rows(), 100, now=now).spent_usd
+    assert before > 0
+    object.__setattr__(loop.cfg.loop, "ready_timeout_s", 60.0)  # its deadline passed
+    loop.tick()  # the box is gone from the provider: the row is given up
+    row = loop.reg.get(label)
+    assert row is not None and not row.live
+    after = budget.project(loop.reg.rows(), 100, now=now).spent_usd
+    # (the row's end is its destroyed_at, to the second)
+    assert after >= before - 0.01, (row.status, before, after)

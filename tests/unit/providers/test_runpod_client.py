@@ -172,3 +172,13 @@ def test_boxes_and_find_by_label(rp: Fix) -> None:
 ])
 def test_status_of(desired: str | None, change: str, ssh: bool, status: str) -> None:
     assert status_of({"desiredStatus": desired, "lastStatusChange": change}, ssh) == status
+
+
+@pytest.mark.parametrize("body", [{}, {"data": None}, {"data": {}}])
+def test_an_answer_without_a_pod_is_never_read_as_no_such_pod(rp: Fix,
+                                                             body: dict[str, object]) -> None:
+    client, fake = rp
+    pid = fake.add("live-abc123-runpod-0b0b0b")
+    fake.queue("pod", ("before", httpx.Response(200, json=body)))
+    with pytest.raises(ProviderError):
+        client.box(pid)
