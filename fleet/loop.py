@@ -362,6 +362,7 @@ class Loop:
                      "more likely the fleet's own side (its network, an SSH proxy, its key) "
                      "than that many deaths")
         if blind is not None:
+            self._answered = False  # nothing this tick proves the fleet's own SSH works
             self._act(t, f"breaker: no deaths counted this tick ({blind})")
             unjudged.update(label for label, _ in hosts)
         for h in health:
@@ -576,6 +577,7 @@ class Loop:
           still not ready past the deadline is given up then
         A provider that does not answer leaves its rows as they are."""
         listed = {row.label: box for row, box in v.matched}
+        form = labels.fleet_form(tuple(self.cfg.roles), self.reg.fleet_id())
         pinned: list[str] = []
         late: list[Late] = []
         now = time.time()
@@ -587,6 +589,12 @@ class Loop:
             if p is None or row.label in v.unsure:
                 continue
             age = now - _epoch(row.created_at) if row.created_at else 0.0
+            if not row.provider_id and not form.match(row.label):
+                # found by label alone, a box under a hand-given label may be a person's
+                self._act(t, f"{row.label}: an unfinished rent under a hand-given label: not "
+                             f"resumed by the loop (`fleet rent {row.role} --label "
+                             f"{row.label}` resumes it)")
+                continue
             try:
                 box = listed.get(row.label) or rent_mod.find_unfinished(p, row)
                 if box is None:
@@ -605,10 +613,11 @@ class Loop:
                                                 "was ever SSH-ready", sight=False))
                 elif age > limit:
                     # a box its provider says is ready, whose SSH the fleet cannot reach, is
-                    # given up only where the fleet's own SSH provably works (`_give_up`)
+                    # given up only where the fleet's own SSH provably works (`_give_up`),
+                    # until three deadlines have passed: then it is never kept billing
                     late.append(Late(row, box, f"not SSH-ready {age:.0f} s after the rent "
                                      f"(ready_timeout_s {limit:.0f}, {box.status})",
-                                     sight=box.ssh_ready))
+                                     sight=box.ssh_ready and age <= 3 * limit))
                 else:
                     self._act(t, f"{row.label}: waiting for SSH ({box.status}, {age:.0f} s "
                                  f"of {limit:.0f})")

@@ -212,7 +212,9 @@ class Registry:
         + check: called under the lock with every row as it stands (the budget guard); if it
           raises, nothing is written, so two concurrent adds can never both pass it
         + resume: the label may hold an unfinished row (see `unfinished`), which `row`
-          replaces, keeping its created_at and rerent_of (the first attempt's)
+          replaces, keeping its rerent_of (what the first attempt was for); its created_at is
+          the new create's, from which the loop's deadline for it runs (a resume rents anew
+          only where the first attempt left no box, which billed nothing)
 
         Example: `reg.add(row, check=budget.guard(cfg.daily_budget_usd, 0.4, "renting"))`
         """
@@ -226,7 +228,6 @@ class Registry:
             if check is not None:
                 check(list(rows.values()))
             if old is not None:
-                row.created_at = old.created_at
                 row.rerent_of = row.rerent_of or old.rerent_of
             rows[row.label] = row
         return row

@@ -465,7 +465,7 @@ def test_resume_does_not_destroy_a_ready_box_when_the_fleet_is_blind(
     label = f"live-{loop.reg.fleet_id()}-vast-00000a"
     loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing", card="RTX 4090",
                      gpu_count=1, usd_per_hour=0.3, status="running", provider_id="5",
-                     created_at=LONG_AGO))
+                     created_at=just_past(loop)))
     vast.listed["5"] = Box("vast", "5", label, "RTX 4090", 1, 0.3, "running",
                            ssh_host="10.0.0.5", ssh_port=22)
 
@@ -524,3 +524,108 @@ def test_a_row_given_up_after_its_box_ran_keeps_what_it_spent(tmp_path: Path) ->
     after = budget.project(loop.reg.rows(), 100, now=now).spent_usd
     # (the row's end is its destroyed_at, to the second)
     assert after >= before - 0.01, (row.status, before, after)
+
+
+def just_past(loop: loop_mod.Loop) -> str:
+    """A row's creation time a minute past its ready deadline."""
+    from datetime import UTC, datetime, timedelta
+
+    from fleet.registry import iso
+    return iso(datetime.now(UTC) - timedelta(seconds=loop.cfg.loop.ready_timeout_s + 60))
+
+
+def keyscan_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    def blind(host: str, port: int, timeout: float) -> str:
+        raise FleetError("ssh-keyscan: connect timed out")
+    monkeypatch.setattr(rent_mod, "fetch_host_key", blind)
+
+
+def test_a_box_ready_at_its_provider_is_never_kept_past_three_deadlines(tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    loop, vast, _ = make(tmp_path)
+    label = f"live-{loop.reg.fleet_id()}-vast-00000a"
+    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
+                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3, status="running",
+                     provider_id="5", created_at=LONG_AGO))
+    vast.listed["5"] = Box("vast", "5", label, "RTX 4090", 1, 0.3, "running",
+                           ssh_host="10.0.0.5", ssh_port=22)
+    keyscan_fails(monkeypatch)
+    for _ in range(50):  # decades past ready_timeout_s
+        t = loop.tick()
+    row = loop.reg.get(label)
+    # promise (commit da7cfa6): "never stuck"; the roster place stays held, box billing
+    assert vast.destroyed or not row.live or t.owed, (t.actions[-1], t.owed)
+
+
+def test_no_unfinished_box_is_given_up_while_the_breaker_is_open(tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    loop, vast, _ = make(tmp_path)
+    for n in (1, 2, 3):
+        add_box(loop, vast, n)
+
+    def check(_c: Any, built: Any) -> list[Health]:  # 2 of 3 fail: breaker opens
+        return [Health(lb, "vast", ssh=lb.endswith("000001"), agent=lb.endswith("000001"))
+                for lb, _ in built.groups["standing"]]
+    loop.check_fn = check
+    label = f"live-{loop.reg.fleet_id()}-vast-00000a"
+    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
+                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3, status="running",
+                     provider_id="5", created_at=just_past(loop)))
+    vast.listed["5"] = Box("vast", "5", label, "RTX 4090", 1, 0.3, "running",
+                           ssh_host="10.0.0.5", ssh_port=22)
+    keyscan_fails(monkeypatch)
+    t = loop.tick()
+    assert any("breaker" in a for a in t.actions), t.actions
+    assert vast.destroyed == [], t.actions  # destroyed while the breaker calls the fleet blind
+
+
+class RentVast(FakeVast):
+    def rent(self, offer: Offer, req: RentRequest) -> Box:
+        b = Box("vast", "42", req.label, offer.card, 1, offer.usd_per_hour, "provisioning")
+        self.listed["42"] = b
+        return b
+
+
+def test_a_rent_resumed_by_hand_gets_a_fresh_deadline(tmp_path: Path) -> None:
+    loop, _, _ = make(tmp_path)
+    vast = RentVast()
+    loop.providers = {"vast": vast}
+    label = "live-web1"  # hand-given label, as `fleet rent live --label live-web1`
+    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
+                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3, status="renting",
+                     created_at=LONG_AGO))  # yesterday's rent: outcome unknown, no box landed
+    offer = Offer("vast", "o1", "RTX 4090", 1, 0.3, driver="580.95.05")
+    rent_mod.check_resume(loop.reg.get(label), loop.cfg.role("live"), None)  # type: ignore[arg-type]
+    res = rent_mod.rent(loop.cfg, loop.reg, loop.cfg.role("live"), [offer], loop.providers,
+                        label=label, resume=True)
+    assert res.box.box_id == "42"
+    t = loop.tick()  # seconds later, while `fleet rent` waits for SSH
+    assert vast.destroyed == [], t.actions
+
+
+def test_a_hand_labelled_unfinished_rent_is_never_resumed_onto_a_box_not_ours(
+        tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    label = "live-1"
+    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
+                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3, status="renting",
+                     created_at=loop_mod.now_iso()))
+    vast.listed["900"] = Box("vast", "900", label, "RTX 4090", 1, 0.3, "exited")  # not ours
+    t = loop.tick()
+    assert vast.destroyed == [], t.actions
+
+
+def test_a_hand_labelled_unfinished_rent_is_never_converged_onto_a_box_not_ours(tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    loop, vast, _ = make(tmp_path)
+    label = "live-1"
+    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
+                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3, status="renting",
+                     created_at=loop_mod.now_iso()))
+    vast.listed["900"] = Box("vast", "900", label, "RTX 4090", 1, 0.3, "running",
+                             ssh_host="10.9.9.9", ssh_port=22)
+    monkeypatch.setattr(rent_mod, "fetch_host_key", lambda h, p, timeout: "ssh-ed25519 X")
+    got: list[list[str]] = []
+    loop.converge_fn = lambda _c, labels: got.append(labels)  # type: ignore[func-returns-value]
+    loop.tick()
+    assert got == [], got

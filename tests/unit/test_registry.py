@@ -162,7 +162,8 @@ def test_resume_replaces_only_an_unfinished_row(tmp_path: Path) -> None:
         [r.label for r in rows]), resume=True)
     assert seen == [["a-1"]]  # the check sees the row it replaces
     (kept,) = reg.rows()
-    assert kept.usd_per_hour == 0.5 and kept.created_at == first.created_at == again.created_at
+    # the new create's time: the loop's deadline for it runs from there
+    assert kept.usd_per_hour == 0.5 and kept.created_at == again.created_at > first.created_at
     assert kept.rerent_of == "old-1"  # what the first attempt was for stays
     for status, extra in [("running", {"host_key": "ssh-ed25519 AAAA"}),
                           ("failed", {"destroyed_at": "2026-01-01T01:00:00Z"}),
