@@ -47,6 +47,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -577,7 +578,7 @@ class Loop:
           still not ready past the deadline is given up then
         A provider that does not answer leaves its rows as they are."""
         listed = {row.label: box for row, box in v.matched}
-        form = labels.fleet_form(tuple(self.cfg.roles), self.reg.fleet_id())
+        form = self._form()
         pinned: list[str] = []
         late: list[Late] = []
         now = time.time()
@@ -627,6 +628,10 @@ class Loop:
         if pinned:
             write_known_hosts(self.cfg.known_hosts, self.reg.rows())
         return pinned, late
+
+    def _form(self) -> re.Pattern[str]:
+        """The exact form of the labels this fleet makes (`fleet.labels`)."""
+        return labels.fleet_form(tuple(self.cfg.roles), self.reg.fleet_id())
 
     def _never_landed(self, t: Tick, row: Row, age: float) -> None:
         if row.provider_id:  # it had a box, which its provider no longer has
@@ -704,7 +709,7 @@ class Loop:
         missing or mistyped registry path reads as empty) or while the orphans outnumber the
         live rows; each destroy first reads the label's row again under the registry's lock."""
         roles = tuple(self.cfg.roles)
-        form = labels.fleet_form(roles, self.reg.fleet_id())
+        form = self._form()
         now = time.time()
         seen = {}
         grace = self.cfg.loop.orphan_grace_s

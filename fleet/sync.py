@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from fleet.errors import ProviderError
 from fleet.providers.base import Box, Provider
+from fleet.providers.client import oldest_first
 from fleet.registry import Registry, Row
 
 
@@ -30,10 +31,6 @@ class View:
     # "provider/id" of the orphans that carry a live row's label beside the row's own box
     duplicates: set[str] = field(default_factory=set)
     unsure: dict[str, str] = field(default_factory=dict)  # label -> why it cannot be told
-
-
-def _age(box: Box) -> tuple[int, str]:
-    return (len(box.box_id), box.box_id)  # Vast's numeric ids by number, oldest first
 
 
 def view(reg: Registry, providers: Mapping[str, Provider]) -> View:
@@ -53,7 +50,7 @@ def view(reg: Registry, providers: Mapping[str, Provider]) -> View:
             if row is None or row.provider != name or not row.live:
                 out.orphans.extend(found)
                 continue
-            found.sort(key=_age)
+            found.sort(key=oldest_first)
             own = next((b for b in found if b.box_id == row.provider_id), None)
             if own is None and row.provider_id is None:
                 own = found[0]  # an unfinished rent's box: the oldest, as the rent keeps

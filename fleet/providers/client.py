@@ -41,7 +41,7 @@ def p2p_public_port(ports: dict[int, int], p2p_port: int | None) -> int | None:
     return others[0] if len(others) == 1 else None
 
 
-def _age(box: Box) -> tuple[int, str]:
+def oldest_first(box: Box) -> tuple[int, str]:
     """Sort key: Vast's numeric ids by number (oldest first); RunPod's by text."""
     return (len(box.box_id), box.box_id)
 
@@ -95,7 +95,7 @@ class Client:
 
     def find_by_label(self, label: str) -> Box | None:
         """The box carrying `label`, or None. Looks only; duplicates are rent's business."""
-        found = sorted(self._by_label(label), key=_age)
+        found = sorted(self._by_label(label), key=oldest_first)
         return found[0] if found else None
 
     def rent(self, offer: Offer, req: RentRequest) -> Box:
@@ -164,7 +164,7 @@ class Client:
 
         Returns the kept box when it is among `boxes`.
         """
-        found = sorted(boxes, key=_age)
+        found = sorted(boxes, key=oldest_first)
         kept = keep or (found[0].box_id if found else None)
         for extra in found:
             if extra.box_id != kept:
