@@ -44,7 +44,8 @@ def oneshot() -> None:
     bundle = support.agent_bundle()
     if host.data.get("job_name") != spec_job.name:
         python.call(name="Registry: job and TTL", function=mark_job, label=host.name,
-                    job=spec_job.name, ttl_minutes=spec_job.ttl_minutes)
+                    job=spec_job.name, ttl_minutes=spec_job.ttl_minutes,
+                    gates=len(spec_job.gates))
 
     agent.installed(name="Agent installed", bundle=str(bundle.path),
                     bundle_sha256=bundle.sha256, root=ROOT)

@@ -3,9 +3,11 @@ hashed while it is written (its bytes are never read a second time), then compar
 manifest the box made of the same bytes as it sent them (`python -m agent manifest --tar`:
 `out/<path>` members, then `manifest.json`).
 
-Layout: `<archive>/<label>/<job>/` holds the outputs and `fleet-manifest.json` (the box's
-manifest). A pull lands in a sibling `.incoming` folder first and replaces the archive only
-once every file matched, so an archive folder is always a verified copy.
+Layout: `<archive>/<label>/<job>/` holds `outputs/` (the outputs) and `fleet-manifest.json`
+(the box's manifest), which no output's name can reach. A pull lands in a sibling
+`.incoming-<job>-<random>` folder of its own first and replaces the archive only once every
+file matched, so an archive folder is always a verified copy. The teardown holds the label's
+lock around a pull; a folder another pull left behind is removed at the next one.
 
 The files are written by direct I/O (`lowio.directio`), past the page cache: the push reads them
 once more the same way, and nothing else reads them soon. A pull is not durable by itself
@@ -22,6 +24,7 @@ import json
 import os
 import shutil
 import tarfile
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -32,6 +35,7 @@ from fleet.errors import FleetError
 from lowio.directio import DirectWriter
 
 MANIFEST = "fleet-manifest.json"
+OUTPUTS = "outputs"  # the outputs' folder, beside the manifest (archive and store alike)
 CHUNK = 1 << 20
 OUT_PREFIX = "out/"  # the stream's outputs; its manifest member is STREAM_MANIFEST
 STREAM_MANIFEST = "manifest.json"
@@ -40,7 +44,7 @@ MAX_MANIFEST_BYTES = 64 << 20
 
 @dataclass
 class Pulled:
-    path: Path  # the verified archive folder (or the incoming one, when problems)
+    path: Path  # the verified outputs folder (or the incoming one's, when problems)
     files: int
     bytes: int
     problems: list[str]
@@ -215,13 +219,16 @@ def make_durable(path: Path) -> None:
 
 
 def pull(stream: IO[bytes], archive: Path, label: str, job: str) -> Pulled:
-    """Receive the outputs into the archive and verify them against the box's manifest."""
+    """Receive the outputs into the archive and verify them against the box's manifest. The
+    caller holds the label's teardown lock."""
     final = folder(archive, label, job)
-    incoming = final.with_name(f".incoming-{job}")
-    shutil.rmtree(incoming, ignore_errors=True)
-    incoming.mkdir(parents=True)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for old in final.parent.glob(f".incoming-{job}-*"):  # a kept or killed pull's leftovers
+        shutil.rmtree(old, ignore_errors=True)
+    incoming = Path(tempfile.mkdtemp(prefix=f".incoming-{job}-", dir=final.parent))
+    (incoming / OUTPUTS).mkdir()
     try:
-        got, sent = receive(stream, incoming)
+        got, sent = receive(stream, incoming / OUTPUTS)
     except (tarfile.TarError, OSError, ValueError) as e:
         raise FleetError(f"{label}: pulling the outputs into {incoming} failed: {e}") from None
     manifest, problems = _box_manifest(sent)
@@ -229,9 +236,13 @@ def pull(stream: IO[bytes], archive: Path, label: str, job: str) -> Pulled:
         problems += compare(manifest, got, f"the archive ({final})")
     total = sum(v["size"] for v in got.values())
     if problems:
-        return Pulled(incoming, len(got), total, problems, manifest)
+        return Pulled(incoming / OUTPUTS, len(got), total, problems, manifest)
     (incoming / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(incoming, final)
-    return Pulled(final, len(got), total, [], manifest)
+    if final.exists():  # an earlier verified copy: set aside, then gone once the new one is in
+        aside = Path(tempfile.mkdtemp(prefix=f".incoming-{job}-old-", dir=final.parent))
+        os.replace(final, aside / job)
+        os.replace(incoming, final)
+        shutil.rmtree(aside)
+    else:
+        os.replace(incoming, final)
+    return Pulled(final / OUTPUTS, len(got), total, [], manifest)

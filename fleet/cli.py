@@ -20,7 +20,7 @@ from fleet.config import PROVIDERS, Config, load
 from fleet.errors import AuthFailed, FleetError, ProviderError, UsageError
 from fleet.providers import all_providers, cards
 from fleet.providers.base import Provider
-from fleet.registry import Registry, Row, check_label, now_iso, parse_iso
+from fleet.registry import Registry, Row, check_label, now_iso, parse_iso, unread
 
 if TYPE_CHECKING:
     from fleet.loop import Owe
@@ -275,7 +275,9 @@ def _job_cell(r: Row) -> str:
 
 
 @app.command("destroy")
-def destroy_cmd(label: str, force: bool = typer.Option(False, help="also destroy a standing box"),
+def destroy_cmd(label: str,
+                force: bool = typer.Option(False, help="also destroy a standing box, or a "
+                                           "one-shot box whose outputs were not read back"),
                 dry_run: bool = typer.Option(False, "--dry-run")) -> None:
     """Destroy the box LABEL (boxes of standing roles only with --force).
 
@@ -291,6 +293,9 @@ def destroy_cmd(label: str, force: bool = typer.Option(False, help="also destroy
     if _standing(c, row) and not force:
         raise UsageError(f"{label} is a box of the standing role {row.role}; standing boxes are "
                          "replaced, not destroyed (use --force to destroy it anyway)")
+    if unread(row) and not force:
+        raise UsageError(f"{label} holds job {row.job}, whose outputs were not read back: run "
+                         f"`fleet teardown {label}` (or --force to lose them)")
     if dry_run and row.provider_id:
         out.print(f"dry run: would destroy {label} ({row.provider} {row.provider_id}, "
                   f"${row.usd_per_hour:.3f}/h)")

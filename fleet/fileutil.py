@@ -53,15 +53,16 @@ def fsync_tree(root: Path) -> None:
 
 
 @contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive advisory lock on `path` (created if missing) for the block.
+def locked(path: Path, wait: bool = True) -> Iterator[None]:
+    """Hold an exclusive advisory lock on `path` (created if missing) for the block; with
+    `wait=False`, BlockingIOError at once when another holds it.
 
     flock locks die with their holder, so a writer killed mid-update never leaves a stale lock.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         yield
     finally:
         os.close(fd)

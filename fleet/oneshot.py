@@ -23,7 +23,7 @@ from fleet.errors import FleetError, UsageError
 from fleet.job import Job
 from fleet.providers.base import Provider
 from fleet.pyinfra_run import run_pyinfra
-from fleet.registry import Registry, Row, parse_iso
+from fleet.registry import Registry, Row, parse_iso, unread
 
 DEPLOY = "deploys/oneshot.py"
 
@@ -47,6 +47,7 @@ class Summary:
     store_commit: str | None = None
     destroyed: bool = False
     kept: str | None = None
+    problem: str | None = None  # why the job never ran to its end (the box not ready, ...)
     cost_usd: float = 0.0
 
     @property
@@ -61,17 +62,28 @@ class Summary:
         return {**self.__dict__, "verdict": self.verdict}
 
 
+NOT_STAGED = 7  # the exit status of the state read when the job never reached the box
+
+
 def job_state(cfg: Config, row: Row, job: str) -> dict[str, Any]:
     """The agent's state of `job` on the box ({} before it was staged). Asked of the agent,
-    which also settles a runner that died (interrupted) rather than read stale."""
+    which also settles a runner that died (interrupted) rather than read stale. A box that
+    cannot be read (SSH failing, the agent failing) raises FleetError: unknown is not {}."""
     d = shlex.quote(f"{ROOT}/jobs/{job}")
-    res = boxssh.run(cfg, row, f"cd {ROOT} && test -f {d}/job.json && "
-                     f"venv/bin/python -m agent job state {d} 2>/dev/null || echo '{{}}'")
+    res = boxssh.run(cfg, row, f"test -f {d}/job.json || exit {NOT_STAGED}; cd {ROOT} && "
+                     f"venv/bin/python -m agent job state {d}")
+    if res.returncode == NOT_STAGED:
+        return {}
+    why = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1][:200]
+    if res.returncode != 0:
+        raise FleetError(f"{row.label}: cannot read job {job}'s state on the box ({why})")
     try:
-        data = json.loads(res.stdout or "{}")
+        data = json.loads(res.stdout)
     except ValueError:
-        return {"phase": "unreadable"}
-    return data if isinstance(data, dict) else {}
+        data = None
+    if not isinstance(data, dict):
+        raise FleetError(f"{row.label}: job {job}'s state on the box is not a JSON object")
+    return data
 
 
 def record(reg: Registry, label: str, state: dict[str, Any]) -> Row:
@@ -82,16 +94,28 @@ def record(reg: Registry, label: str, state: dict[str, Any]) -> Row:
         else None)
 
 
-def mark_job(label: str, job: str, ttl_minutes: int) -> None:
+def deadline_minutes(ttl_minutes: int, gates: int) -> int:
+    """How long a job may keep its box: each gate may take a full TTL, then the run one."""
+    return ttl_minutes * (gates + 1)
+
+
+def mark_job(label: str, job: str, ttl_minutes: int, gates: int = 0) -> None:
     """The deploy's registry step: the row names its job and its deadline (a box rented by
-    `fleet rent` and given a job by hand gets its TTL from now)."""
+    `fleet rent` and given a job by hand gets its deadline from now). A new job on a box whose
+    last job was not read back is refused: its outputs would never be pulled."""
     from fleet.deploy_support import config
 
     reg = Registry(config().registry)
     row = reg.get(label)
     if row is None or (row.job == job and row.expires_at):
         return
-    reg.update(label, job=job, expires_at=row.expires_at or rent_mod.in_hours(ttl_minutes / 60))
+    if row.job != job and unread(row):
+        raise UsageError(f"{label} still holds job {row.job}, not read back: run `fleet "
+                         f"teardown {label} --keep-box` before giving it job {job}")
+    reg.update(label, job=job, read_back=None, store_commit=None, job_state=None,
+               invocations=None, refusal=None, teardown=None,
+               expires_at=row.expires_at if row.job == job and row.expires_at else
+               rent_mod.in_hours(deadline_minutes(ttl_minutes, gates) / 60))
 
 
 def cost(row: Row) -> float:
@@ -118,20 +142,33 @@ def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: s
     found, failures = offers.search(role, chosen.values(), card=job.card, gpus=job.gpus)
     for f in failures:
         echo(f"warning: {f}")
-    res = rent_mod.rent(cfg, reg, role, found, providers, job=(job.name, job.ttl_minutes))
+    minutes = deadline_minutes(job.ttl_minutes, len(job.gates))
+    res = rent_mod.rent(cfg, reg, role, found, providers, job=(job.name, minutes))
     row = res.row
     echo(f"rented {row.label}: {row.card} x{row.gpu_count} on {row.provider} at "
-         f"${row.usd_per_hour:.3f}/h, TTL {job.ttl_minutes} min")
-    row = rent_mod.wait_ready(cfg, reg, providers, [row.label])[row.label]
-    echo(f"{row.label}: SSH ready")
+         f"${row.usd_per_hour:.3f}/h, TTL {job.ttl_minutes} min (the box's deadline "
+         f"{minutes} min, gates included)")
     summary = Summary(row.label, row.provider, row.card, row.usd_per_hour, job.name)
-    state = _deploy(cfg, row, job, deploy_echo, echo)
-    row = record(reg, row.label, state)
-    _fill(summary, state)
+    try:
+        row = rent_mod.wait_ready(cfg, reg, providers, [row.label])[row.label]
+    except FleetError as e:
+        # nothing reached the box: the teardown destroys it without a read
+        echo(f"{row.label}: {e}; destroying it (nothing ran on it)")
+        summary.problem = str(e)
+    else:
+        echo(f"{row.label}: SSH ready")
+        try:
+            state = _deploy(cfg, row, job, deploy_echo, echo)
+        except FleetError as e:
+            echo(f"{row.label}: {e}")
+            summary.problem = str(e)
+            state = {}
+        row = record(reg, row.label, state)
+        _fill(summary, state)
     echo(f"{row.label}: {summary.verdict}"
          + (f": {summary.refusal}" if summary.refusal else
             f", exit {summary.exit_code}" if summary.exit_code is not None else ""))
-    if keep and not summary.refusal:  # a refused box goes straight to teardown
+    if keep and not summary.refusal and not summary.problem:  # torn down regardless
         echo(f"{row.label}: kept (--keep); `fleet teardown {row.label}` reads it back and "
              "destroys it")
     else:

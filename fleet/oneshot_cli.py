@@ -55,9 +55,13 @@ def run_cmd(role: str, job_file: Path = typer.Argument(..., metavar="JOB.toml"),
     t.add_row("store commit", s.store_commit or "-")
     t.add_row("box", "destroyed" if s.destroyed else f"KEPT: {s.kept}" if s.kept else "kept")
     t.add_row("cost", f"${s.cost_usd:.4f}")
+    if s.problem:
+        t.add_row("problem", s.problem)
     emit(t, s.to_dict(), as_json)
+    for fault in (s.problem, s.kept):
+        if fault:
+            err.print(f"error: {fault}", markup=False, highlight=False, soft_wrap=True)
     if s.kept:
-        err.print(f"error: {s.kept}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     if s.refusal:
         raise typer.Exit(3)
@@ -68,7 +72,10 @@ def run_cmd(role: str, job_file: Path = typer.Argument(..., metavar="JOB.toml"),
 @app.command("teardown")
 def teardown_cmd(label: str = typer.Argument(None, help="the one-shot box"),
                  expired: bool = typer.Option(False, "--expired", help="every one-shot box the "
-                                              "watchdog flags: past its TTL or its job ended"),
+                                              "watchdog flags: past its deadline, its job "
+                                              "ended, or no job past the grace"),
+                 keep_box: bool = typer.Option(False, "--keep-box", help="read the outputs "
+                                               "back but keep the box for another job"),
                  dry_run: bool = typer.Option(False, "--dry-run"),
                  as_json: bool = typer.Option(False, "--json")) -> None:
     """Read a one-shot box's outputs back (archive and store), then destroy it."""
@@ -76,22 +83,29 @@ def teardown_cmd(label: str = typer.Argument(None, help="the one-shot box"),
 
     if bool(label) == expired:
         raise UsageError("name one box (LABEL) or pass --expired")
+    if keep_box and expired:
+        raise UsageError("--keep-box reads one box back (LABEL), not the --expired ones")
     c, reg = cfg(), registry()
     if label:
         labels = [check_label(label)]
     else:
-        labels = [w.label for w in watchdog.watch(c, reg)
-                  if any(p.startswith(("past its TTL", "job ")) for p in w.problems)]
+        labels = [w.label for w in watchdog.watch(c, reg) if w.due]
     ps = providers()
     results, failures = [], []
     for lab in labels:
         try:
-            results.append(teardown.teardown(c, reg, ps, lab, dry_run=dry_run, echo=_say))
+            results.append(teardown.teardown(c, reg, ps, lab, dry_run=dry_run,
+                                             keep_box=keep_box, echo=_say))
         except FleetError as e:
             if label:
                 raise
             failures.append(str(e))
             _say(f"error: {e}")
+        except Exception as e:  # noqa: BLE001 - one box's fault never stops the pass
+            if label:
+                raise
+            failures.append(f"{lab}: {type(e).__name__}: {e}")
+            _say(f"error: {lab}: {type(e).__name__}: {e}; box kept")
     t = Table(title="teardown" + (" - dry run" if dry_run else ""))
     for col in ("label", "job", "phase", "files", "bytes", "store commit", "box"):
         t.add_column(col)

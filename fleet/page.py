@@ -755,8 +755,8 @@ _TEMPLATE = """<!DOCTYPE html>
 <br><span class="nowrap">{{ b.job.phase or "unknown" }} · {{ b.job.age_min|num(0) }} min</span>
 {%- if b.job.ttl_left_min is not none %}
 <br><span class="muted nowrap">
-{%- if b.job.ttl_left_min > 0 %}TTL left {{ b.job.ttl_left_min|num(0) }} min
-{%- else %}past its TTL{% endif %}</span>
+{%- if b.job.ttl_left_min > 0 %}{{ b.job.ttl_left_min|num(0) }} min to its deadline
+{%- else %}past its deadline{% endif %}</span>
 {%- endif %}</td>
 {% else %}
 <td data-th="Job" class="na"><span class="muted">—</span></td>

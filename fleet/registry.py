@@ -90,6 +90,7 @@ class Row:
     invocations: int | None = None  # 0 when refused: a fault of the box, never a result
     refusal: str | None = None  # "gpu: driver 580.105.08 is not the admitted 580.95.05"
     store_commit: str | None = None  # the store commit the outputs were read back at
+    read_back: str | None = None  # the job whose outputs both copies matched (None: not yet)
     teardown: str | None = None  # why the last teardown kept the box (None: not tried or done)
     # why the fleet wants this box gone though its destroy failed (over budget at the price
     # listed after its rent): the loop destroys it, never adopts it; the budget counts it
@@ -110,6 +111,11 @@ def unfinished(row: Row) -> bool:
     box the fleet wants destroyed is never one."""
     return row.destroyed_at is None and not row.destroy_wanted and (
         row.status in UNFINISHED or (row.status in LIVE and not row.host_key))
+
+
+def unread(row: Row) -> bool:
+    """Does the row name a one-shot job whose outputs were not read back yet?"""
+    return bool(row.job) and row.read_back != row.job
 
 
 _FIELDS = {f.name for f in fields(Row)}

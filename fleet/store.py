@@ -10,7 +10,8 @@ The Hub is `HF_ENDPOINT` (the real one when unset), the token `HF_TOKEN` or the 
     token()                                              the token, or None when there is none
 
 A manifest is the box's list of `{path, size, sha256}` (`python -m agent manifest DIR`), paths
-relative to the pushed folder; `push` stores it beside the files as `fleet-manifest.json`.
+relative to the pushed folder; `push` stores the files under `<path_in_repo>/outputs/` and the
+manifest as `<path_in_repo>/fleet-manifest.json`, where no output's name can reach it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from urllib.parse import urlsplit
 
 import httpx2
 from huggingface_hub import CommitOperationAdd, HfApi, constants, get_token, hf_hub_url
+from huggingface_hub._commit_api import FORBIDDEN_FOLDERS
 from huggingface_hub.errors import (
     HfHubHTTPError,
     RemoteEntryNotFoundError,
@@ -42,13 +44,14 @@ from huggingface_hub.errors import (
 from huggingface_hub.file_download import get_hf_file_metadata
 from huggingface_hub.utils import build_hf_headers, disable_progress_bars
 
+from fleet.archive import MANIFEST as MANIFEST_NAME
+from fleet.archive import OUTPUTS
 from fleet.errors import AuthFailed, FleetError, ProviderError, UsageError
 from fleet.providers.http import RetryPolicy, retry_after
 from lowio.directio import DirectReader
 
 REPO_TYPE = "dataset"
 BRANCH = "main"
-MANIFEST_NAME = "fleet-manifest.json"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _READERS = 4  # files read back at once
@@ -97,6 +100,24 @@ def _in_repo(prefix: str, path: str) -> str:
     return f"{prefix}/{path}" if prefix else path
 
 
+def _output(prefix: str, path: str) -> str:
+    """Where an output file lives in the repo: below `outputs/`, apart from the manifest."""
+    return _in_repo(_in_repo(prefix, OUTPUTS), path)
+
+
+def _unstorable(path: str) -> str | None:
+    """Why the Hub cannot hold an output at `path` (None when it can): a name that is not
+    UTF-8, or a folder it reserves (huggingface_hub refuses `.git/` and `.cache/`)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeError:
+        return f"{path.encode('utf-8', 'surrogateescape')!r}: a name that is not UTF-8"
+    for reserved in FORBIDDEN_FOLDERS:
+        if reserved in path.split("/"):
+            return f"{path}: the Hub reserves the name {reserved}"
+    return None
+
+
 def _prefix(path_in_repo: str) -> str:
     prefix = path_in_repo.strip("/")
     if any(p in (".", "..") for p in prefix.split("/")):
@@ -140,10 +161,14 @@ def _call(call: str, repo: str) -> Iterator[None]:
         raise _refusal(call, repo, e) from None
     except RuntimeError as e:
         # an LFS upload's failure comes wrapped: "Error while uploading 'path' to the Hub."
-        if not isinstance(e.__cause__, HfHubHTTPError):
-            raise
         what = str(e).removeprefix("Error while uploading ").removesuffix(" to the Hub.")
-        raise _refusal(call, repo, e.__cause__, f"upload of {what}: ") from None
+        if isinstance(e.__cause__, HfHubHTTPError):
+            raise _refusal(call, repo, e.__cause__, f"upload of {what}: ") from None
+        cause = f" ({type(e.__cause__).__name__}: {e.__cause__})" if e.__cause__ else ""
+        raise StoreError(call, f"{repo}: {what}{cause}"[:300],
+                         "check the store's LFS endpoint and push again") from None
+    except (ValueError, UnicodeError) as e:  # what the library refuses before any request
+        raise StoreError(call, f"{repo}: {type(e).__name__}: {e}"[:300]) from None
     except httpx2.TransportError as e:
         raise StoreError(call, f"cannot reach the store: {type(e).__name__}: {e}",
                          "check HF_ENDPOINT and the network") from None
@@ -244,15 +269,17 @@ def push(repo: str, files: Path, manifest: Sequence[Mapping[str, Any]], path_in_
     """
     rows = entries(manifest)
     prefix = _prefix(path_in_repo)
-    if any(_in_repo(prefix, e.path) == _in_repo(prefix, MANIFEST_NAME) for e in rows):
-        raise UsageError(f"the manifest lists {MANIFEST_NAME}, the name its own copy takes")
+    unstorable = [why for e in rows if (why := _unstorable(e.path))]
+    if unstorable:
+        raise UsageError(f"the store cannot hold {len(unstorable)} of the outputs: "
+                         + "; ".join(unstorable[:5]))
     ops: list[Any] = []
     for e in rows:
         local = Path(files) / e.path
         if not local.is_file():
             raise UsageError(f"{e.path}: not a file under {files}")
         try:
-            ops.append(_KnownAdd(_in_repo(prefix, e.path), str(local),
+            ops.append(_KnownAdd(_output(prefix, e.path), str(local),
                                  known_sha256=e.sha256, known_size=e.size))
         except OSError as err:
             raise UsageError(f"{e.path}: cannot read the local copy: {err.strerror}") from None
@@ -394,7 +421,7 @@ def read_back(repo: str, commit: str, path_in_repo: str,
     rows = entries(manifest)
     prefix = _prefix(path_in_repo)
     blob = manifest_bytes(rows)
-    wanted = {_in_repo(prefix, e.path): e for e in rows}
+    wanted = {_output(prefix, e.path): e for e in rows}
     wanted[_in_repo(prefix, MANIFEST_NAME)] = Entry(
         MANIFEST_NAME, len(blob), hashlib.sha256(blob).hexdigest())
     api, secret = _api()

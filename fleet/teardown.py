@@ -14,20 +14,28 @@
 
 Any mismatch keeps the box, records why on its row (`teardown`), and is raised as a
 `KeptBox` naming each file that differs and where. A destroy that fails leaves the row live
-with the store commit recorded; the next teardown reads back at that commit and destroys.
+with the store commit recorded; the next teardown reads back at that commit (and pushes anew
+when the box's outputs no longer match it) and destroys.
+
+A job is never read while it may still write: a running job is left alone until the box's
+own deadline (its `started_at` plus the job's TTL), then stopped on the box (TERM, then KILL)
+and read once its end is recorded; a job that never reached its run is closed first, so that
+no step starts after the read. One teardown of a label runs at a time (a lock per label,
+held from the first read to the destroy), and the row is read again before each step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
-from fleet import archive, boxssh
+from fleet import archive, boxssh, fileutil
 from fleet.agent_config import ROOT
 from fleet.config import Config
 from fleet.errors import FleetError, ProviderError, UsageError
@@ -98,8 +106,13 @@ def _pull(cfg: Config, row: Row, outputs: str, job: str) -> archive.Pulled:
     try:
         assert proc.stdout is not None
         pulled = archive.pull(proc.stdout, archive_dir(cfg), row.label, job)
-    finally:
-        rc = proc.wait()
+    except BaseException:
+        # the local side failed mid-stream (a full disk): ssh may be blocked on the full pipe
+        # and would never exit by itself
+        proc.kill()
+        proc.wait()
+        raise
+    rc = proc.wait()
     if rc != 0:
         raise KeptBox(f"{row.label}: reading the outputs off the box failed "
                       f"({boxssh.stderr_tail(proc.stderr) or f'exit {rc}'}); box kept")
@@ -152,8 +165,8 @@ def expired(row: Row, now: datetime | None = None) -> bool:
     return (now or datetime.now(UTC)) >= at
 
 
-def teardown(cfg: Config, reg: Registry, providers: Mapping[str, Provider], label: str,
-             dry_run: bool = False, echo: Callable[[str], None] = lambda _: None) -> Outcome:
+def _guarded(cfg: Config, reg: Registry, label: str) -> Row:
+    """The row, when it may be torn down: a live one-shot box."""
     row = reg.get(label)
     if row is None:
         raise UsageError(f"no box labelled {label!r} in the registry")
@@ -162,24 +175,71 @@ def teardown(cfg: Config, reg: Registry, providers: Mapping[str, Provider], labe
     if is_standing(cfg, row):
         raise UsageError(f"{label} is a standing box: teardown is for one-shot boxes only "
                          "(standing boxes are replaced, not torn down)")
+    return row
+
+
+@contextlib.contextmanager
+def _one_at_a_time(reg: Registry, label: str) -> Iterator[None]:
+    """The label's teardown lock, held from the first read to the destroy: a second teardown
+    (`fleet run`'s own and a `teardown --expired` from cron) stops at once, changing nothing."""
+    try:
+        with fileutil.locked(reg.path.parent / "locks" / f"teardown-{label}.lock", wait=False):
+            yield
+    except BlockingIOError:
+        raise FleetError(f"{label}: another teardown of this box is under way; "
+                         "nothing done") from None
+
+
+def teardown(cfg: Config, reg: Registry, providers: Mapping[str, Provider], label: str,
+             dry_run: bool = False, keep_box: bool = False,
+             echo: Callable[[str], None] = lambda _: None) -> Outcome:
+    """Read the box's job back, then destroy it (with `keep_box`, keep it for another job)."""
+    row = _guarded(cfg, reg, label)
     p = providers.get(row.provider)
     if p is None:
         raise UsageError(f"cannot tear {label} down: no {row.provider} API key")
-    out = Outcome(label, row.job, dry_run=dry_run)
-    if row.job:
-        _read_back(cfg, reg, row, out, dry_run, echo)
-    else:
-        out.steps.append("no job on this box: nothing to read back")
-    if dry_run:
-        out.steps.append(f"would destroy {row.provider} box {row.provider_id}")
-        return out
-    _destroy(reg, p, row, out, echo)
+    with _one_at_a_time(reg, label):
+        row = _guarded(cfg, reg, label)  # as it is now, under the lock
+        out = Outcome(label, row.job, dry_run=dry_run)
+        if not row.host_key:
+            row = _pin_if_ready(cfg, reg, p, row)
+        if not row.host_key:
+            # every deploy reaches the box through its pinned key: nothing ran on it
+            out.steps.append("never SSH-ready: nothing to read back")
+        elif row.job:
+            _read_back(cfg, reg, row, out, dry_run, echo)
+        else:
+            out.steps.append("no job on this box: nothing to read back")
+        if dry_run:
+            out.steps.append(f"would destroy {row.provider} box {row.provider_id}")
+            return out
+        if keep_box:
+            out.steps.append("read back; box kept for another job (--keep-box)")
+            return out
+        _destroy(reg, p, _guarded(cfg, reg, label), out, echo)
     return out
+
+
+def _pin_if_ready(cfg: Config, reg: Registry, p: Provider, row: Row) -> Row:
+    """A box whose rent stopped before it was SSH-ready (`fleet run` timed out, or was
+    killed, waiting for it): its host key pinned now when the provider says it is ready, so
+    that whatever reached it is read back. One that is not ready was never deployed to."""
+    from fleet import rent as rent_mod
+    from fleet.sshkeys import write_known_hosts
+
+    if row.job_state is not None:
+        raise KeptBox(f"{row.label}: its job was read on the box, but no host key is pinned; "
+                      "box kept")
+    box = p.box(row.provider_id) if row.provider_id else None
+    if box is None or (key := rent_mod.host_key_if_ready(box)) is None:
+        return row
+    row = rent_mod.pin(reg, rent_mod.record(reg, row.label, box), key)
+    write_known_hosts(cfg.known_hosts, reg.rows())
+    return row
 
 
 def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool,
                echo: Callable[[str], None]) -> None:
-    from fleet import store
 
     job = row.job or ""
     info = _remote_job(cfg, row, job)
@@ -187,14 +247,21 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
         # the deploy stopped before the job was placed: nothing ran, nothing to lose
         out.steps.append(f"job {job} never reached the box: nothing to read back")
         echo(f"{row.label}: job {job} never reached the box; nothing to read back")
+        reg.update(row.label, read_back=job)
         return
     spec, state = info.get("spec") or {}, info.get("state") or {}
+    if not isinstance(state, dict) or not state:
+        raise KeptBox(f"{row.label}: the box's agent could not tell job {job}'s state; "
+                      "box kept")
     out.phase = state.get("phase") or "new"
     reg.update(row.label, job_state=out.phase, invocations=state.get("invocations"),
                refusal=_refusal(state))
-    if out.phase == "running" and not expired(row):
-        raise UsageError(f"{row.label}: job {job} is still running; tear it down when it has "
-                         "ended (or once its TTL has passed)")
+    if out.phase not in ENDED:
+        if dry_run:
+            out.steps.append(f"job {job} is {out.phase}: would stop it on the box first")
+        else:
+            state = _ended(cfg, reg, row, job, spec, state, echo)
+            out.phase = state["phase"]
     outputs = f"{ROOT}/jobs/{job}/workdir/{spec.get('outputs', 'out')}"
     if dry_run:
         manifest = _manifest(cfg, row, outputs)
@@ -203,6 +270,7 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
                          f"{archive.folder(archive_dir(cfg), row.label, job)}, push them to "
                          f"{store_repo(cfg)} and read them back")
         return
+    row = _guarded(cfg, reg, row.label)
     pulled = _pull(cfg, row, outputs, job)
     manifest = pulled.manifest
     out.files, out.bytes = pulled.files, pulled.bytes
@@ -210,29 +278,91 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
         _keep(reg, row, pulled.problems, f"archive copy in {pulled.path}")
     echo(f"{row.label}: {len(manifest)} files, {pulled.bytes} bytes; archive verified against "
          f"the box's manifest ({pulled.path})")
+    row = _guarded(cfg, reg, row.label)
     repo, prefix = store_repo(cfg), f"{job}/{row.label}"
-    commit = row.store_commit
     try:
-        if commit is None:
-            commit = store.push(repo, pulled.path, manifest, prefix,
-                                f"{job} on {row.label}: {len(manifest)} files")
-            reg.update(row.label, store_commit=commit)
-            echo(f"{row.label}: pushed to {repo} at {commit[:12]}")
-        problems = store.read_back(repo, commit, prefix, manifest)
+        commit, problems = _stored(reg, row, repo, prefix, pulled, echo)
     except FleetError as e:
         _keep(reg, row, [str(e)], "store")
     if problems:
         _keep(reg, row, problems, f"store {repo} at {commit}")
     echo(f"{row.label}: store read back at {commit[:12]}")
+    row = _guarded(cfg, reg, row.label)
     changed = _unchanged(cfg, row, outputs, job)
     if changed:  # a straggler wrote on: both copies are stale, the next teardown pushes anew
         reg.update(row.label, store_commit=None)
         _keep(reg, row, changed, "box (written to after they were read)")
     try:
-        archive.make_durable(pulled.path)
+        archive.make_durable(pulled.path.parent)
     except OSError as e:
         _keep(reg, row, [f"{pulled.path}: cannot be made durable ({e})"], "archive")
+    reg.update(row.label, read_back=job)
     out.commit = commit
+
+
+def _stored(reg: Registry, row: Row, repo: str, prefix: str, pulled: archive.Pulled,
+            echo: Callable[[str], None]) -> tuple[str, list[str]]:
+    """The store's commit of these outputs and what differs there. A commit recorded by an
+    earlier teardown (whose destroy failed) is read back first; when the box's outputs no
+    longer match it, they are pushed anew rather than kept forever."""
+    from fleet import store
+
+    manifest = pulled.manifest
+    commit = row.store_commit
+    if commit is not None:
+        if not store.read_back(repo, commit, prefix, manifest):
+            return commit, []
+        echo(f"{row.label}: the store's copy at {commit[:12]} is not the box's outputs now; "
+             "pushing them anew")
+        reg.update(row.label, store_commit=None)
+    commit = store.push(repo, pulled.path, manifest, prefix,
+                        f"{row.job} on {row.label}: {len(manifest)} files")
+    reg.update(row.label, store_commit=commit)
+    echo(f"{row.label}: pushed to {repo} at {commit[:12]}")
+    return commit, store.read_back(repo, commit, prefix, manifest)
+
+
+def deadline(spec: dict[str, Any], state: dict[str, Any]) -> datetime | None:
+    """When a running job's own TTL ends, by the box's clock: `deadline_at` where the agent
+    says it, else its `started_at` plus the job's TTL; None when the box cannot tell."""
+    with contextlib.suppress(TypeError, ValueError):
+        if state.get("deadline_at"):
+            return parse_iso(str(state["deadline_at"]))
+        return parse_iso(str(state["started_at"])) + timedelta(
+            minutes=float(spec["ttl_minutes"]))
+    return None
+
+
+STOP_GRACE_S = 10  # TERM to the job's process group, KILL after this
+
+
+def _ended(cfg: Config, reg: Registry, row: Row, job: str, spec: dict[str, Any],
+           state: dict[str, Any], echo: Callable[[str], None]) -> dict[str, Any]:
+    """The job ended on the box, its end recorded: a running job only once the box's deadline
+    has passed (stopped, TERM then KILL), one that never ran closed so that none of its steps
+    starts after the read."""
+    if state.get("phase") == "running":
+        until = deadline(spec, state)
+        if until is None or datetime.now(UTC) < until:
+            when = "an unknown time" if until is None else f"{until:%Y-%m-%d %H:%M:%S}Z"
+            raise UsageError(f"{row.label}: job {job} is still running (the box's deadline is "
+                             f"{when}); tear it down when it has ended")
+        echo(f"{row.label}: job {job} is past its deadline ({until:%H:%M:%S}Z); stopping it")
+    else:
+        echo(f"{row.label}: job {job} is {state.get('phase')}; closing it on the box first")
+    d = shlex.quote(f"{ROOT}/jobs/{job}")
+    res = boxssh.run(cfg, row, f"cd {ROOT} && venv/bin/python -m agent job stop {d} "
+                     f"--grace {STOP_GRACE_S}", timeout=STOP_GRACE_S + 110)
+    try:
+        after = json.loads(res.stdout) if res.returncode == 0 else None
+    except ValueError:
+        after = None
+    if not isinstance(after, dict) or after.get("phase") not in ENDED:
+        raise KeptBox(f"{row.label}: job {job} could not be stopped on the box "
+                      f"({res.stderr.strip()[-200:] or f'exit {res.returncode}'}); box kept")
+    reg.update(row.label, job_state=after["phase"], invocations=after.get("invocations"),
+               refusal=_refusal(after))
+    return after
 
 
 def _refusal(state: dict[str, Any]) -> str | None:

@@ -1,9 +1,12 @@
 """The meter watchdog: one-shot boxes that bill for nothing.
 
-A live one-shot box is flagged when it is past its TTL, when its job has ended (finished,
-failed, interrupted or refused) and it still runs, when a teardown kept it (its outputs could
-not be verified: reported on every check, never destroyed silently), and when its job's state
-cannot be read at all (fail closed: unknown is not well).
+A live one-shot box is flagged when it is past its deadline (while its job runs, the box's
+own: the run's start plus the job's TTL; otherwise the registry's, which allows each gate a
+full TTL), when its job has ended (finished, failed, interrupted or refused) and it still
+runs, when it has had no job for NO_JOB_GRACE_MIN minutes, when a teardown kept it (its outputs
+could not be verified: reported on every check, never destroyed silently), and when its job's
+state cannot be read at all (SSH failing, the agent failing: unknown is not well). The first
+three are `due`: what `fleet teardown --expired` tears down.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from fleet.config import Config
 from fleet.errors import FleetError
 from fleet.registry import Registry, Row, parse_iso
 
+NO_JOB_GRACE_MIN = 30.0  # a one-shot box rented without a job is flagged after this
+
 
 @dataclass
 class Watch:
@@ -27,6 +32,7 @@ class Watch:
     age_min: float
     ttl_left_min: float | None
     problems: list[str] = field(default_factory=list)
+    due: bool = False  # a teardown is what it needs (not the operator's eyes first)
 
     @property
     def well(self) -> bool:
@@ -45,17 +51,27 @@ def _minutes(ts: str | None, now: datetime) -> float | None:
 def judge(row: Row, state: dict[str, Any] | None, read_error: str | None,
           now: datetime) -> Watch:
     created = _minutes(row.created_at, now)
-    left = _minutes(row.expires_at, now)
     phase = (state or {}).get("phase") if state is not None else row.job_state
+    left = _minutes(row.expires_at, now)
+    if state and phase == "running":  # the run's own deadline, by the box
+        at = teardown.deadline({}, state) if state.get("deadline_at") else None
+        if at is not None:
+            left = (at - now).total_seconds() / 60
     w = Watch(row.label, row.job, phase, -(created or 0.0), left)
     if row.teardown:
         w.problems.append(f"teardown {row.teardown}")
     if read_error:
         w.problems.append(f"job state unknown: {read_error}")
     if left is not None and left <= 0:
-        w.problems.append(f"past its TTL by {-left:.0f} min; the meter is running")
+        w.problems.append(f"past its deadline by {-left:.0f} min; the meter is running")
+        w.due = True
     if phase in teardown.ENDED:
         w.problems.append(f"job {phase}, box still billing: fleet teardown {row.label}")
+        w.due = True
+    if not row.job and w.age_min >= NO_JOB_GRACE_MIN:
+        w.problems.append(f"no job after {w.age_min:.0f} min, box still billing: give it one "
+                          f"or fleet teardown {row.label}")
+        w.due = True
     return w
 
 
@@ -68,12 +84,9 @@ def watch(cfg: Config, reg: Registry, now: datetime | None = None) -> list[Watch
         if not row.job:
             return None, None
         try:
-            state = oneshot.job_state(cfg, row, row.job)
+            return oneshot.job_state(cfg, row, row.job), None
         except FleetError as e:
             return None, str(e)
-        if state.get("phase") == "unreadable":
-            return None, "the box's state.json cannot be read"
-        return state, None
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         reads = list(pool.map(read, rows))

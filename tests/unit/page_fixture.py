@@ -99,7 +99,7 @@ def watched() -> list[Watch]:
     return [
         Watch("bench-vast-e5", "fma", "running", 20.0, 40.0),
         Watch("bench-runpod-f6", "gemm-sweep", "finished", 120.0, -15.0, problems=[
-            "past its TTL by 15 min; the meter is running",
+            "past its deadline by 15 min; the meter is running",
             "job finished, box still billing: fleet teardown bench-runpod-f6",
             f"job state unknown: ssh to {STRAY_IP}:22 and 203.0.113.9:45519 timed out"]),
     ]

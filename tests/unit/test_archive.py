@@ -48,10 +48,43 @@ FILES = {"results.json": b'{"ok": 1}\n', "deep/samples.bin": bytes(range(256)) *
 def test_a_matching_pull_becomes_the_archive_with_its_manifest(tmp_path: Path) -> None:
     pulled = archive.pull(tar_stream(FILES), tmp_path, "box-1", "job")
     assert pulled.problems == [] and pulled.files == 2 and pulled.manifest == manifest(FILES)
-    assert pulled.path == tmp_path / "box-1" / "job"
+    assert pulled.path == tmp_path / "box-1" / "job" / "outputs"
     assert (pulled.path / "deep/samples.bin").read_bytes() == FILES["deep/samples.bin"]
-    assert json.loads((pulled.path / archive.MANIFEST).read_text()) == manifest(FILES)
-    assert not (tmp_path / "box-1" / ".incoming-job").exists()
+    assert json.loads((pulled.path.parent / archive.MANIFEST).read_text()) == manifest(FILES)
+    assert sorted(p.name for p in (tmp_path / "box-1").iterdir()) == ["job"]
+
+
+def test_an_output_named_like_the_manifest_is_an_output(tmp_path: Path) -> None:
+    files = {**FILES, archive.MANIFEST: b"mine, not the fleet's\n"}
+    pulled = archive.pull(tar_stream(files), tmp_path, "box-1", "job")
+    assert pulled.problems == [] and pulled.files == 3
+    assert (pulled.path / archive.MANIFEST).read_bytes() == b"mine, not the fleet's\n"
+    assert json.loads((pulled.path.parent / archive.MANIFEST).read_text()) == manifest(files)
+
+
+def test_each_pull_lands_in_a_folder_of_its_own(tmp_path: Path) -> None:
+    # two pulls of one job (a teardown from cron beside `fleet run`'s own) never share the
+    # folder they land in: one cannot delete the other's copy or mix its files in
+    first = tar_stream(FILES)
+    landed: list[Path] = []
+    real = archive.receive
+
+    def receive(stream, dest: Path):  # type: ignore[no-untyped-def]
+        landed.append(dest.parent)
+        if len(landed) == 1:  # the second pull runs while the first is still receiving
+            other = archive.pull(tar_stream({"other.txt": b"o"}), tmp_path, "box-1", "job")
+            assert other.problems == [] and (other.path / "other.txt").exists()
+        return real(stream, dest)
+
+    archive.receive = receive  # type: ignore[assignment]
+    try:
+        pulled = archive.pull(first, tmp_path, "box-1", "job")
+    finally:
+        archive.receive = real  # type: ignore[assignment]
+    assert landed[0] != landed[1]
+    assert pulled.problems == [] and sorted(
+        p.relative_to(pulled.path).as_posix() for p in pulled.path.rglob("*") if p.is_file()
+    ) == sorted(FILES)
 
 
 def test_each_differing_file_is_named_and_the_archive_left_alone(tmp_path: Path) -> None:
@@ -64,8 +97,9 @@ def test_each_differing_file_is_named_and_the_archive_left_alone(tmp_path: Path)
     assert "gone.txt: missing from the archive" in text
     assert "late.txt: in the archive" in text and "not in the box's manifest" in text
     # the verified copy from before is untouched; the bad pull waits beside it
-    assert (tmp_path / "box-1/job/results.json").read_bytes() == FILES["results.json"]
-    assert pulled.path == tmp_path / "box-1" / ".incoming-job"
+    assert (tmp_path / "box-1/job/outputs/results.json").read_bytes() == FILES["results.json"]
+    assert pulled.path.parent.name.startswith(".incoming-job-")
+    assert pulled.path.parent.parent == tmp_path / "box-1"
 
 
 def test_links_and_escaping_names_are_not_written(tmp_path: Path) -> None:
@@ -177,11 +211,11 @@ def test_make_durable_syncs_every_file_and_folder_of_the_archive(tmp_path: Path,
         real(fd)
 
     monkeypatch.setattr(fileutil.os, "fsync", record)
-    archive.make_durable(pulled.path)
-    job = pulled.path
-    assert set(synced) == {str(job / "results.json"), str(job / "deep/samples.bin"),
-                           str(job / archive.MANIFEST), str(job), str(job / "deep"),
-                           str(job.parent)}
+    job = pulled.path.parent
+    archive.make_durable(job)
+    assert set(synced) == {str(job / "outputs/results.json"), str(job / "outputs/deep/samples.bin"),
+                           str(job / archive.MANIFEST), str(job), str(job / "outputs"),
+                           str(job / "outputs/deep"), str(job.parent)}
 
 
 def test_a_disk_that_cannot_sync_is_an_error(tmp_path: Path, monkeypatch) -> None:

@@ -96,3 +96,50 @@ def test_box_of_a_standing_role_not_yet_converted_needs_force(fleet: FleetRun, r
     assert r.code == 0, r.err
     assert fleet.client("vast").box(box.box_id) is None
     assert fleet.reg.rows()[0].status == "destroyed"
+
+
+def test_a_one_shot_box_whose_outputs_were_not_read_back_needs_force(fleet: FleetRun) -> None:
+    box = fleet.land("vast", "bench-x-7")
+    fleet.row("bench-x-7", status="running", provider_id=box.box_id, job="j1",
+              job_state="finished")
+    before = fleet.registry_bytes()
+    r = fleet("destroy", "bench-x-7")
+    assert r.code == 2 and len(r.err_lines) == 1, r.err
+    assert "not read back" in r.err and "fleet teardown bench-x-7" in r.err, r.err
+    assert fleet.registry_bytes() == before
+    assert fleet.client("vast").box(box.box_id) is not None
+    fleet.reg.update("bench-x-7", read_back="j1")  # a `teardown --keep-box` read it back
+    r = fleet("destroy", "bench-x-7")
+    assert r.code == 0, r.err
+    assert fleet.client("vast").box(box.box_id) is None
+
+
+def test_force_destroys_a_one_shot_box_with_unread_outputs(fleet: FleetRun) -> None:
+    box = fleet.land("vast", "bench-x-8")
+    fleet.row("bench-x-8", status="running", provider_id=box.box_id, job="j1")
+    r = fleet("destroy", "bench-x-8", "--force")
+    assert r.code == 0, r.err
+    assert fleet.client("vast").box(box.box_id) is None
+
+
+def test_teardown_expired_goes_on_past_a_box_whose_teardown_crashes(
+        fleet: FleetRun, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet import teardown, watchdog
+
+    for label in ("bench-x-9", "bench-x-10"):
+        fleet.row(label, status="running", provider_id="1", job="j1")
+    monkeypatch.setattr(watchdog, "watch", lambda *a: [
+        watchdog.Watch(label, "j1", "finished", 60.0, None, ["job finished"], due=True)
+        for label in ("bench-x-9", "bench-x-10")])
+    done: list[str] = []
+
+    def teardown_one(cfg, reg, ps, label, **kw):  # type: ignore[no-untyped-def]
+        if label == "bench-x-9":  # a fault that is not the fleet's own error type
+            raise ValueError("Invalid `path_in_repo` in CommitOperation: '.git/HEAD'")
+        done.append(label)
+        return teardown.Outcome(label, "j1", destroyed=True)
+
+    monkeypatch.setattr(teardown, "teardown", teardown_one)
+    r = fleet("teardown", "--expired")
+    assert r.code == 1 and done == ["bench-x-10"], r.err
+    assert "bench-x-9: ValueError" in r.err and "Traceback" not in r.err

@@ -92,8 +92,9 @@ def test_push_is_one_commit_with_the_manifest_and_reads_back_equal(
     assert titles == ["job1 on box-a", "initial commit"]  # exactly one commit for the push
     tree = sorted(e.path for e in api.list_repo_tree(REPO, "job1/box-a", repo_type="dataset",
                                                      recursive=True, revision=commit))
-    assert tree == ["job1/box-a/fleet-manifest.json", "job1/box-a/log.txt", "job1/box-a/res",
-                    "job1/box-a/res/b.bin", "job1/box-a/res/c.json"]
+    assert tree == ["job1/box-a/fleet-manifest.json", "job1/box-a/outputs",
+                    "job1/box-a/outputs/log.txt", "job1/box-a/outputs/res",
+                    "job1/box-a/outputs/res/b.bin", "job1/box-a/outputs/res/c.json"]
     stored = api.hf_hub_download(REPO, "job1/box-a/fleet-manifest.json", repo_type="dataset",
                                  revision=commit)
     assert json.loads(Path(stored).read_text()) == manifest
@@ -114,10 +115,10 @@ def test_read_back_names_each_file_the_store_serves_wrong(
     hub.faults.add("store_wrong_bytes", count=2, repo=REPO)  # both downloads: b.bin, manifest
     lines = store.read_back(REPO, commit, "j/x", manifest)
     served = hashlib.sha256(bytes([data[0] ^ 0xFF]) + data[1:]).hexdigest()
-    assert len(lines) == 2
-    assert lines[0] == (f"j/x/b.bin: store at {commit[:12]} has sha256 {served}, manifest says "
-                        f"{manifest[0]['sha256']}")
-    assert lines[1].startswith(f"j/x/fleet-manifest.json: store at {commit[:12]} has sha256 ")
+    assert len(lines) == 2  # sorted by path: the manifest, then the outputs
+    assert lines[0].startswith(f"j/x/fleet-manifest.json: store at {commit[:12]} has sha256 ")
+    assert lines[1] == (f"j/x/outputs/b.bin: store at {commit[:12]} has sha256 {served}, "
+                        f"manifest says {manifest[0]['sha256']}")
     assert hub.faults.pending() == []
     assert store.read_back(REPO, commit, "j/x", manifest) == []  # the store itself is fine
 
@@ -138,18 +139,19 @@ def test_read_back_reports_missing_resized_and_changed_files_from_the_listing(
     pushed = store.push(REPO, root, manifest, "j", "j")
     other = os.urandom(MiB + 17)  # same size as res/b.bin, other bytes
     changed = api.create_commit(REPO, [
-        CommitOperationAdd("j/res/b.bin", other), CommitOperationAdd("j/log.txt", b"longer\n"),
+        CommitOperationAdd("j/outputs/res/b.bin", other),
+        CommitOperationAdd("j/outputs/log.txt", b"longer\n"),
     ], commit_message="someone else", repo_type="dataset").oid
-    api.delete_file("j/res/c.json", REPO, repo_type="dataset")
+    api.delete_file("j/outputs/res/c.json", REPO, repo_type="dataset")
     after = store.head(REPO)
     assert after is not None
     lines = store.read_back(REPO, after, "j", manifest)
     short = after[:12]
     assert lines == [
-        f"j/log.txt: store at {short} has 7 bytes, manifest says 5",
-        f"j/res/b.bin: store at {short} lists sha256 {hashlib.sha256(other).hexdigest()}, "
+        f"j/outputs/log.txt: store at {short} has 7 bytes, manifest says 5",
+        f"j/outputs/res/b.bin: store at {short} lists sha256 {hashlib.sha256(other).hexdigest()}, "
         f"manifest says {manifest[1]['sha256']}",
-        f"j/res/c.json: missing from the store at {short}",
+        f"j/outputs/res/c.json: missing from the store at {short}",
     ]
     assert len(store.read_back(REPO, changed, "j", manifest)) == 2
     assert store.read_back(REPO, pushed, "j", manifest) == []
@@ -163,6 +165,45 @@ def test_read_back_of_a_commit_that_does_not_resolve_says_so(
         f"{REPO}: commit {'ab' * 20} does not resolve in the store"]
     with pytest.raises(UsageError):
         store.read_back(REPO, "main", "j", manifest)
+
+
+def test_an_output_named_like_the_manifest_is_stored_apart_from_it(
+        hub: HubServer, tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    manifest = make_outputs(root, {"fleet-manifest.json": b"an output\n", "r.txt": b"r"})
+    commit = store.push(REPO, root, manifest, "j/x", "j")
+    assert store.read_back(REPO, commit, "j/x", manifest) == []
+
+
+@pytest.mark.parametrize(("name", "says"), [
+    (".git/HEAD", "the Hub reserves the name .git"),
+    ("deep/.cache/x.bin", "the Hub reserves the name .cache"),
+    ("caf\udce9.txt", "a name that is not UTF-8"),
+])
+def test_a_name_the_store_cannot_hold_is_one_clear_error(hub: HubServer, tmp_path: Path,
+                                                          name: str, says: str) -> None:
+    manifest = [{"path": name, "size": 1, "sha256": hashlib.sha256(b"x").hexdigest()}]
+    with pytest.raises(FleetError) as e:  # never huggingface_hub's ValueError or a crash
+        store.push(REPO, tmp_path, manifest, "j/x", "j")
+    assert says in one_line(e)
+
+
+def test_an_upload_that_fails_outside_http_is_a_store_error(
+        hub: HubServer, outputs: tuple[Path, list[dict[str, Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root, manifest = outputs
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        try:
+            raise ConnectionResetError("peer reset")
+        except ConnectionResetError as cause:
+            raise RuntimeError("Error while uploading 'j/outputs/res/b.bin' to the Hub.") \
+                from cause
+
+    monkeypatch.setattr(HfApi, "create_commit", broken)
+    with pytest.raises(store.StoreError) as e:
+        store.push(REPO, root, manifest, "j", "j")
+    assert "j/outputs/res/b.bin" in one_line(e) and "peer reset" in str(e.value)
 
 
 # --- faults and refusals -------------------------------------------------------------------

@@ -41,12 +41,12 @@ def setup(tmp_path: Path, monkeypatch) -> tuple[Any, Registry, list[str]]:
     reg = Registry(tmp_path / "state" / "boxes.json")
     reg.add(Row(label="bench-1", provider="vast", role="bench", kind="oneshot",
                 card="RTX 4090", gpu_count=1, usd_per_hour=0.4, status="running",
-                provider_id="42", job="j1"))
+                provider_id="42", job="j1", host_key="ssh-ed25519 AAAA"))
     steps: list[str] = []
     monkeypatch.setattr(teardown, "_remote_job", lambda *a: {
         "spec": {"outputs": "out"}, "state": {"phase": "finished", "invocations": 1}})
     monkeypatch.setattr(teardown, "_pull", lambda *a: archive.Pulled(
-        tmp_path / "state/archive/bench-1/j1", 1, 2, [], MANIFEST))
+        tmp_path / "state/archive/bench-1/j1/outputs", 1, 2, [], MANIFEST))
     monkeypatch.setattr(store, "push", lambda *a: steps.append("push") or "c" * 40)
     monkeypatch.setattr(store, "read_back", lambda *a: steps.append("read back") or [])
     monkeypatch.setattr(teardown, "_unchanged", lambda *a: steps.append("unchanged") or [])

@@ -32,7 +32,7 @@ def test_a_running_job_within_its_ttl_is_well() -> None:
 
 def test_past_the_ttl_is_flagged() -> None:
     w = judge(row(expires_at=iso(NOW - timedelta(minutes=5))), {"phase": "running"}, None, NOW)
-    assert w.problems == ["past its TTL by 5 min; the meter is running"]
+    assert w.problems == ["past its deadline by 5 min; the meter is running"]
 
 
 def test_an_ended_or_refused_job_on_a_live_box_is_flagged() -> None:

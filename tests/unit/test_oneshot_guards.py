@@ -1,0 +1,365 @@
+"""The one-shot path's guards on the operator's side (issue: no output lost, no meter left
+running): a job still running is never read, two teardowns of one box never share anything,
+a second job never hides the first's outputs, an unreadable box is not well, a jobless box is
+flagged, a pull whose local side fails never hangs, a stale store commit is pushed anew, a box
+that never came up is destroyed.
+
+The box and the store are stand-ins here (their real counterparts are exercised on sandbox
+boxes in tests/integration/test_oneshot.py); the teardown, the registry, the archive and the
+locks are the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleet import archive, boxssh, fileutil, oneshot, store, teardown, watchdog
+from fleet.config import Config, parse
+from fleet.errors import FleetError, UsageError
+from fleet.registry import Registry, Row, iso
+
+CONFIG = {
+    "fleet": {"registry": "state/boxes.json"},
+    "store": {"repo": "fleet/outputs", "archive": "state/archive"},
+    "roles": {"bench": {"kind": "oneshot", "image": "img", "disk_gb": 20,
+                        "admitted_driver": "580.95.05"}},
+}
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOtest"
+MANIFEST = [{"path": "r.json", "size": 2, "sha256": "0" * 64}]
+
+
+class Vast:
+    name = "vast"
+
+    def __init__(self, ready: bool = False) -> None:
+        self.destroyed: list[str] = []
+        self.ready = ready
+
+    def destroy(self, box_id: str) -> None:
+        self.destroyed.append(box_id)
+
+    def box(self, box_id: str) -> Any:
+        return None if box_id in self.destroyed else self.listing(box_id)
+
+    def listing(self, box_id: str) -> Any:
+        from fleet.providers.base import Box
+
+        up = self.ready
+        return Box(provider="vast", box_id=box_id, label="bench-1", card="RTX 4090",
+                   gpu_count=1, usd_per_hour=0.4, status="running" if up else "provisioning",
+                   ssh_host="127.0.0.1" if up else None, ssh_port=2222 if up else None)
+
+
+class Box:
+    """The box's side of the teardown: its job's state, and each command it was sent."""
+
+    def __init__(self, phase: str = "finished", started: datetime | None = None) -> None:
+        self.state: dict[str, Any] = {"phase": phase, "invocations": 1}
+        if started is not None:
+            self.state["started_at"] = iso(started)
+        self.sent: list[str] = []
+
+    def run(self, cfg: Config, row: Row, command: str, timeout: float = 120.0
+            ) -> subprocess.CompletedProcess[str]:
+        self.sent.append(command)
+        if " job stop " in command:
+            self.state.update(phase="failed", stopped=True)
+            return subprocess.CompletedProcess([], 0, json.dumps(self.state), "")
+        raise AssertionError(f"unexpected command on the box: {command}")
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Config:
+    return parse(CONFIG, tmp_path / "fleet.toml")
+
+
+@pytest.fixture
+def reg(tmp_path: Path) -> Registry:
+    r = Registry(tmp_path / "state" / "boxes.json")
+    r.add(Row(label="bench-1", provider="vast", role="bench", kind="oneshot", card="RTX 4090",
+              gpu_count=1, usd_per_hour=0.4, status="running", provider_id="42", job="j1",
+              host_key=KEY, ssh_host="127.0.0.1", ssh_port=2222))
+    return r
+
+
+@pytest.fixture
+def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Box:
+    """A box whose job the teardown reads; the store and the pull stand in, in order."""
+    b = Box()
+    monkeypatch.setattr(boxssh, "run", b.run)
+    monkeypatch.setattr(teardown, "_remote_job", lambda *a: {
+        "spec": {"outputs": "out", "ttl_minutes": 30}, "state": dict(b.state)})
+
+    def pull(*a: Any) -> archive.Pulled:
+        b.sent.append("pull")
+        return archive.Pulled(tmp_path / "state/archive/bench-1/j1/outputs", 1, 2, [], MANIFEST)
+
+    monkeypatch.setattr(teardown, "_pull", pull)
+    monkeypatch.setattr(store, "push", lambda *a: b.sent.append("push") or "c" * 40)
+    monkeypatch.setattr(store, "read_back", lambda *a: b.sent.append("read back") or [])
+    monkeypatch.setattr(teardown, "_unchanged", lambda *a: [])
+    monkeypatch.setattr(archive, "make_durable", lambda path: None)
+    return b
+
+
+# --- 1. a running job is never read ----------------------------------------------------------
+
+def test_a_running_job_within_the_boxs_deadline_is_refused_and_nothing_is_read(
+        cfg: Config, reg: Registry, box: Box) -> None:
+    # the registry's TTL (from the rent) has passed, the box's (from the run's start) has not
+    reg.update("bench-1", expires_at="2000-01-01T00:00:00Z")
+    box.state = {"phase": "running", "invocations": 1,
+                 "started_at": iso(datetime.now(UTC) - timedelta(minutes=5))}
+    vast = Vast()
+    with pytest.raises(UsageError, match="still running"):
+        teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
+    assert box.sent == [] and vast.destroyed == []
+    row = reg.get("bench-1")
+    assert row is not None and row.live and row.read_back is None
+
+
+def test_a_running_job_past_the_boxs_deadline_is_stopped_before_it_is_read(
+        cfg: Config, reg: Registry, box: Box) -> None:
+    box.state = {"phase": "running", "invocations": 1,
+                 "started_at": iso(datetime.now(UTC) - timedelta(minutes=31))}
+    vast = Vast()
+    out = teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
+    assert "job stop" in box.sent[0] and "--grace" in box.sent[0]
+    assert box.sent[1:] == ["pull", "push", "read back"]
+    assert out.destroyed and out.phase == "failed" and vast.destroyed == ["42"]
+    row = reg.get("bench-1")
+    assert row is not None and row.read_back == "j1" and row.job_state == "failed"
+
+
+def test_a_job_stopped_before_its_run_is_closed_on_the_box_before_the_read(
+        cfg: Config, reg: Registry, box: Box) -> None:
+    box.state = {"phase": "gated", "invocations": 0}  # the run could still start after a read
+    teardown.teardown(cfg, reg, {"vast": Vast()}, "bench-1")  # type: ignore[dict-item]
+    assert "job stop" in box.sent[0] and box.sent[1] == "pull"
+
+
+def test_a_job_the_box_cannot_stop_keeps_the_box(cfg: Config, reg: Registry, box: Box,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    box.state = {"phase": "running", "invocations": 1, "started_at": "2000-01-01T00:00:00Z"}
+    monkeypatch.setattr(boxssh, "run", lambda *a, **k: subprocess.CompletedProcess(
+        [], 255, "", "ssh: connect to host: Connection refused"))
+    vast = Vast()
+    with pytest.raises(teardown.KeptBox, match="could not be stopped"):
+        teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
+    assert vast.destroyed == [] and "pull" not in box.sent
+
+
+# --- 2. one teardown of a box at a time, the row read again before each step ---------------------
+
+def test_a_second_teardown_of_the_same_box_changes_nothing(cfg: Config, reg: Registry,
+                                                            box: Box) -> None:
+    before = reg.path.read_bytes()
+    vast = Vast()
+    with fileutil.locked(reg.path.parent / "locks" / "teardown-bench-1.lock"):
+        with pytest.raises(FleetError, match="another teardown of this box is under way"):
+            teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
+    assert box.sent == [] and vast.destroyed == [] and reg.path.read_bytes() == before
+
+
+def test_a_box_destroyed_by_another_hand_mid_teardown_stops_it(
+        cfg: Config, reg: Registry, box: Box, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def pull_then_gone(*a: Any) -> archive.Pulled:
+        reg.mark_destroyed("bench-1")  # `fleet destroy --force` meanwhile
+        return archive.Pulled(tmp_path / "a/outputs", 1, 2, [], MANIFEST)
+
+    monkeypatch.setattr(teardown, "_pull", pull_then_gone)
+    vast = Vast()
+    with pytest.raises(UsageError, match="already destroyed"):
+        teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
+    assert "push" not in box.sent and vast.destroyed == []
+
+
+# --- 3. a second job never hides the first's outputs ------------------------------------------
+
+def test_a_new_job_on_a_box_whose_last_job_was_not_read_back_is_refused(
+        cfg: Config, reg: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet import deploy_support
+
+    monkeypatch.setattr(deploy_support, "config", lambda: cfg)
+    with pytest.raises(UsageError, match="still holds job j1, not read back"):
+        oneshot.mark_job("bench-1", "j2", 30)
+    row = reg.get("bench-1")
+    assert row is not None and row.job == "j1"
+    reg.update("bench-1", read_back="j1", store_commit="c" * 40, job_state="finished")
+    oneshot.mark_job("bench-1", "j2", 30, gates=2)
+    row = reg.get("bench-1")
+    assert row is not None and row.job == "j2" and row.read_back is None
+    assert row.store_commit is None and row.job_state is None  # nothing of j1 carries over
+    left = datetime.fromisoformat(str(row.expires_at).replace("Z", "+00:00")) - datetime.now(UTC)
+    assert timedelta(minutes=85) < left <= timedelta(minutes=90)  # each gate a TTL, then the run
+
+
+def test_teardown_keep_box_reads_back_and_leaves_the_box_for_another_job(
+        cfg: Config, reg: Registry, box: Box) -> None:
+    vast = Vast()
+    out = teardown.teardown(cfg, reg, {"vast": vast}, "bench-1",  # type: ignore[dict-item]
+                            keep_box=True)
+    assert not out.destroyed and vast.destroyed == [] and box.sent == ["pull", "push",
+                                                                        "read back"]
+    row = reg.get("bench-1")
+    assert row is not None and row.live and row.read_back == "j1"
+
+
+# --- 8, 9. the watchdog: unknown is not well, and a jobless box is flagged ---------------------
+
+def test_a_box_that_cannot_be_read_is_not_well(cfg: Config, reg: Registry,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    for rc, err in ((255, "ssh: connect to host 127.0.0.1 port 2222: Connection refused"),
+                    (1, "agent: state.json: not JSON")):
+        monkeypatch.setattr(boxssh, "run", lambda *a, rc=rc, err=err, **k:
+                            subprocess.CompletedProcess([], rc, "", err))
+        with pytest.raises(FleetError, match="cannot read job j1's state"):
+            oneshot.job_state(cfg, reg.get("bench-1"), "j1")  # type: ignore[arg-type]
+        (w,) = watchdog.watch(cfg, reg)
+        assert not w.well and w.problems == [
+            f"job state unknown: bench-1: cannot read job j1's state on the box ({err})"]
+
+
+def test_a_job_not_staged_yet_reads_as_no_state(cfg: Config, reg: Registry,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(boxssh, "run", lambda *a, **k: subprocess.CompletedProcess(
+        [], oneshot.NOT_STAGED, "", ""))
+    assert oneshot.job_state(cfg, reg.get("bench-1"), "j1") == {}  # type: ignore[arg-type]
+
+
+def test_a_one_shot_box_without_a_job_is_flagged_after_the_grace(reg: Registry) -> None:
+    now = datetime.now(UTC)
+    young = Row(label="b", provider="vast", role="bench", kind="oneshot", card="x",
+                gpu_count=1, usd_per_hour=0.4, status="running", created_at=iso(now))
+    assert watchdog.judge(young, None, None, now).well
+    old = watchdog.judge(young, None, None, now + timedelta(days=30))
+    assert not old.well and old.due and "no job after 43200 min" in old.problems[0]
+
+
+def test_a_running_job_is_judged_by_the_boxs_deadline(reg: Registry) -> None:
+    now = datetime.now(UTC)
+    row = reg.get("bench-1")
+    assert row is not None
+    row.expires_at = iso(now - timedelta(minutes=1))  # the rent's TTL: gates took long
+    on_time = {"phase": "running", "deadline_at": iso(now + timedelta(minutes=20))}
+    assert watchdog.judge(row, on_time, None, now).well
+    late = {"phase": "running", "deadline_at": iso(now - timedelta(minutes=2))}
+    w = watchdog.judge(row, late, None, now)
+    assert w.due and w.problems == ["past its deadline by 2 min; the meter is running"]
+
+
+# --- 10. a pull whose local side fails never hangs ---------------------------------------------
+
+def test_a_pull_that_fails_locally_ends_the_ssh_stream(cfg: Config, reg: Registry,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # the box side: a stream that never ends by itself (ssh blocked on a full pipe)
+    endless = [sys.executable, "-c",
+               "import sys\nwhile True: sys.stdout.buffer.write(b'x' * 65536)"]
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def stream(*a: Any) -> subprocess.Popen[bytes]:
+        procs.append(subprocess.Popen(endless, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+        return procs[-1]
+
+    def full_disk(src: Any, *a: Any) -> archive.Pulled:
+        src.read(1 << 16)
+        raise FleetError("bench-1: pulling the outputs failed: [Errno 28] No space left")
+
+    monkeypatch.setattr(boxssh, "stream", stream)
+    monkeypatch.setattr(archive, "pull", full_disk)
+    failed: list[BaseException] = []
+
+    def pull() -> None:
+        try:
+            row = reg.get("bench-1")
+            assert row is not None
+            teardown._pull(cfg, row, "/root/fleet/jobs/j1/workdir/out", "j1")
+        except FleetError as e:
+            failed.append(e)
+
+    t = threading.Thread(target=pull, daemon=True)
+    t.start()
+    t.join(timeout=120)
+    try:
+        assert not t.is_alive(), "the pull hung on the box's stream"
+        assert failed and "No space left" in str(failed[0])
+        assert procs[0].returncode is not None
+    finally:
+        for p in procs:
+            p.kill()
+
+
+# --- 12. a commit recorded before a failed destroy, stale since --------------------------------
+
+def test_a_recorded_commit_that_no_longer_matches_the_box_is_pushed_anew(
+        cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    reg.update("bench-1", store_commit="a" * 40, teardown="destroy failed: HTTP 500")
+    reads: list[str] = []
+
+    def read_back(repo: str, commit: str, *a: Any) -> list[str]:
+        reads.append(commit)
+        return ["r.json: store at aaaa has 1 bytes, manifest says 2"] if commit == "a" * 40 \
+            else []
+
+    monkeypatch.setattr(store, "read_back", read_back)
+    vast = Vast()
+    out = teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
+    assert reads == ["a" * 40, "c" * 40] and "push" in box.sent
+    assert out.destroyed and out.commit == "c" * 40
+    row = reg.get("bench-1")
+    assert row is not None and row.store_commit == "c" * 40 and row.status == "destroyed"
+
+
+# --- 13. a box that never became SSH-ready -----------------------------------------------------
+
+def test_a_box_never_ssh_ready_is_destroyed_without_a_read(cfg: Config, reg: Registry,
+                                                           box: Box) -> None:
+    reg.update("bench-1", host_key=None, ssh_host=None, ssh_port=None)
+    vast = Vast(ready=False)
+    out = teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
+    assert out.destroyed and vast.destroyed == ["42"] and box.sent == []
+    assert out.steps == ["never SSH-ready: nothing to read back"]
+
+
+def test_a_box_that_came_up_after_the_wait_is_pinned_and_read(
+        cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet import rent as rent_mod
+
+    monkeypatch.setattr(rent_mod, "host_key_if_ready", lambda b: KEY if b.ssh_ready else None)
+    reg.update("bench-1", host_key=None, ssh_host=None, ssh_port=None)
+    vast = Vast(ready=True)
+    out = teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
+    row = reg.get("bench-1")
+    assert row is not None and row.host_key == KEY and KEY in cfg.known_hosts.read_text()
+    assert box.sent == ["pull", "push", "read back"] and out.destroyed
+
+
+def test_fleet_run_destroys_a_box_that_never_became_ready(
+        cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet import offers
+    from fleet import rent as rent_mod
+    from fleet.job import Job
+
+    reg.update("bench-1", host_key=None, ssh_host=None, ssh_port=None, job=None)
+    vast = Vast(ready=False)
+    monkeypatch.setattr(offers, "search", lambda *a, **k: ([], []))
+    monkeypatch.setattr(rent_mod, "rent", lambda *a, **k: rent_mod.RentOutcome(
+        reg.update("bench-1", job="j1"), None))
+
+    def never(*a: Any, **k: Any) -> None:
+        raise FleetError("not SSH-ready after 180s: bench-1")
+
+    monkeypatch.setattr(rent_mod, "wait_ready", never)
+    job = Job(Path("j.toml"), name="j1", command="true", outputs="out", ttl_minutes=30)
+    s = oneshot.run(cfg, reg, {"vast": vast}, "bench", job)  # type: ignore[dict-item]
+    assert s.problem and "not SSH-ready" in s.problem and s.destroyed and not s.kept
+    assert vast.destroyed == ["42"]
