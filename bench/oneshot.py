@@ -183,7 +183,7 @@ def teardown_bench(base: Path, env: dict[str, str], mib: int) -> dict[str, Any]:
     busy = busy_cpu_s() - busy0
     assert outcome.destroyed and outcome.commit, outcome
     total = outcome.bytes
-    archived = sorted((base / "state" / "archive" / label / "big").glob("part-*.bin"))
+    archived = sorted((base / "state" / "archive" / label / "big" / "outputs").glob("part-*.bin"))
     assert sum(p.stat().st_size for p in archived) == mib * MIB, archived
     floor = sha256sum_floor(archived)
     hashed = {who: n for who, n in HASHED.items() if n}

@@ -7,140 +7,36 @@ it destroyed or deliberately kept; no test depends on another's box.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from fleet_cli import BIN, REPO, FleetCli, wait_for, workspace
+from fleet_cli import BIN
+from oneshot_box import (
+    OneShot,
+    archive_copy,
+    archived_manifest,
+    manifest_of,
+    oneshot_sandbox,
+    stored_outputs,
+)
 
-from fleet.registry import Registry, Row
-from sandbox import fleet_toml, manage
-from sandbox.control_client import ControlClient
-
-EXAMPLE = REPO / "examples" / "bench"
-UNQUALIFIED = "GPU-00000000-0000-4000-8000-000000000000"
-
-ROLES = fleet_toml.BENCH_ROLE + """\
-banned_symbols = ["cublas*", "*softmax*", "*tanh*", "*matrixmultiply*"]
-[roles.qualified]
-kind = "oneshot"
-image = "img"
-disk_gb = 20
-admitted_driver = "580.95.05"
-qualified_gpus = ["{unqualified}"]
-"""
-
-
-class OneShot(FleetCli):
-    def __init__(self, tmp: Path, env: dict[str, str]) -> None:
-        super().__init__(tmp, env)
-        self.sandbox = tmp / "sandbox"
-        self.revision = ""
-
-    @property
-    def registry(self) -> Registry:
-        return Registry(self.tmp / "state" / "boxes.json")
-
-    def rows(self) -> dict[str, Row]:
-        return {r.label: r for r in self.registry.rows()}
-
-    def control(self) -> ControlClient:
-        return ControlClient.from_state_dir(self.sandbox)
-
-    def listed(self, row: Row) -> bool:
-        """Does the sandbox's provider still list the box?"""
-        with self.control() as c:
-            return any(i["id"] == row.provider_id for i in c.instances()
-                       if i.get("phase") != "destroyed")
-
-    def job(self, name: str, **changes: Any) -> Path:
-        """A copy of the example job under `name`, with changed keys (TOML lines)."""
-        d = self.tmp / "jobs" / name
-        if d.exists():
-            shutil.rmtree(d)
-        shutil.copytree(EXAMPLE / "inputs", d / "inputs")
-        lines = {"name": f'"{name}"', "command": '"python3 run.py"', "outputs": '"out"',
-                 "ttl_minutes": "30", "inputs": '"inputs"',
-                 "modules": '["toolchain/kernels/*.ptx"]', "provider": '"vast"'}
-        lines.update({k: v for k, v in changes.items() if not k.startswith("_")})
-        text = "".join(f"{k} = {v}\n" for k, v in lines.items() if v is not None)
-        text += (f'[toolchain]\nrepo = "fleet/toolchains"\nrevision = "{self.revision}"\n'
-                 'path = "toolchain"\n')
-        text += changes.get("_gates", '[[gates]]\nname = "parity"\n'
-                                      'command = "python3 parity.py"\nmin_passed = 4\n')
-        (d / "job.toml").write_text(text)
-        return d / "job.toml"
-
-    def run_job(self, role: str, job: Path, *extra: str) -> tuple[int, dict[str, Any]]:
-        r = self.fleet("run", role, str(job), "--json", *extra, check=False)
-        try:
-            return r.returncode, json.loads(r.stdout)
-        except ValueError:
-            raise AssertionError(f"fleet run printed no JSON ({r.returncode}):\n{r.stdout}\n"
-                                 f"{r.stderr[-4000:]}") from None
-
-    def ssh(self, row: Row, command: str) -> str:
-        from fleet import boxssh
-        from fleet.config import load
-
-        res = boxssh.run(load(self.tmp / "fleet.toml"), row, command)
-        assert res.returncode == 0, res.stderr
-        return res.stdout
-
-    def store_files(self, commit: str, prefix: str) -> dict[str, bytes]:
-        """The store's copy at `commit`, downloaded afresh through huggingface_hub."""
-        code = (
-            "import json, sys, tempfile, huggingface_hub as h\n"
-            "repo, commit, prefix = sys.argv[1:4]\n"
-            "d = h.snapshot_download(repo, repo_type='dataset', revision=commit,\n"
-            "    cache_dir=tempfile.mkdtemp(), allow_patterns=[prefix + '/*', prefix + '/**'])\n"
-            "print(d)\n")
-        r = self.run(sys.executable, "-c", code, "fleet/outputs", commit, prefix)
-        root = Path(r.stdout.strip().splitlines()[-1]) / prefix
-        return {p.relative_to(root).as_posix(): p.read_bytes()
-                for p in sorted(root.rglob("*")) if p.is_file()}
+from fleet.registry import Row
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OneShot]:
-    tmp, env = workspace(tmp_path_factory, "oneshot", lambda state: fleet_toml.render(
-        state, store=True, roles=ROLES.format(unqualified=UNQUALIFIED)))
-    env["HF_HOME"] = str(tmp / "hf-home")
-    f = OneShot(tmp, env)
-    try:
-        f.fleet("sandbox", "up", "--boxes", "0", "--backend", "ns")
-        env.update(manage.load_env(f.sandbox))
-        pushed = f.fleet("store", "push", str(EXAMPLE / "toolchain"), "--repo",
-                         "fleet/toolchains")
-        f.revision = json.loads(pushed.stdout)["revision"]
-        # the example job pins the commit a fresh store gives this push (README's steps)
-        assert f'revision = "{f.revision}"' in (EXAMPLE / "job.toml").read_text()
-        yield f
-    finally:
-        f.fleet("sandbox", "down", check=False)
+    yield from oneshot_sandbox(tmp_path_factory)
 
 
 @pytest.fixture(autouse=True)
 def no_faults(fleet: OneShot) -> None:
     with fleet.control() as c:
         c.clear_faults()
-
-
-def _archive(fleet: OneShot, label: str, job: str) -> dict[str, bytes]:
-    root = fleet.tmp / "state" / "archive" / label / job
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def _manifest_of(files: dict[str, bytes]) -> dict[str, str]:
-    return {p: hashlib.sha256(b).hexdigest() for p, b in files.items()}
 
 
 def test_the_happy_path_ends_with_the_box_gone_and_both_copies_equal(fleet: OneShot) -> None:
@@ -156,14 +52,13 @@ def test_the_happy_path_ends_with_the_box_gone_and_both_copies_equal(fleet: OneS
     assert row.status == "destroyed" and row.store_commit == s["store_commit"]
     assert row.job == "happy" and row.invocations == 1 and row.refusal is None
     assert not fleet.listed(row)
-    archived = _archive(fleet, row.label, "happy")
-    manifest = json.loads(archived.pop("fleet-manifest.json"))
-    assert {e["path"]: e["sha256"] for e in manifest} == _manifest_of(archived)
+    archived = archive_copy(fleet, row.label, "happy")
+    manifest = archived_manifest(fleet, row.label, "happy")
+    assert {e["path"]: e["sha256"] for e in manifest} == manifest_of(archived)
     assert {"results.json", "samples.bin", "fleet-job.json"} <= set(archived)
     assert json.loads(archived["fleet-job.json"])["invocations"] == 1
-    stored = fleet.store_files(s["store_commit"], f"happy/{row.label}")
-    assert json.loads(stored.pop("fleet-manifest.json")) == manifest
-    assert stored == archived
+    stored, stored_manifest = stored_outputs(fleet, s["store_commit"], f"happy/{row.label}")
+    assert stored_manifest == manifest and stored == archived
 
 
 @pytest.mark.parametrize("driver", ["580.105.08", "595.71.05"])
@@ -191,7 +86,7 @@ def _refused_and_torn_down(fleet: OneShot, s: dict[str, Any], job: str) -> None:
     row = fleet.rows()[s["label"]]
     assert row.invocations == 0 and row.refusal == s["refusal"] and row.job_state == "refused"
     assert row.status == "destroyed" and not fleet.listed(row)
-    archived = _archive(fleet, row.label, job)
+    archived = archive_copy(fleet, row.label, job)
     record = json.loads(archived["fleet-job.json"])
     assert record["invocations"] == 0 and record["refused"]
     # the job's own outputs never appeared: it did not run
@@ -251,7 +146,7 @@ def test_the_deploy_by_hand_twice_then_the_checks_then_teardown(fleet: OneShot) 
               "deploys/teardown.py")
     done = fleet.rows()[label]
     assert done.status == "destroyed" and done.store_commit and not fleet.listed(done)
-    assert _archive(fleet, label, "byhand")
+    assert archive_copy(fleet, label, "byhand")
 
 
 def _kept_run(fleet: OneShot, name: str) -> Row:
@@ -295,7 +190,8 @@ def test_an_output_written_after_it_was_read_keeps_the_box(fleet: OneShot,
     fleet.fleet("teardown", row.label)  # nothing changes on the box now: read back, destroyed
     done = fleet.rows()[row.label]
     assert done.status == "destroyed" and done.store_commit
-    assert b"late" in fleet.store_files(done.store_commit, f"changed/{row.label}")["results.json"]
+    stored, _ = stored_outputs(fleet, done.store_commit, f"changed/{row.label}")
+    assert b"late" in stored["results.json"]
 
 
 @pytest.mark.parametrize("fault", ["store_upload_refused", "store_wrong_bytes",
@@ -351,7 +247,7 @@ def test_a_box_past_its_ttl_is_flagged_and_torn_down_by_expired(fleet: OneShot) 
     assert any("still billing" in p for p in flagged["problems"]), flagged  # job ended
     fleet.registry.update(row.label, expires_at="2000-01-01T00:00:00Z")  # time passes
     check = fleet.fleet("check", check=False)
-    assert check.returncode == 1 and "past its TTL" in check.stdout, check.stdout
+    assert check.returncode == 1 and "past its deadline" in check.stdout, check.stdout
     fleet.fleet("teardown", "--expired")
     assert fleet.rows()[row.label].status == "destroyed"
     assert fleet.fleet("check", check=False).returncode == 0
@@ -374,17 +270,34 @@ def test_a_bad_job_file_rents_nothing(fleet: OneShot, changes: dict[str, Any],
     assert len(fleet.rows()) == before
 
 
-def test_a_second_job_on_the_same_box_fetches_nothing(fleet: OneShot) -> None:
+def test_a_second_job_on_the_same_box_waits_for_the_first_read_back_and_fetches_nothing(
+        fleet: OneShot) -> None:
     rented = json.loads(fleet.fleet("rent", "bench", "--provider", "vast", "--json").stdout)
     label = rented["label"]
-    for name in ("warm-1", "warm-2"):
-        fleet.run(str(BIN / "pyinfra"), "-y", "--limit", label, "inventory.py",
-                  "deploys/oneshot.py", "--data", f"job={fleet.job(name)}")
+
+    def deploy(name: str) -> subprocess.CompletedProcess[str]:
+        return fleet.run(str(BIN / "pyinfra"), "-y", "--limit", label, "inventory.py",
+                         "deploys/oneshot.py", "--data", f"job={fleet.job(name)}", check=False)
+
+    assert deploy("warm-1").returncode == 0
+    refused = deploy("warm-2")  # warm-1's outputs were never pulled: they would be lost
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "still holds job warm-1, not read back" in said, said
     row = fleet.rows()[label]
+    assert row.job == "warm-1" and row.read_back is None
+    assert "warm-2" not in fleet.ssh(row, "ls /root/fleet/jobs")
+    fleet.fleet("teardown", label, "--keep-box")
+    row = fleet.rows()[label]
+    assert row.live and row.read_back == "warm-1" and fleet.listed(row)
+    assert "results.json" in archive_copy(fleet, label, "warm-1")
+    assert deploy("warm-2").returncode == 0
+    row = fleet.rows()[label]
+    assert row.job == "warm-2" and row.read_back is None and row.store_commit is None
     states = [json.loads(fleet.ssh(row, f"cat /root/fleet/jobs/{n}/state.json"))
               for n in ("warm-1", "warm-2")]
     assert states[0]["toolchain"]["bytes_fetched"] > 0 and not states[0]["toolchain"]["warm"]
     assert states[1]["toolchain"]["bytes_fetched"] == 0 and states[1]["toolchain"]["warm"]
-    wait_for("the token file is private", lambda: fleet.ssh(
-        row, "stat -c %a /root/fleet/hf_token").strip() == "600")
-    fleet.fleet("destroy", label)
+    r = fleet.fleet("destroy", label, check=False)  # warm-2 is not read back either
+    assert r.returncode == 2 and "not read back" in r.stderr, r.stderr
+    fleet.fleet("teardown", label)
+    assert fleet.rows()[label].status == "destroyed"
