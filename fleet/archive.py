@@ -178,13 +178,24 @@ def _box_manifest(sent: Any) -> tuple[list[dict[str, Any]], list[str]]:
     (a file written to while it was read, no manifest at all: the stream was cut short)."""
     if not isinstance(sent, list):
         return [], ["the box sent no manifest after its files (the stream was cut short?)"]
+    others = [e for e in sent if _not_a_file(e)]
     try:
         rows = [{"path": str(e["path"]), "size": int(e["size"]), "sha256": str(e["sha256"])}
-                for e in sent]
+                for e in sent if not _not_a_file(e)]
     except (TypeError, KeyError, ValueError):
         return [], ["the box's manifest is malformed"]
-    return rows, [f"{e['path']}: written to on the box while it was read" for e in sent
-                  if e.get("changed")]
+    # a link or a fifo is never followed nor copied, so its output would be lost with the box
+    problems = [f"{e['path']}: a link to {e['link']} on the box, not a file (copy the file "
+                "there in its place, or remove the link)" if "link" in e else
+                f"{e['path']}: a {e['special']} on the box, not a file" for e in others]
+    return rows, problems + [f"{e['path']}: written to on the box while it was read"
+                             for e in sent if e.get("changed")]
+
+
+def _not_a_file(entry: Any) -> bool:
+    """A manifest entry for a link or a special file (`python -m agent manifest` lists them
+    with `link` or `special`, and no size or sha256)."""
+    return isinstance(entry, dict) and ("link" in entry or "special" in entry)
 
 
 def compare(manifest: list[dict[str, Any]], got: dict[str, dict[str, Any]],

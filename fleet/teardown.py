@@ -265,6 +265,11 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
     outputs = f"{ROOT}/jobs/{job}/workdir/{spec.get('outputs', 'out')}"
     if dry_run:
         manifest = _manifest(cfg, row, outputs)
+        links = [str(e.get("path")) for e in manifest if "size" not in e]
+        manifest = [e for e in manifest if "size" in e]
+        if links:
+            out.steps.append(f"would keep the box: {len(links)} outputs are not files "
+                             f"({', '.join(links[:5])})")
         size = sum(int(e["size"]) for e in manifest)
         out.steps.append(f"would pull {len(manifest)} files ({size} bytes) to "
                          f"{archive.folder(archive_dir(cfg), row.label, job)}, push them to "

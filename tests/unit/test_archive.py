@@ -102,6 +102,18 @@ def test_each_differing_file_is_named_and_the_archive_left_alone(tmp_path: Path)
     assert pulled.path.parent.parent == tmp_path / "box-1"
 
 
+def test_a_link_or_a_fifo_in_the_outputs_is_named_and_nothing_becomes_the_archive(
+        tmp_path: Path) -> None:
+    # the box never follows nor sends them, but lists them: their outputs would be lost
+    sent = manifest(FILES) + [{"path": "latest", "link": "results.json"},
+                              {"path": "pipe", "special": "fifo"}]
+    pulled = archive.pull(tar_stream(FILES, sent=sent), tmp_path, "box-1", "job")
+    assert pulled.problems == [
+        "latest: a link to results.json on the box, not a file (copy the file there in its "
+        "place, or remove the link)", "pipe: a fifo on the box, not a file"]
+    assert not (tmp_path / "box-1" / "job").exists()
+
+
 def test_links_and_escaping_names_are_not_written(tmp_path: Path) -> None:
     link = tarfile.TarInfo("out/evil")
     link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
