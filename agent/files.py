@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +55,26 @@ def write_json(path: Path, value: Any, mode: int = 0o644, durable: bool = False)
     atomic_write(path, text, mode, durable)
 
 
+MAX_JSON_BYTES = 16 << 20  # a record of the agent's (state, pidfile, status) is far smaller
+
+
 def read_json(path: Path) -> Any:
-    """The parsed file, or None when it is absent, unreadable or not JSON."""
+    """The parsed file, or None when it is absent, unreadable, not JSON, not a regular file
+    (a FIFO would block: it is opened non-blocking) or over MAX_JSON_BYTES."""
     try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_JSON_BYTES:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return json.loads(f.read(MAX_JSON_BYTES + 1))
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
 
 
 def touch(path: Path) -> None:
@@ -89,20 +103,25 @@ def sha256_file(path: Path) -> str:
 
 
 class DigestCache:
-    """sha256 of files, recomputed only when (size, mtime, inode) changes.
-
-    The pointer is checked every tick and a node binary may be hundreds of MiB.
+    """sha256 of files, recomputed only when the file's identity (device, inode, size, mtime)
+    changes: a release replaced in place has another mtime, one replaced by rename another
+    inode. Keyed by identity, not path, so /proc/<pid>/exe (the very file a process runs)
+    shares the entry of its path. The pointer is checked every tick and a node binary may be
+    hundreds of MiB.
     """
 
+    LIMIT = 64  # entries kept; the oldest go first
+
     def __init__(self) -> None:
-        self._known: dict[str, tuple[tuple[int, int, int], str]] = {}
+        self._known: dict[tuple[int, int, int, int], str] = {}
 
     def sha256(self, path: Path) -> str:
         st = path.stat()
-        key = (st.st_size, st.st_mtime_ns, st.st_ino)
-        hit = self._known.get(str(path))
-        if hit and hit[0] == key:
-            return hit[1]
-        value = sha256_file(path)
-        self._known[str(path)] = (key, value)
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        value = self._known.get(key)
+        if value is None:
+            value = sha256_file(path)
+            if len(self._known) >= self.LIMIT:
+                del self._known[next(iter(self._known))]
+            self._known[key] = value
         return value

@@ -42,12 +42,20 @@ class Admission:
     wanted_driver: str | None
     uuids: list[str]
     qualified_gpus: list[str]
-    checked_at: float
+    checked_at: float  # wall time, for display
+    checked_mono: float = 0.0  # monotonic time: what its freshness is judged by
+    pending: bool = False  # no answer from NVML yet (GPU programs wait; running ones stay)
 
     def as_dict(self) -> dict[str, Any]:  # by hand: dataclasses.asdict deep-copies, slowly
         return {"admitted": self.admitted, "reason": self.reason, "driver": self.driver,
                 "wanted_driver": self.wanted_driver, "uuids": list(self.uuids),
                 "qualified_gpus": list(self.qualified_gpus), "checked_at": self.checked_at}
+
+
+def not_yet(wanted_driver: str, qualified: tuple[str, ...] | list[str]) -> Admission:
+    """The verdict before NVML has answered: not admitted, and pending."""
+    return Admission(False, "waiting for NVML to answer", None, wanted_driver or None, [],
+                     list(qualified), time.time(), time.monotonic(), pending=True)
 
 
 def read_gpu() -> GpuFacts:
@@ -109,7 +117,7 @@ def admit(facts: GpuFacts, wanted_driver: str, qualified: tuple[str, ...] | list
 
     def verdict(ok: bool, reason: str) -> Admission:
         return Admission(ok, reason, facts.driver, wanted_driver or None, uuids, list(qualified),
-                         time.time())
+                         time.time(), time.monotonic())
 
     if facts.error:
         return verdict(False, facts.error)

@@ -1,6 +1,6 @@
 """Unhealthy programs: one that runs but whose status source says unhealthy (a node that does
 not answer its RPC, a status file gone stale) for `restart_unhealthy_after_s` is stopped, and
-the supervisor starts it again. A reading too old to tell (the observer stuck) decides nothing:
+the supervisor starts it again. A reading too old to tell (see freshness.py) decides nothing:
 neither a restart nor an all-clear.
 """
 
@@ -10,17 +10,16 @@ import time
 from collections.abc import Iterable
 
 from agent.config import Config
-from agent.probes import HTTP_TIMEOUT_S, Reading
+from agent.probes import Reading
 from agent.program import Program
 
 
 def restart_unhealthy(cfg: Config, programs: Iterable[Program],
                       readings: dict[str, Reading]) -> None:
     now = time.monotonic()
-    too_old = time.time() - 3 * cfg.tick_s - 2 * HTTP_TIMEOUT_S
     for prog in programs:
         reading = readings.get(prog.name)
-        if reading is not None and reading.at < too_old:
+        if reading is not None and reading.stale:
             continue
         if prog.state != "running" or prog.proc is None or reading is None:
             prog.unhealthy_since = None

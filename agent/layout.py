@@ -25,6 +25,7 @@ class Layout:
         self.status = self.run / "status.json"
         self.heartbeat = self.run / "heartbeat"  # its mtime is the heartbeat
         self.lock = self.run / "agent.lock"
+        self.switch_lock = self.run / "switch.lock"  # held by `agent switch` while it runs
         self.agent_pid = self.run / "agent.pid"
         self.state = self.run / "state.json"
         self.agent_log = self.logs / "agent.log"

@@ -16,10 +16,11 @@ class AgentLock:
         self.path = path
         self._fd: int | None = None
 
-    def acquire(self) -> bool:
+    def acquire(self, wait: bool = False) -> bool:
+        """Take the lock; without `wait`, False at once when another process holds it."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             os.close(fd)
             return False

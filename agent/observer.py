@@ -1,10 +1,12 @@
-"""The observer: probes every program each tick and re-checks admission each reconcile, in a
-background thread, so that a hung node or a slow driver never delays the supervision loop.
+"""The observer: probes every program each tick in a background thread, so that a hung node
+never delays the supervision loop. (Admission, through NVML, runs in threads of its own:
+nvmlcheck.py.)
 
-`readings` and `admission` are replaced whole, so readers need no lock. The thread survives any
-one failure (each probe, and each round, is caught); should it end anyway, the supervisor sees
-`is_alive()` false at its next tick, starts a new one and reports the restart. Readings carry
-their time, so a frozen observer shows as old readings, which every reader treats as unknown.
+`readings` is replaced whole, so readers need no lock. The thread survives any one failure
+(each probe, and each round, is caught), and every probe has a total deadline. Should the
+thread end anyway, or its last round grow stale (stuck where no deadline reaches), the
+supervisor starts a new one at its next tick and reports the restart. Readings carry their
+monotonic time, so a frozen observer shows as old readings, which freshness.py makes unknown.
 """
 
 from __future__ import annotations
@@ -15,26 +17,22 @@ import traceback
 from collections.abc import Callable
 
 from agent.config import Config
-from agent.gpu import Admission
 from agent.probes import Reading, probe_program
 from agent.template import Values
 
 
 class Observer(threading.Thread):
     def __init__(self, cfg: Config, values: Callable[[str], Values],
-                 check_admission: Callable[[], Admission], admission: Admission,
                  readings: dict[str, Reading] | None = None,
                  interval: Callable[[], float] | None = None) -> None:
         super().__init__(name="observer", daemon=True)
         self.cfg = cfg
         self.values = values
-        self.check_admission = check_admission
         self.readings: dict[str, Reading] = dict(readings or {})
-        self.admission = admission
         self.interval = interval or (lambda: cfg.tick_s)  # shorter while a switch awaits sync
-        self.round_at: float | None = None  # wall time of the last complete round
+        self.round_at: float | None = None  # wall time of the last complete round (display)
+        self.round_mono = time.monotonic()  # monotonic: its start, then its last round's end
         self.last_error: str | None = None
-        self._next_admission = time.monotonic() + cfg.reconcile_s
         self._halt = threading.Event()
         self._wake = threading.Event()  # a round now, not after the interval
 
@@ -55,11 +53,10 @@ class Observer(threading.Thread):
         readings = {}
         for name, program in self.cfg.programs.items():
             readings[name] = probe_program(program, self.values(name))
+        if self._halt.is_set():
+            return  # abandoned while it was stuck: its readings are no one's any more
         self.readings = readings
-        if time.monotonic() >= self._next_admission:
-            self.admission = self.check_admission()
-            self._next_admission = time.monotonic() + self.cfg.reconcile_s
-        self.round_at = time.time()
+        self.round_at, self.round_mono = time.time(), time.monotonic()
 
     def poke(self) -> None:
         """Probe now (a switch's new node has started: its first synced answer is timed)."""

@@ -25,6 +25,7 @@ class PackExport:
         self.task: Task | None = None
         self.seed: str | None = None  # the seed the running export is for
         self.error: dict[str, Any] | None = None
+        self.held = False  # the running export was stopped because the miner may not run
 
     def resume(self) -> Task | None:
         """At the agent's start: stop an export the previous agent left running."""
@@ -38,7 +39,7 @@ class PackExport:
             return None
         self.ctx.journal(f"pack: an export the previous agent started (pid {task.pid}) still "
                          "runs; its outcome cannot be known: stopping it to export again")
-        task.stop()
+        task.stop("left by the previous agent", self.ctx.journal)
         self.task, self.seed = task, None
         return task
 
@@ -68,10 +69,24 @@ class PackExport:
         self.task, self.seed = task, seed
         self.ctx.journal(f"pack: node seed is now {seed}; exporting: {' '.join(argv)}")
 
+    def hold(self) -> None:
+        """An export runs the miner's binary on the GPU: admission refusing the miner stops a
+        running one too (it runs again for the same seed once admitted)."""
+        miner = self.ctx.program(MINER)
+        if self.task is None or self.held or miner is None or self.ctx.wanted(miner):
+            return
+        self.held = True
+        self.task.stop("the miner may not run: admission refuses it", self.ctx.journal)
+
     def done(self, task: Task, code: int | None) -> None:
         seed, self.task, self.seed = self.seed, None, None
         if seed is None:  # the export left by a previous agent, stopped: export again now
             self.ctx.journal("pack: the earlier export is gone")
+            return
+        if self.held:
+            self.held = False
+            self.ctx.journal(f"pack: export for seed {seed} stopped; it runs again once the "
+                             "miner may run")
             return
         outcome = "timeout" if task.timed_out else "ok" if code == 0 else "failed"
         if outcome == "ok":

@@ -18,12 +18,14 @@ from agent.files import DigestCache
 from agent.layout import Layout
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
+MAX_POINTER_BYTES = 4096  # one path (or one sha256sum line); anything larger is not a pointer
 
 
 @dataclass(frozen=True)
 class Pointer:
     target: str  # the first line of standing.node
     digest_text: str  # the first word of standing.node.sha256, lowercased ("" if absent)
+    problem: str | None = None  # a pointer file that cannot be a pointer (refused)
 
     @property
     def key(self) -> str:
@@ -54,16 +56,40 @@ def pointer_signature(layout: Layout) -> tuple[tuple[int, int, int] | None, ...]
 def read_pointer(layout: Layout) -> Pointer | None:
     """The pointer, or None when standing.node does not exist."""
     try:
-        target = layout.pointer.read_text(errors="replace").strip().splitlines()
+        target = _read_small(layout.pointer).strip().splitlines()
     except FileNotFoundError:
         return None
+    except _NotAPointer as e:
+        return Pointer("", "", str(e))
     except OSError:
         target = []
     try:
-        words = layout.pointer_digest.read_text(errors="replace").split()
+        words = _read_small(layout.pointer_digest).split()
+    except _NotAPointer as e:
+        return Pointer(target[0].strip() if target else "", "", str(e))
     except OSError:
         words = []
     return Pointer(target[0].strip() if target else "", words[0].lower() if words else "")
+
+
+class _NotAPointer(Exception):
+    pass
+
+
+def _read_small(path: Path) -> str:
+    """A pointer file's text. O_NONBLOCK, so a FIFO in its place cannot hang the agent; not a
+    regular file, or larger than a pointer can be: _NotAPointer."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _NotAPointer(f"{path.name} is not a regular file")
+        if st.st_size > MAX_POINTER_BYTES:
+            raise _NotAPointer(f"{path.name} is {st.st_size} bytes, larger than a pointer "
+                               f"can be ({MAX_POINTER_BYTES})")
+        return os.read(fd, MAX_POINTER_BYTES + 1).decode(errors="replace")
+    finally:
+        os.close(fd)
 
 
 def check_pointer(pointer: Pointer, digests: DigestCache) -> Verdict:
@@ -72,6 +98,8 @@ def check_pointer(pointer: Pointer, digests: DigestCache) -> Verdict:
     def refuse(reason: str) -> Verdict:
         return Verdict(False, path, None, reason)
 
+    if pointer.problem:
+        return refuse(pointer.problem)
     if not path:
         return refuse("standing.node is empty")
     if not os.path.isabs(path):

@@ -145,6 +145,20 @@ def binary_of(info: ProcInfo) -> str | None:
     return os.path.normpath(arg)
 
 
+def running_file(info: ProcInfo) -> tuple[str | None, str | None, str]:
+    """What a process runs: (its path, the file to hash, kind). For a binary ("exe") the file
+    to hash is /proc/<pid>/exe, the very file the process maps even if its path was replaced
+    since; for a script under an interpreter ("script"), the script it was started with."""
+    try:
+        exe: str | None = os.readlink(f"/proc/{info.pid}/exe").removesuffix(" (deleted)")
+    except OSError:
+        exe = None
+    if exe is None or INTERPRETER.match(os.path.basename(exe).split(" ")[0]):
+        script = binary_of(info)
+        return script, script, "script"
+    return exe, f"/proc/{info.pid}/exe", "exe"
+
+
 @dataclass(frozen=True)
 class Matcher:
     """A test "this process (pid, argv) is the program". Command lines lacking `needle` can

@@ -22,8 +22,7 @@ from agent.backoff import Backoff
 from agent.config import ProgramConfig
 from agent.files import write_json
 from agent.layout import Layout
-
-KILL_WAIT_S = 5.0  # after SIGKILL, how long before we send it again and say so
+from agent.stopping import Stopping
 
 
 @dataclass
@@ -56,8 +55,7 @@ class Program:
         self.degraded = False
         self.starts = 0
         self.next_start: float | None = None  # monotonic, while in backoff
-        self.stop_deadline: float | None = None
-        self.killed = False
+        self.stopping: Stopping | None = None  # while state is "stopping"
         self.start_after_stop = False
         self.reason: str | None = None
         self.last_exit: dict[str, Any] | None = None
@@ -131,32 +129,17 @@ class Program:
     # ------------------------------------------------------------------ stopping
 
     def begin_stop(self, grace_s: float, why: str, start_after: bool = False) -> None:
-        """TERM the process group now; `tick` sends KILL when the grace runs out."""
+        """TERM the process group now; `enforce_deadline` escalates when the grace runs out."""
         p = self.proc
         if p is None or self.state != "running":
             return
         self.state = "stopping"
         self.start_after_stop = start_after
-        self.stop_deadline = time.monotonic() + grace_s
-        self.killed = False
-        self.journal(f"{self.name}: stopping pid {p.pid} ({why})")
-        procs.signal_program(p.pid, p.pgid, signal.SIGTERM)
+        self.stopping = Stopping(self.name, p.pid, p.pgid, grace_s, why, self.journal)
 
     def enforce_deadline(self, now: float) -> None:
-        p = self.proc
-        if self.state != "stopping" or p is None or self.stop_deadline is None:
-            return
-        if now < self.stop_deadline:
-            return
-        if not self.killed:
-            self.journal(f"{self.name}: pid {p.pid} ignored SIGTERM; sending SIGKILL")
-        else:  # still there: uninterruptible sleep (D state) delays even SIGKILL
-            self.journal(f"{self.name}: pid {p.pid} still there {KILL_WAIT_S:.0f} s after "
-                         "SIGKILL (uninterruptible sleep?); sending it again")
-        procs.signal_program(p.pid, p.pgid, signal.SIGKILL)
-        self.killed = True
-        # always a deadline in the future: a past one would make the loop's wait zero (a spin)
-        self.stop_deadline = now + KILL_WAIT_S
+        if self.state == "stopping" and self.stopping is not None:
+            self.stopping.enforce(now)
 
     # ------------------------------------------------------------------ exits
 
@@ -174,6 +157,7 @@ class Program:
         procs.kill_group_leftovers(p.pgid if p.pgid == p.pid else -1)
         self.remove_pidfile()
         self.proc = None
+        self.stopping = None
         self.last_exit = {"code": code, "at": now, "run_s": round(run_s, 3)}
         if self.state == "stopping":
             self.state = "stopped"

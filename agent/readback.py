@@ -30,12 +30,7 @@ def process_view(cfg: Config, name: str) -> dict[str, Any] | None:
     if not found:
         return None
     info = found[0]
-    exe = _exe(info.pid)
-    if exe and procs.INTERPRETER.match(os.path.basename(exe).split(" ")[0]):
-        kind, path = "script", procs.binary_of(info)
-        source = path
-    else:
-        kind, path, source = "exe", exe, f"/proc/{info.pid}/exe"
+    path, source, kind = procs.running_file(info)
     try:
         digest = sha256_file(Path(source)) if source else None
     except OSError:
@@ -69,7 +64,8 @@ def readback(cfg: Config) -> dict[str, Any]:
         except OSError:
             written = None
         try:
-            target_sha = sha256_file(Path(pointer.target)) if pointer.target else None
+            regular = bool(pointer.target) and os.path.isfile(pointer.target)  # a FIFO would hang
+            target_sha = sha256_file(Path(pointer.target)) if regular else None
         except OSError:
             target_sha = None
         out["pointer"] = {"target": pointer.target, "sha256": pointer.digest_text or None,
@@ -84,10 +80,3 @@ def readback(cfg: Config) -> dict[str, Any]:
         if out.get(name):
             out[name].pop("started_ts", None)
     return out
-
-
-def _exe(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
-    except OSError:
-        return None

@@ -2,11 +2,15 @@
 run the recipe (in/box-exec-snapshot.sh), at most once per cooldown and never two at once.
 
 The running recipe is recorded in the state (tasks.recovery); an agent started after a SIGKILL
-waits for a recipe that still runs rather than starting another beside it.
+waits for a recipe that still runs rather than starting another beside it. The cooldown runs on
+the monotonic clock (seeded at the start from the recorded wall-clock end, at most one cooldown
+ahead), so a clock step neither extends nor skips it. It acts only on a fresh reading (see
+freshness.py): a frozen "exec tip 0" is unknown, not stuck.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -22,6 +26,11 @@ class ExecRecovery:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.task: Task | None = None
+        finished = ctx.state.recovery.get("finished_at")
+        left = (finished + ctx.cfg.recovery.cooldown_s - time.time()
+                if isinstance(finished, int | float) else 0.0)
+        cooldown = ctx.cfg.recovery.cooldown_s
+        self.cooldown_until = time.monotonic() + min(max(left, 0.0), cooldown)
 
     def resume(self) -> Task | None:
         """At the agent's start: adopt the recipe the previous agent left running, if any."""
@@ -36,6 +45,7 @@ class ExecRecovery:
         changed = state.tasks.pop(KIND, None) is not None
         if state.recovery.get("state") == "running":  # it ended while no agent watched
             state.recovery.update(state="idle", outcome="interrupted", finished_at=time.time())
+            self.cooldown_until = time.monotonic() + rc.cooldown_s
             changed = True
         if changed:
             self.ctx.save_state()
@@ -50,8 +60,7 @@ class ExecRecovery:
                  and _int(data.get("exec_tip"), -1) == 0)
         if not stuck:
             return
-        finished = self.ctx.state.recovery.get("finished_at")
-        if isinstance(finished, int | float) and time.time() < finished + rc.cooldown_s:
+        if time.monotonic() < self.cooldown_until:
             return
         argv = render_argv(rc.recipe, self.ctx.values())
         task = self.ctx.start_task(KIND, argv, self.ctx.layout.recovery_log, rc.timeout_s)
@@ -77,18 +86,18 @@ class ExecRecovery:
         took = time.time() - task.started_at
         self.ctx.state.recovery.update(state="idle", finished_at=time.time(), rc=code,
                                        outcome=outcome)
+        self.cooldown_until = time.monotonic() + self.ctx.cfg.recovery.cooldown_s
         self.ctx.save_state()
         self.ctx.journal(f"recovery: {outcome} (exit {code}) after {took:.1f} s; "
                          f"cooldown {self.ctx.cfg.recovery.cooldown_s:.0f} s")
 
     def view(self, now: float) -> dict[str, Any]:
         cfg, rec = self.ctx.cfg.recovery, self.ctx.state.recovery
-        finished = rec.get("finished_at")
         cooldown_until = None
         state = "running" if self.task is not None else "idle"
-        until = finished + cfg.cooldown_s if isinstance(finished, int | float) else None
-        if state == "idle" and until is not None and now < until:
-            state, cooldown_until = "cooldown", until
+        left = self.cooldown_until - time.monotonic()
+        if state == "idle" and left > 0:
+            state, cooldown_until = "cooldown", now + left
         return {
             "configured": bool(cfg.recipe),
             "state": state,
@@ -96,7 +105,7 @@ class ExecRecovery:
             "pid": self.task.pid if self.task is not None else None,
             "runs": rec.get("runs", 0),
             "last_started_at": rec.get("started_at"),
-            "last_finished_at": finished,
+            "last_finished_at": rec.get("finished_at"),
             "last_rc": rec.get("rc"),
             "last_outcome": rec.get("outcome"),
             "cooldown_until": cooldown_until,
@@ -104,6 +113,6 @@ class ExecRecovery:
 
 
 def _int(value: Any, default: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return default
     return int(value)

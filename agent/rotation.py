@@ -4,6 +4,10 @@ Programs keep their log file descriptors (opened O_APPEND), so the file cannot b
 under them: its content is copied to <log>.1 (older copies shift to .2 ... .keep) and the file
 is truncated in place; the next append lands at offset 0. Lines written between the copy and
 the truncate are lost, the usual price of copy-truncate.
+
+A failed copy (a full disk) never leaves its temporary file behind, and the log is truncated
+anyway: on a full disk an untruncated log keeps growing and a leftover copy takes the space
+that was freed again at every reconcile. Losing old lines is the lesser harm.
 """
 
 from __future__ import annotations
@@ -14,14 +18,25 @@ from pathlib import Path
 
 
 def rotate_if_big(path: Path, max_bytes: int, keep: int) -> bool:
+    """True when the log was rotated; OSError (after truncating it) when the copy failed."""
     try:
         size = path.stat().st_size
     except OSError:
         return False
     if size <= max_bytes:
         return False
-    first = path.with_name(f"{path.name}.1")
     tmp = path.with_name(f".{path.name}.1.tmp")
+    try:
+        _copy(path, tmp, size)
+        _shift(path, keep)
+        os.replace(tmp, path.with_name(f"{path.name}.1"))
+    finally:
+        tmp.unlink(missing_ok=True)
+        os.truncate(path, 0)
+    return True
+
+
+def _copy(path: Path, tmp: Path, size: int) -> None:
     with open(path, "rb") as src, open(tmp, "wb") as dst:
         remaining = size
         while remaining > 0:
@@ -30,18 +45,21 @@ def rotate_if_big(path: Path, max_bytes: int, keep: int) -> bool:
                 break
             dst.write(block)
             remaining -= len(block)
-    # shift .n -> .n+1 through hard links, so that every name keeps existing while a reader
-    # looks (a rename would leave a moment with no .1)
+
+
+def _shift(path: Path, keep: int) -> None:
+    """.n -> .n+1 through hard links, so that every name keeps existing while a reader looks
+    (a rename would leave a moment with no .1)."""
     for n in range(keep - 1, 0, -1):
         older = path.with_name(f"{path.name}.{n}")
         if older.exists():
             link = path.with_name(f".{path.name}.{n + 1}.tmp")
             link.unlink(missing_ok=True)
-            os.link(older, link)
-            os.replace(link, path.with_name(f"{path.name}.{n + 1}"))
-    os.replace(tmp, first)
-    os.truncate(path, 0)
-    return True
+            try:
+                os.link(older, link)
+                os.replace(link, path.with_name(f"{path.name}.{n + 1}"))
+            finally:
+                link.unlink(missing_ok=True)
 
 
 def rotate_logs(paths: Iterable[Path], max_bytes: int, keep: int,
@@ -52,4 +70,4 @@ def rotate_logs(paths: Iterable[Path], max_bytes: int, keep: int,
             if rotate_if_big(path, max_bytes, keep):
                 journal(f"rotated {path}")
         except OSError as e:
-            journal(f"cannot rotate {path}: {e}")
+            journal(f"cannot rotate {path} ({e}); truncated it anyway")

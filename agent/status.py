@@ -1,11 +1,14 @@
 """status.json (every tick) and the `RESULT standing` line (every result_every_s).
 
 The schema is a contract with the pyinfra facts; docs/agent.md documents every field. Keep
-additions backwards compatible and bump SCHEMA on a breaking change.
+additions backwards compatible and bump SCHEMA on a breaking change. The readings it is built
+from have passed the freshness rule (freshness.py): a stale one has no figures and
+`healthy: null`, so neither shows a frozen value as a current one.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -35,6 +38,7 @@ class Source(Protocol):
     admission: Admission
     p2p: P2PMapping
     started_at: float
+    started_mono: float
     ticks: int
 
     @property
@@ -49,7 +53,10 @@ class Source(Protocol):
 
 
 def iso(ts: Any) -> str | None:
-    return utc(ts) if isinstance(ts, int | float) else None
+    """A time as UTC text; None for anything that is not a plausible time."""
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+        return None
+    return utc(ts) if 0 <= ts <= 1e11 else None
 
 
 def _isos(view: dict[str, Any], *keys: str) -> dict[str, Any]:
@@ -80,7 +87,7 @@ def build(src: Source, final: bool = False) -> dict[str, Any]:
             "version": __version__,
             "state": agent_state,
             "started_at": utc(src.started_at),
-            "uptime_s": round(now - src.started_at, 1),
+            "uptime_s": round(time.monotonic() - src.started_mono, 1),
             "ticks": src.ticks,
             "tick_s": src.cfg.tick_s,
             "root": str(src.layout.root),
@@ -138,7 +145,7 @@ def _program(p: Program, reading: Reading | None, now: float) -> dict[str, Any]:
         "binary": proc.binary if proc else None,
         "sha16": proc.sha256[:16] if proc and proc.sha256 else None,
         "started_at": iso(proc.started_at) if proc else None,
-        "uptime_s": round(now - proc.started_at, 1) if proc else None,
+        "uptime_s": round(time.monotonic() - proc.started_mono, 1) if proc else None,
         "starts": p.starts,
         "failures": p.failures,
         "degraded": p.degraded,
@@ -149,7 +156,8 @@ def _program(p: Program, reading: Reading | None, now: float) -> dict[str, Any]:
         "healthy": reading.healthy if reading else None,
         "health_error": reading.error if reading else None,
         # the time of the reading `healthy` is judged by: old means the observer is stuck
-        "reading_at": iso(reading.at) if reading and reading.healthy is not None else None,
+        "reading_at": iso(reading.at) if reading and (reading.healthy is not None
+                                                       or reading.stale) else None,
     }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 from agent import procs
@@ -17,6 +18,8 @@ from agent.config import Config
 from agent.errors import AgentError
 from agent.files import read_json
 from agent.identity import instances
+from agent.journal import Journal
+from agent.stopping import KILL_WAIT_S, Stopping
 
 POLL_S = 0.1
 
@@ -47,21 +50,42 @@ def stop_all(cfg: Config) -> dict[str, Any]:
             raise AgentError(f"the agent (pid {pid}) did not stop within {limit + 15:.0f} s")
         agent = "stopped"
     stopped = []
+    journal = _journal(cfg)
     for name, prog in cfg.programs.items():
         found = instances(cfg, name)
         if not found:
             continue
-        for info in found:
-            procs.signal_program(info.pid, info.pgid, signal.SIGTERM)
-        if not _wait_gone([i.pid for i in found], cfg.grace(prog)):
-            for info in found:
-                procs.signal_program(info.pid, info.pgid, signal.SIGKILL)
-            _wait_gone([i.pid for i in found], 5.0)
+        grace = cfg.grace(prog)
+        stops = [Stopping(name, i.pid, i.pgid, grace, "agent stop", journal) for i in found]
+        _wait_stopped(found, stops, grace + KILL_WAIT_S)
         for info in found:
             procs.kill_group_leftovers(info.pgid if info.pgid == info.pid else -1)
         cfg.layout.pidfile(name).unlink(missing_ok=True)
         stopped.append(name)
     return {"agent": agent, "stopped_without_agent": stopped}
+
+
+def _journal(cfg: Config) -> Callable[[str], None]:
+    """The agent's log, where the stop escalations are told as the agent tells its own."""
+    try:
+        journal = Journal(cfg.layout.agent_log)
+    except OSError:
+        return lambda _: None
+    return lambda message: journal(f"agent stop: {message}")
+
+
+def _wait_stopped(found: list[procs.ProcInfo], stops: list[Stopping], limit_s: float) -> None:
+    """Escalate each stop until its process is gone or limit_s has passed."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        alive = [stop for info, stop in zip(found, stops, strict=True)
+                 if procs.is_same(info.pid, info.start_ticks)]
+        if not alive:
+            return
+        for stop in alive:
+            stop.enforce(now)
+        time.sleep(POLL_S)
 
 
 def _wait_gone(pids: list[int], timeout: float) -> bool:

@@ -1,17 +1,16 @@
 """Strays: processes that are a program but must not run (a duplicate, the old node of a
-switch, a GPU program admission refuses). Each gets SIGTERM to its process group, SIGKILL when
-its grace runs out, and is forgotten once gone; the supervisor polls them (they are not ours to
-wait on) at STRAY_POLL_S while any is left.
+switch, a GPU program admission refuses). Each is stopped the one way (stopping.py) and
+forgotten once gone; the supervisor polls them (they are not ours to wait on) at STRAY_POLL_S
+while any is left.
 """
 
 from __future__ import annotations
 
-import signal
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from agent import procs
+from agent.stopping import Stopping
 
 STRAY_POLL_S = 0.2
 
@@ -22,9 +21,8 @@ class Stray:
     pid: int
     pgid: int
     start_ticks: int
-    deadline: float
+    stopping: Stopping
     sha256: str | None = None  # the node's digest, for a switch's timeline
-    killed: bool = False
 
 
 class Strays:
@@ -44,27 +42,29 @@ class Strays:
     def pids(self) -> set[int]:
         return set(self._by_pid)
 
+    def of(self, program: str) -> list[Stray]:
+        return [s for s in self._by_pid.values() if s.program == program]
+
     def add(self, program: str, info: procs.ProcInfo, grace_s: float, why: str,
             sha256: str | None = None) -> None:
         if info.pid in self._by_pid:
             return
-        self._by_pid[info.pid] = Stray(program, info.pid, info.pgid, info.start_ticks,
-                                       time.monotonic() + grace_s, sha256)
-        self.journal(f"{program}: stopping pid {info.pid} ({why}): {' '.join(info.argv)}")
-        procs.signal_program(info.pid, info.pgid, signal.SIGTERM)
+        stopping = Stopping(program, info.pid, info.pgid, grace_s,
+                            f"{why}: {' '.join(info.argv)}", self.journal)
+        self._by_pid[info.pid] = Stray(program, info.pid, info.pgid, info.start_ticks, stopping,
+                                       sha256)
 
     def forget(self, pid: int) -> None:
         self._by_pid.pop(pid, None)
 
     def check(self, now: float) -> list[Stray]:
-        """SIGKILL the ones past their grace; return (and forget) the ones that are gone."""
+        """Escalate the ones past their deadline; return (and forget) the ones that are gone."""
         gone = []
         for stray in self:
             if not procs.is_same(stray.pid, stray.start_ticks):
                 del self._by_pid[stray.pid]
                 procs.kill_group_leftovers(stray.pgid if stray.pgid == stray.pid else -1)
                 gone.append(stray)
-            elif now >= stray.deadline and not stray.killed:
-                procs.signal_program(stray.pid, stray.pgid, signal.SIGKILL)
-                stray.killed = True
+            else:
+                stray.stopping.enforce(now)
         return gone

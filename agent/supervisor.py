@@ -14,7 +14,13 @@ rotates logs. The observer thread (observer.py) probes the programs and re-check
 
 Writes that fail (a full disk, an unwritable run/) never stop supervision: they are reported
 in the status's `storage` and the RESULT line, and whatever depends on a durable record (a
-pointer switch, a task) waits until it can be recorded.
+pointer switch, a task) waits until it can be recorded. Each step of the start and of a tick is
+guarded on its own: one that fails (garbage in a reading or in the state) is logged and the
+others still run, so the heartbeat, the status and the RESULT line keep coming.
+
+Every timer and every freshness limit runs on the monotonic clock; wall-clock times are only
+recorded and shown. NVML runs in threads of its own (nvmlcheck.py): a hung driver call delays
+nothing, and until NVML answers GPU programs wait (none is started) while the node runs.
 """
 
 from __future__ import annotations
@@ -34,10 +40,12 @@ from agent.backoff import Backoff
 from agent.config import Config
 from agent.daemon import become_subreaper
 from agent.files import DigestCache, append_line, atomic_write, read_json, touch, write_json
-from agent.gpu import Admission, admit, read_gpu
+from agent.freshness import admission_limit_s, fresh_readings, reading_limit_s
+from agent.gpu import Admission, admit, not_yet, read_gpu
 from agent.health import restart_unhealthy
 from agent.identity import matcher_for
 from agent.journal import Journal
+from agent.nvmlcheck import AdmissionChecks
 from agent.observer import Observer
 from agent.pack import PackExport
 from agent.persist import AgentState
@@ -55,6 +63,7 @@ from agent.template import render_argv, render_env, render_text
 NODE = "node"
 MINER = "miner"
 NO_PIDFD_POLL_S = 0.5
+NVML_START_WAIT_S = 5.0  # at the start, how long NVML's first answer is waited for
 
 
 class Supervisor:
@@ -62,7 +71,10 @@ class Supervisor:
         self.cfg = cfg
         self.layout = cfg.layout
         self.journal = journal
-        self.state = AgentState.load(self.layout.state)
+        raw = read_json(self.layout.state)
+        self.state, self._dropped = AgentState.from_raw(raw)
+        if raw is None and self.layout.state.exists():
+            self._dropped = ["the whole file (unreadable, not JSON, or over 16 MiB)"]
         self.digests = DigestCache()
         backoff = Backoff(cfg.backoff_base_s, cfg.backoff_cap_s, cfg.backoff_jitter)
         self.programs = {
@@ -75,10 +87,15 @@ class Supervisor:
         self.strays = Strays(journal)
         self.tasks: dict[int, Task] = {}
         self.p2p = find_p2p(cfg.p2p_port)
-        self.admission: Admission = admit(read_gpu(), cfg.admitted_driver, cfg.qualified_gpus)
+        self.admission: Admission = not_yet(cfg.admitted_driver, cfg.qualified_gpus)
+        self.nvml = AdmissionChecks(self._check_admission, self.admission)
+        self._nvml_hung_told = False
         self.observer: Observer | None = None
         self.observer_restarts = 0
         self.started_at = time.time()
+        self.started_mono = time.monotonic()
+        self._step_errors: dict[str, str] = {}  # a failing step's last error, told once
+        self._current: dict[str, Any] | None = None  # this tick's status, for the RESULT line
         self.ticks = 0
         self.mode: str | None = None  # None: supervising; "leave": exit, programs keep running;
         #                                "stop": stop every program, then exit
@@ -89,6 +106,7 @@ class Supervisor:
         now = time.monotonic()
         self.next_tick = now
         self.next_reconcile = now + cfg.reconcile_s
+        self.next_result = now  # set from the recorded last line at the start (run)
 
     # ================================================================== lifecycle
 
@@ -99,20 +117,25 @@ class Supervisor:
         self._install_signals()
         self.journal(f"agent {__version__} started pid {os.getpid()} root {self.layout.root}"
                      f"{'' if subreaper else ' (could not become child subreaper)'}")
+        if self._dropped:
+            self.journal(f"state: dropped what is not a sane value in run/state.json: "
+                         f"{', '.join(self._dropped)}")
         clamped = self.state.clamp_future(time.time())
         if clamped:
             self.journal(f"clock: {', '.join(clamped)} lay in the future (a clock step); reset")
             self.save_state()
+        self.next_result = time.monotonic() + self._result_left()
+        self.nvml.request()
+        self.nvml.wait(NVML_START_WAIT_S)  # a hung NVML holds up nothing but GPU programs
+        self.admission = self._fresh_admission()
         self._log_admission(None, self.admission)
         if not self.p2p.mapped:
             self.journal(f"p2p: no mapping ({self.p2p.reason})")
-        for task in (self.recovery.resume(), self.pack.resume()):
-            if task is not None:
-                self._track_task(task)
-        self._adopt_at_start()
-        self.switch.follow(self.cfg.stop_grace_s)
+        self._guard("resuming tasks", self._resume_tasks)
+        self._guard("adoption", self._adopt_at_start)
+        self._guard("pointer", lambda: self.switch.follow(self.cfg.stop_grace_s))
         self._start_observer()
-        self._step(time.monotonic())
+        self._guard("programs", lambda: self._step(time.monotonic()))
         self._tick()
         if ready:
             ready(f"ok agent started (pid {os.getpid()}, root {self.layout.root})")
@@ -155,6 +178,25 @@ class Supervisor:
             self.next_tick = now + self.cfg.tick_s
             self._tick()
         return self.mode == "leave" or (self.mode == "stop" and self._all_stopped())
+
+    def _guard(self, step: str, run: Callable[[], object]) -> None:
+        """Run one step; a failure is logged (once while it stays the same) and never keeps
+        the other steps from running."""
+        try:
+            run()
+        except Exception as e:
+            text = f"{type(e).__name__}: {e}"
+            if self._step_errors.get(step) != text:
+                self._step_errors[step] = text
+                self.journal(f"{step}: failed (continuing without it): {text}\n"
+                             + traceback.format_exc())
+        else:
+            self._step_errors.pop(step, None)
+
+    def _resume_tasks(self) -> None:
+        for task in (self.recovery.resume(), self.pack.resume()):
+            if task is not None:
+                self._track_task(task)
 
     def _finish(self) -> int:
         if self.observer:
@@ -236,11 +278,23 @@ class Supervisor:
     def _desired(self, prog: Program) -> tuple[bool, str | None]:
         if self.mode == "stop":
             return False, "agent stopping"
+        if prog.cfg.needs_gpu and self.admission.pending:
+            return False, "waiting for NVML to answer (admission not checked yet)"
         if prog.cfg.needs_gpu and not self.admission.admitted:
             return False, f"admission refused: {self.admission.reason}"
         if prog.name == NODE and self.state.node_binary is None:
             return False, "no node binary: standing.node is absent and no node runs"
         return True, None
+
+    def _may_stay(self, prog: Program) -> bool:
+        """A GPU program that already runs stays while NVML has not answered yet: it waits
+        for the verdict (the freshness limit makes a silent NVML a refusal)."""
+        return prog.cfg.needs_gpu and self.admission.pending and self.mode is None
+
+    def _block(self, prog: Program, reason: str) -> None:
+        if prog.state != "blocked" or prog.reason != reason:
+            self.journal(f"{prog.name}: not started: {reason}")
+        prog.state, prog.reason, prog.next_start = "blocked", reason, None
 
     # ================================================================== the state machine
 
@@ -252,12 +306,12 @@ class Supervisor:
             wanted, why = self._desired(prog)
             if not wanted:
                 if prog.state == "running":
-                    prog.begin_stop(self.cfg.grace(prog.cfg), why or "not wanted")
+                    if not self._may_stay(prog):
+                        prog.begin_stop(self.cfg.grace(prog.cfg), why or "not wanted")
+                elif self.mode == "stop":
+                    prog.state, prog.reason, prog.next_start = "stopped", why, None
                 else:
-                    if prog.state != "blocked" and self.mode != "stop":
-                        self.journal(f"{prog.name}: not started: {why}")
-                    prog.state = "stopped" if self.mode == "stop" else "blocked"
-                    prog.reason, prog.next_start = why, None
+                    self._block(prog, why or "not wanted")
                 continue
             if prog.state in ("blocked", "stopped"):
                 self._start(prog)
@@ -271,15 +325,13 @@ class Supervisor:
     def _start(self, prog: Program) -> None:
         binary = sha256 = None
         if prog.name == NODE:
-            if any(s.program == NODE for s in self.strays):
-                return  # never two nodes: wait until the old one is gone
-            keeper, others = self.switch.choose(self._find_instances(prog), None)
-            for other in others:
-                self._add_stray(prog, other, "not the node the pointer names"
-                                if keeper is None else "duplicate node")
-            if keeper is not None:  # someone started a node: adopt it rather than start another
-                self._adopt(prog, keeper)
-            if keeper is not None or others:
+            # never two nodes: adopt one someone started, wait until any other is gone
+            if self._waiting_for_old_node(prog) or self._settle(prog):
+                self._waiting_for_old_node(prog)
+                return
+            refusal = self.switch.spawn_refusal()
+            if refusal is not None:
+                self._block(prog, refusal)
                 return
             assert self.state.node_binary is not None
             binary, sha256 = self.state.node_binary.path, self.state.node_binary.sha256
@@ -369,6 +421,14 @@ class Supervisor:
             return
         self.strays.forget(pid)  # else: an orphan we reaped as subreaper
 
+    def _waiting_for_old_node(self, prog: Program) -> bool:
+        """While a node is being stopped the next one waits, blocked, with the reason (no timer
+        of its own: the strays' poll wakes the loop, so it never spins)."""
+        old = self.strays.of(NODE)
+        if old and prog.state != "running":
+            self._block(prog, old[0].stopping.waiting_reason())
+        return bool(old)
+
     def _check_strays(self, now: float) -> None:
         for stray in self.strays.check(now):
             if stray.program == NODE:  # the old node of a switch (maybe one the last agent began)
@@ -377,23 +437,23 @@ class Supervisor:
     def _check_tasks(self, now: float) -> None:
         for task in self.tasks.values():
             if self.mode == "stop":
-                task.deadline = min(task.deadline, now)  # stopping: do not wait for tasks
-            task.enforce_deadline(now)
+                task.stop("the agent is stopping", self.journal)  # do not wait for tasks
+            task.enforce_deadline(now, self.journal)
 
     def _next_wake(self, now: float) -> float:
         wake = [self.next_tick, self.next_reconcile]
         for prog in self.programs.values():
             if prog.state == "backoff" and prog.next_start is not None:
                 wake.append(prog.next_start)
-            elif prog.state == "stopping" and prog.stop_deadline is not None:
-                wake.append(prog.stop_deadline)
+            elif prog.state == "stopping" and prog.stopping is not None:
+                wake.append(prog.stopping.deadline)
             elif prog.state == "running" and prog.proc is not None:
                 if prog.failures:
                     wake.append(prog.proc.started_mono + self.cfg.stable_s)
                 if prog.proc.pidfd is None:
                     wake.append(now + NO_PIDFD_POLL_S)
         for task in self.tasks.values():
-            wake.append(task.deadline)
+            wake.append(task.wake_at())
             if task.adopted and task.pidfd is None:
                 wake.append(now + NO_PIDFD_POLL_S)
         if self.strays:
@@ -450,22 +510,38 @@ class Supervisor:
     def _adopt_at_start(self) -> None:
         for prog in self.programs.values():
             mine = procs.from_record(read_json(self.layout.pidfile(prog.name)))
-            found = self._find_instances(prog)
-            if mine is not None and all(i.pid != mine.pid for i in found):
-                found.append(mine)
-            if not found:
+            if not self._settle(prog, mine):
                 prog.remove_pidfile()
-                continue
-            if prog.name == NODE:
-                keeper, others = self.switch.choose(found, mine)
-            else:
-                keeper = mine if mine is not None else max(found, key=lambda i: i.start_ticks)
-                others = [i for i in found if i.pid != keeper.pid]
-            for other in others:
-                self._add_stray(prog, other, f"duplicate {prog.name}" if keeper is not None
-                                else "not the node the pointer names")
-            if keeper is not None:
-                self._adopt(prog, keeper)
+
+    def _settle(self, prog: Program, mine: procs.ProcInfo | None = None,
+                table: list[tuple[int, bytes]] | None = None) -> bool:
+        """The one rule for a program's instances on the box (at the start, at each reconcile,
+        before each node start): find them, choose the one to keep, stop the others, adopt the
+        kept one. `mine`: the pidfile's, kept first. True when any instance was found."""
+        found = self._find_instances(prog, table)
+        if mine is not None and all(i.pid != mine.pid for i in found):
+            found.append(mine)
+        if not found:
+            return False
+        wanted, why = self._desired(prog)
+        # a node appearing while none is known is exactly what to adopt and record
+        unknown_node = prog.name == NODE and self.state.node_binary is None and self.mode is None
+        keeper: procs.ProcInfo | None = None
+        if prog.state in ("running", "stopping"):
+            others, reason = found, f"duplicate {prog.name}"
+        elif not (wanted or unknown_node or self._may_stay(prog)):
+            others, reason = found, f"{prog.name} must not run: {why}"
+        elif prog.name == NODE:
+            keeper, others = self.switch.choose(found, mine)
+            reason = "duplicate node" if keeper is not None else "not the node the pointer names"
+        else:
+            keeper = mine if mine is not None else max(found, key=lambda i: i.start_ticks)
+            others, reason = [i for i in found if i.pid != keeper.pid], f"duplicate {prog.name}"
+        for other in others:
+            self._add_stray(prog, other, reason)
+        if keeper is not None:
+            self._adopt(prog, keeper)
+        return True
 
     def _adopt(self, prog: Program, info: procs.ProcInfo) -> None:
         binary, sha256 = self.switch.sha256_of(info)
@@ -490,28 +566,9 @@ class Supervisor:
                     self._exited(p.pid, None)
         table = procs.command_lines()  # one pass over /proc for every program
         for prog in self.programs.values():
-            if prog.state == "stopping":
-                continue
-            others = self._find_instances(prog, table)
-            if not others:
-                continue
-            # a node appearing while none is known is exactly what to adopt and record
-            unknown_node = prog.name == NODE and self.state.node_binary is None
-            wanted = self._desired(prog)[0] or (unknown_node and self.mode is None)
-            if prog.state == "running" or not wanted:
-                for info in others:
-                    self._add_stray(prog, info, f"duplicate {prog.name}" if wanted
-                                    else f"{prog.name} must not run: {prog.reason}")
-                continue
-            # wanted but not running: someone started it; adopt instead of a second one
-            if prog.name == NODE:
-                keeper, rest = self.switch.choose(others, None)
-            else:
-                keeper, rest = others[-1], others[:-1]
-            for info in rest:
-                self._add_stray(prog, info, f"duplicate {prog.name}")
-            if keeper is not None:
-                self._adopt(prog, keeper)
+            if prog.state != "stopping":
+                self._settle(prog, table=table)
+        self._check_nvml()
         rotate_logs(self._log_paths(), self.cfg.log_max_bytes, self.cfg.log_keep, self.journal)
         p2p = find_p2p(self.cfg.p2p_port)
         if p2p != self.p2p:
@@ -521,30 +578,51 @@ class Supervisor:
     # ================================================================== the tick
 
     def _tick(self) -> None:
+        """Each step on its own guard: one failing never silences the heartbeat, the status
+        or the RESULT line."""
         self.ticks += 1
-        self._keep_observer()
+        node = self.programs.get(NODE)
+        grace = self.cfg.grace(node.cfg) if node else self.cfg.stop_grace_s
+        self._guard("observer", self._keep_observer)
+        self._guard("admission", self._take_admission)
+        self._guard("pointer", lambda: self.switch.follow(grace))
+        self._guard("health", lambda: restart_unhealthy(self.cfg, self.programs.values(),
+                                                        self.readings()))
+        self._guard("switch timeline", self._watch_switch)
+        self._guard("recovery", lambda: self.recovery.maybe_start(self.readings().get(NODE)))
+        self._guard("pack hold", self.pack.hold)
+        self._guard("pack export", lambda: self.pack.maybe_export(self.readings().get(NODE),
+                                                           self.readings().get(MINER)))
+        self.storage.attempt("heartbeat", lambda: touch(self.layout.heartbeat))
+        self._current = None
+        self._guard("status", self._write_status)
+        self._guard("RESULT line", self._maybe_result)
+
+    def _take_admission(self) -> None:
         admission = self._fresh_admission()
         if admission is not self.admission:
             previous, self.admission = self.admission, admission
             self._log_admission(previous, admission)
-        node = self.programs.get(NODE)
-        self.switch.follow(self.cfg.grace(node.cfg) if node else self.cfg.stop_grace_s)
-        readings = self.readings()
-        restart_unhealthy(self.cfg, self.programs.values(), readings)
-        self._watch_switch()
-        self.recovery.maybe_start(readings.get(NODE))
-        self.pack.maybe_export(readings.get(NODE), readings.get(MINER))
-        now = time.time()
-        self.storage.attempt("heartbeat", lambda: touch(self.layout.heartbeat))
-        current = self._write_status()
-        # the RESULT line goes to out/, independently of whether status.json could be written
-        last = self.state.last_result_at
-        if (last is None or now - last >= self.cfg.result_every_s) and self._figures_ready(now):
-            line = status.result_line(current)
-            log = self.layout.standing_log
-            if self.storage.attempt("out/standing.log", lambda: append_line(log, line)):
-                self.state.last_result_at = now
-                self.save_state()
+
+    def _result_left(self) -> float:
+        """Seconds until the next RESULT line, from the last one's recorded time (at most one
+        interval: a time recorded before a clock step back never holds it back longer)."""
+        last, every = self.state.last_result_at, self.cfg.result_every_s
+        return 0.0 if last is None else min(max(last + every - time.time(), 0.0), every)
+
+    def _maybe_result(self) -> None:
+        """The RESULT line goes to out/, independently of whether status.json could be
+        written; it is timed on the monotonic clock."""
+        now = time.monotonic()
+        if now < self.next_result or not self._figures_ready(now):
+            return
+        current = self._current if self._current is not None else status.build(self)
+        line = status.result_line(current)
+        log = self.layout.standing_log
+        if self.storage.attempt("out/standing.log", lambda: append_line(log, line)):
+            self.next_result = now + self.cfg.result_every_s
+            self.state.last_result_at = time.time()
+            self.save_state()
 
     def _figures_ready(self, now: float) -> bool:
         """Whether a RESULT line would carry the node's figures: its RPC has answered, or it
@@ -553,18 +631,18 @@ class Supervisor:
         if node is None or not node.status_url:
             return True
         reading = self.readings().get(NODE)
-        waited = now - self.started_at >= min(self.cfg.result_every_s, 4 * self.cfg.tick_s)
+        waited = now - self.started_mono >= min(self.cfg.result_every_s, 4 * self.cfg.tick_s)
         return (reading is not None and reading.data is not None) or waited
 
     def _write_status(self, final: bool = False) -> dict[str, Any]:
-        current = status.build(self, final)
+        current = self._current = status.build(self, final)
         if not self.storage.attempt("run/status.json",
                                     lambda: write_json(self.layout.status, current)):
             return current
         if current["storage"]["failing"] != self.storage.view()["failing"]:
             # this very write cleared the failure the status still reports: say so now,
             # not a tick later
-            current = status.build(self, final)
+            current = self._current = status.build(self, final)
             self.storage.attempt("run/status.json",
                                  lambda: write_json(self.layout.status, current))
         return current
@@ -573,33 +651,50 @@ class Supervisor:
 
     def _start_observer(self) -> None:
         old = self.observer
-        self.observer = Observer(self.cfg, self.values, self._check_admission,
-                                 old.admission if old else self.admission,
-                                 old.readings if old else None, self._probe_interval)
+        self.observer = Observer(self.cfg, self.values, old.readings if old else None,
+                                 self._probe_interval)
         self.observer.start()
 
     def _keep_observer(self) -> None:
-        """A dead observer would freeze the readings and admission: start a new one."""
-        if self.observer is None or self.observer.is_alive() or self.mode is not None:
+        """A dead observer, or one whose last round is stale (stuck where no probe deadline
+        reaches), would freeze the readings: start a new one (a stuck thread is abandoned)."""
+        obs = self.observer
+        if obs is None or self.mode is not None:
             return
+        age = time.monotonic() - obs.round_mono
+        if obs.is_alive() and age <= reading_limit_s(self.cfg):
+            return
+        if obs.is_alive():
+            obs.stop()
+            why = f"no round for {age:.0f} s (stuck)"
+        else:
+            why = f"thread ended ({obs.last_error or 'no error'})"
         self.observer_restarts += 1
-        self.journal(f"observer: thread ended ({self.observer.last_error or 'no error'}); "
-                     f"restarting it (restart {self.observer_restarts})")
+        self.journal(f"observer: {why}; restarting it (restart {self.observer_restarts})")
         self._start_observer()
 
     def _fresh_admission(self) -> Admission:
-        """The observer's latest verdict, or a refusal when it is too old to trust (NVML hung,
-        the observer stuck): a guard that cannot tell says no."""
-        adm = self.observer.admission if self.observer else self.admission
-        limit = 3 * max(self.cfg.reconcile_s, self.cfg.tick_s) + 10.0
-        age = time.time() - adm.checked_at
-        if age <= limit or not adm.admitted:
+        """NVML's latest verdict, or a refusal when it is too old to trust (NVML hung): a
+        guard that cannot tell says no. Its age is on the monotonic clock."""
+        adm = self.nvml.verdict
+        age = time.monotonic() - adm.checked_mono
+        if age <= admission_limit_s(self.cfg) or not (adm.admitted or adm.pending):
             return adm
         if not self.admission.admitted and self.admission.reason.startswith("admission not"):
             return self.admission  # already refused for staleness: keep the same object
-        return Admission(False, f"admission not re-checked for {age:.0f} s (NVML hung?)",
+        return Admission(False, f"admission not checked for {age:.0f} s (NVML hung?)",
                          adm.driver, adm.wanted_driver, adm.uuids, adm.qualified_gpus,
-                         adm.checked_at)
+                         adm.checked_at, adm.checked_mono)
+
+    def _check_nvml(self) -> None:
+        """Each reconcile: a new NVML check, unless the last one has not answered yet."""
+        if self.nvml.request():
+            self._nvml_hung_told = False
+        elif not self._nvml_hung_told:
+            self._nvml_hung_told = True
+            self.journal(f"admission: the NVML check started {self.nvml.in_flight_s():.0f} s "
+                         "ago has not answered (hung?); GPU programs stop once the verdict is "
+                         f"{admission_limit_s(self.cfg):.0f} s old")
 
     def _probe_interval(self) -> float:
         return SYNC_WATCH_S if self.switch.awaiting_sync() else self.cfg.tick_s
@@ -607,14 +702,17 @@ class Supervisor:
     def _watch_switch(self) -> None:
         """Give the switch's timeline the node's latest reading (when it first says synced)."""
         reading, node = self.readings().get(NODE), self.programs.get(NODE)
-        if self.observer and (reading is None or time.time() - reading.at > SYNC_WATCH_S):
+        if self.observer and (reading is None or time.monotonic() - reading.mono > SYNC_WATCH_S):
             self.observer.poke()  # it may be sleeping a whole tick
         if reading and reading.data and node and node.proc:
             self.switch.node_reading(reading.data.get("synced") is True, reading.at,
                                      node.proc.sha256)
 
     def readings(self) -> dict[str, Reading]:
-        return self.observer.readings if self.observer else {}
+        """The observer's readings, each one past the freshness limit made unknown."""
+        if self.observer is None:
+            return {}
+        return fresh_readings(self.observer.readings, reading_limit_s(self.cfg))
 
     def observer_view(self) -> dict[str, Any]:
         obs = self.observer
@@ -639,7 +737,7 @@ class Supervisor:
             after.admitted, after.reason
         ):
             return
-        verdict = "admitted" if after.admitted else "REFUSED"
+        verdict = "admitted" if after.admitted else "pending" if after.pending else "REFUSED"
         self.journal(f"admission: {verdict}: {after.reason}")
 
     def _log_paths(self) -> list[Path]:

@@ -26,6 +26,7 @@ from agent.pointer import check_pointer, pointer_signature, read_pointer
 
 NODE = "node"
 SYNC_WATCH_S = 0.25
+SYNC_WATCH_FOR_S = 120.0  # the fast watch's span after the new node's start; then each tick
 
 
 class NodeSwitch:
@@ -33,6 +34,7 @@ class NodeSwitch:
         self.ctx = ctx
         self.view: dict[str, Any] = {"state": "absent", "path": None, "reason": None}
         self._seen: object = None
+        self._fast_until = 0.0  # monotonic end of the fast watch for the new node's sync
 
     # ------------------------------------------------------------------ what must run
 
@@ -44,14 +46,32 @@ class NodeSwitch:
         return binary.sha256
 
     def sha256_of(self, info: procs.ProcInfo) -> tuple[str | None, str | None]:
-        """(program file, its sha256) of a running node; (path, None) when unreadable."""
-        binary = procs.binary_of(info)
-        if not binary:
-            return None, None
+        """(program file, its sha256) of a running node, the digest read from what it runs
+        (/proc/<pid>/exe, or the script it was started with), never from the path in its
+        argv alone; (path, None) when unreadable."""
+        binary, source, _ = procs.running_file(info)
+        if not binary or not source:
+            return binary, None
         try:
-            return binary, self.ctx.digests.sha256(Path(binary))
+            return binary, self.ctx.digests.sha256(Path(source))
         except OSError:
             return binary, None
+
+    def spawn_refusal(self) -> str | None:
+        """Why the node binary must not be started now, or None: before every start, its
+        digest (cached by inode, size and mtime) must still be the recorded one, so a release
+        replaced in place is never run under the pointer's name."""
+        binary = self.ctx.state.node_binary
+        if binary is None:
+            return "no node binary: standing.node is absent and no node runs"
+        try:
+            actual = self.ctx.digests.sha256(Path(binary.path))
+        except OSError as e:
+            return f"{binary.path} cannot be read: {e.strerror or e}"
+        if actual != binary.sha256:
+            return (f"{binary.path} has sha256 {actual[:16]}, not the {binary.source} "
+                    f"{binary.sha16} (changed in place?); not starting it")
+        return None
 
     def choose(self, found: list[procs.ProcInfo], mine: procs.ProcInfo | None
                ) -> tuple[procs.ProcInfo | None, list[procs.ProcInfo]]:
@@ -159,13 +179,17 @@ class NodeSwitch:
         sw = self.ctx.state.switch
         if sw and sw.get("new_started_at") is None and (sha256 or "")[:16] == sw.get("to_sha16"):
             sw["new_started_at"] = started_at
+            self._fast_until = time.monotonic() + SYNC_WATCH_FOR_S
             self.ctx.save_state()
 
     def awaiting_sync(self) -> bool:
         """A switch whose new node has started but not yet reported synced: its time is
-        taken from readings every SYNC_WATCH_S, not every tick."""
+        taken from readings every SYNC_WATCH_S, not every tick, for SYNC_WATCH_FOR_S after the
+        start (a node that never syncs must not keep the agent probing four times a second;
+        its sync, if it comes, is then timed at a tick)."""
         sw = self.ctx.state.switch
-        return bool(sw) and sw.get("new_started_at") is not None and sw.get("synced_at") is None
+        return (bool(sw) and sw.get("new_started_at") is not None
+                and sw.get("synced_at") is None and time.monotonic() < self._fast_until)
 
     def node_reading(self, synced: bool, at: float, sha256: str | None) -> None:
         sw = self.ctx.state.switch

@@ -7,7 +7,12 @@ within `deadline_s` of the pointer write. The agent does the switch itself (stop
 then start the new one); this command only points and watches. Not healthy by the deadline:
 the previous pointer goes back and the command waits until the previous digest runs again
 (read back too). Exit 0 switched or unchanged, 3 reverted, 4 failed (could not even revert),
-1 refused (the file is missing or does not match: nothing changed).
+1 refused (the file is missing or does not match: nothing changed), 5 superseded.
+
+Two switches never interleave: each holds run/switch.lock for its whole life (a second one waits
+for the first to end). And a revert never undoes a newer pointer: the previous pointer goes back
+only while the pointer still holds what this command wrote; a pointer someone else wrote
+meanwhile is left alone (`superseded`).
 """
 
 from __future__ import annotations
@@ -22,12 +27,14 @@ from typing import Any
 from agent.config import Config
 from agent.files import atomic_write, sha256_file
 from agent.layout import Layout
+from agent.lock import AgentLock
 from agent.pointer import read_pointer
 from agent.readback import readback
 from agent.stopper import live_agent
 
 POLL_S = 0.25
-EXIT = {"switched": 0, "unchanged": 0, "refused": 1, "reverted": 3, "failed": 4}
+EXIT = {"switched": 0, "unchanged": 0, "refused": 1, "reverted": 3, "failed": 4,
+        "superseded": 5}
 
 
 def write_pointer(layout: Layout, target: str, sha256: str) -> None:
@@ -39,6 +46,18 @@ def write_pointer(layout: Layout, target: str, sha256: str) -> None:
 
 def switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: float
            ) -> tuple[dict[str, Any], int]:
+    layout = cfg.layout
+    layout.run.mkdir(parents=True, exist_ok=True)
+    lock = AgentLock(layout.switch_lock)
+    lock.acquire(wait=True)
+    try:
+        return _switch(cfg, target, sha256, stable_s, deadline_s)
+    finally:
+        lock.release()
+
+
+def _switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: float
+            ) -> tuple[dict[str, Any], int]:
     layout = cfg.layout
     wanted = {"target": target, "sha256": sha256}
     current = read_pointer(layout)
@@ -65,6 +84,11 @@ def switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: f
            f"{deadline_s:.0f} s")
     if previous is None or pointed:
         return result("failed", f"{why}; no earlier pointer to go back to")
+    now = read_pointer(layout)
+    if now is None or (now.target, now.digest_text) != (target, sha256):
+        newer = f"{now.target} ({now.digest_text[:16]})" if now else "nothing"
+        return result("superseded", f"{why}; not reverted: the pointer now names {newer}, "
+                      "written by someone else meanwhile")
     write_pointer(layout, previous["target"], previous["sha256"])
     _nudge(cfg)
     if _wait_running(cfg, previous["sha256"], time.monotonic() + deadline_s):

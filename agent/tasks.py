@@ -11,14 +11,13 @@ polling) and its exit status is unknown.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any
 
 from agent import procs
-
-KILL_RETRY_S = 5.0  # after SIGKILL, the next look (never a deadline in the past: no spin)
+from agent.stopping import Stopping
 
 
 class Task:
@@ -36,6 +35,7 @@ class Task:
         # the deadline counts from the real start, also for a task found after a restart
         self.deadline = time.monotonic() + max(0.0, started_at + timeout_s - time.time())
         self.timed_out = False
+        self.stopping: Stopping | None = None
         self.pidfd = procs.pidfd(pid) if child is None else None
 
     @classmethod
@@ -82,17 +82,22 @@ class Task:
     def alive(self) -> bool:
         return procs.is_same(self.pid, self.start_ticks)
 
-    def stop(self) -> None:
+    def stop(self, why: str, journal: Callable[[str], None]) -> None:
         """Kill the task's group now (it is then waited for like any exit)."""
-        self.deadline = time.monotonic()
-        self.enforce_deadline(self.deadline)
+        if self.stopping is None:
+            self.stopping = Stopping(self.kind, self.pid, self.pid, 0.0, why, journal)
 
-    def enforce_deadline(self, now: float) -> None:
-        if now < self.deadline:
-            return
-        self.timed_out = True
-        procs.signal_program(self.pid, self.pid, signal.SIGKILL)
-        self.deadline = now + KILL_RETRY_S
+    def enforce_deadline(self, now: float, journal: Callable[[str], None]) -> None:
+        if self.stopping is not None:
+            self.stopping.enforce(now)
+        elif now >= self.deadline:
+            self.timed_out = True
+            self.stopping = Stopping(self.kind, self.pid, self.pid, 0.0,
+                                     f"timed out after {self.timeout_s:.0f} s", journal, now)
+
+    def wake_at(self) -> float:
+        """When the loop must look at this task again (its timeout or the next SIGKILL)."""
+        return self.stopping.deadline if self.stopping is not None else self.deadline
 
     def finished(self, code: int | None) -> None:
         if self.child is not None:

@@ -37,9 +37,7 @@ command = {{ pack_command | toml }}
 
 [programs.{{ p.name }}]
 command = {{ p.command | toml }}
-{% if p.needs_gpu %}
-needs_gpu = true
-{% endif %}
+needs_gpu = {{ p.needs_gpu | toml }}
 {% if p.status_url %}
 status_url = {{ p.status_url | toml }}
 {% endif %}

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -359,8 +360,17 @@ static nvmlReturn_t copy_out(const char *value, char *buf, unsigned int len) {
 
 /* ---------------------------------------------------------------- init / shutdown */
 
+/* A driver call that hangs: while the file SANDBOX_NVML_HANG names exists, init does not
+ * return (a wedged GPU or driver, as seen on real hosts). */
+static void hang_while_asked(void) {
+    const char *path = getenv("SANDBOX_NVML_HANG");
+    if (!path || !*path) return;
+    while (access(path, F_OK) == 0) usleep(50000);
+}
+
 EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
+    hang_while_asked();
     if (!load_world()) return NVML_ERROR_DRIVER_NOT_LOADED;
     init_count++;
     return NVML_SUCCESS;

@@ -179,10 +179,12 @@ class Box:
             raise AssertionError(f"agent {args} failed ({done.returncode}): {done.stderr}")
         return done
 
-    def start_agent(self) -> subprocess.Popen[bytes]:
+    def start_agent(self, prelude: str = "") -> subprocess.Popen[bytes]:
+        """`agent run --foreground`; `prelude` (Python) runs first in the agent's process."""
         out = open(self.tmp / f"agent-{len(self.agents)}.out", "wb")
+        code = f"{prelude}\nimport sys\nfrom agent.cli import main\nsys.exit(main(sys.argv[1:]))"
         agent = subprocess.Popen(
-            [PY, "-m", "agent", "run", "--foreground", "--config", str(self.config_path)],
+            [PY, "-c", code, "run", "--foreground", "--config", str(self.config_path)],
             env=self.env(), stdout=out, stderr=subprocess.STDOUT,
         )
         out.close()

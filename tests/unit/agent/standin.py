@@ -3,7 +3,7 @@
 Copied per role and per node release (the copies differ in VERSION, so in digest). Usage:
     <copy> ROLE [--rpc-port N] [--state FILE] [--status FILE] [--pack FILE]
                 [--crash-unless FILE] [--chatty BYTES] [--orphan FILE] [--ignore-term]
-                [--bad-chunks FILE]
+                [--bad-chunks FILE] [--drip FILE]
 Every start appends one JSON line to $STANDIN_LOG: the invocation record the tests count.
 """
 
@@ -37,7 +37,7 @@ def write_json(path: str, value: dict) -> None:
     os.replace(tmp, path)
 
 
-def serve_node(port: int, state_file: str, bad_chunks: str = "") -> None:
+def serve_node(port: int, state_file: str, bad_chunks: str = "", drip: str = "") -> None:
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -66,6 +66,12 @@ def serve_node(port: int, state_file: str, bad_chunks: str = "") -> None:
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Connection", "close")
             self.end_headers()
+            if drip and os.path.exists(drip):  # alive, but one byte every 0.25 s
+                for i in range(len(body)):
+                    self.wfile.write(body[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(0.25)
+                return
             self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
@@ -88,6 +94,7 @@ def main() -> None:
     ap.add_argument("--ignore-term", action="store_true")
     ap.add_argument("--p2p", default="")
     ap.add_argument("--bad-chunks", default="")
+    ap.add_argument("--drip", default="")
     args = ap.parse_args()
     record_start(args.role)
     if args.crash_unless and not os.path.exists(args.crash_unless):
@@ -96,7 +103,7 @@ def main() -> None:
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.rpc_port:
-        serve_node(args.rpc_port, args.state, args.bad_chunks)
+        serve_node(args.rpc_port, args.state, args.bad_chunks, args.drip)
     if args.orphan:
         # the shell exits at once; its background sleep is orphaned and reparented to the
         # nearest subreaper (the agent), which must reap it when it exits

@@ -216,12 +216,14 @@ def test_manifest_lists_every_file_with_size_and_sha256(tmp_path: Path) -> None:
     entries = manifest(tmp_path / "out")
     assert entries == [
         {"path": "b.txt", "size": 5, "sha256": hashlib.sha256(b"hello").hexdigest()},
+        {"path": "link", "link": str(tmp_path / "out" / "b.txt")},  # named, never followed
         {"path": "sub/a.bin", "size": 10, "sha256": hashlib.sha256(b"\0" * 10).hexdigest()},
     ]
     done = subprocess.run([sys.executable, "-m", "agent", "manifest", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=60, check=True)
     assert json.loads(done.stdout) == entries
-    bad = subprocess.run([sys.executable, "-m", "agent", "manifest", str(tmp_path / "none")],
+    bad = subprocess.run([sys.executable, "-m", "agent", "manifest",
+                          str(tmp_path / "out" / "b.txt")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "is not a directory" in bad.stderr
 
@@ -230,7 +232,7 @@ def test_manifest_lists_every_file_with_size_and_sha256(tmp_path: Path) -> None:
 
 def test_default_matching_is_specific_to_the_root(tmp_path: Path) -> None:
     root = tmp_path / "fleet"
-    cfg = parse_config({"root": str(root), "programs": {
+    cfg = parse_config({"root": str(root), "admitted_driver": "580.95.05", "programs": {
         "node": {"command": "{node_bin} --x"},
         "miner": {"command": f"python3 {root}/in/miner.py --y"},
     }}, tmp_path / "agent.toml")
@@ -249,7 +251,7 @@ def test_default_matching_is_specific_to_the_root(tmp_path: Path) -> None:
 
 
 def test_programs_sharing_one_file_are_told_apart_by_arguments(tmp_path: Path) -> None:
-    cfg = parse_config({"root": str(tmp_path), "programs": {
+    cfg = parse_config({"root": str(tmp_path), "admitted_driver": "580.95.05", "programs": {
         "miner": {"command": "/opt/prog.sh --role miner"},
         "prover": {"command": "/opt/prog.sh --role prover"},
         "other": {"command": "/opt/other --flags {root}"},

@@ -1,0 +1,53 @@
+"""Stale readings are never acted on: with the observer frozen on a reading that says "synced,
+exec tip 0", the recipe stops running once that reading is past the freshness limit, the status
+reads `healthy: null` with no figures, and the RESULT line carries `-` (issue 21, case 5)."""
+
+from __future__ import annotations
+
+import time
+
+from agentbox import Box, wait_for
+
+FROZEN = """
+import os, time
+from agent import observer
+real = observer.probe_program
+def probe(program, values):  # an observer stuck where no deadline reaches
+    while os.path.exists(os.environ["FREEZE"]):
+        time.sleep(0.05)
+    return real(program, values)
+observer.probe_program = probe
+"""
+
+
+def test_a_frozen_reading_is_unknown_and_nothing_is_decided_on_it(box: Box) -> None:
+    runs = box.tmp / "recipe-runs.log"
+    recipe = box.root / "in" / "box-exec-snapshot.sh"
+    recipe.parent.mkdir(parents=True, exist_ok=True)
+    recipe.write_text(f"#!/bin/sh\necho run >> {runs}\n")
+    recipe.chmod(0o755)
+    freeze = box.tmp / "freeze"
+    box.env_extra["FREEZE"] = str(freeze)
+    box.set_node_state(synced=True, blocks=2000, exec_tip=0)
+    path, sha = box.release("v1")
+    box.point(path, sha)
+    box.configure(result_every_s=0.3, sections={"recovery": {
+        "recipe": "{root}/in/box-exec-snapshot.sh", "min_blocks": 1000, "cooldown_s": 0.3}})
+    box.start_agent(prelude=FROZEN)
+    wait_for(lambda: runs.exists(), "the recipe run on a fresh 'exec tip 0'")
+    freeze.write_text("")
+    node = wait_for(lambda: box.program("node").get("healthy", True) is None
+                    and box.program("node"), "the frozen reading turned unknown", timeout=20)
+    assert "no fresh reading" in (node["health_error"] or "")
+    status = box.status()
+    assert status["node"]["rpc"] is None and status["miner"]["hashrate"] is None
+    before = runs.read_text().count("run")
+    time.sleep(3.0)
+    assert runs.read_text().count("run") == before  # no recipe on an unknown reading
+    assert box.status()["observer"]["restarts"] >= 1  # the stuck observer was replaced
+    assert "observer: no round for" in box.journal()
+    lines = (box.root / "out" / "standing.log").read_text().splitlines()
+    last = dict(w.split("=", 1) for w in lines[-1].split()[2:])
+    assert last["blocks"] == "-" and last["synced"] == "-" and last["exec_tip"] == "-"
+    freeze.unlink()
+    wait_for(lambda: box.program("node").get("healthy") is True, "fresh readings again")

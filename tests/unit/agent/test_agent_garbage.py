@@ -1,0 +1,112 @@
+"""Garbage in, a clear line out: a state.json holding NaN or 1e300, a node RPC answering
+`"blocks": Infinity`, a pointer that is a FIFO or far too large, a status file over the cap:
+each is refused or dropped with a reason, and the agent goes on supervising, writing its status
+and its RESULT line (issue 21, case 6)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from agentbox import PY, Box, wait_for
+
+from agent.config import parse_config
+from agent.journal import Journal
+from agent.supervisor import Supervisor
+
+
+def start(box: Box, **configure: object) -> None:
+    path, sha = box.release("v1")
+    box.point(path, sha)
+    box.configure(**configure)  # type: ignore[arg-type]
+    box.start_agent()
+
+
+def result_lines(box: Box) -> list[str]:
+    log = box.root / "out" / "standing.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_a_state_file_of_nan_and_huge_numbers_is_dropped_not_fatal(box: Box) -> None:
+    (box.root / "run").mkdir(parents=True, exist_ok=True)
+    (box.root / "run" / "state.json").write_text(
+        '{"last_result_at": 1e300, "pack_seed": "s", "recovery": {"finished_at": NaN, '
+        '"started_at": -1e300, "runs": Infinity}, "switch": {"applied_at": 1e300, '
+        '"to_sha16": "00"}, "tasks": {"recovery": {"pid": 1e300, "started_at": NaN}}}')
+    start(box, result_every_s=0.5)
+    for name in ("node", "miner", "prover"):
+        wait_for(lambda n=name: box.pid_of(n), f"{name} running")
+    wait_for(lambda: len(result_lines(box)) >= 2, "RESULT lines")
+    assert "state: dropped what is not a sane value" in box.journal()
+    assert "last_result_at" in box.journal() and "recovery.finished_at" in box.journal()
+    box.wait_ticks(3)
+    assert box.agents[-1].poll() is None
+
+
+def test_an_rpc_answering_infinity_is_a_reading_error_and_ticks_go_on(box: Box) -> None:
+    recipe = box.root / "in" / "box-exec-snapshot.sh"
+    recipe.parent.mkdir(parents=True, exist_ok=True)
+    recipe.write_text("#!/bin/sh\ntrue\n")
+    recipe.chmod(0o755)
+    start(box, result_every_s=0.5, sections={"recovery": {
+        "recipe": "{root}/in/box-exec-snapshot.sh"}})
+    wait_for(lambda: box.status()["node"]["rpc"], "a first good reading")
+    box.set_node_state(synced=True, blocks=float("inf"), exec_tip=0)  # "blocks": Infinity
+    error = wait_for(lambda: box.status()["node"]["rpc_error"], "the answer refused")
+    assert "Infinity is not a finite number" in error
+    seen = len(result_lines(box))
+    box.wait_ticks(5)  # status.json keeps being written
+    wait_for(lambda: len(result_lines(box)) >= seen + 2, "RESULT lines go on")
+    assert "blocks=-" in result_lines(box)[-1]
+    assert box.status()["recovery"]["runs"] == 0
+
+
+def test_a_pointer_that_is_a_fifo_or_too_large_is_refused_with_a_reason(box: Box) -> None:
+    start(box)
+    node = wait_for(lambda: box.pid_of("node"), "the node running")
+    pointer = box.root / "standing.node"
+    pointer.unlink()
+    os.mkfifo(pointer)  # reading it would block for ever
+    view = wait_for(lambda: box.status()["node"]["pointer"]["state"] == "refused"
+                    and box.status()["node"]["pointer"], "the FIFO refused", timeout=15)
+    assert "standing.node is not a regular file" in view["reason"]
+    pointer.unlink()
+    pointer.write_text("/" + "x" * 10000 + "\n")
+    view = wait_for(lambda: "larger than a pointer" in
+                    (box.status()["node"]["pointer"]["reason"] or "")
+                    and box.status()["node"]["pointer"], "the huge pointer refused")
+    assert view["state"] == "refused"
+    assert box.pid_of("node") == node  # the node keeps running
+
+
+def test_a_status_file_over_the_cap_is_refused(box: Box) -> None:
+    big = box.tmp / "prover.json"
+    big.write_text(json.dumps({"state": "proving", "pad": "x" * (2 << 20)}))
+    start(box, program_overrides={"prover": {
+        "command": [PY, f"{box.bin}/prover.py", "prover"], "status_file": str(big)}})
+    prover = wait_for(lambda: box.program("prover").get("health_error")
+                      and box.program("prover"), "the prover's status read")
+    assert "over the 1 MiB cap" in prover["health_error"]
+    assert prover["healthy"] is False
+
+
+def test_a_failing_step_of_a_tick_leaves_the_others_running(tmp_path: Path) -> None:
+    root = tmp_path / "fleet"
+    cfg = parse_config({"root": str(root), "result_every_s": 1, "programs": {}},
+                       tmp_path / "a.toml")
+    cfg.layout.ensure()
+    sup = Supervisor(cfg, Journal(cfg.layout.agent_log))
+
+    def broken(*_: object) -> None:
+        raise OverflowError("cannot convert float infinity to integer")
+
+    sup.recovery.maybe_start = broken  # type: ignore[method-assign]
+    sup.switch.follow = broken  # type: ignore[method-assign]
+    sup._tick()
+    sup._tick()
+    assert json.loads(cfg.layout.status.read_text())["agent"]["ticks"] == 2
+    assert "RESULT standing" in cfg.layout.standing_log.read_text()
+    log = cfg.layout.agent_log.read_text()
+    assert log.count("recovery: failed (continuing without it): OverflowError") == 1
+    assert log.count("pointer: failed (continuing without it): OverflowError") == 1

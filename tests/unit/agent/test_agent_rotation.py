@@ -1,0 +1,45 @@
+"""A log rotation that fails (a full disk) leaves no temporary copy behind and truncates the log
+anyway, so that neither the log nor a leftover copy keeps the disk full (issue 21, case 8)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from agent import rotation
+from agent.rotation import rotate_logs
+
+
+def test_a_failed_rotation_removes_its_copy_and_truncates_the_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "node.log"
+    log.write_bytes(b"x" * 5000)
+
+    def full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rotation.os, "replace", full)
+    lines: list[str] = []
+    rotate_logs([log], 1000, 3, lines.append)
+    assert not (tmp_path / ".node.log.1.tmp").exists()
+    assert log.stat().st_size == 0
+    assert not (tmp_path / "node.log.1").exists()
+    assert len(lines) == 1 and "No space left" in lines[0] and "truncated" in lines[0]
+
+
+def test_a_copy_that_fails_midway_leaves_nothing_either(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "miner.log"
+    log.write_bytes(b"y" * 5000)
+
+    def half(path: Path, tmp: Path, size: int) -> None:
+        tmp.write_bytes(b"y" * 100)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rotation, "_copy", half, raising=False)
+    rotate_logs([log], 1000, 3, lambda _: None)
+    assert [p.name for p in tmp_path.iterdir()] == ["miner.log"]
+    assert os.path.getsize(log) == 0
