@@ -73,7 +73,8 @@ def _parser() -> argparse.ArgumentParser:
         ("scan", "scan the modules for banned symbols and kernels"),
         ("gate", "run the gates in workdir/"),
         ("run", "start the command detached (once); --wait until it has ended"),
-        ("state", "print the job's state"),
+        ("state", "print the job's state (with deadline_at while the run or a gate runs)"),
+        ("stop", "stop the job (TERM, KILL after --grace), wait for its end to be recorded"),
         ("runner", "internal: the detached runner that `job run` starts"),
     ):
         p = steps.add_parser(step, help=help_text)
@@ -82,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
         if step == "run":
             p.add_argument("--wait", action="store_true",
                            help="wait until the command has ended; exit 0 only if it exited 0")
+        if step == "stop":
+            p.add_argument("--grace", type=float, default=10.0, metavar="S",
+                           help="seconds between SIGTERM and SIGKILL (default 10)")
     return parser
 
 
@@ -161,7 +165,8 @@ def _job(args: argparse.Namespace) -> int:
         return runner_main(args.jobdir)
     from agent.job import run_step
 
-    state, code = run_step(args.step, args.jobdir, wait=getattr(args, "wait", False))
+    state, code = run_step(args.step, args.jobdir, wait=getattr(args, "wait", False),
+                           grace=getattr(args, "grace", 10.0))
     _print(state)
     return code
 

@@ -1,4 +1,4 @@
-"""One-shot jobs on the box: `python -m agent job admit|fetch|scan|gate|run|state JOBDIR`.
+"""One-shot jobs on the box: `python -m agent job admit|fetch|scan|gate|run|state|stop JOBDIR`.
 
 A one-shot box is rented for one measurement. The operator uploads `JOBDIR/job.json` and the
 job's inputs (`JOBDIR/workdir/`), then calls the steps one at a time, in a fixed order that this
@@ -13,8 +13,16 @@ changes nothing; a step whose predecessor is not done is a usage error (exit 2).
 
 The state lives in `JOBDIR/state.json`, replaced atomically and fsynced; each step holds
 `JOBDIR/.lock` while it changes it. This module holds the job file, the state and the order;
-the steps live in jobfetch (toolchain), jobscan (modules), jobgates (gates), jobrun (run). It
-imports neither huggingface_hub nor elftools: only the step that needs one imports it.
+the steps live in jobfetch (toolchain), jobscan (modules), jobgates (gates), jobrun (run),
+jobstop (stop). It imports neither huggingface_hub nor elftools: only the step that needs one
+imports it.
+
+The store token (`<root>/hf_token`) is for `fetch` alone: fetch removes it whatever its outcome,
+so do a refusal and a stop, and `gate` and `run` remove it again before any of the job's code
+starts (refusing when they cannot): the job's own code never runs while it is on the box.
+
+`job stop` (jobstop) writes `JOBDIR/stop.json` before anything else; every step looks for it
+under the lock and closes the job instead of going on (`phase: interrupted`, `stopped`).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from typing import Any
 
 from agent.errors import AgentError, usage_error
 from agent.files import read_json, write_json
+from agent.journal import utc
 
 STEPS = ("admit", "fetch", "scan", "gate", "run")
 # the phase each step starts from, and the one it leaves behind when it succeeds
@@ -46,6 +55,8 @@ ENDED = ("finished", "failed", "interrupted")
 # the step a refusal names in the state
 STEP_NAMES = {"admit": "gpu", "fetch": "toolchain", "scan": "scan", "gate": "gates"}
 REFUSED = 3  # exit status of a refused job
+TOKEN_FILES = ("hf_token", "hf_token.fleet-new")  # the store token, and a deploy's upload of it
+LOCK_POLL_S = 0.1
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 REPO_TYPES = ("model", "dataset", "space")
@@ -154,8 +165,9 @@ def load_job(jobdir: Path) -> Job:
         gw = f"{where}: gates[{i}]"
         gt = _keys(g, GATE_KEYS, gw)
         low = gt["min_passed"]
-        if isinstance(low, bool) or not isinstance(low, int) or low < 0:
-            raise usage_error(f"{gw}.min_passed must be a whole number >= 0, got {low!r}")
+        if isinstance(low, bool) or not isinstance(low, int) or low < 1:
+            # a gate that ran no test proves nothing
+            raise usage_error(f"{gw}.min_passed must be a whole number >= 1, got {low!r}")
         gates.append(Gate(_string(gt, "name", gw), _string(gt, "command", gw), low))
     if len({g.name for g in gates}) != len(gates):
         raise usage_error(f"{where}: gate names must be unique")
@@ -235,7 +247,7 @@ def fresh_state(job: Job) -> dict[str, Any]:
     return {"name": job.name, "phase": "new", "refused": None, "admission": None,
             "toolchain": None, "scan": None, "gates": None, "invocations": 0, "exit_code": None,
             "started_at": None, "finished_at": None, "timed_out": False, "interrupted": None,
-            "runner": None, "process": None}
+            "runner": None, "process": None, "gating": None, "stopped": None}
 
 
 def load_state(job: Job) -> dict[str, Any]:
@@ -265,7 +277,8 @@ def write_outcome(job: Job, state: dict[str, Any]) -> None:
                "refused": state["refused"], "admission": state["admission"],
                "gates": state["gates"], "exit_code": state["exit_code"],
                "timed_out": state["timed_out"], "interrupted": state["interrupted"],
-               "started_at": state["started_at"], "finished_at": state["finished_at"]}
+               "stopped": state["stopped"], "started_at": state["started_at"],
+               "finished_at": state["finished_at"]}
     try:
         job.outputs_dir.mkdir(parents=True, exist_ok=True)
         write_json(job.outputs_dir / "fleet-job.json", outcome, durable=True)
@@ -275,14 +288,101 @@ def write_outcome(job: Job, state: dict[str, Any]) -> None:
 
 
 @contextmanager
-def locked(job: Job) -> Iterator[None]:
-    """JOBDIR/.lock, held while a step changes the state (the kernel drops it on any death)."""
+def locked(job: Job, timeout: float | None = None) -> Iterator[None]:
+    """JOBDIR/.lock, held while a step changes the state (the kernel drops it on any death);
+    with a timeout, an AgentError when a step holds it that long."""
     fd = os.open(job.dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if timeout is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            until = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= until:
+                        raise AgentError(f"job {job.name}: a step still holds {job.dir}/.lock "
+                                         f"after {timeout:.0f} s") from None
+                    time.sleep(LOCK_POLL_S)
         yield
     finally:
         os.close(fd)
+
+
+def stop_requested(job: Job) -> dict[str, Any] | None:
+    """`JOBDIR/stop.json` ({by, at, grace_s}), written by `job stop`, or None."""
+    path = job.dir / "stop.json"
+    raw = read_json(path)
+    if raw is None and (path.exists() or path.is_symlink()):
+        raw = {"by": "operator", "at": None, "grace_s": None}  # unreadable: still a stop
+    return raw if isinstance(raw, dict) else None
+
+
+def stopped_marker(job: Job, phase: str) -> dict[str, Any] | None:
+    """What `stopped` records: the stop asked for, and the phase it found the job in."""
+    request = stop_requested(job)
+    return None if request is None else {**request, "phase": phase}
+
+
+def close(job: Job, state: dict[str, Any]) -> None:
+    """A job stopped before its run: ended without running (invocations stay 0)."""
+    was = state["phase"]
+    state.update(phase="interrupted", gating=None, stopped=stopped_marker(job, was),
+                 interrupted={"at": now(), "reason": f"stopped by the operator before it ran "
+                                                     f"(it was {was})"})
+    save_state(job, state)
+    write_outcome(job, state)
+    drop_token(job, strict=False)
+
+
+def drop_token(job: Job, strict: bool = True) -> None:
+    """Remove the store token from the box; Refused (strict) when it cannot be removed."""
+    for name in TOKEN_FILES:
+        path = job.root / name
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            if strict:
+                raise Refused(f"the store token {path} cannot be removed ({e.strerror or e}); "
+                              "the job's code never runs while it is on the box") from None
+
+
+def with_deadline(job: Job, state: dict[str, Any]) -> dict[str, Any]:
+    """The state as printed: `deadline_at` (UTC ISO) when the run or a gate ends at the ttl,
+    by this box's clock: the run's started_at + ttl while running, a gate's start + ttl while
+    it runs (each gate may take a full ttl)."""
+    from agent import procs
+
+    started: Any = None
+    gating = state.get("gating")
+    if gating is not None and procs.from_record(gating) is None:
+        gating = None  # its gate (and the step that ran it) died: the job is between steps
+    if state["phase"] == "running":
+        started = state.get("started_at")
+    elif isinstance(gating, dict):
+        started = gating.get("started_at")
+    at = _epoch(started)
+    return {**state, "gating": gating, "deadline_at": None if at is None else
+            utc(at + job.ttl_s)}
+
+
+def _epoch(value: Any) -> float | None:
+    """A recorded time: Unix seconds (what the agent writes) or UTC ISO (a hand edit)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str):
+        from datetime import UTC, datetime
+
+        try:
+            t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+    return None
 
 
 class Refused(Exception):
@@ -294,23 +394,34 @@ class Refused(Exception):
 
 
 def refuse(job: Job, state: dict[str, Any], step: str, reason: str) -> None:
-    state.update(phase="refused", refused={"step": step, "reason": reason})
+    state.update(phase="refused", refused={"step": step, "reason": reason}, gating=None)
     save_state(job, state)
     write_outcome(job, state)
+    drop_token(job, strict=False)  # no later step will fetch
 
 
 # ---------------------------------------------------------------------------- the steps
 
 
-def run_step(step: str, jobdir: Path, wait: bool = False) -> tuple[dict[str, Any], int]:
-    """Do one step (or just read the state: `state`); returns the state to print and the exit
-    status. A refused job (now or before) is exit 3, with its reason on stderr."""
+def run_step(step: str, jobdir: Path, wait: bool = False,
+             grace: float = 10.0) -> tuple[dict[str, Any], int]:
+    """Do one step (or just read the state: `state`, or stop the job: `stop`); returns the
+    state to print and the exit status. A refused job (now or before) is exit 3, with its
+    reason on stderr (`state` and `stop` exit 0). Every state printed has `deadline_at`."""
     job = load_job(jobdir)
+    state, code = _step(step, job, wait, grace)
+    return with_deadline(job, state), code
+
+
+def _step(step: str, job: Job, wait: bool, grace: float) -> tuple[dict[str, Any], int]:
     if step == "state":
         from agent.jobrun import settle
 
-        state = settle(job)
-        return state, 0
+        return settle(job), 0
+    if step == "stop":
+        from agent.jobstop import stop
+
+        return stop(job, grace), 0
     if step == "run":
         from agent.jobrun import run
 
@@ -326,11 +437,17 @@ def run_step(step: str, jobdir: Path, wait: bool = False) -> tuple[dict[str, Any
         if rank < wanted:
             raise usage_error(f"job {job.name}: {_missing(state['phase'])} first "
                               f"(the job is {state['phase']})")
+        if stop_requested(job):
+            close(job, state)
+            return state, 0
         try:
             _STEPS[step](job, state)
         except Refused as r:
             refuse(job, state, STEP_NAMES.get(step, step), r.reason)
             return state, _refused_status(state, 0)
+        if stop_requested(job):  # asked for while the step ran
+            close(job, state)
+            return state, 0
         state["phase"] = AFTER[step]
         save_state(job, state)
         return state, 0
@@ -370,7 +487,10 @@ def check_admission(job: Job) -> dict[str, Any]:
 def _fetch_step(job: Job, state: dict[str, Any]) -> None:
     from agent.jobfetch import fetch
 
-    state["toolchain"] = fetch(job)
+    try:
+        state["toolchain"] = fetch(job)
+    finally:
+        drop_token(job)  # fetch consumes the token: nothing after it may read it
 
 
 def _scan_step(job: Job, state: dict[str, Any]) -> None:
@@ -386,8 +506,9 @@ def _scan_step(job: Job, state: dict[str, Any]) -> None:
 def _gate_step(job: Job, state: dict[str, Any]) -> None:
     from agent.jobgates import run_gates
 
+    drop_token(job)  # a gate is the job's own code
     state["gates"] = []
-    failure = run_gates(job, state["gates"])
+    failure = run_gates(job, state)
     if failure:
         raise Refused(failure)
 

@@ -1,17 +1,21 @@
 """`job run`: the job's command, once, detached from the SSH session that asked for it.
 
 Order of events, each recorded durably before the next:
-1. under the job's lock, admission is checked again (the driver may have changed since
-   `admit`); a refusal here is recorded like any other and nothing starts;
+1. under the job's lock: a stop asked for closes the job; the store token is removed (a
+   refusal when it cannot be); every scanned module must still have its recorded sha256; and
+   admission is checked again (the driver may have changed since `admit`); a refusal here is
+   recorded like any other and nothing starts;
 2. the intent: `phase: running`, `invocations: 1`, `started_at` (nothing may run unrecorded);
 3. the runner, `python -m agent job runner JOBDIR`, in its own session (setsid) with stdin from
    /dev/null and its output appended to `JOBDIR/job.log`, so that a dropped connection cannot
    reach it; its identity (pid, start ticks, boot id: agent.procs) goes into the state;
-4. the runner takes the lock, checks that the state names it, starts `sh -c <command>` in
-   workdir/ (its own process group) and records the command's identity;
+4. the runner takes the lock, checks that the state names it and that no stop was asked for,
+   starts `sh -c <command>` in workdir/ (its own process group) and records the command's
+   identity;
 5. when the command ends (or is killed at the job's ttl), the runner records its exit status,
    `finished_at` and `phase: finished|failed`, writes `workdir/<outputs>/fleet-job.json`, and
-   kills whatever the command left behind (the runner is their subreaper).
+   kills whatever the command left behind (the runner is their subreaper); a stop asked for
+   (`job stop`, which TERMs and then KILLs the command's group) is recorded as `stopped`.
 
 A runner that is gone while the state still says running (a reboot, a SIGKILL) can never record
 the end: whoever looks next (`job run`, `job state`) records `phase: interrupted`, kills what is
@@ -36,13 +40,18 @@ from agent.job import (
     ENDED,
     RANK,
     Job,
+    Refused,
     check_admission,
+    close,
+    drop_token,
     load_job,
     load_state,
     locked,
     now,
     refuse,
     save_state,
+    stop_requested,
+    stopped_marker,
     write_outcome,
 )
 from agent.journal import utc
@@ -68,10 +77,12 @@ def run(job: Job, wait: bool) -> tuple[dict[str, Any], int]:
             if RANK[phase] < RANK["gated"]:
                 raise usage_error(f"job {job.name}: the gates have not passed yet (the job is "
                                   f"{phase}); the steps are admit, fetch, scan, gate, run")
-            admission = check_admission(job)
-            state["admission"] = admission
-            if not admission["admitted"]:
-                refuse(job, state, "gpu", admission["reason"])
+            if stop_requested(job):
+                close(job, state)
+                return state, 0
+            refusal = _last_checks(job, state)
+            if refusal is not None:
+                refuse(job, state, *refusal)
                 return state, 0
             child = _start(job, state)
     if wait and state["phase"] == "running":
@@ -79,6 +90,22 @@ def run(job: Job, wait: bool) -> tuple[dict[str, Any], int]:
     if not wait:
         return state, 0
     return state, 0 if state["phase"] == "finished" else 1
+
+
+def _last_checks(job: Job, state: dict[str, Any]) -> tuple[str, str] | None:
+    """(step, reason) when the job may not start now, else None."""
+    from agent.jobscan import check_digests
+
+    try:
+        drop_token(job)
+    except Refused as r:
+        return "token", r.reason
+    changed = check_digests(job, state.get("scan"))
+    if changed is not None:
+        return "scan", changed
+    admission = check_admission(job)
+    state["admission"] = admission
+    return None if admission["admitted"] else ("gpu", admission["reason"])
 
 
 def _start(job: Job, state: dict[str, Any]) -> subprocess.Popen[bytes] | None:
@@ -113,11 +140,10 @@ def interrupt(job: Job, state: dict[str, Any], reason: str | None = None) -> Non
     if command is not None:
         procs.signal_program(command.pid, command.pgid, signal.SIGKILL)
     runner = state.get("runner") or {}
-    state.update(phase="interrupted", interrupted={
-        "at": now(),
-        "reason": reason or f"the runner (pid {runner.get('pid')}) is gone without recording "
-                            "the end (a reboot or a kill); the command's exit status is unknown",
-    })
+    why = reason or (f"the runner (pid {runner.get('pid')}) is gone without recording the end "
+                     "(a reboot or a kill); the command's exit status is unknown")
+    state.update(phase="interrupted", interrupted={"at": now(), "reason": why},
+                 stopped=stopped_marker(job, "running") or state.get("stopped"))
     save_state(job, state)
     write_outcome(job, state)
 
@@ -172,6 +198,9 @@ def runner_main(jobdir: Path) -> int:
             print(f"runner {os.getpid()}: the job's state does not name this runner "
                   f"(phase {state['phase']}); nothing started", flush=True)
             return 1
+        if stop_requested(job):
+            interrupt(job, state, "stopped by the operator before the command started")
+            return 0
         job.outputs_dir.mkdir(parents=True, exist_ok=True)  # the command writes its outputs here
         print(f"--- {utc()} job {job.name}: {job.command}", flush=True)
         child = subprocess.Popen(["/bin/sh", "-c", job.command], cwd=job.work,
@@ -193,7 +222,8 @@ def runner_main(jobdir: Path) -> int:
     with locked(job):
         state = load_state(job)
         state.update(phase="finished" if code == 0 and not timed_out else "failed",
-                     exit_code=code, finished_at=now(), timed_out=timed_out)
+                     exit_code=code, finished_at=now(), timed_out=timed_out,
+                     stopped=stopped_marker(job, "running"))
         save_state(job, state)
         write_outcome(job, state)
     return 0

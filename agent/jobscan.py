@@ -15,6 +15,10 @@ the job, and so does anything that cannot be read: a scan never passes what it c
   ELF entries are read with pyelftools, PTX entries as text. A compressed entry (flags 0x2000
   or 0x8000), an entry of another kind, or a payload that is not what its kind says refuses.
 
+Where the role bans symbols, a job must name its modules: `modules = []` would scan nothing
+and pass anything. Each module's sha256 is recorded (`scan.digests`) and checked again by `run`
+just before the command starts (`check_digests`): a gate may not change what was scanned.
+
 pyelftools is imported here only (the supervising daemon never imports it).
 """
 
@@ -30,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from agent.files import sha256_file
 from agent.job import Job
 
 ELF_MAGIC = b"\x7fELF"
@@ -86,10 +91,14 @@ class Patterns:
 
 
 def scan_job(job: Job) -> dict[str, Any]:
-    """{"modules": [{path, kind, names, entries?}], "hits": [...], "hit_count"}; raises
-    ScanRefused (with the record so far) on a banned name or an unreadable module."""
+    """{"modules": [{path, kind, names, entries?}], "hits": [...], "hit_count",
+    "digests": {path: sha256}}; raises ScanRefused (with the record so far) on a banned name,
+    an unreadable module, or no modules where symbols are banned."""
     patterns = Patterns(job.admission.banned_symbols, job.admission.allowed_symbols)
-    record: dict[str, Any] = {"modules": [], "hits": [], "hit_count": 0}
+    record: dict[str, Any] = {"modules": [], "hits": [], "hit_count": 0, "digests": {}}
+    if job.admission.banned_symbols and not job.modules:
+        raise ScanRefused("the role bans symbols but the job names no modules to scan "
+                          "(list its compiled modules in `modules`)", record)
     seen: set[str] = set()
     for pattern in job.modules:
         matched = module_files(job.work, pattern)
@@ -100,7 +109,10 @@ def scan_job(job: Job) -> dict[str, Any]:
                 continue
             seen.add(rel)
             try:
+                record["digests"][rel] = sha256_file(job.work / rel)
                 kind, found = scan_file(job.work / rel)
+            except OSError as e:
+                raise ScanRefused(f"cannot scan {rel}: {e.strerror or e}", record) from None
             except Unreadable as e:
                 raise ScanRefused(f"cannot scan {rel}: {e}", record) from None
             module: dict[str, Any] = {"path": rel, "kind": kind, "names": found.count}
@@ -255,3 +267,22 @@ def module_files(work: Path, pattern: str) -> list[str]:
     """The files a module glob matches under workdir/ (relative, sorted)."""
     return sorted(m for m in glob.glob(pattern, root_dir=work, recursive=True)
                   if not os.path.isdir(work / m))
+
+
+def check_digests(job: Job, scan: Any) -> str | None:
+    """Why the modules are not what the scan read (one changed, gone, or new under a glob),
+    or None when every one still has its recorded sha256."""
+    digests = scan.get("digests") if isinstance(scan, dict) else None
+    if not isinstance(digests, dict):
+        return None if not job.modules else "the scan recorded no module digests"
+    now = {rel for pattern in job.modules for rel in module_files(job.work, pattern)}
+    for rel in sorted(now | set(digests)):
+        if rel not in digests:
+            return f"module {rel} appeared after the scan"
+        try:
+            if sha256_file(job.work / rel) == digests[rel]:
+                continue
+        except OSError:
+            return f"module {rel} is gone or unreadable since the scan"
+        return f"module {rel} changed after the scan (its sha256 differs)"
+    return None

@@ -5,6 +5,16 @@ hashed as it is sent: `out/<path>` members, then `manifest.json` (the manifest o
 bytes sent, with each file's mtime), also saved to FILE on the box. A file written to while it
 was read is marked `changed`. `--unchanged-since FILE` then compares sizes and mtimes with that
 saved manifest, reading no file's bytes: what changed after the read, one line each (JSON).
+
+Only regular files are outputs. Anything else under DIR is never followed nor sent, but it is
+never dropped silently either: each one is an entry of its own, in the same sorted list, with
+no size and no sha256, so that a reader expecting files fails closed on it:
+`{"path": P, "link": TARGET}` for a symbolic link (to a file or a folder; TARGET as readlink
+gives it) and `{"path": P, "special": "fifo"|"socket"|"device"}` for anything else.
+
+A DIR that does not exist holds no outputs (a job stopped before its run never made its outputs
+folder): an empty manifest. A DIR that exists but is not a folder (or is a symbolic link) is an
+error, exit 2.
 """
 
 from __future__ import annotations
@@ -29,23 +39,47 @@ STREAM_MANIFEST = "manifest.json"
 CHUNK = 1 << 20
 
 
-def _files(root: Path) -> Iterator[tuple[str, Path]]:
-    """(relative path, path) of each regular file under root, sorted; symlinks are skipped."""
-    if not root.is_dir():
+def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
+    """(relative path, path) of each regular file under root, sorted, and an entry for each
+    thing that is not one (a link, a fifo, ...): never followed, never read."""
+    if not os.path.lexists(root):
+        return [], []
+    if root.is_symlink() or not root.is_dir():
         raise usage_error(f"{root} is not a directory")
-    found = []
+    found, others = [], []
     for dirpath, dirnames, filenames in os.walk(root):  # does not descend into symlinked dirs
         dirnames.sort()
-        for name in sorted(filenames):
+        for name in [*dirnames, *filenames]:
             path = Path(dirpath) / name
-            if not path.is_symlink() and path.is_file():
-                found.append((path.relative_to(root).as_posix(), path))
-    return iter(sorted(found))
+            rel = path.relative_to(root).as_posix()
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                others.append({"path": rel, "link": os.readlink(path)})
+            elif stat.S_ISREG(st.st_mode):
+                found.append((rel, path))
+            elif not stat.S_ISDIR(st.st_mode):
+                others.append({"path": rel, "special": _kind(st.st_mode)})
+    return sorted(found), others
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    return "socket" if stat.S_ISSOCK(mode) else "device"
+
+
+def _files(root: Path) -> Iterator[tuple[str, Path]]:
+    return iter(_walk(root)[0])
+
+
+def _sorted(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(entries, key=lambda e: str(e["path"]))
 
 
 def manifest(root: Path) -> list[dict[str, Any]]:
-    return [{"path": rel, "size": path.stat().st_size, "sha256": sha256_file(path)}
-            for rel, path in _files(root)]
+    files, others = _walk(root)
+    return _sorted([{"path": rel, "size": path.stat().st_size, "sha256": sha256_file(path)}
+                    for rel, path in files] + others)
 
 
 def stream(root: Path, out: IO[bytes], save: Path) -> list[dict[str, Any]]:
@@ -57,7 +91,8 @@ def stream(root: Path, out: IO[bytes], save: Path) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = []
     buf = memoryview(bytearray(CHUNK))
     _widen_pipe(out)
-    for rel, path in _files(root):
+    files, others = _walk(root)
+    for rel, path in files:
         with open(path, "rb", buffering=0) as f:
             before = os.fstat(f.fileno())
             info = tarfile.TarInfo(OUT_PREFIX + rel)
@@ -70,6 +105,7 @@ def stream(root: Path, out: IO[bytes], save: Path) -> list[dict[str, Any]]:
         if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
             entry["changed"] = True
         entries.append(entry)
+    entries = _sorted(entries + others)
     write_json(save, entries, durable=True)
     blob = json.dumps(entries).encode()
     info = tarfile.TarInfo(STREAM_MANIFEST)
@@ -117,7 +153,13 @@ def unchanged_since(root: Path, saved: Path) -> list[str]:
     except (OSError, ValueError, TypeError, KeyError) as e:
         return [f"{saved}: the manifest of the last read is not readable ({e})"]
     problems = []
-    now = {rel: path.stat() for rel, path in _files(root)}
+    files, others = _walk(root)
+    now = {rel: path.stat() for rel, path in files}
+    for other in others:
+        what = f"a symbolic link to {other['link']}" if "link" in other else \
+            f"a {other['special']}"
+        problems.append(f"{other['path']}: {what}, not a file: never read back")
+    was = {rel: entry for rel, entry in was.items() if "sha256" in entry}
     for rel in sorted(set(was) | set(now)):
         if rel not in now:
             problems.append(f"{rel}: gone from the box since it was read")

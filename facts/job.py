@@ -43,7 +43,8 @@ print(json.dumps({
 class JobState(FactBase[dict[str, Any]]):
     """
     A one-shot job on the box: the digest of its ``job.json`` and of its shipped inputs, the
-    digest of the store token file (never the token), and the agent's ``state.json`` for the
+    digest of the store token file (never the token; null once the job's fetch consumed it,
+    and from then on the deploy never writes it again), and the agent's ``state.json`` for the
     job (``None`` before its first step; ``{"phase": "unreadable"}`` when it cannot be read,
     which every step treats as not done).
     """

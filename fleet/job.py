@@ -5,7 +5,8 @@
     outputs = "out"                        # directory under the work directory, read back
     ttl_minutes = 30                       # the box is flagged (and torn down) past this
     inputs = "bench-inputs"                # optional: local folder copied into the work dir
-    modules = ["toolchain/kernels/*.cubin"]  # optional: compiled GPU modules, scanned first
+    modules = ["toolchain/kernels/*.cubin"]  # compiled GPU modules, scanned first (required
+                                           # where the role bans symbols)
     card = "RTX 4090"                      # optional: the card to rent (default: cheapest)
     gpus = 1                               # optional
     provider = "vast"                      # optional
@@ -16,9 +17,14 @@
     [[gates]]                              # optional: must pass before the job runs
     name = "parity"
     command = "python3 -m pytest -q parity"
-    min_passed = 12
+    min_passed = 12                        # optional, at least 1 (default 1)
+
+A gate passes only when it exits 0 and its output ends with pytest's summary line reporting at
+least `min_passed` passed tests and no failed or error ones (the agent's rule, agent/jobgates.py).
 
 Every mistake is one `UsageError` line naming the file and the key (exit 2, nothing rented).
+This parser refuses at least everything the box's agent refuses in `job.json` (agent/job.py),
+so that a job the agent would refuse never rents a box; `check_role` adds the role's rule.
 """
 
 from __future__ import annotations
@@ -32,9 +38,9 @@ from fleet.config import PROVIDERS, Role, read_toml
 from fleet.errors import UsageError
 from fleet.providers import cards
 
-NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
-REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+COMMIT = re.compile(r"[0-9a-f]{40}")
+REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")  # the agent's form
 MAX_TTL_MINUTES = 7 * 24 * 60
 
 
@@ -42,7 +48,7 @@ MAX_TTL_MINUTES = 7 * 24 * 60
 class Gate:
     name: str
     command: str
-    min_passed: int = 0
+    min_passed: int = 1
 
 
 @dataclass(frozen=True)
@@ -67,9 +73,21 @@ class Job:
     gpus: int = 1
     provider: str | None = None
 
+    def check_role(self, role: Role) -> None:
+        """The role's rule for jobs: where it bans symbols, the job names the modules to scan
+        (the agent refuses the job at its scan otherwise), and it admits an exact driver."""
+        if not role.admitted_driver:
+            raise UsageError(f"role {role.name} names no admitted_driver: a one-shot job runs "
+                             "only on the admitted driver")
+        if role.banned_symbols and not self.modules:
+            raise UsageError(f"{self.path}: modules: role {role.name} bans symbols "
+                             f"({', '.join(role.banned_symbols)}), so the job must name its "
+                             "compiled modules to scan")
+
     def box_spec(self, role: Role, store_endpoint: str | None) -> dict[str, Any]:
         """The job as the box's agent reads it (`job.json`): the job plus the role's
         admission policy; never a key or a token."""
+        self.check_role(role)
         return {
             "name": self.name, "command": self.command, "outputs": self.outputs,
             "ttl_minutes": self.ttl_minutes,
@@ -108,10 +126,18 @@ def _check(where: str, table: dict[str, Any], spec: dict[str, tuple[type, ...]],
             raise UsageError(f"{where}: missing key {key!r}")
 
 
+def _text(where: str, value: str) -> str:
+    if not value.strip():
+        raise UsageError(f"{where}: is empty")
+    return value
+
+
 def _relative(where: str, value: str) -> str:
-    """A path inside the work directory: relative, no `..`, not empty."""
+    """A path inside the work directory: relative, no `..`, not empty, no whitespace at its
+    ends (the agent refuses those)."""
     p = PurePosixPath(value)
-    if not value.strip() or p.is_absolute() or ".." in p.parts or str(p) == ".":
+    if not value.strip() or value.strip() != value or p.is_absolute() or ".." in p.parts \
+            or str(p) == ".":
         raise UsageError(f"{where}: {value!r} must be a path inside the work directory "
                          "(relative, without '..')")
     return str(p)
@@ -121,7 +147,7 @@ def parse(data: dict[str, Any], path: Path) -> Job:
     src = str(path)
     _check(src, data, _SPEC, ("name", "command", "outputs", "ttl_minutes"))
     name = data["name"]
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):
         raise UsageError(f"{src}: name {name!r}: lowercase letters, digits and dashes, "
                          "at most 40")
     if not data["command"].strip():
@@ -141,9 +167,11 @@ def parse(data: dict[str, Any], path: Path) -> Job:
             raise UsageError(f"{where}: expected a table ([[gates]])")
         _check(where, g, {"name": (str,), "command": (str,), "min_passed": (int,)},
                ("name", "command"))
-        if g.get("min_passed", 0) < 0:
-            raise UsageError(f"{where}.min_passed: must be 0 or more")
-        gates.append(Gate(g["name"], g["command"], g.get("min_passed", 0)))
+        if g.get("min_passed", 1) < 1:
+            raise UsageError(f"{where}.min_passed: must be 1 or more (a gate that ran no test "
+                             "proves nothing)")
+        gates.append(Gate(_text(f"{where}.name", g["name"]),
+                          _text(f"{where}.command", g["command"]), g.get("min_passed", 1)))
     if len({g.name for g in gates}) != len(gates):
         raise UsageError(f"{src}: gates: two gates share a name")
     toolchain = None
@@ -152,9 +180,9 @@ def parse(data: dict[str, Any], path: Path) -> Job:
         where = f"{src}: toolchain"
         _check(where, t, {"repo": (str,), "revision": (str,), "path": (str,)},
                ("repo", "revision"))
-        if not REPO.match(t["repo"]):
+        if not REPO.fullmatch(t["repo"]) or "--" in t["repo"]:
             raise UsageError(f"{where}.repo: {t['repo']!r} is not a repository id (ns/name)")
-        if not COMMIT.match(t["revision"]):
+        if not COMMIT.fullmatch(t["revision"]):
             raise UsageError(f"{where}.revision: {t['revision']!r} is not a commit (40 hex "
                              "digits); a branch or tag can move, so it is refused")
         toolchain = Toolchain(t["repo"], t["revision"],

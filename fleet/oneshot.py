@@ -131,6 +131,7 @@ def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: s
     role = cfg.role(role_name)
     if role.kind != "oneshot":
         raise UsageError(f"role {role_name} is {role.kind}: `fleet run` takes a one-shot role")
+    job.check_role(role)  # a job the box would refuse rents nothing
     if job.toolchain is not None:
         from fleet import store
 

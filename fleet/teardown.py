@@ -328,13 +328,16 @@ def _stored(reg: Registry, row: Row, repo: str, prefix: str, pulled: archive.Pul
 
 
 def deadline(spec: dict[str, Any], state: dict[str, Any]) -> datetime | None:
-    """When a running job's own TTL ends, by the box's clock: `deadline_at` where the agent
-    says it, else its `started_at` plus the job's TTL; None when the box cannot tell."""
-    with contextlib.suppress(TypeError, ValueError):
+    """When a running job's (or running gate's) own TTL ends, by the box's clock:
+    `deadline_at` where the agent says it, else the run's `started_at` plus the job's TTL;
+    None when the box cannot tell."""
+    with contextlib.suppress(TypeError, ValueError, KeyError, OverflowError, OSError):
         if state.get("deadline_at"):
             return parse_iso(str(state["deadline_at"]))
-        return parse_iso(str(state["started_at"])) + timedelta(
-            minutes=float(spec["ttl_minutes"]))
+        started = state["started_at"]  # the agent's: unix seconds
+        at = datetime.fromtimestamp(float(started), UTC) if isinstance(started, int | float) \
+            else parse_iso(str(started))
+        return at + timedelta(minutes=float(spec["ttl_minutes"]))
     return None
 
 
@@ -346,11 +349,13 @@ def _ended(cfg: Config, reg: Registry, row: Row, job: str, spec: dict[str, Any],
     """The job ended on the box, its end recorded: a running job only once the box's deadline
     has passed (stopped, TERM then KILL), one that never ran closed so that none of its steps
     starts after the read."""
-    if state.get("phase") == "running":
+    phase = state.get("phase")
+    if phase == "running" or state.get("gating"):
         until = deadline(spec, state)
+        doing = "running" if phase == "running" else "in a gate"
         if until is None or datetime.now(UTC) < until:
             when = "an unknown time" if until is None else f"{until:%Y-%m-%d %H:%M:%S}Z"
-            raise UsageError(f"{row.label}: job {job} is still running (the box's deadline is "
+            raise UsageError(f"{row.label}: job {job} is still {doing} (the box's deadline is "
                              f"{when}); tear it down when it has ended")
         echo(f"{row.label}: job {job} is past its deadline ({until:%H:%M:%S}Z); stopping it")
     else:

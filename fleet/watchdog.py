@@ -1,12 +1,12 @@
 """The meter watchdog: one-shot boxes that bill for nothing.
 
-A live one-shot box is flagged when it is past its deadline (while its job runs, the box's
-own: the run's start plus the job's TTL; otherwise the registry's, which allows each gate a
-full TTL), when its job has ended (finished, failed, interrupted or refused) and it still
-runs, when it has had no job for NO_JOB_GRACE_MIN minutes, when a teardown kept it (its outputs
-could not be verified: reported on every check, never destroyed silently), and when its job's
-state cannot be read at all (SSH failing, the agent failing: unknown is not well). The first
-three are `due`: what `fleet teardown --expired` tears down.
+A live one-shot box is flagged when it is past its deadline (while its job or one of its
+gates runs, the box's own: that start plus the job's TTL; otherwise the registry's, which
+allows each gate a full TTL), when its job has ended (finished, failed, interrupted or
+refused) and it still runs, when it has had no job for NO_JOB_GRACE_MIN minutes, when a
+teardown kept it (its outputs could not be verified: reported on every check, never destroyed
+silently), and when its job's state cannot be read at all (SSH failing, the agent failing:
+unknown is not well). The first three are `due`: what `fleet teardown --expired` tears down.
 """
 
 from __future__ import annotations
@@ -53,10 +53,9 @@ def judge(row: Row, state: dict[str, Any] | None, read_error: str | None,
     created = _minutes(row.created_at, now)
     phase = (state or {}).get("phase") if state is not None else row.job_state
     left = _minutes(row.expires_at, now)
-    if state and phase == "running":  # the run's own deadline, by the box
-        at = teardown.deadline({}, state) if state.get("deadline_at") else None
-        if at is not None:
-            left = (at - now).total_seconds() / 60
+    at = teardown.deadline({}, state) if state and state.get("deadline_at") else None
+    if at is not None:  # the box's own: its run's or its running gate's start plus the TTL
+        left = (at - now).total_seconds() / 60
     w = Watch(row.label, row.job, phase, -(created or 0.0), left)
     if row.teardown:
         w.problems.append(f"teardown {row.teardown}")

@@ -87,19 +87,44 @@ def staged(job_name: str, spec: str, inputs: bytes | None = None, root: str = "/
     yield StringCommand("echo", QuoteString(want_inputs), ">", QuoteString(f"{d}/inputs.sha256"))
 
 
+def token_wanted(info: dict[str, Any], value: str) -> bool | None:
+    """True: write the token; False: remove it; None: nothing to do. The token is on the box
+    only until the job's fetch (which consumes it): never once the fetch is done, the job was
+    refused or stopped, or its state is unreadable, so that none of the job's code can read it."""
+    state = info.get("state") or {}
+    needed = state.get("phase", "new") in ("new", "admitted")  # unreadable: not needed
+    present = info.get("token_sha256")
+    if not needed:
+        return False if present else None
+    return None if present == hashlib.sha256(value.encode()).hexdigest() else True
+
+
 @operation()
 def token(job_name: str, value: str, root: str = "/root/fleet"):
     """
-    Write the store token the box reads toolchains with to ``<root>/hf_token`` (mode 0600).
-    Only its digest is ever compared; the token is never printed.
+    Write the store token the box reads toolchains with to ``<root>/hf_token`` (mode 0600),
+    for the job's fetch, which removes it (the job never runs while it is there); once the
+    fetch is done, never again (and a token still there is removed). Only its digest is ever
+    compared; the token is never printed.
 
     + job_name: the job it is written for (whose state tells what the box holds)
     + value: the token
     + root: the fleet's directory on the box
+
+    **Example:**
+
+    .. code:: python
+
+        job.token(name="Store token", job_name="matmul-bench", value=secret)
     """
     info = job_state(host, root, job_name)
-    if info.get("token_sha256") == hashlib.sha256(value.encode()).hexdigest():
-        host.noop("store token is current")
+    wanted = token_wanted(info, value)
+    if wanted is None:
+        host.noop("store token: nothing to do (current, or consumed by the fetch)")
+        return
+    if not wanted:
+        yield StringCommand("rm -f", QuoteString(f"{root}/hf_token"),
+                            QuoteString(f"{root}/hf_token.fleet-new"))
         return
     tmp = f"{root}/hf_token.fleet-new"
     yield StringCommand("mkdir -p", QuoteString(root), "&& umask 077 && : >", QuoteString(tmp))

@@ -59,7 +59,15 @@ def test_a_good_job_file_and_what_the_box_is_given(tmp_path: Path) -> None:
     (("ttl_minutes = 30", "ttl_minutes = 0"), "ttl_minutes must be 1 to"),
     (("ttl_minutes = 30", 'ttl_minutes = "30"'), "ttl_minutes: expected int, got str"),
     (('name = "fma-bench"', 'name = "Bench Job"'), "lowercase letters"),
-    (("min_passed = 4", "min_passed = -1"), "min_passed: must be 0 or more"),
+    (("min_passed = 4", "min_passed = -1"), "min_passed: must be 1 or more"),
+    (("min_passed = 4", "min_passed = 0"), "min_passed: must be 1 or more"),
+    (('command = "python3 parity.py"', 'command = " "'), "gates[0].command: is empty"),
+    (('name = "parity"', 'name = ""'), "gates[0].name: is empty"),
+    (('outputs = "out"', 'outputs = "out "'), "must be a path inside the work directory"),
+    (('["toolchain/kernels/*.ptx"]', '["toolchain/kernels/*.ptx "]'),
+     "must be a path inside the work directory"),
+    (('repo = "fleet/toolchains"', 'repo = "fleet/-toolchains"'), "is not a repository id"),
+    ((COMMIT, COMMIT + "\\n"), "is not a commit"),
     (('inputs = "inputs"', 'inputs = "nowhere"'), "is not a folder"),
     (('repo = "fleet/toolchains"', 'repo = "toolchains"'), "is not a repository id"),
     (("ttl_minutes = 30", "ttl_minutes = 30\nprovider = \"aws\""), "provider: expected one of"),
@@ -89,3 +97,21 @@ def test_a_job_card_in_any_spelling_is_the_fleet_name_and_an_unknown_one_is_one_
     with pytest.raises(UsageError, match=r"card: unknown card 'RTX 9999'"):
         load(write(tmp_path, GOOD.replace('ttl_minutes = 30',
                                           'ttl_minutes = 30\ncard = "RTX 9999"')))
+
+
+def test_a_gate_wants_one_passed_test_unless_it_says_more(tmp_path: Path) -> None:
+    job = load(write(tmp_path, GOOD.replace("min_passed = 4\n", "")))
+    assert job.gates[0].min_passed == 1
+
+
+def test_where_the_role_bans_symbols_the_job_names_its_modules(tmp_path: Path) -> None:
+    role = Role("bench", "oneshot", "img", 20, admitted_driver="580.95.05",
+                banned_symbols=("cublas*",))
+    bare = load(write(tmp_path, GOOD.replace('modules = ["toolchain/kernels/*.ptx"]\n', "")))
+    with pytest.raises(UsageError, match="bans symbols .cublas... so the job must name its "
+                                         "compiled modules"):
+        bare.box_spec(role, None)
+    bare.check_role(Role("free", "oneshot", "img", 20, admitted_driver="580.95.05"))
+    with pytest.raises(UsageError, match="names no admitted_driver"):
+        bare.check_role(Role("free", "oneshot", "img", 20))
+    load(write(tmp_path, GOOD)).check_role(role)

@@ -117,7 +117,7 @@ def test_a_running_job_within_the_boxs_deadline_is_refused_and_nothing_is_read(
     # the registry's TTL (from the rent) has passed, the box's (from the run's start) has not
     reg.update("bench-1", expires_at="2000-01-01T00:00:00Z")
     box.state = {"phase": "running", "invocations": 1,
-                 "started_at": iso(datetime.now(UTC) - timedelta(minutes=5))}
+                 "started_at": (datetime.now(UTC) - timedelta(minutes=5)).timestamp()}
     vast = Vast()
     with pytest.raises(UsageError, match="still running"):
         teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
@@ -129,7 +129,7 @@ def test_a_running_job_within_the_boxs_deadline_is_refused_and_nothing_is_read(
 def test_a_running_job_past_the_boxs_deadline_is_stopped_before_it_is_read(
         cfg: Config, reg: Registry, box: Box) -> None:
     box.state = {"phase": "running", "invocations": 1,
-                 "started_at": iso(datetime.now(UTC) - timedelta(minutes=31))}
+                 "started_at": (datetime.now(UTC) - timedelta(minutes=31)).timestamp()}
     vast = Vast()
     out = teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
     assert "job stop" in box.sent[0] and "--grace" in box.sent[0]
@@ -137,6 +137,20 @@ def test_a_running_job_past_the_boxs_deadline_is_stopped_before_it_is_read(
     assert out.destroyed and out.phase == "failed" and vast.destroyed == ["42"]
     row = reg.get("bench-1")
     assert row is not None and row.read_back == "j1" and row.job_state == "failed"
+
+
+def test_a_gate_still_within_its_deadline_is_refused_like_a_run(
+        cfg: Config, reg: Registry, box: Box) -> None:
+    # each gate may take a full TTL: the box says when this one's ends
+    box.state = {"phase": "scanned", "invocations": 0, "gating": {"gate": "parity"},
+                 "deadline_at": iso(datetime.now(UTC) + timedelta(minutes=20))}
+    with pytest.raises(UsageError, match="still in a gate"):
+        teardown.teardown(cfg, reg, {"vast": Vast()}, "bench-1")  # type: ignore[dict-item]
+    assert box.sent == []
+    row = reg.get("bench-1")
+    assert row is not None
+    w = watchdog.judge(row, box.state, None, datetime.now(UTC))
+    assert w.well and not w.due and round(w.ttl_left_min or 0) == 20
 
 
 def test_a_job_stopped_before_its_run_is_closed_on_the_box_before_the_read(

@@ -1,8 +1,12 @@
-"""The example's parity gate: the toolchain's kernels are present and well formed. Prints a
-pytest-style summary line, which the agent records as the gate's pass count."""
+"""The example's parity gate: the toolchain's kernels are present and well formed. Ends its
+output with a pytest-style summary line (`N passed in S.SSs`), which the agent reads as the
+gate's test counts: a gate passes only on such a line with passes and no failure."""
 
 import sys
+import time
 from pathlib import Path
+
+started = time.monotonic()
 
 checks = 0
 for ptx in sorted(Path("toolchain/kernels").glob("*.ptx")):
@@ -12,7 +16,8 @@ for ptx in sorted(Path("toolchain/kernels").glob("*.ptx")):
 manifest = Path("toolchain/VERSION").read_text().strip()
 assert manifest, "toolchain/VERSION is empty"
 checks += 1
+took = time.monotonic() - started
 if checks < 4:
-    print(f"{checks} passed, 1 failed")
+    print(f"1 failed, {checks} passed in {took:.2f}s")
     sys.exit(1)
-print(f"{checks} passed")
+print(f"{checks} passed in {took:.2f}s")

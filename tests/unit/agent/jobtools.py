@@ -21,21 +21,33 @@ def job_dir(box: Box, name: str = "bench") -> Path:
 
 
 def write_job(box: Box, name: str = "bench", **overrides: Any) -> Path:
-    """JOBDIR/job.json with a command that counts its runs in workdir/runs.txt."""
+    """JOBDIR/job.json with a command that counts its runs in workdir/runs.txt; unless the
+    test names its own modules, one clean PTX module (the role bans symbols, so a job must
+    name modules to scan)."""
     jobdir = job_dir(box, name)
     (jobdir / "workdir").mkdir(parents=True, exist_ok=True)
+    if "modules" not in overrides:
+        (jobdir / "workdir" / "kernels").mkdir(exist_ok=True)
+        (jobdir / "workdir" / "kernels" / "clean.ptx").write_text(ptx("add_k"))
     admission = {"driver": DRIVER, "qualified_gpus": [],
                  "banned_symbols": ["cublas*", "*softmax*", "*tanh*", "*matrixmultiply*"],
                  "allowed_symbols": []}
     admission.update(overrides.pop("admission", {}))
     spec: dict[str, Any] = {
         "name": name, "command": "echo ran >> runs.txt && echo 42 > out/result.txt",
-        "outputs": "out", "ttl_minutes": 30, "gates": [], "modules": [], "toolchain": None,
+        "outputs": "out", "ttl_minutes": 30, "gates": [], "modules": ["kernels/*.ptx"],
+        "toolchain": None,
         "store_endpoint": None, "admission": admission,
     }
     spec.update(overrides)
     (jobdir / "job.json").write_text(json.dumps(spec))
     return jobdir
+
+
+def pytest_gate(name: str, passed: int = 1, *before: str) -> dict[str, Any]:
+    """A gate whose output ends with pytest's summary line (`N passed in 0.01s`)."""
+    shell = "; ".join([*before, f"echo '{passed} passed in 0.01s'"])
+    return {"name": name, "command": shell, "min_passed": 1}
 
 
 def job(box: Box, step: str, jobdir: Path, *extra: str,

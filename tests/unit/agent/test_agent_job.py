@@ -21,6 +21,7 @@ from jobtools import (
     gcc,
     job,
     outcome,
+    pytest_gate,
     runs,
     seed_toolchain,
     state_of,
@@ -59,7 +60,9 @@ def test_an_admitted_job_runs_once_through_every_step(box: Box) -> None:
     assert state["admission"]["admitted"] is True
     assert state["admission"]["driver"] == DRIVER and state["admission"]["uuids"] == UUIDS
     assert step_ok(box, "fetch", jobdir)["toolchain"] is None  # the job names none
-    assert step_ok(box, "scan", jobdir)["scan"] == {"modules": [], "hits": [], "hit_count": 0}
+    scan = step_ok(box, "scan", jobdir)["scan"]
+    assert scan["modules"] == [{"path": "kernels/clean.ptx", "kind": "ptx", "names": 1}]
+    assert scan["hits"] == [] and list(scan["digests"]) == ["kernels/clean.ptx"]
     assert step_ok(box, "gate", jobdir)["gates"] == []
     done = job(box, "run", jobdir, "--wait")
     assert done.returncode == 0, done.stderr
@@ -90,7 +93,7 @@ def test_a_refused_box_records_zero_invocations_and_no_later_step_does_anything(
         box: Box, driver: str, qualified: list[str], reason: str) -> None:
     box.set_gpu(gpu_spec(driver=driver))
     jobdir = write_job(box, admission={"qualified_gpus": qualified},
-                       gates=[{"name": "g", "command": "echo gate >> gates-ran", "min_passed": 0}])
+                       gates=[pytest_gate("g", 1, "echo gate >> gates-ran")])
     state = assert_refused(job(box, "admit", jobdir), "gpu", reason)
     assert state["admission"]["admitted"] is False and state["admission"]["driver"] == driver
     written = outcome(jobdir)
@@ -198,7 +201,7 @@ def write_tests(jobdir: Path, passing: int, failing: int = 0) -> None:
 def test_a_passing_gate_records_its_count(box: Box) -> None:
     jobdir = write_job(box, gates=[
         {"name": "parity", "command": PYTEST_GATE, "min_passed": 3},
-        {"name": "plain", "command": "echo fine", "min_passed": 0},
+        pytest_gate("plain", 2),
     ])
     write_tests(jobdir, passing=3)
     for step in ("admit", "fetch", "scan"):
@@ -209,18 +212,18 @@ def test_a_passing_gate_records_its_count(box: Box) -> None:
     assert parity["name"] == "parity" and parity["ok"] is True
     assert parity["exit_code"] == 0 and parity["passed"] == 3 and parity["seconds"] >= 0
     assert "3 passed" in (jobdir / parity["log"]).read_text()
-    assert plain["ok"] is True and plain["passed"] is None  # no count, none wanted
+    assert plain["ok"] is True and plain["passed"] == 2 and plain["summary"] == "2 passed in 0.01s"
 
 
 @pytest.mark.parametrize("passing,failing,min_passed,why", [
-    (2, 1, 0, "exited 1, 2 passed"),
-    (3, 0, 5, "exited 0, 3 passed (at least 5 wanted)"),
+    (2, 1, 1, "exited 1, 1 failed; summary '1 failed, 2 passed in "),
+    (3, 0, 5, "3 passed (at least 5 wanted); summary '3 passed in "),
 ])
 def test_a_failing_gate_refuses_the_job(box: Box, passing: int, failing: int, min_passed: int,
                                         why: str) -> None:
     jobdir = write_job(box, gates=[
         {"name": "parity", "command": PYTEST_GATE, "min_passed": min_passed},
-        {"name": "after", "command": "echo x >> after-ran", "min_passed": 0},
+        pytest_gate("after", 1, "echo x >> after-ran"),
     ])
     write_tests(jobdir, passing, failing)
     for step in ("admit", "fetch", "scan"):
@@ -238,7 +241,8 @@ def test_a_gate_that_wants_a_count_and_prints_none_fails(box: Box) -> None:
     jobdir = write_job(box, gates=[{"name": "quiet", "command": "true", "min_passed": 1}])
     for step in ("admit", "fetch", "scan"):
         step_ok(box, step, jobdir)
-    assert_refused(job(box, "gate", jobdir), "gates", "exited 0, no pass count")
+    assert_refused(job(box, "gate", jobdir), "gates",
+                   "its output does not end with pytest's summary line (no test count)")
 
 
 # ---------------------------------------------------------------- run
@@ -413,6 +417,8 @@ def test_a_changed_file_in_the_cache_is_fetched_again(box: Box, hub: HubServer) 
     step_ok(box, "fetch", first)
     blob = (first / "workdir" / "toolchain" / "bin" / "tool").resolve()
     blob.write_bytes(b"tampered")
+    assert not (box.root / "hf_token").exists()  # the first fetch consumed it
+    write_token(box, HUB_TOKEN)  # as the deploy does for a job whose fetch is not done
     second = toolchain_job(box, "second", commit, hub.url)
     tc = step_ok(box, "fetch", second)["toolchain"]
     assert tc["warm"] is False and tc["bytes_fetched"] == len(files["bin/tool"])

@@ -19,6 +19,7 @@ from jobtools import (
     job,
     outcome,
     ptx,
+    pytest_gate,
     runs,
     state_of,
     step_ok,
@@ -197,7 +198,7 @@ def test_a_glob_matching_nothing_is_refused(box: Box, work: Path) -> None:
 
 def test_a_scan_refusal_is_recorded_and_nothing_runs_after_it(box: Box) -> None:
     jobdir = write_job(box, modules=["build/*.so", "kernels/*.ptx"],
-                       gates=[{"name": "g", "command": "echo x >> gate-ran", "min_passed": 0}])
+                       gates=[pytest_gate("g", 1, "echo x >> gate-ran")])
     gcc(box.tmp, CUBLAS_C, jobdir / "workdir" / "build" / "libgemm.so", "-shared", "-fPIC")
     (jobdir / "workdir" / "kernels").mkdir()
     (jobdir / "workdir" / "kernels" / "k.ptx").write_text(ptx("clean_k"))

@@ -1,0 +1,121 @@
+"""A job the box's agent would refuse never rents a box: the same bad job files, fed to the
+operator's parser (fleet/job.py, with the role's rule) and to the agent's steps (as the `job.json`
+the deploy would write), are refused by both."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentbox import DRIVER, Box
+from jobtools import job, ptx, runs
+
+from fleet.config import Role
+from fleet.errors import UsageError
+from fleet.job import load
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+ROLE = Role("bench", "oneshot", "img", 20, admitted_driver=DRIVER,
+            banned_symbols=("cublas*", "*softmax*"))
+GOOD = """
+name = "bench"
+command = "echo ran >> runs.txt"
+outputs = "out"
+ttl_minutes = 30
+modules = ["kernels/*.ptx"]
+[[gates]]
+name = "parity"
+command = "echo '3 passed in 0.01s'"
+min_passed = 3
+"""
+TOOLCHAIN = f'\n[toolchain]\nrepo = "fleet/toolchains"\nrevision = "{COMMIT}"\n'
+
+BAD = {
+    "empty gate command": ('command = "echo \'3 passed in 0.01s\'"', 'command = ""'),
+    "blank gate command": ('command = "echo \'3 passed in 0.01s\'"', 'command = "  "'),
+    "blank gate name": ('name = "parity"', 'name = " "'),
+    "no test wanted": ("min_passed = 3", "min_passed = 0"),
+    "outputs with a trailing space": ('outputs = "out"', 'outputs = "out "'),
+    "outputs with a leading space": ('outputs = "out"', 'outputs = " out"'),
+    "a module with a trailing space": ('["kernels/*.ptx"]', '["kernels/*.ptx "]'),
+    "a blank module": ('["kernels/*.ptx"]', '["kernels/*.ptx", " "]'),
+    "no modules where the role bans symbols": ('["kernels/*.ptx"]', "[]"),
+    "a toolchain path with a trailing space": (TOOLCHAIN, TOOLCHAIN + 'path = "tc "\n'),
+    "a toolchain repo the agent cannot name": (TOOLCHAIN, TOOLCHAIN.replace(
+        "fleet/toolchains", "fleet/-toolchains")),
+    "a toolchain repo with a double dash": (TOOLCHAIN, TOOLCHAIN.replace(
+        "fleet/toolchains", "fleet--x/toolchains")),
+}
+
+
+def text(case: str | None) -> str:
+    base = GOOD + (TOOLCHAIN if case and "toolchain" in case else "")
+    if case is None:
+        return base
+    old, new = BAD[case]
+    assert old in base, case
+    return base.replace(old, new, 1)
+
+
+def fleet_refuses(tmp: Path, toml: str) -> str | None:
+    path = tmp / "job.toml"
+    path.write_text(toml)
+    try:
+        load(path).check_role(ROLE)
+    except UsageError as e:
+        return str(e)
+    return None
+
+
+def agent_spec(toml: str) -> dict[str, Any]:
+    """The job.json the deploy writes (Job.box_spec), made here without fleet's checks."""
+    data = tomllib.loads(toml)
+    t = data.get("toolchain")
+    return {
+        "name": data["name"], "command": data["command"], "outputs": data["outputs"],
+        "ttl_minutes": data["ttl_minutes"],
+        "gates": [{"name": g["name"], "command": g["command"],
+                   "min_passed": g.get("min_passed", 1)} for g in data.get("gates", [])],
+        "modules": data.get("modules", []),
+        "toolchain": None if t is None else {"repo": t["repo"], "revision": t["revision"],
+                                             "path": t.get("path", "toolchain"),
+                                             "repo_type": "dataset"},
+        "store_endpoint": None if t is None else "http://127.0.0.1:9",
+        "admission": {"driver": ROLE.admitted_driver, "qualified_gpus": [],
+                      "banned_symbols": list(ROLE.banned_symbols), "allowed_symbols": []},
+    }
+
+
+def agent_outcome(box: Box, toml: str) -> tuple[str, int]:
+    """(the step that stopped the job, its exit status), or ("run", 0) when it ran."""
+    jobdir = box.root / "jobs" / "bench"
+    (jobdir / "workdir" / "kernels").mkdir(parents=True, exist_ok=True)
+    (jobdir / "workdir" / "kernels" / "clean.ptx").write_text(ptx("add_k"))
+    (jobdir / "job.json").write_text(json.dumps(agent_spec(toml)))
+    for step in ("admit", "fetch", "scan", "gate", "run"):
+        done = job(box, step, jobdir, *(["--wait"] if step == "run" else []))
+        if done.returncode != 0:
+            assert done.returncode in (2, 3) and "Traceback" not in done.stderr, done.stderr
+            return step, done.returncode
+    return "run", 0
+
+
+def test_the_good_job_passes_both(box: Box, tmp_path: Path) -> None:
+    assert fleet_refuses(tmp_path, text(None)) is None
+    assert agent_outcome(box, text(None)) == ("run", 0)
+    assert runs(box.root / "jobs" / "bench") == 1
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_job_the_agent_refuses_is_refused_before_renting(box: Box, tmp_path: Path,
+                                                           case: str) -> None:
+    toml = text(case)
+    step, code = agent_outcome(box, toml)
+    assert step != "run" and code in (2, 3), (case, step, code)
+    assert runs(box.root / "jobs" / "bench") == 0
+    why = fleet_refuses(tmp_path, toml)
+    assert why is not None, f"fleet/job.py accepts a job the agent refuses at {step}: {case}"
+    assert "\n" not in why
