@@ -5,9 +5,11 @@ manifest the box made of the same bytes as it sent them (`python -m agent manife
 
 Layout: `<archive>/<label>/<job>/` holds `outputs/` (the outputs) and `fleet-manifest.json`
 (the box's manifest), which no output's name can reach. A pull lands in a sibling
-`.incoming-<job>-<random>` folder of its own first and replaces the archive only once every
-file matched, so an archive folder is always a verified copy. The teardown holds the label's
-lock around a pull; a folder another pull left behind is removed at the next one.
+`.incoming.<random>.<job>` folder of its own first and replaces the archive only once every
+file matched, so an archive folder is always a verified copy. The copy it replaces waits in
+`.previous.<random>.<job>` until the new one is durable (`make_durable`), and is put back if a
+pull was killed between the two renames. The teardown holds the label's lock around a pull;
+an incoming folder another pull left behind is removed at the next one.
 
 The files are written by direct I/O (`lowio.directio`), past the page cache: the push reads them
 once more the same way, and nothing else reads them soon. A pull is not durable by itself
@@ -224,20 +226,45 @@ def folder(archive: Path, label: str, job: str) -> Path:
 
 
 def make_durable(path: Path) -> None:
-    """The archive folder on disk for good (its files, its folders and its own name); an
-    OSError (a full disk, an I/O error) means the copy cannot be counted on."""
+    """The archive folder on disk for good (its files, its folders and its own name), then
+    the earlier copy it replaced gone; an OSError (a full disk, an I/O error) means the copy
+    cannot be counted on."""
     fileutil.fsync_tree(path)
+    for old in _leftovers(path.parent, PREVIOUS, path.name):
+        shutil.rmtree(old)
+
+
+INCOMING = ".incoming."  # `<prefix><random>.<job>`: a pull landing, or one kept or killed
+PREVIOUS = ".previous."  # the verified copy a pull replaced, until the new one is durable
+
+
+def _leftovers(parent: Path, prefix: str, job: str) -> list[Path]:
+    """`parent`'s folders made by `_aside(prefix, job)` for exactly this job (mkdtemp's random
+    part holds no dot, so the job's name is all that follows the first dot after it)."""
+    if not parent.is_dir():
+        return []
+    return sorted(p for p in parent.iterdir() if p.name.startswith(prefix)
+                  and p.name[len(prefix):].partition(".")[2] == job)
+
+
+def _aside(parent: Path, prefix: str, job: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix, suffix=f".{job}", dir=parent))
 
 
 def pull(stream: IO[bytes], archive: Path, label: str, job: str) -> Pulled:
     """Receive the outputs into the archive and verify them against the box's manifest. The
     caller holds the label's teardown lock."""
     final = folder(archive, label, job)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    for old in final.parent.glob(f".incoming-{job}-*"):  # a kept or killed pull's leftovers
-        shutil.rmtree(old, ignore_errors=True)
-    incoming = Path(tempfile.mkdtemp(prefix=f".incoming-{job}-", dir=final.parent))
-    (incoming / OUTPUTS).mkdir()
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        _recover(final)
+        for old in _leftovers(final.parent, INCOMING, job):  # a kept or killed pull's
+            shutil.rmtree(old, ignore_errors=True)
+        incoming = _aside(final.parent, INCOMING, job)
+        (incoming / OUTPUTS).mkdir()
+    except OSError as e:
+        raise FleetError(f"{label}: cannot make room for the outputs in {final.parent}: "
+                         f"{e}") from None
     try:
         got, sent = receive(stream, incoming / OUTPUTS)
     except (tarfile.TarError, OSError, ValueError) as e:
@@ -248,12 +275,24 @@ def pull(stream: IO[bytes], archive: Path, label: str, job: str) -> Pulled:
     total = sum(v["size"] for v in got.values())
     if problems:
         return Pulled(incoming / OUTPUTS, len(got), total, problems, manifest)
-    (incoming / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-    if final.exists():  # an earlier verified copy: set aside, then gone once the new one is in
-        aside = Path(tempfile.mkdtemp(prefix=f".incoming-{job}-old-", dir=final.parent))
-        os.replace(final, aside / job)
+    try:
+        (incoming / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        if final.exists():  # the verified copy before: kept aside until the new one is durable
+            os.replace(final, _aside(final.parent, PREVIOUS, job) / job)
         os.replace(incoming, final)
-        shutil.rmtree(aside)
-    else:
-        os.replace(incoming, final)
+    except OSError as e:
+        raise FleetError(f"{label}: the verified copy in {incoming} could not become the "
+                         f"archive ({e})") from None
     return Pulled(final / OUTPUTS, len(got), total, [], manifest)
+
+
+def _recover(final: Path) -> None:
+    """A pull killed between setting the verified copy aside and putting the new one in
+    place left no archive folder: the copy set aside is put back."""
+    if final.exists():
+        return
+    for old in reversed(_leftovers(final.parent, PREVIOUS, final.name)):
+        if (old / final.name).is_dir():
+            os.replace(old / final.name, final)
+            shutil.rmtree(old)
+            return

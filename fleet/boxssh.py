@@ -33,8 +33,9 @@ def run(cfg: Config, row: Row, command: str,
         timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     """Run `command` on the box; stdout and stderr captured as text."""
     try:
+        # a box's shell may print bytes that are not UTF-8 (a motd, a locale): replaced
         return subprocess.run(argv(cfg, row, command), capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+                              errors="replace", timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise FleetError(f"{row.label}: `{command.split()[0]} ...` did not answer within "
                          f"{timeout:.0f}s") from None

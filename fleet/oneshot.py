@@ -70,20 +70,21 @@ def job_state(cfg: Config, row: Row, job: str) -> dict[str, Any]:
     which also settles a runner that died (interrupted) rather than read stale. A box that
     cannot be read (SSH failing, the agent failing) raises FleetError: unknown is not {}."""
     d = shlex.quote(f"{ROOT}/jobs/{job}")
-    res = boxssh.run(cfg, row, f"test -f {d}/job.json || exit {NOT_STAGED}; cd {ROOT} && "
-                     f"venv/bin/python -m agent job state {d}")
+    res = boxssh.run(cfg, row, f"test -f {d}/job.json || exit {NOT_STAGED}; date +%s && "
+                     f"cd {ROOT} && venv/bin/python -m agent job state {d}")
     if res.returncode == NOT_STAGED:
         return {}
     why = (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1][:200]
     if res.returncode != 0:
         raise FleetError(f"{row.label}: cannot read job {job}'s state on the box ({why})")
+    box_now, _, text = res.stdout.partition("\n")
     try:
-        data = json.loads(res.stdout)
+        data = json.loads(text)
     except ValueError:
         data = None
     if not isinstance(data, dict):
         raise FleetError(f"{row.label}: job {job}'s state on the box is not a JSON object")
-    return data
+    return {**data, "box_now": box_now.strip()}  # the box's clock, for its own deadlines
 
 
 def record(reg: Registry, label: str, state: dict[str, Any]) -> Row:
@@ -106,16 +107,17 @@ def mark_job(label: str, job: str, ttl_minutes: int, gates: int = 0) -> None:
     from fleet.deploy_support import config
 
     reg = Registry(config().registry)
-    row = reg.get(label)
-    if row is None or (row.job == job and row.expires_at):
-        return
-    if row.job != job and unread(row):
-        raise UsageError(f"{label} still holds job {row.job}, not read back: run `fleet "
-                         f"teardown {label} --keep-box` before giving it job {job}")
-    reg.update(label, job=job, read_back=None, store_commit=None, job_state=None,
-               invocations=None, refusal=None, teardown=None,
-               expires_at=row.expires_at if row.job == job and row.expires_at else
-               rent_mod.in_hours(deadline_minutes(ttl_minutes, gates) / 60))
+    with teardown.one_at_a_time(reg, label):  # never while a teardown reads the last job
+        row = reg.get(label)
+        if row is None or (row.job == job and row.expires_at):
+            return
+        if row.job != job and unread(row):
+            raise UsageError(f"{label} still holds job {row.job}, not read back: run `fleet "
+                             f"teardown {label} --keep-box` before giving it job {job}")
+        reg.update(label, job=job, read_back=None, store_commit=None, job_state=None,
+                   invocations=None, refusal=None, teardown=None,
+                   expires_at=row.expires_at if row.job == job and row.expires_at else
+                   rent_mod.in_hours(deadline_minutes(ttl_minutes, gates) / 60))
 
 
 def cost(row: Row) -> float:
@@ -175,7 +177,7 @@ def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: s
     else:
         try:
             out = teardown.teardown(cfg, reg, providers, row.label, echo=echo)
-        except FleetError as e:
+        except (FleetError, OSError) as e:  # the operator's disk too: one line, box kept
             summary.kept = str(e)
         else:
             summary.outputs_files, summary.outputs_bytes = out.files, out.bytes

@@ -86,16 +86,19 @@ def teardown_cmd(label: str = typer.Argument(None, help="the one-shot box"),
     if keep_box and expired:
         raise UsageError("--keep-box reads one box back (LABEL), not the --expired ones")
     c, reg = cfg(), registry()
+    flagged: dict[str, object] = {}
     if label:
         labels = [check_label(label)]
-    else:
-        labels = [w.label for w in watchdog.watch(c, reg) if w.due]
+    else:  # each with the job it was flagged for: a row given another since is left alone
+        flagged = {w.label: w.job for w in watchdog.watch(c, reg) if w.due}
+        labels = list(flagged)
     ps = providers()
     results, failures = [], []
     for lab in labels:
         try:
-            results.append(teardown.teardown(c, reg, ps, lab, dry_run=dry_run,
-                                             keep_box=keep_box, echo=_say))
+            results.append(teardown.teardown(
+                c, reg, ps, lab, dry_run=dry_run, keep_box=keep_box, echo=_say,
+                flagged_job=flagged.get(lab, teardown.UNCHANGED)))
         except FleetError as e:
             if label:
                 raise

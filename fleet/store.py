@@ -169,6 +169,8 @@ def _call(call: str, repo: str) -> Iterator[None]:
                          "check the store's LFS endpoint and push again") from None
     except (ValueError, UnicodeError) as e:  # what the library refuses before any request
         raise StoreError(call, f"{repo}: {type(e).__name__}: {e}"[:300]) from None
+    except OSError as e:  # the local copy unreadable while it is sent (a disk error)
+        raise StoreError(call, f"{repo}: cannot read the local copy: {e}"[:300]) from None
     except httpx2.TransportError as e:
         raise StoreError(call, f"cannot reach the store: {type(e).__name__}: {e}",
                          "check HF_ENDPOINT and the network") from None

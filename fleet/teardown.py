@@ -40,7 +40,7 @@ from fleet.agent_config import ROOT
 from fleet.config import Config
 from fleet.errors import FleetError, ProviderError, UsageError
 from fleet.providers.base import Provider
-from fleet.registry import Registry, Row, now_iso, parse_iso
+from fleet.registry import Registry, Row, now_iso, parse_iso, unread
 
 ENDED = ("finished", "failed", "interrupted", "refused")
 NEVER_STAGED = 7  # the exit status of the job read when the box never got the job
@@ -72,7 +72,8 @@ def _remote_job(cfg: Config, row: Row, job: str) -> dict[str, Any]:
     d = shlex.quote(jobdir)
     # the state through the agent, which also settles a runner that died (interrupted)
     cmd = (f"test -f {d}/job.json || exit {NEVER_STAGED}; cd {ROOT} && "
-           f"printf '{{\"spec\": ' && cat {d}/job.json && printf ', \"state\": ' && "
+           f"printf '{{\"box_now\": %s, \"spec\": ' \"$(date +%s)\" && cat {d}/job.json && "
+           f"printf ', \"state\": ' && "
            f"{{ venv/bin/python -m agent job state {d} 2>/dev/null || printf null; }} && echo '}}'")
     res = boxssh.run(cfg, row, cmd)
     if res.returncode == NEVER_STAGED:
@@ -179,33 +180,47 @@ def _guarded(cfg: Config, reg: Registry, label: str) -> Row:
 
 
 @contextlib.contextmanager
-def _one_at_a_time(reg: Registry, label: str) -> Iterator[None]:
+def one_at_a_time(reg: Registry, label: str) -> Iterator[None]:
     """The label's teardown lock, held from the first read to the destroy: a second teardown
     (`fleet run`'s own and a `teardown --expired` from cron) stops at once, changing nothing."""
     try:
         with fileutil.locked(reg.path.parent / "locks" / f"teardown-{label}.lock", wait=False):
             yield
     except BlockingIOError:
-        raise FleetError(f"{label}: another teardown of this box is under way; "
-                         "nothing done") from None
+        raise FleetError(f"{label}: a teardown of this box is under way; nothing done") \
+            from None
+
+
+UNCHANGED = object()  # `flagged_job`'s default: no expectation of the row's job
 
 
 def teardown(cfg: Config, reg: Registry, providers: Mapping[str, Provider], label: str,
              dry_run: bool = False, keep_box: bool = False,
-             echo: Callable[[str], None] = lambda _: None) -> Outcome:
-    """Read the box's job back, then destroy it (with `keep_box`, keep it for another job)."""
+             echo: Callable[[str], None] = lambda _: None,
+             flagged_job: Any = UNCHANGED) -> Outcome:
+    """Read the box's job back, then destroy it (with `keep_box`, keep it for another job).
+
+    A dry run writes nothing, here or on the box. `flagged_job` is the job the watchdog
+    judged (`teardown --expired`): a row that names another by now is left alone."""
     row = _guarded(cfg, reg, label)
     p = providers.get(row.provider)
     if p is None:
         raise UsageError(f"cannot tear {label} down: no {row.provider} API key")
-    with _one_at_a_time(reg, label):
+    with one_at_a_time(reg, label):
         row = _guarded(cfg, reg, label)  # as it is now, under the lock
+        if flagged_job is not UNCHANGED and row.job != flagged_job:
+            raise FleetError(f"{label}: its job is {row.job or 'none'} now, not the "
+                             f"{flagged_job or 'none'} the watchdog flagged; left alone")
         out = Outcome(label, row.job, dry_run=dry_run)
-        if not row.host_key:
+        if not row.host_key and not dry_run:
             row = _pin_if_ready(cfg, reg, p, row)
         if not row.host_key:
             # every deploy reaches the box through its pinned key: nothing ran on it
-            out.steps.append("never SSH-ready: nothing to read back")
+            out.steps.append("no pinned host key: would pin it if the box is SSH-ready now, "
+                             "then read back" if dry_run else
+                             "never SSH-ready: nothing to read back")
+            if row.job and not dry_run:
+                reg.update(label, read_back=row.job)
         elif row.job:
             _read_back(cfg, reg, row, out, dry_run, echo)
         else:
@@ -216,8 +231,33 @@ def teardown(cfg: Config, reg: Registry, providers: Mapping[str, Provider], labe
         if keep_box:
             out.steps.append("read back; box kept for another job (--keep-box)")
             return out
-        _destroy(reg, p, _guarded(cfg, reg, label), out, echo)
+        _destroy(reg, p, _done(cfg, reg, label, out.job), out, echo)
     return out
+
+
+def _done(cfg: Config, reg: Registry, label: str, job: str | None) -> Row:
+    """The row, just before its destroy: still live, still naming the job this teardown read
+    back, and that job read back."""
+    row = _guarded(cfg, reg, label)
+    if row.job != job or unread(row):
+        raise FleetError(f"{label}: its job changed to {row.job} during the teardown, or was "
+                         "not read back; box kept")
+    return row
+
+
+def _close_unstaged(cfg: Config, row: Row, job: str) -> dict[str, Any]:
+    """Close a job that has not reached the box yet, so that a deploy still under way can
+    never start it after this teardown (the agent refuses every step of a job with a
+    `stop.json`), then look again: {} when it is still not staged, else what `_remote_job`
+    reads (it was staged meanwhile)."""
+    d = shlex.quote(f"{ROOT}/jobs/{job}")
+    stop = json.dumps({"by": "operator", "at": datetime.now(UTC).timestamp(), "grace_s": 0})
+    res = boxssh.run(cfg, row, f"mkdir -p {d} && printf '%s' {shlex.quote(stop)} > "
+                     f"{d}/stop.json.new && mv {d}/stop.json.new {d}/stop.json")
+    if res.returncode != 0:
+        raise KeptBox(f"{row.label}: cannot close job {job} on the box "
+                      f"({res.stderr.strip()[-200:] or f'exit {res.returncode}'}); box kept")
+    return _remote_job(cfg, row, job)
 
 
 def _pin_if_ready(cfg: Config, reg: Registry, p: Provider, row: Row) -> Row:
@@ -242,25 +282,36 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
                echo: Callable[[str], None]) -> None:
 
     job = row.job or ""
+    if not dry_run:  # what this teardown has not verified yet is not read back
+        reg.update(row.label, read_back=None)
     info = _remote_job(cfg, row, job)
     if not info:
-        # the deploy stopped before the job was placed: nothing ran, nothing to lose
-        out.steps.append(f"job {job} never reached the box: nothing to read back")
-        echo(f"{row.label}: job {job} never reached the box; nothing to read back")
-        reg.update(row.label, read_back=job)
-        return
+        if row.job_state is not None or row.invocations:
+            raise KeptBox(f"{row.label}: job {job}'s files are gone from the box, though it "
+                          f"was seen {row.job_state}; box kept")
+        if dry_run:
+            out.steps.append(f"job {job} has not reached the box: would close it there")
+            return
+        # the deploy stopped before the job was placed: closed on the box, it never runs
+        info = _close_unstaged(cfg, row, job)
+        if not info:
+            out.steps.append(f"job {job} never reached the box: nothing to read back")
+            echo(f"{row.label}: job {job} never reached the box; nothing to read back")
+            reg.update(row.label, read_back=job)
+            return
     spec, state = info.get("spec") or {}, info.get("state") or {}
     if not isinstance(state, dict) or not state:
         raise KeptBox(f"{row.label}: the box's agent could not tell job {job}'s state; "
                       "box kept")
     out.phase = state.get("phase") or "new"
-    reg.update(row.label, job_state=out.phase, invocations=state.get("invocations"),
-               refusal=_refusal(state))
+    if not dry_run:
+        reg.update(row.label, job_state=out.phase, invocations=state.get("invocations"),
+                   refusal=_refusal(state))
     if out.phase not in ENDED:
         if dry_run:
             out.steps.append(f"job {job} is {out.phase}: would stop it on the box first")
         else:
-            state = _ended(cfg, reg, row, job, spec, state, echo)
+            state = _ended(cfg, reg, row, job, spec, state, info.get("box_now"), echo)
             out.phase = state["phase"]
     outputs = f"{ROOT}/jobs/{job}/workdir/{spec.get('outputs', 'out')}"
     if dry_run:
@@ -341,11 +392,20 @@ def deadline(spec: dict[str, Any], state: dict[str, Any]) -> datetime | None:
     return None
 
 
+def box_time(box_now: Any) -> datetime:
+    """The box's clock when it answered (`date +%s`), to set against its own deadlines; the
+    operator's when it did not say."""
+    with contextlib.suppress(TypeError, ValueError, OverflowError, OSError):
+        return datetime.fromtimestamp(float(box_now), UTC)
+    return datetime.now(UTC)
+
+
 STOP_GRACE_S = 10  # TERM to the job's process group, KILL after this
 
 
 def _ended(cfg: Config, reg: Registry, row: Row, job: str, spec: dict[str, Any],
-           state: dict[str, Any], echo: Callable[[str], None]) -> dict[str, Any]:
+           state: dict[str, Any], box_now: Any,
+           echo: Callable[[str], None]) -> dict[str, Any]:
     """The job ended on the box, its end recorded: a running job only once the box's deadline
     has passed (stopped, TERM then KILL), one that never ran closed so that none of its steps
     starts after the read."""
@@ -353,7 +413,7 @@ def _ended(cfg: Config, reg: Registry, row: Row, job: str, spec: dict[str, Any],
     if phase == "running" or state.get("gating"):
         until = deadline(spec, state)
         doing = "running" if phase == "running" else "in a gate"
-        if until is None or datetime.now(UTC) < until:
+        if until is None or box_time(box_now) < until:  # both by the box's clock
             when = "an unknown time" if until is None else f"{until:%Y-%m-%d %H:%M:%S}Z"
             raise UsageError(f"{row.label}: job {job} is still {doing} (the box's deadline is "
                              f"{when}); tear it down when it has ended")

@@ -22,6 +22,7 @@ from fleet.errors import FleetError
 from fleet.registry import Registry, Row, parse_iso
 
 NO_JOB_GRACE_MIN = 30.0  # a one-shot box rented without a job is flagged after this
+OVERDUE_MIN = 60.0  # past the registry's deadline by this, a box's later one is a problem
 
 
 @dataclass
@@ -52,11 +53,18 @@ def judge(row: Row, state: dict[str, Any] | None, read_error: str | None,
           now: datetime) -> Watch:
     created = _minutes(row.created_at, now)
     phase = (state or {}).get("phase") if state is not None else row.job_state
-    left = _minutes(row.expires_at, now)
+    registry_left = left = _minutes(row.expires_at, now)
     at = teardown.deadline({}, state) if state and state.get("deadline_at") else None
-    if at is not None:  # the box's own: its run's or its running gate's start plus the TTL
-        left = (at - now).total_seconds() / 60
+    if at is not None:  # the box's own: its run's or its running gate's start plus the TTL,
+        # by the box's clock (a box whose clock is off is judged in its own time)
+        left = (at - teardown.box_time((state or {}).get("box_now") or now.timestamp())
+                ).total_seconds() / 60
     w = Watch(row.label, row.job, phase, -(created or 0.0), left)
+    if registry_left is not None and left is not None and \
+            registry_left < -OVERDUE_MIN and left > 0:
+        # the box says its job runs on well past what the rent allowed: say so, never "well"
+        w.problems.append(f"{-registry_left:.0f} min past the deadline the rent allowed, "
+                          f"while the box says {left:.0f} min more")
     if row.teardown:
         w.problems.append(f"teardown {row.teardown}")
     if read_error:
@@ -86,6 +94,8 @@ def watch(cfg: Config, reg: Registry, now: datetime | None = None) -> list[Watch
             return oneshot.job_state(cfg, row, row.job), None
         except FleetError as e:
             return None, str(e)
+        except Exception as e:  # noqa: BLE001 - one box's fault is its line, never the pass's
+            return None, f"{row.label}: {type(e).__name__}: {e}"
 
     with ThreadPoolExecutor(max_workers=16) as pool:
         reads = list(pool.map(read, rows))

@@ -98,7 +98,8 @@ def test_each_differing_file_is_named_and_the_archive_left_alone(tmp_path: Path)
     assert "late.txt: in the archive" in text and "not in the box's manifest" in text
     # the verified copy from before is untouched; the bad pull waits beside it
     assert (tmp_path / "box-1/job/outputs/results.json").read_bytes() == FILES["results.json"]
-    assert pulled.path.parent.name.startswith(".incoming-job-")
+    landed = pulled.path.parent.name
+    assert landed.startswith(".incoming.") and landed.endswith(".job")
     assert pulled.path.parent.parent == tmp_path / "box-1"
 
 

@@ -11,9 +11,12 @@ locks are the real ones.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import subprocess
 import sys
+import tarfile
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,8 +26,8 @@ import pytest
 
 from fleet import archive, boxssh, fileutil, oneshot, store, teardown, watchdog
 from fleet.config import Config, parse
-from fleet.errors import FleetError, UsageError
-from fleet.registry import Registry, Row, iso
+from fleet.errors import FleetError, ProviderError, UsageError
+from fleet.registry import Registry, Row, iso, unread
 
 CONFIG = {
     "fleet": {"registry": "state/boxes.json"},
@@ -178,7 +181,7 @@ def test_a_second_teardown_of_the_same_box_changes_nothing(cfg: Config, reg: Reg
     before = reg.path.read_bytes()
     vast = Vast()
     with fileutil.locked(reg.path.parent / "locks" / "teardown-bench-1.lock"):
-        with pytest.raises(FleetError, match="another teardown of this box is under way"):
+        with pytest.raises(FleetError, match="a teardown of this box is under way"):
             teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
     assert box.sent == [] and vast.destroyed == [] and reg.path.read_bytes() == before
 
@@ -377,3 +380,263 @@ def test_fleet_run_destroys_a_box_that_never_became_ready(
     s = oneshot.run(cfg, reg, {"vast": vast}, "bench", job)  # type: ignore[dict-item]
     assert s.problem and "not SSH-ready" in s.problem and s.destroyed and not s.kept
     assert vast.destroyed == ["42"]
+
+
+# --- what an adversarial review of the above found --------------------------------------------
+
+def _deploy_support(monkeypatch: pytest.MonkeyPatch, cfg: Config) -> None:
+    from fleet import deploy_support
+    monkeypatch.setattr(deploy_support, "config", lambda: cfg)
+
+
+# --- a dry run records read_back for a job not yet staged ---------------------------------
+
+def test_a_dry_run_writes_nothing_when_the_job_is_not_staged_yet(
+        cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(teardown, "_remote_job", lambda *a: {})  # deploy still installing
+    before = reg.path.read_bytes()
+    teardown.teardown(cfg, reg, {"vast": Vast()}, "bench-1", dry_run=True)  # type: ignore[dict-item]
+    row = reg.get("bench-1")
+    assert row is not None
+    # the promise: a dry run changes nothing, and j1 (about to run) still reads as unread
+    assert unread(row), f"read_back={row.read_back}: `fleet destroy` now needs no --force"
+    assert reg.path.read_bytes() == before
+
+
+# --- a later teardown that keeps the box leaves read_back set --------------------------------
+
+class FailingDestroy(Vast):
+    def destroy(self, box_id: str) -> None:
+        raise ProviderError("vast", "destroy", "HTTP 500", "try again")
+
+
+def test_a_kept_box_whose_outputs_changed_is_unread_again(
+        cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ProviderError):
+        teardown.teardown(cfg, reg, {"vast": FailingDestroy()}, "bench-1")  # type: ignore[dict-item]
+    # a straggler wrote on; the next teardown sees it and keeps the box
+    monkeypatch.setattr(teardown, "_unchanged", lambda *a: ["r.json: written to after read"])
+    with pytest.raises(teardown.KeptBox):
+        teardown.teardown(cfg, reg, {"vast": Vast()}, "bench-1")  # type: ignore[dict-item]
+    row = reg.get("bench-1")
+    assert row is not None and row.teardown and row.store_commit is None
+    _deploy_support(monkeypatch, cfg)
+    # the promise: what the teardown just refused to trust is not "read back"
+    assert unread(row), "fleet destroy (no --force) and mark_job(j2) both pass now"
+
+
+def test_no_second_job_after_a_teardown_that_kept_the_box(
+        cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ProviderError):
+        teardown.teardown(cfg, reg, {"vast": FailingDestroy()}, "bench-1")  # type: ignore[dict-item]
+    monkeypatch.setattr(teardown, "_unchanged", lambda *a: ["r.json: written to after read"])
+    with pytest.raises(teardown.KeptBox):
+        teardown.teardown(cfg, reg, {"vast": Vast()}, "bench-1")  # type: ignore[dict-item]
+    _deploy_support(monkeypatch, cfg)
+    with pytest.raises(FleetError, match="not read back"):
+        oneshot.mark_job("bench-1", "j2", 30)
+
+
+# --- the row changes between the read-back and the destroy --------------------------------
+
+def test_a_job_given_after_the_read_back_is_never_destroyed(
+        cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    _deploy_support(monkeypatch, cfg)
+    real = Registry.update
+    refused: list[str] = []
+
+    def update(self: Registry, label: str, **changes: Any) -> Any:
+        row = real(self, label, **changes)
+        if changes.get("read_back") == "j1":  # the deploy of j2 runs mark_job right now
+            try:
+                oneshot.mark_job("bench-1", "j2", 30)
+            except FleetError as e:
+                refused.append(str(e))
+        return row
+
+    monkeypatch.setattr(Registry, "update", update)
+    vast = Vast()
+    teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
+    assert refused and "a teardown of this box is under way" in refused[0]
+    row = reg.get("bench-1")
+    assert row is not None and row.job == "j1" and vast.destroyed == ["42"]
+
+
+def test_a_row_that_names_another_job_at_the_destroy_keeps_the_box(
+        cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = Registry.update
+
+    def update(self: Registry, label: str, **changes: Any) -> Any:
+        row = real(self, label, **changes)
+        if changes.get("read_back") == "j1":  # a hand (or an older fleet) gives it j2 now
+            real(self, label, job="j2", read_back=None)
+        return row
+
+    monkeypatch.setattr(Registry, "update", update)
+    vast = Vast()
+    with pytest.raises(FleetError, match="job changed"):
+        teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
+    assert vast.destroyed == []
+
+
+def test_an_expired_pass_never_acts_on_a_flag_about_another_job(
+        cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a kept box (--keep-box) whose job j1 ended: the watchdog flags it due
+    reg.update("bench-1", read_back="j1", store_commit="c" * 40, job_state="finished")
+    row = reg.get("bench-1")
+    assert row is not None
+    assert watchdog.judge(row, {"phase": "finished"}, None, datetime.now(UTC)).due
+    # ... then, before the --expired pass reaches it, the operator gives it job j2
+    _deploy_support(monkeypatch, cfg)
+    oneshot.mark_job("bench-1", "j2", 30)
+    box.state = {"phase": "fetched", "invocations": 0}  # j2's deploy is between steps
+    row = reg.get("bench-1")
+    assert row is not None
+    now = watchdog.judge(row, box.state, None, datetime.now(UTC))
+    assert not now.due  # j2 is neither past its deadline nor ended: not due any more
+    vast = Vast()
+    with pytest.raises(FleetError, match="left alone"):  # what --expired does: the flagged job
+        teardown.teardown(cfg, reg, {"vast": vast}, "bench-1",  # type: ignore[dict-item]
+                          flagged_job="j1")
+    assert vast.destroyed == [] and not any("job stop" in c for c in box.sent), \
+        "the --expired pass stopped j2 and destroyed its box on a flag about j1"
+
+
+# --- the watchdog's read lets non-FleetErrors out: the whole pass stops --------------------
+
+def test_a_box_printing_bytes_that_are_not_utf8_is_unknown_not_a_crash(
+        cfg: Config, reg: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(boxssh, "argv", lambda cfg, row, cmd: [
+        "sh", "-c", "printf '\\377\\376 motd' >&2; exit 1"])
+    # the promise: unknown is not well, and one box's fault is one line; never a traceback
+    ws = watchdog.watch(cfg, reg)
+    assert ws and not ws[0].well
+
+
+# --- an OSError on the operator's disk escapes `fleet run` and `fleet teardown` -------------
+
+def test_archive_pull_turns_its_own_disk_errors_into_one_line(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    data = b"{}"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        ti = tarfile.TarInfo("out/r.json")
+        ti.size = len(data)
+        t.addfile(ti, io.BytesIO(data))
+        import hashlib
+        m = json.dumps([{"path": "r.json", "size": 2,
+                         "sha256": hashlib.sha256(data).hexdigest()}]).encode()
+        ti = tarfile.TarInfo("manifest.json")
+        ti.size = len(m)
+        t.addfile(ti, io.BytesIO(m))
+    buf.seek(0)
+    real = Path.write_text
+
+    def full(self: Path, *a: Any, **k: Any) -> int:
+        if self.name == archive.MANIFEST:
+            raise OSError(28, "No space left on device")
+        return real(self, *a, **k)
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(FleetError):
+        archive.pull(buf, tmp_path / "archive", "bench-1", "j1")
+
+
+# --- the aside of a verified copy is deleted as a "leftover" -------------------------------
+
+def _stream(files: dict[str, bytes], cut: bool = False) -> io.BytesIO:
+    import hashlib
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        rows = []
+        for name, data in files.items():
+            ti = tarfile.TarInfo("out/" + name)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+            rows.append({"path": name, "size": len(data),
+                         "sha256": hashlib.sha256(data).hexdigest()})
+        if not cut:
+            m = json.dumps(rows).encode()
+            ti = tarfile.TarInfo("manifest.json")
+            ti.size = len(m)
+            t.addfile(ti, io.BytesIO(m))
+    raw = buf.getvalue()
+    return io.BytesIO(raw if not cut else raw[:-1024])
+
+
+def test_a_pull_killed_mid_swap_never_loses_the_verified_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    arch = tmp_path / "archive"
+    archive.pull(_stream({"r.json": b"v1"}), arch, "bench-1", "j1")  # a verified copy
+    calls = {"n": 0}
+    real = os.replace
+
+    def crash(a: Any, b: Any) -> None:
+        calls["n"] += 1
+        real(a, b)
+        if calls["n"] == 1:
+            raise KeyboardInterrupt  # killed between the two renames
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        archive.pull(_stream({"r.json": b"v1"}), arch, "bench-1", "j1")
+    monkeypatch.setattr(os, "replace", real)
+    assert not (arch / "bench-1" / "j1").exists()  # the verified copy is set aside
+    # the next teardown's pull is cut short (the box's ssh dropped)
+    got = archive.pull(_stream({"r.json": b"v1"}, cut=True), arch, "bench-1", "j1")
+    assert got.problems
+    # the copy set aside is back in its place, untouched
+    assert (arch / "bench-1" / "j1" / "outputs" / "r.json").read_bytes() == b"v1"
+    assert json.loads((arch / "bench-1" / "j1" / archive.MANIFEST).read_text())[0]["size"] == 2
+
+
+# --- the deadline mixes the box's clock with the operator's ---------------------------------
+
+def test_a_box_whose_clock_is_behind_is_judged_by_its_own_clock(
+        cfg: Config, reg: Registry, box: Box) -> None:
+    lag = timedelta(hours=2)  # the box's clock runs 2 h behind the operator's
+    real_start = datetime.now(UTC) - timedelta(minutes=5)
+    box.state = {"phase": "running", "invocations": 1,
+                 "started_at": (real_start - lag).timestamp(),
+                 "deadline_at": iso(real_start - lag + timedelta(minutes=30)),
+                 "box_now": (datetime.now(UTC) - lag).timestamp()}
+    row = reg.get("bench-1")
+    assert row is not None
+    w = watchdog.judge(row, box.state, None, datetime.now(UTC))
+    # 5 of 30 minutes have run on the box: not due, and a teardown must refuse
+    assert not w.due, f"flagged due: {w.problems}"
+
+
+def test_a_box_far_past_the_rents_deadline_is_never_well(
+        cfg: Config, reg: Registry, box: Box) -> None:
+    # the registry's deadline passed a day ago; the box (its clock, or a job that rewrote its
+    # state.json as root) says its run ends in ten years
+    reg.update("bench-1", expires_at=iso(datetime.now(UTC) - timedelta(days=1)))
+    state = {"phase": "running", "invocations": 1,
+             "deadline_at": iso(datetime.now(UTC) + timedelta(days=3650))}
+    row = reg.get("bench-1")
+    assert row is not None
+    w = watchdog.judge(row, state, None, datetime.now(UTC))
+    assert not w.well, "a box a day past the registry's deadline is judged well"
+
+
+def test_a_dry_run_pins_no_host_key(cfg: Config, reg: Registry, box: Box,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet import rent as rent_mod
+    reg.update("bench-1", host_key=None)
+    monkeypatch.setattr(rent_mod, "host_key_if_ready", lambda b: KEY)
+    monkeypatch.setattr(teardown, "_manifest", lambda *a: [])
+    before = reg.path.read_bytes()
+    teardown.teardown(cfg, reg, {"vast": Vast(ready=True)}, "bench-1",  # type: ignore[dict-item]
+                      dry_run=True)
+    assert reg.path.read_bytes() == before, "a dry run pinned a key / recorded the box"
+
+
+def test_a_job_seen_running_whose_files_vanished_keeps_the_box(
+        cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    # fleet run recorded j1 finished with 1 invocation; now job.json is gone from the box
+    # (the job's own code ran as root and cleaned its JOBDIR, or a hand) -> exit 7
+    reg.update("bench-1", job_state="finished", invocations=1)
+    monkeypatch.setattr(teardown, "_remote_job", lambda *a: {})
+    vast = Vast()
+    with pytest.raises(teardown.KeptBox, match="files are gone from the box"):
+        teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
+    assert vast.destroyed == [], "destroyed as 'never reached the box' after it ran"
