@@ -137,7 +137,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "stop":
         from agent.stopper import stop_all
 
-        return _print(stop_all(cfg))
+        done = stop_all(cfg)
+        _print(done)
+        return 1 if done["survivors"] else 0  # a process still runs: not stopped
     if args.command == "readback":
         from agent.readback import readback
 

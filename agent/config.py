@@ -22,8 +22,9 @@ PLACEHOLDERS = frozenset(
 PACK_PLACEHOLDERS = PLACEHOLDERS | {"seed"}
 PROGRAM_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 MIB = 1 << 20
-# fail closed: these programs are GPU work, gated by admission unless a config says otherwise
-GPU_PROGRAMS = frozenset({"miner", "prover"})
+# fail closed: every program but these is GPU work, gated by admission unless a config says
+# otherwise (`needs_gpu = false`): a program the agent does not know is never run unadmitted
+CPU_PROGRAMS = frozenset({"node"})
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,7 @@ def _programs(t: _Table) -> dict[str, ProgramConfig]:
             cwd=cwd,
             env=env,
             log=log,
-            needs_gpu=p.boolean("needs_gpu", name in GPU_PROGRAMS),
+            needs_gpu=p.boolean("needs_gpu", name not in CPU_PROGRAMS),
             status_url=p.string("status_url", ""),
             status_file=status_file,
             match=match,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -71,7 +72,7 @@ def read_json(path: Path) -> Any:
             return None
         with os.fdopen(os.dup(fd), "rb") as f:
             return json.loads(f.read(MAX_JSON_BYTES + 1))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # "[" * 200000 is garbage too
         return None
     finally:
         os.close(fd)
@@ -94,34 +95,79 @@ def append_line(path: Path, line: str) -> None:
         os.close(fd)
 
 
-def sha256_file(path: Path) -> str:
+MAX_PROGRAM_BYTES = 4 << 30  # a node binary is hundreds of MiB; a larger "release" is refused
+
+
+def open_regular(path: Path | str, limit: int | None = None) -> tuple[int, os.stat_result]:
+    """An fd on path and its fstat, for reading what is there now: OSError for a NUL in the
+    path, a special file (O_NONBLOCK: a FIFO cannot hang the open; a symlink is followed and
+    its target checked, so /dev/zero is refused) or a file over `limit`."""
+    if "\0" in str(path):
+        raise OSError(errno.EINVAL, "the path holds a NUL byte", str(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if limit is not None and st.st_size > limit:
+            raise OSError(errno.EFBIG, f"{st.st_size} bytes, over the {limit} cap", str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _hash_fd(fd: int, size: int) -> str:
     digest = _sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
+    left = size + 1  # never more than fstat said (plus one byte: a file still growing differs)
+    while left > 0:
+        block = os.read(fd, min(1 << 20, left))
+        if not block:
+            break
+        digest.update(block)
+        left -= len(block)
     return digest.hexdigest()
 
 
+def sha256_file(path: Path | str, limit: int | None = None) -> str:
+    """sha256 of the regular file at path (OSError otherwise, see open_regular); a program
+    file is hashed with limit=MAX_PROGRAM_BYTES."""
+    fd, st = open_regular(path, limit)
+    try:
+        return _hash_fd(fd, st.st_size)
+    finally:
+        os.close(fd)
+
+
 class DigestCache:
-    """sha256 of files, recomputed only when the file's identity (device, inode, size, mtime)
-    changes: a release replaced in place has another mtime, one replaced by rename another
-    inode. Keyed by identity, not path, so /proc/<pid>/exe (the very file a process runs)
-    shares the entry of its path. The pointer is checked every tick and a node binary may be
-    hundreds of MiB.
+    """sha256 of files, recomputed only when the file's identity (device, inode, size, mtime,
+    ctime) changes: a release replaced by rename has another inode, one rewritten in place
+    another ctime (an mtime can be put back with `touch -d`, a ctime cannot). The identity is
+    the fstat of the very fd that is hashed, so a swap between a stat and the read cannot pair
+    one file's identity with another's content. Keyed by identity, not path, so
+    /proc/<pid>/exe (the very file a process runs) shares the entry of its path. The pointer
+    is checked every tick and a node binary may be hundreds of MiB.
     """
 
     LIMIT = 64  # entries kept; the oldest go first
 
     def __init__(self) -> None:
-        self._known: dict[tuple[int, int, int, int], str] = {}
+        self._known: dict[tuple[int, ...], str] = {}
 
-    def sha256(self, path: Path) -> str:
-        st = path.stat()
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        value = self._known.get(key)
-        if value is None:
-            value = sha256_file(path)
-            if len(self._known) >= self.LIMIT:
-                del self._known[next(iter(self._known))]
-            self._known[key] = value
-        return value
+    def sha256(self, path: Path | str) -> str:
+        return self.digest(path)[0]
+
+    def digest(self, path: Path | str) -> tuple[str, os.stat_result]:
+        """(sha256, the fstat it belongs to) of the regular file at path; OSError otherwise."""
+        fd, st = open_regular(path, MAX_PROGRAM_BYTES)
+        try:
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            value = self._known.get(key)
+            if value is None:
+                value = _hash_fd(fd, st.st_size)
+                if len(self._known) >= self.LIMIT:
+                    del self._known[next(iter(self._known))]
+                self._known[key] = value
+        finally:
+            os.close(fd)
+        return value, st

@@ -64,7 +64,8 @@ class AgentState:
         binary = raw.get("node_binary")
         node_binary = None
         if isinstance(binary, dict) and all(isinstance(binary.get(k), str)
-                                            for k in ("path", "sha256", "source")):
+                                            for k in ("path", "sha256", "source")) \
+                and _sane_path(binary["path"]):
             node_binary = NodeBinary(binary["path"], binary["sha256"], binary["source"])
         elif binary is not None:
             dropped.append("node_binary")
@@ -103,6 +104,11 @@ class AgentState:
         write_json(path, asdict(self), durable=True)
 
 
+def _sane_path(path: str) -> bool:
+    """An absolute path without a NUL byte (one would make every stat raise ValueError)."""
+    return path.startswith("/") and "\0" not in path
+
+
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -139,11 +145,16 @@ def _record(value: Any, where: str, dropped: list[str]) -> dict[str, Any]:
 
 
 def _sane(value: Any) -> bool:
-    """Every number inside is finite and within a 64-bit integer."""
-    if isinstance(value, dict):
-        return all(_sane(v) for v in value.values())
-    if isinstance(value, list):
-        return all(_sane(v) for v in value)
-    if isinstance(value, float | int) and not isinstance(value, bool):
-        return math.isfinite(value) and abs(value) < LARGEST_INT
+    """Every number inside is finite and within a 64-bit integer (iterative: a record nested
+    as deep as the JSON parser allows must not overflow the stack here)."""
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+        elif isinstance(item, float | int) and not isinstance(item, bool) and not (
+                math.isfinite(item) and abs(item) < LARGEST_INT):
+            return False
     return True

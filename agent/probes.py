@@ -48,9 +48,11 @@ def parse_json(raw: bytes, where: str) -> Any:
     and 1e400 are refused, whatever the reader would make of them)."""
     try:
         value = json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+        bad = _out_of_range(value)
+    except RecursionError:  # "[" * 200000: garbage, not a reason to end the thread
+        raise ProbeError(f"{where}: nested too deep") from None
     except ValueError as e:
         raise ProbeError(f"{where}: {e}" if "finite" in str(e) else f"{where}: not JSON") from None
-    bad = _out_of_range(value)
     if bad is not None:
         raise ProbeError(f"{where}: {bad} is out of range")
     return value
@@ -164,12 +166,25 @@ def read_status_file(path: str, max_age_s: float) -> Reading:
         os.close(fd)
     if not isinstance(data, dict):
         return unhealthy(None, f"{path} does not hold a JSON object")
-    # the file's age by the wall clock is all a file has; a clock step reads as old or new
-    # for one round, never as a frozen reading (that is the monotonic `mono`)
-    age = now - st.st_mtime
+    age = _unchanged_for(path, st, now, mono)
     if age > max_age_s:
-        return unhealthy(data, f"{path} is {age:.0f} s old")
+        return unhealthy(data, f"{path} unchanged for {age:.0f} s")
     return Reading(data, None, now, True, mono)
+
+
+_SEEN: dict[str, tuple[tuple[int, int, int], float]] = {}  # path -> (identity, changed at)
+
+
+def _unchanged_for(path: str, st: os.stat_result, now: float, mono: float) -> float:
+    """How long a status file has not changed, on the monotonic clock: since the probe saw
+    its identity (inode, mtime, size) change. Each change is dated by the file's wall-clock
+    age, never negative: an mtime ahead of the clock (a step back after the write) counts as
+    just written and the file ages from there, so a frozen writer still reads as frozen."""
+    ident = (st.st_ino, st.st_mtime_ns, st.st_size)
+    seen = _SEEN.get(path)
+    if seen is None or seen[0] != ident:
+        seen = _SEEN[path] = (ident, mono - max(0.0, now - st.st_mtime))
+    return mono - seen[1]
 
 
 def probe_program(program: ProgramConfig, values: Values) -> Reading:

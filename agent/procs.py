@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import psutil
 
+SCRIPT_SLACK_S = 0.05  # a script changed this soon after a start counts as loaded (clock ticks)
 INTERPRETER = re.compile(r"^(sh|bash|dash|env|python[0-9.]*|perl[0-9.]*|ruby[0-9.]*)$")
 
 
@@ -157,6 +158,25 @@ def running_file(info: ProcInfo) -> tuple[str | None, str | None, str]:
         script = binary_of(info)
         return script, script, "script"
     return exe, f"/proc/{info.pid}/exe", "exe"
+
+
+def running_digest(info: ProcInfo,
+                   digest: Callable[[str], tuple[str, os.stat_result]]
+                   ) -> tuple[str | None, str | None, str]:
+    """(path, sha256, kind) of what a process runs (see running_file); the sha256 is None when
+    unknown: the file cannot be read, or it is a script changed (ctime, wall clock) after the
+    process started (boot clock), so what the interpreter loaded is not what is there now.
+    `digest` returns a file's sha256 and the fstat of the fd it hashed."""
+    path, source, kind = running_file(info)
+    if not source:
+        return path, None, kind
+    try:
+        sha256, st = digest(source)
+    except OSError:
+        return path, None, kind
+    if kind == "script" and st.st_ctime > time.time() - info.age_s + SCRIPT_SLACK_S:
+        return path, None, kind
+    return path, sha256, kind
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,8 @@ class Program:
         self.stopping: Stopping | None = None  # while state is "stopping"
         self.start_after_stop = False
         self.reason: str | None = None
+        self._stop_why = ""
+        self._stop_as_crash = False
         self.last_exit: dict[str, Any] | None = None
         self.unhealthy_since: float | None = None
 
@@ -78,7 +80,7 @@ class Program:
                 )
             finally:
                 os.close(out)
-        except (OSError, subprocess.SubprocessError) as e:
+        except (OSError, ValueError, subprocess.SubprocessError) as e:  # ValueError: a NUL
             detail = getattr(e, "strerror", None) or str(e)
             self.journal(f"{self.name}: cannot start {argv[0] if argv else '?'}: {detail}")
             self.proc = None
@@ -128,18 +130,29 @@ class Program:
 
     # ------------------------------------------------------------------ stopping
 
-    def begin_stop(self, grace_s: float, why: str, start_after: bool = False) -> None:
-        """TERM the process group now; `enforce_deadline` escalates when the grace runs out."""
+    def begin_stop(self, grace_s: float, why: str, start_after: bool = False,
+                   as_crash: bool = False) -> None:
+        """TERM the process group now; `enforce_deadline` escalates when the grace runs out.
+        `as_crash`: the exit counts as a short run (backoff), for a start that went wrong."""
         p = self.proc
         if p is None or self.state != "running":
             return
         self.state = "stopping"
         self.start_after_stop = start_after
         self.stopping = Stopping(self.name, p.pid, p.pgid, grace_s, why, self.journal)
+        self._stop_why, self._stop_as_crash = why, as_crash
+        self._stop_reason()
 
     def enforce_deadline(self, now: float) -> None:
         if self.state == "stopping" and self.stopping is not None:
             self.stopping.enforce(now)
+            self._stop_reason()
+
+    def _stop_reason(self) -> None:
+        """While stopping, the status says why and what it waits for (a process that survives
+        SIGKILL is named with the count, refreshed at each escalation)."""
+        if self.stopping is not None:
+            self.reason = f"{self._stop_why}: {self.stopping.waiting_reason()}"
 
     # ------------------------------------------------------------------ exits
 
@@ -160,8 +173,11 @@ class Program:
         self.stopping = None
         self.last_exit = {"code": code, "at": now, "run_s": round(run_s, 3)}
         if self.state == "stopping":
-            self.state = "stopped"
+            self.state, self.reason = "stopped", None
             self.journal(f"{self.name}: pid {p.pid} stopped ({describe(code)})")
+            if self._stop_as_crash:  # never a quick loop of starts that each go wrong
+                self._short_run(now_mono)
+                return "backoff"
             return "stopped"
         if run_s >= stable_s:
             self.state = "stopped"  # not running; the supervisor starts it again at once

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from agent import procs
 from agent.config import Config
-from agent.files import sha256_file
+from agent.files import MAX_PROGRAM_BYTES, DigestCache, sha256_file
 from agent.identity import instances
 from agent.journal import utc, utc_ms
 from agent.persist import AgentState
@@ -30,11 +29,7 @@ def process_view(cfg: Config, name: str) -> dict[str, Any] | None:
     if not found:
         return None
     info = found[0]
-    path, source, kind = procs.running_file(info)
-    try:
-        digest = sha256_file(Path(source)) if source else None
-    except OSError:
-        digest = None
+    path, digest, kind = procs.running_digest(info, DigestCache().digest)
     return {"pid": info.pid, "exe_kind": kind, "path": path, "sha256": digest,
             "started_at": utc(time.time() - info.age_s), "started_ts": time.time() - info.age_s,
             "instances": len(found)}
@@ -63,9 +58,8 @@ def readback(cfg: Config) -> dict[str, Any]:
             written = max(os.stat(p).st_mtime for p in (layout.pointer, layout.pointer_digest))
         except OSError:
             written = None
-        try:
-            regular = bool(pointer.target) and os.path.isfile(pointer.target)  # a FIFO would hang
-            target_sha = sha256_file(Path(pointer.target)) if regular else None
+        try:  # a FIFO or a device there is refused (see files.open_regular), never read
+            target_sha = sha256_file(pointer.target, MAX_PROGRAM_BYTES) if pointer.target else None
         except OSError:
             target_sha = None
         out["pointer"] = {"target": pointer.target, "sha256": pointer.digest_text or None,

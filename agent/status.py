@@ -25,7 +25,13 @@ from agent.probes import Reading
 from agent.program import Program
 
 SCHEMA = 1
-NODE_FIELDS = ("version", "blocks", "daa_score", "peers", "synced", "exec_tip", "seed")
+MAX_TEXT = 64  # a reported string longer than this is cut (status.json and the RESULT line)
+MAX_VALUE = 256  # any one RESULT value (the agent's own reasons included)
+LARGEST_COUNT = 2**63
+# what each reported figure must be; anything else (a 1 MB string, 2**70, "yes") is unknown
+COUNT, FLAG, TEXT, RATE = "count", "flag", "text", "rate"
+NODE_FIELDS = {"version": TEXT, "blocks": COUNT, "daa_score": COUNT, "peers": COUNT,
+               "synced": FLAG, "exec_tip": COUNT, "seed": TEXT}
 
 
 class Source(Protocol):
@@ -110,13 +116,13 @@ def build(src: Source, final: bool = False) -> dict[str, Any]:
                             "new_started_at", "synced_at") if src.state.switch else None,
         },
         "miner": {
-            "hashrate": _get(miner_reading, "hashrate"),
-            "seed": _get(miner_reading, "seed"),
+            "hashrate": _get(miner_reading, "hashrate", RATE),
+            "seed": _get(miner_reading, "seed", TEXT),
             "status_error": miner_reading.error if miner_reading else None,
             "pack": pack,
         },
         "prover": {
-            "state": _get(prover_reading, "state"),
+            "state": _get(prover_reading, "state", TEXT),
             "status_error": prover_reading.error if prover_reading else None,
         },
         "recovery": _isos(src.recovery_view(now), "last_started_at", "last_finished_at",
@@ -161,12 +167,25 @@ def _program(p: Program, reading: Reading | None, now: float) -> dict[str, Any]:
     }
 
 
-def _pick(data: dict[str, Any] | None, keys: tuple[str, ...]) -> dict[str, Any] | None:
-    return None if data is None else {k: data.get(k) for k in keys}
+def _pick(data: dict[str, Any] | None, kinds: dict[str, str]) -> dict[str, Any] | None:
+    return None if data is None else {k: _typed(data.get(k), kind) for k, kind in kinds.items()}
 
 
-def _get(reading: Any, key: str) -> Any:
-    return reading.data.get(key) if reading is not None and reading.data else None
+def _get(reading: Any, key: str, kind: str) -> Any:
+    return _typed(reading.data.get(key), kind) if reading is not None and reading.data else None
+
+
+def _typed(value: Any, kind: str) -> Any:
+    """The value if it is what the field holds (a string cut to MAX_TEXT), else None."""
+    if kind == FLAG:
+        return value if isinstance(value, bool) else None
+    if kind == TEXT:
+        return value[:MAX_TEXT] if isinstance(value, str) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if kind == COUNT:
+        return value if isinstance(value, int) and 0 <= value < LARGEST_COUNT else None
+    return value if math.isfinite(value) and 0 <= value < LARGEST_COUNT else None
 
 
 def result_line(s: dict[str, Any]) -> str:
@@ -208,4 +227,4 @@ def _value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     text = "_".join(str(v).split()) or "-"
-    return text.replace('"', "").replace("'", "")
+    return text.replace('"', "").replace("'", "")[:MAX_VALUE] or "-"  # a backstop: see _typed

@@ -2,7 +2,8 @@
 
 The agent is asked with SIGUSR1 (SIGTERM would make it exit and leave the programs running,
 which is how it is restarted or upgraded). Programs still running afterwards, because no agent
-ran or it died, are found by pidfile and by command line and stopped as process groups.
+ran or it died, are found by pidfile and by command line and stopped as process groups. One
+that survives SIGKILL is listed under `survivors` (its pidfile kept) and the command fails.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def stop_all(cfg: Config) -> dict[str, Any]:
         if not _wait_gone([pid], limit + 15.0):
             raise AgentError(f"the agent (pid {pid}) did not stop within {limit + 15:.0f} s")
         agent = "stopped"
-    stopped = []
+    stopped, survivors = [], []
     journal = _journal(cfg)
     for name, prog in cfg.programs.items():
         found = instances(cfg, name)
@@ -58,11 +59,17 @@ def stop_all(cfg: Config) -> dict[str, Any]:
         grace = cfg.grace(prog)
         stops = [Stopping(name, i.pid, i.pgid, grace, "agent stop", journal) for i in found]
         _wait_stopped(found, stops, grace + KILL_WAIT_S)
+        left = [f"{name} pid {info.pid} survived SIGKILL {stop.kills} time(s) (uninterruptible "
+                "sleep?)" for info, stop in zip(found, stops, strict=True)
+                if procs.is_same(info.pid, info.start_ticks)]
+        if left:  # its pidfile still names what runs; it is not reported stopped
+            survivors += left
+            continue
         for info in found:
             procs.kill_group_leftovers(info.pgid if info.pgid == info.pid else -1)
         cfg.layout.pidfile(name).unlink(missing_ok=True)
         stopped.append(name)
-    return {"agent": agent, "stopped_without_agent": stopped}
+    return {"agent": agent, "stopped_without_agent": stopped, "survivors": survivors}
 
 
 def _journal(cfg: Config) -> Callable[[str], None]:

@@ -28,6 +28,7 @@ class Stopping:
         self.grace_s = grace_s
         self.journal = journal
         self.kills = 0
+        self.killed_at = 0.0  # monotonic time of the last SIGKILL
         now = time.monotonic() if now is None else now
         self.deadline = now + grace_s
         if grace_s > 0:
@@ -49,13 +50,15 @@ class Stopping:
             self.journal(f"{self.label}: pid {self.pid} ignored SIGTERM; sending SIGKILL "
                          f"(its {self.grace_s:g} s grace is over)")
         else:
-            self.journal(f"{self.label}: pid {self.pid} still there {KILL_WAIT_S:.0f} s after "
-                         "SIGKILL (uninterruptible sleep?); sending it again")
+            self.journal(f"{self.label}: pid {self.pid} still there "
+                         f"{now - self.killed_at:.1f} s after SIGKILL (uninterruptible "
+                         "sleep?); sending it again")
         self._kill(now)
 
     def _kill(self, now: float) -> None:
         procs.signal_program(self.pid, self.pgid, signal.SIGKILL)
         self.kills += 1
+        self.killed_at = now
         self.deadline = now + KILL_WAIT_S
 
     def waiting_reason(self) -> str:

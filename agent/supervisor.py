@@ -32,6 +32,7 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +136,7 @@ class Supervisor:
         self._guard("adoption", self._adopt_at_start)
         self._guard("pointer", lambda: self.switch.follow(self.cfg.stop_grace_s))
         self._start_observer()
-        self._guard("programs", lambda: self._step(time.monotonic()))
+        self._step(time.monotonic())
         self._tick()
         if ready:
             ready(f"ok agent started (pid {os.getpid()}, root {self.layout.root})")
@@ -299,28 +300,33 @@ class Supervisor:
     # ================================================================== the state machine
 
     def _step(self, now: float) -> None:
+        """Each program on its own guard: one that fails (garbage in what it is started from)
+        neither holds the others back nor the reconcile and the tick after it."""
         for prog in self.programs.values():
-            if prog.state == "stopping":
-                prog.enforce_deadline(now)
-                continue
-            wanted, why = self._desired(prog)
-            if not wanted:
-                if prog.state == "running":
-                    if not self._may_stay(prog):
-                        prog.begin_stop(self.cfg.grace(prog.cfg), why or "not wanted")
-                elif self.mode == "stop":
-                    prog.state, prog.reason, prog.next_start = "stopped", why, None
-                else:
-                    self._block(prog, why or "not wanted")
-                continue
-            if prog.state in ("blocked", "stopped"):
+            self._guard(f"{prog.name}: supervision", partial(self._step_one, prog, now))
+
+    def _step_one(self, prog: Program, now: float) -> None:
+        if prog.state == "stopping":
+            prog.enforce_deadline(now)
+            return
+        wanted, why = self._desired(prog)
+        if not wanted:
+            if prog.state == "running":
+                if not self._may_stay(prog):
+                    prog.begin_stop(self.cfg.grace(prog.cfg), why or "not wanted")
+            elif self.mode == "stop":
+                prog.state, prog.reason, prog.next_start = "stopped", why, None
+            else:
+                self._block(prog, why or "not wanted")
+            return
+        if prog.state in ("blocked", "stopped"):
+            self._start(prog)
+        elif prog.state == "backoff" and prog.next_start is not None:
+            if now >= prog.next_start:
                 self._start(prog)
-            elif prog.state == "backoff" and prog.next_start is not None:
-                if now >= prog.next_start:
-                    self._start(prog)
-            elif prog.state == "running" and prog.proc is not None:
-                if prog.failures and now - prog.proc.started_mono >= self.cfg.stable_s:
-                    prog.mark_stable()
+        elif prog.state == "running" and prog.proc is not None:
+            if prog.failures and now - prog.proc.started_mono >= self.cfg.stable_s:
+                prog.mark_stable()
 
     def _start(self, prog: Program) -> None:
         binary = sha256 = None
@@ -350,7 +356,8 @@ class Supervisor:
         if prog.spawn(argv, env, cwd, log, binary, sha256):
             self._watch(prog)
             if prog.name == NODE and prog.proc is not None:
-                self.switch.node_started(sha256, prog.proc.started_at)
+                self.switch.verify_started(prog)
+                self.switch.node_started(prog.proc.sha256, prog.proc.started_at)
 
     # ================================================================== exits
 
@@ -742,7 +749,8 @@ class Supervisor:
 
     def _log_paths(self) -> list[Path]:
         if not self._logs:
-            self._logs = [self.layout.agent_log, self.layout.recovery_log, self.layout.pack_log]
+            self._logs = [self.layout.agent_log, self.layout.recovery_log, self.layout.pack_log,
+                          self.layout.standing_log]
             for name, p in self.cfg.programs.items():
                 text = render_text(p.log, self.values(name))
                 if text:

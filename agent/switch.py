@@ -16,13 +16,13 @@ hand is never downgraded).
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from agent import procs
 from agent.context import Context
 from agent.persist import NodeBinary
 from agent.pointer import check_pointer, pointer_signature, read_pointer
+from agent.program import Program
 
 NODE = "node"
 SYNC_WATCH_S = 0.25
@@ -48,24 +48,36 @@ class NodeSwitch:
     def sha256_of(self, info: procs.ProcInfo) -> tuple[str | None, str | None]:
         """(program file, its sha256) of a running node, the digest read from what it runs
         (/proc/<pid>/exe, or the script it was started with), never from the path in its
-        argv alone; (path, None) when unreadable."""
-        binary, source, _ = procs.running_file(info)
-        if not binary or not source:
-            return binary, None
-        try:
-            return binary, self.ctx.digests.sha256(Path(source))
-        except OSError:
-            return binary, None
+        argv alone; (path, None) when unknown (see procs.running_digest)."""
+        path, sha256, _ = procs.running_digest(info, self.ctx.digests.digest)
+        return path, sha256
+
+    def verify_started(self, node: Program) -> None:
+        """Right after a spawn: the process must run the digest it was started for. A file
+        swapped between spawn_refusal's check and the exec would otherwise run under the
+        pointer's name; such a node is stopped (and the next start refused by the check)."""
+        p = node.proc
+        info = procs.identify(p.pid) if p is not None else None
+        if p is None or info is None:
+            return  # already gone: its exit is booked like any other
+        actual = self.sha256_of(info)[1]
+        if actual == p.sha256:
+            return
+        why = (f"pid {p.pid} runs {(actual or 'an unknown digest')[:16]}, not the node it was "
+               f"started as ({(p.sha256 or '?')[:16]}): its file changed before the exec")
+        p.sha256 = actual
+        self.ctx.journal(f"node: {why}")
+        node.begin_stop(self.ctx.cfg.grace(node.cfg), why, as_crash=True)
 
     def spawn_refusal(self) -> str | None:
         """Why the node binary must not be started now, or None: before every start, its
-        digest (cached by inode, size and mtime) must still be the recorded one, so a release
+        digest (cached by inode, size, mtime and ctime) must still be the recorded one, so a release
         replaced in place is never run under the pointer's name."""
         binary = self.ctx.state.node_binary
         if binary is None:
             return "no node binary: standing.node is absent and no node runs"
         try:
-            actual = self.ctx.digests.sha256(Path(binary.path))
+            actual = self.ctx.digests.sha256(binary.path)
         except OSError as e:
             return f"{binary.path} cannot be read: {e.strerror or e}"
         if actual != binary.sha256:

@@ -10,22 +10,20 @@ the previous pointer goes back and the command waits until the previous digest r
 1 refused (the file is missing or does not match: nothing changed), 5 superseded.
 
 Two switches never interleave: each holds run/switch.lock for its whole life (a second one waits
-for the first to end). And a revert never undoes a newer pointer: the previous pointer goes back
-only while the pointer still holds what this command wrote; a pointer someone else wrote
-meanwhile is left alone (`superseded`).
+for the first to end, at most LOCK_WAIT_S: then it is refused and changes nothing). And a revert
+never undoes a newer pointer: the previous pointer goes back only while the pointer still holds
+what this command wrote; a pointer someone else wrote meanwhile is left alone (`superseded`).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import stat
 import time
-from pathlib import Path
 from typing import Any
 
 from agent.config import Config
-from agent.files import atomic_write, sha256_file
+from agent.files import DigestCache, atomic_write
 from agent.layout import Layout
 from agent.lock import AgentLock
 from agent.pointer import read_pointer
@@ -33,6 +31,7 @@ from agent.readback import readback
 from agent.stopper import live_agent
 
 POLL_S = 0.25
+LOCK_WAIT_S = 900.0  # a switch waits this long for another to end (its deadline and revert)
 EXIT = {"switched": 0, "unchanged": 0, "refused": 1, "reverted": 3, "failed": 4,
         "superseded": 5}
 
@@ -49,11 +48,25 @@ def switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: f
     layout = cfg.layout
     layout.run.mkdir(parents=True, exist_ok=True)
     lock = AgentLock(layout.switch_lock)
-    lock.acquire(wait=True)
+    if not _acquire(lock, LOCK_WAIT_S):
+        reason = (f"another switch has held run/switch.lock for {LOCK_WAIT_S:.0f} s; nothing "
+                  "changed (try again once it has ended)")
+        return {"outcome": "refused", "reason": reason, "previous": None,
+                "target": {"target": target, "sha256": sha256}}, EXIT["refused"]
     try:
         return _switch(cfg, target, sha256, stable_s, deadline_s)
     finally:
         lock.release()
+
+
+def _acquire(lock: AgentLock, wait_s: float) -> bool:
+    """The lock within wait_s (polled: a blocking flock has no timeout)."""
+    deadline = time.monotonic() + wait_s
+    while not lock.acquire():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)
+    return True
 
 
 def _switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: float
@@ -111,13 +124,12 @@ def _nudge(cfg: Config) -> None:
 def _check_file(target: str, sha256: str) -> str | None:
     if not os.path.isabs(target):
         return f"{target!r} is not an absolute path"
-    try:
-        st = os.stat(target)
+    try:  # one open: what is checked is what is hashed (a FIFO or a device is refused)
+        actual, st = DigestCache().digest(target)
     except OSError as e:
-        return f"{target} cannot be read: {e.strerror}"
-    if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
+        return f"{target} cannot be read: {e.strerror or e}"
+    if not st.st_mode & 0o111:
         return f"{target} is not an executable file"
-    actual = sha256_file(Path(target))
     if actual != sha256:
         return f"{target} has sha256 {actual[:16]}..., the release says {sha256[:16]}..."
     return None

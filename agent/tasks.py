@@ -68,10 +68,9 @@ class Task:
             info = _leader_running([str(a) for a in argv])
         if info is None:
             return None
-        started = record.get("started_at")
-        started_at = float(started) if isinstance(started, int | float) else time.time()
-        started_at = min(started_at, time.time())  # a clock step back must not extend it
-        argv = record.get("argv")
+        # its age from the boot clock (the process's own start), never the recorded wall
+        # time: a clock step either way between two agents neither kills nor extends it
+        started_at = time.time() - info.age_s
         return cls(kind, [str(a) for a in argv] if isinstance(argv, list) else list(info.argv),
                    info.pid, info.start_ticks, started_at, timeout_s, None)
 

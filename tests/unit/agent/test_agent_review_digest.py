@@ -1,0 +1,133 @@
+"""The digest rule under attack: a release rewritten in place with its mtime put back, a path
+swapped between the check and the exec, a script changed under a running node, and special
+files where a release should be (review of issue 21)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from agentbox import Box, wait_for
+
+from agent.files import DigestCache
+
+
+def _rewrite_keeping_mtime(path: Path, content: bytes) -> None:
+    """Same size, same inode, mtime put back (`touch -d`): only the ctime tells."""
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.write(content)
+        f.truncate()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_digest_cache_sees_a_same_size_rewrite_with_its_mtime_restored(tmp_path: Path) -> None:
+    path = tmp_path / "node"
+    path.write_bytes(b"version one")
+    cache = DigestCache()
+    first = cache.sha256(path)
+    time.sleep(0.01)  # the ctime moves on
+    _rewrite_keeping_mtime(path, b"version two")
+    assert cache.sha256(path) != first
+
+
+def test_same_size_rewrite_with_restored_mtime_never_runs(box: Box) -> None:
+    path1, _ = box.release("v1")
+    path2, sha2 = box.release("v2")
+    box.point(path2, sha2)
+    box.configure(programs=("node",))
+    box.start_agent()
+    wait_for(lambda: box.invocations("node"), "v2 up")
+    assert path1.stat().st_size == path2.stat().st_size
+    _rewrite_keeping_mtime(path2, path1.read_bytes())
+    subprocess.run(["kill", "-KILL", str(box.pid_of("node"))], check=True)
+    wait_for(lambda: box.program("node").get("state") == "blocked", "the node refused", 15)
+    assert [r["version"] for r in box.invocations("node")] == ["v2"]
+    assert "changed in place" in box.program("node")["reason"]
+
+
+RACE = '''
+import os, shutil
+from agent import switch as _sw
+_orig = _sw.NodeSwitch.spawn_refusal
+def _racy(self):  # a writer lands between the digest check and the exec
+    r = _orig(self)
+    trig = os.environ["RACE_TRIGGER"]
+    if r is None and os.path.exists(trig):
+        os.unlink(trig)
+        src, dst = os.environ["RACE_SRC"], os.environ["RACE_DST"]
+        shutil.copyfile(src, dst + ".new"); os.chmod(dst + ".new", 0o755)
+        os.replace(dst + ".new", dst)
+    return r
+_sw.NodeSwitch.spawn_refusal = _racy
+'''
+
+
+def test_a_node_swapped_between_check_and_exec_is_stopped(box: Box) -> None:
+    path1, _ = box.release("v1")
+    path2, sha2 = box.release("v2")
+    trig = box.tmp / "trigger"
+    box.env_extra.update(RACE_TRIGGER=str(trig), RACE_SRC=str(path1), RACE_DST=str(path2))
+    box.point(path2, sha2)
+    box.configure(programs=("node",))
+    box.start_agent(RACE)
+    wait_for(lambda: box.invocations("node"), "v2 up")
+    trig.write_text("x")
+    subprocess.run(["kill", "-KILL", str(box.pid_of("node"))], check=True)
+    wait_for(lambda: not trig.exists(), "the swap between check and exec")
+    wait_for(lambda: box.program("node").get("state") == "blocked", "the node refused", 15)
+    assert "not the node it was started as" in box.journal()  # the spawned one was stopped
+    assert not box.running("node")
+
+
+def test_an_adopted_script_changed_after_its_start_is_not_taken_as_pinned(box: Box) -> None:
+    path1, _ = box.release("v1")
+    path2, sha2 = box.release("v2")
+    good = path2.read_bytes()
+    path2.write_bytes(path1.read_bytes())  # the path held v1 when this node started
+    box.configure(programs=("node",))
+    argv = [str(path2), "node", "--rpc-port", str(box.rpc_port), "--state", str(box.node_state),
+            "--p2p=:"]
+    env = dict(box.env(), STANDIN_LOG=str(box.invocations_log))
+    hand = subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    wait_for(lambda: box.invocations("node"), "v1 up")
+    tmp = path2.with_name("node.new")
+    tmp.write_bytes(good)
+    tmp.chmod(0o755)
+    os.replace(tmp, path2)  # the path now holds the pointer's v2
+    box.point(path2, sha2)
+    box.start_agent()
+    wait_for(lambda: hand.poll() is not None, "the v1 node stopped", 15)
+    wait_for(lambda: [r["version"] for r in box.invocations("node")] == ["v1", "v2"],
+             "v2 started from the verified file")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "devzero"])
+def test_a_release_replaced_by_a_special_file_neither_hangs_nor_spins(box: Box,
+                                                                      kind: str) -> None:
+    path2, sha2 = box.release("v2")
+    box.point(path2, sha2)
+    box.configure(programs=("node",))
+    agent = box.start_agent()
+    wait_for(lambda: box.invocations("node"), "v2 up")
+    tmp = path2.with_name("node.tmp")
+    if kind == "fifo":
+        os.mkfifo(tmp)
+    else:
+        os.symlink("/dev/zero", tmp)
+    os.replace(tmp, path2)
+    subprocess.run(["kill", "-KILL", str(box.pid_of("node"))], check=True)
+    time.sleep(1.0)
+    p = psutil.Process(agent.pid)
+    t0, c0 = box.ticks(), sum(p.cpu_times()[:2])
+    time.sleep(3.0)
+    t1, c1 = box.ticks(), sum(p.cpu_times()[:2])
+    assert t1 - t0 >= 5, "the loop stopped ticking"
+    assert c1 - c0 < 1.5, "the agent spins"
+    node = box.program("node")
+    assert node["state"] == "blocked" and "not a regular file" in node["reason"]
