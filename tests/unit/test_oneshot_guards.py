@@ -410,14 +410,20 @@ class FailingDestroy(Vast):
         raise ProviderError("vast", "destroy", "HTTP 500", "try again")
 
 
-def test_a_kept_box_whose_outputs_changed_is_unread_again(
-        cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+def _kept_after_a_failed_destroy(cfg: Config, reg: Registry,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read back, its destroy failed; then a straggler wrote on, and the next teardown saw
+    it and kept the box."""
     with pytest.raises(ProviderError):
         teardown.teardown(cfg, reg, {"vast": FailingDestroy()}, "bench-1")  # type: ignore[dict-item]
-    # a straggler wrote on; the next teardown sees it and keeps the box
     monkeypatch.setattr(teardown, "_unchanged", lambda *a: ["r.json: written to after read"])
     with pytest.raises(teardown.KeptBox):
         teardown.teardown(cfg, reg, {"vast": Vast()}, "bench-1")  # type: ignore[dict-item]
+
+
+def test_a_kept_box_whose_outputs_changed_is_unread_again(
+        cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
+    _kept_after_a_failed_destroy(cfg, reg, monkeypatch)
     row = reg.get("bench-1")
     assert row is not None and row.teardown and row.store_commit is None
     _deploy_support(monkeypatch, cfg)
@@ -427,11 +433,7 @@ def test_a_kept_box_whose_outputs_changed_is_unread_again(
 
 def test_no_second_job_after_a_teardown_that_kept_the_box(
         cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ProviderError):
-        teardown.teardown(cfg, reg, {"vast": FailingDestroy()}, "bench-1")  # type: ignore[dict-item]
-    monkeypatch.setattr(teardown, "_unchanged", lambda *a: ["r.json: written to after read"])
-    with pytest.raises(teardown.KeptBox):
-        teardown.teardown(cfg, reg, {"vast": Vast()}, "bench-1")  # type: ignore[dict-item]
+    _kept_after_a_failed_destroy(cfg, reg, monkeypatch)
     _deploy_support(monkeypatch, cfg)
     with pytest.raises(FleetError, match="not read back"):
         oneshot.mark_job("bench-1", "j2", 30)

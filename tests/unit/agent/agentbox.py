@@ -290,3 +290,17 @@ def zombie(p: psutil.Process) -> bool:
         return p.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+# a prelude (`Box.start_agent(prelude=...)`) for programs that survive SIGKILL, as a process in
+# uninterruptible sleep does: the agent's signals other than SIGKILL still reach them
+UNKILLABLE = """
+import signal
+from agent import procs, stopping
+real = procs.signal_program
+def signal_program(pid, pgid, sig):
+    if sig != signal.SIGKILL:  # a process in uninterruptible sleep: SIGKILL does not end it
+        real(pid, pgid, sig)
+procs.signal_program = signal_program
+stopping.KILL_WAIT_S = 0.3
+"""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agentbox import PY, Box, wait_for
+from agentbox import PY, UNKILLABLE, Box, wait_for
 
 from agent.config import parse_config
 from agent.journal import Journal
@@ -221,18 +221,6 @@ def test_an_agent_starts_and_supervises_on_a_full_disk(box: Box, small_run: Path
 
 
 # ====================================================================== 5. unkillable program
-
-UNKILLABLE = """
-import signal
-from agent import procs, stopping
-real = procs.signal_program
-def signal_program(pid, pgid, sig):
-    if sig != signal.SIGKILL:  # a process in uninterruptible sleep: SIGKILL does not end it
-        real(pid, pgid, sig)
-procs.signal_program = signal_program
-stopping.KILL_WAIT_S = 0.3
-"""
-
 
 def test_a_program_that_survives_sigkill_does_not_make_the_loop_spin(box: Box) -> None:
     box.configure(stop_grace_s=0.2, tick_s=1.0, reconcile_s=5.0, program_overrides={

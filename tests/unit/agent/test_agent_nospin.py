@@ -9,18 +9,7 @@ import subprocess
 import time
 
 import psutil
-from agentbox import Box, free_port, wait_for
-
-UNKILLABLE = """
-import signal
-from agent import procs, stopping
-real = procs.signal_program
-def signal_program(pid, pgid, sig):
-    if sig != signal.SIGKILL:  # a process in uninterruptible sleep: SIGKILL does not end it
-        real(pid, pgid, sig)
-procs.signal_program = signal_program
-stopping.KILL_WAIT_S = 0.3
-"""
+from agentbox import UNKILLABLE, Box, free_port, wait_for
 
 
 def test_a_node_waiting_for_an_unkillable_old_one_is_blocked_without_spinning(box: Box) -> None:

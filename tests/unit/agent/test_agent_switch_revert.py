@@ -19,13 +19,18 @@ def switch_cmd(box: Box, path: str, sha: str, deadline_s: str) -> subprocess.Pop
                             text=True)
 
 
-def test_a_revert_never_overwrites_a_pointer_written_meanwhile(box: Box) -> None:
+def _v1_answering(box: Box) -> None:
+    """The agent up on v1; v3 is a release that never syncs (a switch to it gives up)."""
     box.set_node_state(synced=True, blocks=1500, exec_tip=1400, unsynced_versions=["v3"])
     path1, sha1 = box.release("v1")
     box.point(path1, sha1)
     box.configure()
     box.start_agent()
     wait_for(lambda: (box.status()["node"]["rpc"] or {}).get("version") == "v1", "v1 answering")
+
+
+def test_a_revert_never_overwrites_a_pointer_written_meanwhile(box: Box) -> None:
+    _v1_answering(box)
     path3, sha3 = box.release("v3")  # never syncs: this switch will give up at its deadline
     path2, sha2 = box.release("v2")
     slow = switch_cmd(box, str(path3), sha3, "4")
@@ -42,12 +47,7 @@ def test_a_revert_never_overwrites_a_pointer_written_meanwhile(box: Box) -> None
 
 
 def test_two_switches_never_interleave(box: Box) -> None:
-    box.set_node_state(synced=True, blocks=1500, exec_tip=1400, unsynced_versions=["v3"])
-    path1, sha1 = box.release("v1")
-    box.point(path1, sha1)
-    box.configure()
-    box.start_agent()
-    wait_for(lambda: (box.status()["node"]["rpc"] or {}).get("version") == "v1", "v1 answering")
+    _v1_answering(box)
     path3, sha3 = box.release("v3")
     path2, sha2 = box.release("v2")
     first = switch_cmd(box, str(path3), sha3, "3")
