@@ -95,7 +95,7 @@ def test_each_box_carries_its_verdict_release_and_job() -> None:
                          "ttl_left_min": 40.0}
     assert e5["standing"] is False and e5["release"] is None and e5["verdict"] == "well"
     assert f6["job"]["phase"] == "finished" and f6["job"]["ttl_left_min"] == -15.0
-    assert f6["gpus"] == 2 and f6["problems"][0].startswith("past its TTL")
+    assert f6["gpus"] == 2 and f6["problems"][0].startswith("past its deadline")
 
 
 def test_owed_entries_are_listed_with_their_reason_and_age() -> None:
