@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import psutil
 
-SCRIPT_SLACK_S = 0.05  # a script changed this soon after a start counts as loaded (clock ticks)
 INTERPRETER = re.compile(r"^(sh|bash|dash|env|python[0-9.]*|perl[0-9.]*|ruby[0-9.]*)$")
 
 
@@ -164,17 +163,16 @@ def running_digest(info: ProcInfo,
                    digest: Callable[[str], tuple[str, os.stat_result]]
                    ) -> tuple[str | None, str | None, str]:
     """(path, sha256, kind) of what a process runs (see running_file); the sha256 is None when
-    unknown: the file cannot be read, or it is a script changed (ctime, wall clock) after the
-    process started (boot clock), so what the interpreter loaded is not what is there now.
-    `digest` returns a file's sha256 and the fstat of the fd it hashed."""
+    the file cannot be read. `digest` returns a file's sha256 and the fstat of the fd it
+    hashed. For a script this is the script as it is now: a process's start time cannot be
+    set against the file's ctime where the box's boot clock is its own (a container's time
+    namespace), so a script changed after its process started is not told apart."""
     path, source, kind = running_file(info)
     if not source:
         return path, None, kind
     try:
-        sha256, st = digest(source)
+        sha256, _ = digest(source)
     except OSError:
-        return path, None, kind
-    if kind == "script" and st.st_ctime > time.time() - info.age_s + SCRIPT_SLACK_S:
         return path, None, kind
     return path, sha256, kind
 

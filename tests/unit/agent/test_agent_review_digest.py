@@ -84,29 +84,6 @@ def test_a_node_swapped_between_check_and_exec_is_stopped(box: Box) -> None:
     assert not box.running("node")
 
 
-def test_an_adopted_script_changed_after_its_start_is_not_taken_as_pinned(box: Box) -> None:
-    path1, _ = box.release("v1")
-    path2, sha2 = box.release("v2")
-    good = path2.read_bytes()
-    path2.write_bytes(path1.read_bytes())  # the path held v1 when this node started
-    box.configure(programs=("node",))
-    argv = [str(path2), "node", "--rpc-port", str(box.rpc_port), "--state", str(box.node_state),
-            "--p2p=:"]
-    env = dict(box.env(), STANDIN_LOG=str(box.invocations_log))
-    hand = subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    wait_for(lambda: box.invocations("node"), "v1 up")
-    tmp = path2.with_name("node.new")
-    tmp.write_bytes(good)
-    tmp.chmod(0o755)
-    os.replace(tmp, path2)  # the path now holds the pointer's v2
-    box.point(path2, sha2)
-    box.start_agent()
-    wait_for(lambda: hand.poll() is not None, "the v1 node stopped", 15)
-    wait_for(lambda: [r["version"] for r in box.invocations("node")] == ["v1", "v2"],
-             "v2 started from the verified file")
-
-
 @pytest.mark.parametrize("kind", ["fifo", "devzero"])
 def test_a_release_replaced_by_a_special_file_neither_hangs_nor_spins(box: Box,
                                                                       kind: str) -> None:
