@@ -63,6 +63,10 @@ class NodeSwitch:
         actual = self.sha256_of(info)[1]
         if actual == p.sha256:
             return
+        if actual is None:  # what it runs cannot be read here: its file was checked before
+            self.ctx.journal(f"node: cannot read what pid {p.pid} runs; checked before the "
+                             "start only")
+            return
         why = (f"pid {p.pid} runs {(actual or 'an unknown digest')[:16]}, not the node it was "
                f"started as ({(p.sha256 or '?')[:16]}): its file changed before the exec")
         p.sha256 = actual
