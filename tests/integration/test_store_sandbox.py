@@ -133,7 +133,7 @@ def test_operator_pushes_and_every_box_reads_the_same_commit(sandbox: Store,
     assert {row.provider for row in rows} == {"runpod", "vast"}
     want = hashlib.sha256((out / "res" / "b.bin").read_bytes()).hexdigest()
     command = shlex.join(["python3", "-c", ON_BOX, sandbox.env["HF_ENDPOINT"], STORE_REPO,
-                          "job/box/res/b.bin"])
+                          "job/box/outputs/res/b.bin"])
     for row in rows:
         answer = json.loads(sandbox.ssh(row, command, stdin=sandbox.env["HF_TOKEN"] + "\n"))
         assert answer == {"status": 200, "sha": pushed["commit"], "file_status": 200,
