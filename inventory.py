@@ -9,10 +9,10 @@ from the environment). A provider that cannot be reached stops here with one lin
 
 import sys as _sys
 
-from fleet.config import load as _load
-from fleet.errors import FleetError as _FleetError
-from fleet.inventory import build as _build
-from fleet.providers import all_providers as _all_providers
+from fleet.boxes.inventory import build as _build
+from fleet.core.config import load as _load
+from fleet.core.errors import FleetError as _FleetError
+from fleet.providers.factory import all_providers as _all_providers
 
 try:
     _built = _build(_load(), dict(_all_providers()))

@@ -46,6 +46,7 @@ case "${1:-}" in
         fi
         .venv/bin/ruff check .
         .venv/bin/mypy fleet agent sandbox facts operations lowio
+        .venv/bin/lint-imports --no-cache  # the layers (pyproject.toml [tool.importlinter])
         .venv/bin/pytest -q "$@"
         # pyinfra-testing monkeypatches with gevent on import: its own process
         .venv/bin/pytest -q -p no:cacheprovider tests/pyinfra ;;

@@ -3,7 +3,7 @@
 Every command but `run` prints one JSON document on stdout (the pyinfra facts parse these) and
 exits 0. A user's mistake (bad config, bad argument) is one line `error: ...` on stderr and
 exit status 2; a refusal (a second agent, a stop that did not finish) is one line and status 1.
-`job STEP JOBDIR` prints the job's state; a refused job exits 3 (agent/job.py).
+`job STEP JOBDIR` prints the job's state; a refused job exits 3 (agent/job/steps.py).
 """
 
 from __future__ import annotations
@@ -11,19 +11,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from agent.config import Config, load_config
-from agent.errors import AgentError, usage_error
-from agent.layout import DEFAULT_CONFIG
+from agent.base.config import Config, load_config
+from agent.base.errors import AgentError, usage_error
+from agent.contract import DEFAULT_CONFIG, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -102,11 +101,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "gpu":
-        from agent.gpu import read_gpu
+        from agent.base.gpu import read_gpu
 
         return _print(read_gpu().as_dict())
     if args.command == "manifest":
-        from agent import manifest
+        from agent.base import manifest
 
         if args.unchanged_since:
             return _print(manifest.unchanged_since(args.dir, args.unchanged_since))
@@ -122,50 +121,52 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         return _run(cfg, args.foreground)
     if args.command == "status":
-        return _print(_status(cfg))
+        from agent.commands.status import status
+
+        return _print(status(cfg))
     if args.command == "admit":
-        from agent.gpu import admit, read_gpu
-        from agent.journal import utc
+        from agent.base.gpu import admit, read_gpu
+        from agent.base.journal import utc
 
         verdict = admit(read_gpu(), cfg.admitted_driver, cfg.qualified_gpus).as_dict()
         verdict["checked_at"] = utc(verdict["checked_at"])
         return _print(verdict)
     if args.command == "ports":
-        from agent.ports import find_p2p
+        from agent.base.ports import find_p2p
 
         return _print(find_p2p(cfg.p2p_port).as_dict())
     if args.command == "stop":
-        from agent.stopper import stop_all
+        from agent.commands.stop import stop_all
 
         done = stop_all(cfg)
         _print(done)
-        return 1 if done["survivors"] else 0  # a process still runs: not stopped
+        return EXIT_REFUSED if done["survivors"] else EXIT_OK  # a process still runs
     if args.command == "readback":
-        from agent.readback import readback
+        from agent.commands.readback import readback
 
         return _print(readback(cfg))
     if args.command == "switch":
-        from agent.pointer import HEX64
-        from agent.switch_cmd import switch
+        from agent.base.pointer import HEX64
+        from agent.commands.switch import switch
 
         if not HEX64.match(args.sha256):
-            raise AgentError(f"--sha256 {args.sha256[:20]!r} is not a sha256", exit_code=2)
+            raise usage_error(f"--sha256 {args.sha256[:20]!r} is not a sha256")
         if args.stable_s < 0 or args.deadline_s <= 0:
-            raise AgentError("--stable-s must be >= 0 and --deadline-s > 0", exit_code=2)
+            raise usage_error("--stable-s must be >= 0 and --deadline-s > 0")
         outcome, code = switch(cfg, args.node, args.sha256, args.stable_s, args.deadline_s)
         _print(outcome)
         return code
-    raise AgentError(f"unknown command {args.command}", exit_code=2)
+    raise usage_error(f"unknown command {args.command}")
 
 
 def _job(args: argparse.Namespace) -> int:
     # only the job modules are imported here (they import huggingface_hub or pyelftools only
     # in the step that needs one); the daemon (`run`) never comes this way
     if args.step == "runner":
-        from agent.jobrun import runner_main
+        from agent.job.run import runner_main
 
         return runner_main(args.jobdir)
-    from agent.job import run_step
+    from agent.job.steps import run_step
 
     state, code = run_step(args.step, args.jobdir, wait=getattr(args, "wait", False),
                            grace=getattr(args, "grace", 10.0))
@@ -183,9 +184,9 @@ def _run(cfg: Config, foreground: bool) -> int:
     # mapping OpenSSL (~4 MiB of RSS) into a process that lives for months. Refused here, in
     # the daemon alone (a process that already loaded ssl keeps it).
     sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
-    from agent.daemon import detach
-    from agent.journal import Journal
-    from agent.lock import AgentLock
+    from agent.base.detach import detach
+    from agent.base.journal import Journal
+    from agent.base.lock import AgentLock
 
     layout = cfg.layout
     try:
@@ -202,7 +203,7 @@ def _run(cfg: Config, foreground: bool) -> int:
                          "a second one")
     report = None if foreground else detach(layout.agent_log)
     journal = Journal(layout.agent_log, echo=foreground)
-    from agent.supervisor import Supervisor
+    from agent.daemon.supervisor import Supervisor
 
     try:
         return Supervisor(cfg, journal).run(ready=report)
@@ -213,44 +214,3 @@ def _run(cfg: Config, foreground: bool) -> int:
         raise
     finally:
         lock.release()
-
-
-def _status(cfg: Config) -> dict[str, Any]:
-    from agent.files import read_json
-    from agent.stopper import live_agent
-
-    layout = cfg.layout
-    current = read_json(layout.status)
-    pid = live_agent(cfg)
-    now = time.time()
-    try:  # the agent touches the heartbeat file every tick
-        age: float | None = round(max(0.0, now - layout.heartbeat.stat().st_mtime), 3)
-    except OSError:
-        age = None
-    fresh = age is not None and age <= 3 * cfg.tick_s + 5.0
-    out: dict[str, Any] = current if isinstance(current, dict) else {"error": "no status yet"}
-    try:  # how old the status itself is: a live agent that cannot write it shows here
-        status_age: float | None = round(max(0.0, now - layout.status.stat().st_mtime), 3)
-    except OSError:
-        status_age = None
-    out.update(alive=pid is not None and fresh, agent_pid=pid, heartbeat_age_s=age,
-               status_age_s=status_age, disk=disk_space(layout))
-    return out
-
-
-FULL_BELOW_BYTES = 1 << 20  # less than this free under run/ or out/ reads as a full disk
-
-
-def disk_space(layout: Any) -> dict[str, Any]:
-    """Free bytes where the agent writes (run/ and out/); `full` when either is nearly out."""
-    import os
-
-    free: dict[str, int | None] = {}
-    for name, path in (("run", layout.run), ("out", layout.out)):
-        try:
-            st = os.statvfs(path)
-            free[name] = st.f_bavail * st.f_frsize
-        except OSError:
-            free[name] = None
-    known = [v for v in free.values() if v is not None]
-    return {"free_bytes": free, "full": bool(known) and min(known) < FULL_BELOW_BYTES}

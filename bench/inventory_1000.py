@@ -23,10 +23,12 @@ from pathlib import Path
 
 import psutil
 
-from fleet.config import load as load_config
-from fleet.inventory import build as build_inventory
-from fleet.providers import all_providers
-from fleet.registry import Registry, Row, now_iso
+from fleet.boxes.inventory import build as build_inventory
+from fleet.core.boxes import Row
+from fleet.core.config import load as load_config
+from fleet.core.times import now_iso
+from fleet.providers.factory import all_providers
+from fleet.state.registry import Registry
 from sandbox import manage
 from sandbox.control_client import ControlClient
 
@@ -120,7 +122,7 @@ def main() -> None:
     print(f"median round: {med['total']:.3f} s (RunPod {med['runpod']:.3f} s, "
           f"Vast {med['vast']:.3f} s); best {best:.3f} s, worst {worst:.3f} s")
     print(f"SSH-ready as listed: RunPod {ready['runpod']}, Vast {ready['vast']}")
-    print(f"full inventory (fleet.inventory.build: listing + registry match + host data + "
+    print(f"full inventory (fleet.boxes.inventory.build: listing + registry match + host data + "
           f"known_hosts), median: {med['inventory']:.3f} s for {hosts} hosts")
     print(f"target <= {TARGET_S:.1f} s: {verdict}")
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent import gpu  # noqa: E402
-from agent.nvmlcheck import AdmissionChecks  # noqa: E402
+from agent.base import gpu  # noqa: E402
+from agent.daemon.nvmlcheck import AdmissionChecks  # noqa: E402
 
 SMI_FIELDS = "driver_version,uuid,name,serial,pci.bus_id,memory.total"
 

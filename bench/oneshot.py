@@ -9,7 +9,7 @@ A fresh sandbox (namespaced SSH hosts, the fake providers, the Hub-compatible st
    time and what the box's fetch recorded in the job's state.json (bytes fetched, seconds,
    warm). The second job on the box should fetch nothing.
 2. Teardown: `fleet run --keep` of a job that writes 1 GiB of random outputs (4 files), then
-   `fleet.teardown.teardown` in this process, timed per step, with every sha256/sha1 object in
+   `fleet.ops.teardown.teardown` in this process, timed per step, with every sha256/sha1 object in
    this process counted (bytes hashed, by the module that made it): each local copy (the
    archive written from the tar stream, the store's copy downloaded afresh) should be hashed
    once. The box's copy is hashed once on the box by `python -m agent manifest`. The floor is
@@ -103,9 +103,9 @@ def write_job(path: Path, name: str, command: str, toolchain: str | None) -> Pat
 
 
 def toolchain_bench(base: Path, env: dict[str, str], mib: int) -> list[dict[str, Any]]:
-    from fleet import boxssh
-    from fleet.config import load
-    from fleet.registry import Registry
+    from fleet.boxes import boxssh
+    from fleet.core.config import load
+    from fleet.state.registry import Registry
 
     src = base / "toolchain-src"
     (src / "lib").mkdir(parents=True)
@@ -144,10 +144,10 @@ def sha256sum_floor(files: list[Path]) -> float:
 
 
 def teardown_bench(base: Path, env: dict[str, str], mib: int) -> dict[str, Any]:
-    from fleet import teardown
-    from fleet.config import load
-    from fleet.providers import all_providers
-    from fleet.registry import Registry
+    from fleet.core.config import load
+    from fleet.ops import teardown
+    from fleet.providers.factory import all_providers
+    from fleet.state.registry import Registry
 
     command = WRITE_OUTPUTS.format(files=OUTPUT_FILES, chunks=mib // OUTPUT_FILES // 8)
     job = write_job(base / "jobs" / "big", "big", command, None)
@@ -165,7 +165,8 @@ def teardown_bench(base: Path, env: dict[str, str], mib: int) -> dict[str, Any]:
                 steps[name] = round(steps.get(name, 0.0) + time.perf_counter() - t0, 2)
         return wrapper
 
-    from fleet import archive, store
+    from fleet.providers import store
+    from fleet.state import archive
     teardown._remote_job = timed("the job's state from the box (ssh)", teardown._remote_job)
     teardown._pull = timed("pull to the archive (tar over ssh, hashed)", teardown._pull)
     store.push = timed("push to the store (one commit)", store.push)

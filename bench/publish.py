@@ -124,7 +124,7 @@ class Bench:
 
         import paramiko
 
-        from fleet.registry import Registry
+        from fleet.state.registry import Registry
 
         row = Registry(self.base / "state" / "boxes.json").get(label)
         assert row is not None and row.host_key and row.ssh_host and row.ssh_port

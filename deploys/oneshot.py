@@ -17,9 +17,9 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import python
 
-from fleet import deploy_support as support
-from fleet.agent_config import ROOT
-from fleet.oneshot import mark_job
+from agent.contract import ROOT
+from fleet.boxes import deploy_support as support
+from fleet.ops.oneshot import mark_job
 from operations import agent, job
 
 STEP_NAMES = {"admit": "Admission: driver and GPUs", "fetch": "Toolchain from the store",

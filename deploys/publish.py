@@ -31,10 +31,10 @@ from pyinfra import host, inventory
 from pyinfra.api import deploy
 from pyinfra.operations import python
 
-from fleet import deploy_support as support
-from fleet import releases
-from fleet.agent_config import ROOT
-from fleet.fileutil import write_atomic
+from agent.contract import RELEASES, ROOT
+from fleet.boxes import deploy_support as support
+from fleet.core.fileutil import write_atomic
+from fleet.state import releases
 from operations import release
 
 
@@ -82,7 +82,7 @@ def publish() -> None:
     older = [r.node_sha256 for r in store if r.key < rel.key]
     allowed = {x.strip() for x in str(host.data.get("allow_downgrade") or "").split(",")}
     release.switched(name=f"Switch to {rel.version}",
-                     node=f"{ROOT}/releases/{rel.node_sha16}/{releases.NODE}",
+                     node=f"{ROOT}/{RELEASES}/{rel.node_sha16}/{releases.NODE}",
                      sha256=rel.node_sha256, stable_s=int(host.data.get("stable_s") or 60),
                      deadline_s=int(host.data.get("deadline_s") or 300), root=ROOT,
                      older=older, downgrade=host.name in allowed)

@@ -16,9 +16,11 @@ from pyinfra import host, inventory
 from pyinfra.api import deploy
 from pyinfra.operations import python
 
-from fleet import deploy_support as support
-from fleet.agent_config import ROOT, render
-from fleet.standing import mark_standing
+from agent.contract import CONFIG, PEERS, RELEASES, ROOT
+from fleet.boxes import deploy_support as support
+from fleet.boxes.agent_config import render
+from fleet.boxes.standing import mark_standing
+from fleet.state import releases
 from operations import agent, box, hook, release
 from operations.util import box_state
 
@@ -38,17 +40,17 @@ def standing() -> None:
     bundle = support.agent_bundle()
     state = box_state(host, ROOT)
 
-    toml_path, toml_text = f"{ROOT}/agent.toml", render(role, rel.node_sha16, ROOT)
+    toml_path, toml_text = f"{ROOT}/{CONFIG}", render(role, rel.node_sha16, ROOT)
 
     agent.installed(name="Agent installed", bundle=str(bundle.path),
                     bundle_sha256=bundle.sha256, root=ROOT)
     agent.configured(name="agent.toml", content=toml_text, root=ROOT)
     peers = [(h.name, dict(h.data.dict())) for h in inventory.get_group("standing")]
-    box.file(name="Peers", path=f"{ROOT}/peers.txt", content=support.peers_text(host.name, peers),
+    box.file(name="Peers", path=f"{ROOT}/{PEERS}", content=support.peers_text(host.name, peers),
              root=ROOT)
     release.present(name=f"Release {rel.version}", tarball=str(shipped.tarball),
                     sha16=rel.node_sha16, sha256sums=shipped.sha256sums, root=ROOT)
-    release.pointer(name="Node pointer", node=f"{ROOT}/releases/{rel.node_sha16}/igneumd",
+    release.pointer(name="Node pointer", node=f"{ROOT}/{RELEASES}/{rel.node_sha16}/{releases.NODE}",
                     sha256=rel.node_sha256, root=ROOT, only_if_absent=True)
     for path, content in hook.hook_files(ROOT).items():
         box.file(name=f"Start hook {path}", path=path, content=content, mode="755", root=ROOT)

@@ -13,10 +13,10 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import python
 
-from fleet import deploy_support as support
-from fleet import teardown
-from fleet.providers import all_providers
-from fleet.registry import Registry
+from fleet.boxes import deploy_support as support
+from fleet.ops import teardown
+from fleet.providers.factory import all_providers
+from fleet.state.registry import Registry
 
 
 def read_back_and_destroy(label: str, dry_run: bool) -> None:

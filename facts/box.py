@@ -14,57 +14,24 @@ from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.command import QuoteString
 from pyinfra.api.exceptions import FactProcessError
 
-# Shared by the probes below, which run under the box's python3 (stdlib only) with the fleet
-# root as argv[1]. They never fail: what is missing reads as null, so a fresh box reads as a
-# fresh box, not as an error.
-_HELPERS = r"""
-import hashlib, json, os, sys
-root = sys.argv[1]
-def sha(p):
-    try:
-        with open(p, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None
-def text(p):
-    try:
-        with open(p) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-"""
+from agent import contract
+from facts import probes
 
-_PROBE = _HELPERS + r"""
-def alive(run):
-    # the agent's own pid file, checked against what that pid runs (never its lock: taking
-    # the lock even for a moment could make an agent starting right then refuse to run)
-    try:
-        with open(os.path.join(run, "agent.pid")) as f:
-            pid = int(f.read().split()[0])
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            argv = f.read().split(b"\0")
-    except (OSError, ValueError, IndexError):
-        return False
-    return b"agent" in argv and b"run" in argv
-rel = os.path.join(root, "releases")
-status = text(os.path.join(root, "run", "status.json"))
-try:
-    status = json.loads(status) if status else None
-except ValueError:
-    status = None
-print(json.dumps({
-    "python3": sys.executable,
-    "python_version": "%d.%d" % sys.version_info[:2],
-    "bundle": text(os.path.join(root, "agent", "BUNDLE")),
-    "venv": os.path.exists(os.path.join(root, "venv", "bin", "python")),
-    "files": {p: sha(p) for p in sys.argv[2:]},
-    "releases": sorted(os.listdir(rel)) if os.path.isdir(rel) else [],
-    "pointer": text(os.path.join(root, "standing.node")),
-    "pointer_sha256": text(os.path.join(root, "standing.node.sha256")),
-    "agent_alive": alive(os.path.join(root, "run")),
-    "status": status,
-}))
-"""
+
+def _at(root: str, relative: str) -> str:
+    return f"{root}/{relative}"
+
+
+def _probe(name: str, *args: str) -> StringCommand:
+    """`python3 -c <facts/probes/NAME.py> ARGS`, every argument quoted."""
+    return StringCommand("python3 -c", QuoteString(probes.source(name)),
+                         *(QuoteString(a) for a in args))
+
+
+def _pointer_and_status(root: str) -> tuple[str, ...]:
+    return ("--pointer", _at(root, contract.POINTER),
+            "--pointer-sha256", _at(root, contract.POINTER_DIGEST),
+            "--status", _at(root, contract.STATUS))
 
 
 def _json(output: list[str], what: str) -> Any:
@@ -87,11 +54,16 @@ class BoxState(FactBase[dict[str, Any]]):
         return {"python3": None}
 
     def command(self, root: str, files: tuple[str, ...] = ()) -> StringCommand:
-        return StringCommand(
-            "if command -v python3 >/dev/null 2>&1; then python3 -c",
-            QuoteString(_PROBE), QuoteString(root), *(QuoteString(f) for f in files),
-            "; else echo '{\"python3\": null}'; fi",
+        probe = _probe(
+            "box", "state",
+            "--bundle", _at(root, f"{contract.AGENT_CODE}/{contract.BUNDLE_STAMP}"),
+            "--venv", _at(root, contract.VENV_PYTHON),
+            "--releases", _at(root, contract.RELEASES),
+            "--agent-pid", _at(root, contract.AGENT_PID),
+            *_pointer_and_status(root), *files,
         )
+        return StringCommand("if command -v python3 >/dev/null 2>&1; then", probe,
+                             "; else echo '{\"python3\": null}'; fi")
 
     def process(self, output: list[str]) -> dict[str, Any]:
         data = _json(output, "BoxState")
@@ -113,9 +85,9 @@ class _AgentJson(FactBase[dict[str, Any]]):
 
     def command(self, root: str) -> StringCommand:
         return StringCommand(
-            "cd", QuoteString(root), "2>/dev/null && test -x venv/bin/python &&",
-            "venv/bin/python -m agent", self.subcommand,
-            "--config agent.toml" if self.reads_config else "", "|| true",
+            "cd", QuoteString(root), f"2>/dev/null && test -x {contract.VENV_PYTHON} &&",
+            f"{contract.VENV_PYTHON} -m agent", self.subcommand,
+            f"--config {contract.CONFIG}" if self.reads_config else "", "|| true",
         )
 
     def process(self, output: list[str]) -> dict[str, Any]:
@@ -149,7 +121,7 @@ class StandingLog(FactBase[dict[str, Any]]):
 
     def command(self, root: str) -> StringCommand:
         return StringCommand(
-            "grep '^RESULT standing' ", QuoteString(f"{root}/out/standing.log"),
+            "grep '^RESULT standing' ", QuoteString(_at(root, contract.STANDING_LOG)),
             "2>/dev/null | tail -n 1 || true",
         )
 
@@ -176,31 +148,14 @@ class NodeBinary(FactBase[dict[str, Any]]):
         return {}
 
     def command(self, root: str) -> StringCommand:
-        return StringCommand("python3 -c", QuoteString(_NODE_PROBE), QuoteString(root), "|| true")
+        probe = _probe("box", "node", "--node", contract.NODE, *_pointer_and_status(root))
+        return StringCommand(probe, "|| true")
 
     def process(self, output: list[str]) -> dict[str, Any]:
         data = _json(output, "NodeBinary") if output else {}
         if not isinstance(data, dict):
             raise FactProcessError("NodeBinary: expected an object")
         return data
-
-
-_NODE_PROBE = _HELPERS + r"""
-pointer = text(os.path.join(root, "standing.node"))
-digest = sha(pointer) if pointer else None
-try:
-    status = json.loads(text(os.path.join(root, "run", "status.json")) or "{}")
-except ValueError:
-    status = {}
-node = (status.get("programs") or {}).get("node") or {}
-print(json.dumps({
-    "pointer": pointer,
-    "pointer_sha256": text(os.path.join(root, "standing.node.sha256")),
-    "file_sha256": digest,
-    "running_sha16": node.get("sha16") or (status.get("node") or {}).get("sha16"),
-    "running_binary": node.get("binary") or (status.get("node") or {}).get("binary"),
-}))
-"""
 
 
 class NodeReadback(_AgentJson):

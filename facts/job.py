@@ -5,39 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra.api import FactBase, StringCommand
-from pyinfra.api.command import QuoteString
 from pyinfra.api.exceptions import FactProcessError
 
-from facts.box import _json
-
-# stdlib only, under the box's python3, so it reads a box before the agent is installed;
-# what is missing reads as null. argv: root, job name.
-_PROBE = r"""
-import hashlib, json, os, sys
-root, name = sys.argv[1], sys.argv[2]
-job = os.path.join(root, "jobs", name)
-def read(p):
-    try:
-        with open(p, "rb") as f:
-            return f.read()
-    except OSError:
-        return None
-def sha(p):
-    data = read(p)
-    return None if data is None else hashlib.sha256(data).hexdigest()
-state = read(os.path.join(job, "state.json"))
-try:
-    state = json.loads(state) if state else None
-except ValueError:
-    state = {"phase": "unreadable"}
-inputs = read(os.path.join(job, "inputs.sha256"))
-print(json.dumps({
-    "spec_sha256": sha(os.path.join(job, "job.json")),
-    "inputs_sha256": None if inputs is None else inputs.decode().strip(),
-    "token_sha256": sha(os.path.join(root, "hf_token")),
-    "state": state,
-}))
-"""
+from agent import contract
+from facts.box import _at, _json, _probe
 
 
 class JobState(FactBase[dict[str, Any]]):
@@ -55,8 +26,11 @@ class JobState(FactBase[dict[str, Any]]):
                 "state": None}
 
     def command(self, root: str, job: str) -> StringCommand:
-        return StringCommand("python3 -c", QuoteString(_PROBE), QuoteString(root),
-                             QuoteString(job))
+        jobdir = _at(root, f"{contract.JOBS}/{job}")
+        return _probe("job", "--spec", f"{jobdir}/{contract.JOB_FILE}",
+                      "--inputs-sha256", f"{jobdir}/{contract.JOB_INPUTS_DIGEST}",
+                      "--state", f"{jobdir}/{contract.JOB_STATE}",
+                      "--token", _at(root, contract.TOKEN))
 
     def process(self, output: list[str]) -> dict[str, Any]:
         data = _json(output, "JobState")

@@ -20,12 +20,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.rule import Rule
 
-from fleet import sandbox_cmd
-from fleet.config import load
-from fleet.errors import FleetError
-from fleet.registry import Registry
+from fleet.cli import sandbox_setup
+from fleet.core.config import load
+from fleet.core.errors import FleetError
+from fleet.core.paths import REPO
+from fleet.state.registry import Registry
 
-REPO = Path(__file__).resolve().parent.parent
 console = Console()
 
 
@@ -51,10 +51,10 @@ def main() -> int:
 
     step("1. the sandbox: fake RunPod and Vast APIs, boxes as real SSH hosts")
     live = [r for r in Registry(cfg.registry).live_rows() if r.kind == "standing"]
-    want = 0 if sandbox_cmd.status(sandbox_dir).get("running") and live else args.boxes
-    sandbox_cmd.up(cfg, sandbox_dir, boxes=want, role=None, backend="auto", seed=7,
+    want = 0 if sandbox_setup.status(sandbox_dir).get("running") and live else args.boxes
+    sandbox_setup.up(cfg, sandbox_dir, boxes=want, role=None, backend="auto", seed=7,
                    console=console)
-    env.update(sandbox_cmd.load_env(sandbox_dir))
+    env.update(sandbox_setup.load_env(sandbox_dir))
 
     step("2. convert them: pyinfra inventory.py deploys/standing.py")
     if run(["pyinfra", "-y", "inventory.py", "deploys/standing.py"], env) != 0:

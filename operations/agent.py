@@ -9,23 +9,36 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 from pyinfra.api.command import QuoteString
 
+from agent.contract import (
+    AGENT_CODE,
+    AGENT_PID,
+    BUNDLE_STAMP,
+    CONFIG,
+    INBOX,
+    ROOT,
+    VENV,
+    VENV_PYTHON,
+)
 from operations import box
 from operations.util import box_state
 
+STAMP = f"{AGENT_CODE}/{BUNDLE_STAMP}"  # the installed bundle's digest
+
 # Unpack the bundle and make the agent's environment without pip or a package index: a bare
 # venv whose site-packages receives the wheels' contents (the wheels are plain zips) and a .pth
-# naming the fleet root, so `venv/bin/python -m agent` finds the agent's code.
-_INSTALL = r"""
+# naming the fleet root, so `venv/bin/python -m agent` finds the agent's code. The bundle
+# holds agent/, wheels/ and in/ (fleet's bundle builder).
+_INSTALL = rf"""
 set -e
 root=$1 tarball=$2 sha=$3
 mkdir -p "$root"
 rm -rf "$root/.unpack" && mkdir "$root/.unpack"
 tar -xzf "$tarball" -C "$root/.unpack"
-if [ ! -x "$root/venv/bin/python" ]; then
-  python3 -m venv --without-pip "$root/venv" ||
-    { echo "python3 -m venv failed on this box" >&2; exit 1; }
+if [ ! -x "$root/{VENV_PYTHON}" ]; then
+  python3 -m venv --without-pip "$root/{VENV}" ||
+    {{ echo "python3 -m venv failed on this box" >&2; exit 1; }}
 fi
-"$root/venv/bin/python" - "$root" "$root"/.unpack/wheels/*.whl <<'PY'
+"$root/{VENV_PYTHON}" - "$root" "$root"/.unpack/wheels/*.whl <<'PY'
 import os, sys, sysconfig, zipfile
 site = sysconfig.get_paths()["purelib"]
 for wheel in sys.argv[2:]:
@@ -33,33 +46,33 @@ for wheel in sys.argv[2:]:
 with open(os.path.join(site, "fleet-agent.pth"), "w") as f:
     f.write(sys.argv[1] + "\n")
 PY
-mkdir -p "$root/in"
-cp -a "$root"/.unpack/in/. "$root/in/" 2>/dev/null || true
-rm -rf "$root/agent.old"
-[ -d "$root/agent" ] && mv "$root/agent" "$root/agent.old"
-mv "$root/.unpack/agent" "$root/agent"
-echo "$sha" > "$root/agent/BUNDLE.tmp" && mv "$root/agent/BUNDLE.tmp" "$root/agent/BUNDLE"
-rm -rf "$root/.unpack" "$root/agent.old" "$tarball"
+mkdir -p "$root/{INBOX}"
+cp -a "$root"/.unpack/in/. "$root/{INBOX}/" 2>/dev/null || true
+rm -rf "$root/{AGENT_CODE}.old"
+[ -d "$root/{AGENT_CODE}" ] && mv "$root/{AGENT_CODE}" "$root/{AGENT_CODE}.old"
+mv "$root/.unpack/agent" "$root/{AGENT_CODE}"
+echo "$sha" > "$root/{STAMP}.tmp" && mv "$root/{STAMP}.tmp" "$root/{STAMP}"
+rm -rf "$root/.unpack" "$root/{AGENT_CODE}.old" "$tarball"
 """
 
 # Start the agent unless it already holds its lock; it detaches itself and outlives SSH.
-_START = r"""
+_START = rf"""
 root=$1
 cd "$root" || exit 1
-exec venv/bin/python -m agent run --config "$root/agent.toml"
+exec {VENV_PYTHON} -m agent run --config "$root/{CONFIG}"
 """
 
 # Replace a running agent without touching its programs: the new one adopts them.
-_RESTART = r"""
+_RESTART = rf"""
 root=$1
 cd "$root" || exit 1
-pid=$(cat run/agent.pid 2>/dev/null)
+pid=$(cat {AGENT_PID} 2>/dev/null)
 if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
   kill -TERM "$pid"
   # it leaves its programs running; give it time to finish what it was doing
   for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 fi
-exec venv/bin/python -m agent run --config "$root/agent.toml"
+exec {VENV_PYTHON} -m agent run --config "$root/{CONFIG}"
 """
 
 
@@ -74,11 +87,11 @@ def _need_python(state: dict[str, object]) -> None:
 
 
 @operation()
-def installed(bundle: str, bundle_sha256: str, root: str = "/root/fleet"):
+def installed(bundle: str, bundle_sha256: str, root: str = ROOT):
     """
     Install the agent bundle (code, wheels, ``in/`` scripts) and its Python environment.
 
-    + bundle: local path of the bundle built by ``fleet.bundle.build``
+    + bundle: local path of the bundle built by ``fleet.boxes.bundle.build``
     + bundle_sha256: the bundle's digest; the box's stamp is compared with it
     + root: the fleet's directory on the box
 
@@ -100,11 +113,11 @@ def installed(bundle: str, bundle_sha256: str, root: str = "/root/fleet"):
 
 
 @operation()
-def configured(content: str, root: str = "/root/fleet"):
+def configured(content: str, root: str = ROOT):
     """
     Write the agent's configuration, ``<root>/agent.toml``, mode 0600, when it differs.
 
-    + content: the full agent.toml text (``fleet.agent_config.render``)
+    + content: the full agent.toml text (``fleet.boxes.agent_config.render``)
     + root: the fleet's directory on the box
 
     **Example:**
@@ -113,11 +126,11 @@ def configured(content: str, root: str = "/root/fleet"):
 
         agent.configured(name="Agent config", content=render(role, sha16))
     """
-    yield from box.file._inner(path=f"{root}/agent.toml", content=content, mode="600", root=root)
+    yield from box.file._inner(path=f"{root}/{CONFIG}", content=content, mode="600", root=root)
 
 
 @operation()
-def running(root: str = "/root/fleet", restart: bool = False):
+def running(root: str = ROOT, restart: bool = False):
     """
     Keep the agent running: start it when it is not, replace it when ``restart`` is set (new
     code or configuration). Its programs keep running either way; the new agent adopts them.

@@ -9,11 +9,12 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 from pyinfra.api.command import QuoteString
 
+from agent.contract import ROOT
 from operations.util import box_state, managed_files
 
 
 @operation()
-def file(path: str, content: str, mode: str = "644", root: str = "/root/fleet"):
+def file(path: str, content: str, mode: str = "644", root: str = ROOT):
     """
     Ensure a small managed file holds exactly ``content`` with ``mode``; replaced atomically.
 

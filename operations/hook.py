@@ -9,17 +9,19 @@ these with ``box.file``.
 
 from __future__ import annotations
 
+from agent.contract import BOOT_LOG, BOOT_SCRIPT, CONFIG, LOGS, VENV_PYTHON
+
 
 def boot_script(root: str) -> str:
     return (
         "#!/bin/sh\n"
         "# written by fleet: start the agent after a container (re)start\n"
-        f"mkdir -p {root}/log && cd {root} || exit 0\n"
-        f"exec venv/bin/python -m agent run --config {root}/agent.toml "
-        f">>{root}/log/boot.log 2>&1\n"
+        f"mkdir -p {root}/{LOGS} && cd {root} || exit 0\n"
+        f"exec {VENV_PYTHON} -m agent run --config {root}/{CONFIG} "
+        f">>{root}/{BOOT_LOG} 2>&1\n"
     )
 
 
 def hook_files(root: str) -> dict[str, str]:
     """path -> content of every start-hook file a box needs (all under the fleet's root)."""
-    return {f"{root}/boot.sh": boot_script(root)}
+    return {f"{root}/{BOOT_SCRIPT}": boot_script(root)}

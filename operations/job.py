@@ -16,14 +16,29 @@ from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operat
 from pyinfra.api.command import QuoteString
 from pyinfra.api.host import Host
 
+from agent.contract import (
+    ADMITTED,
+    AFTER,
+    ENDED,
+    FINISHED,
+    JOB_FILE,
+    JOB_INPUTS_DIGEST,
+    JOB_WORKDIR,
+    JOBS,
+    NEW,
+    PROGRESS,
+    ROOT,
+    STEPS,
+    TOKEN,
+    TOKEN_UPLOAD,
+    VENV_PYTHON,
+)
 from facts.job import JobState
 
-STEPS = ("admit", "fetch", "scan", "gate", "run")
-# the phase each step leaves behind; a step is done once the job reached it or a later one
-_REACHED = {"admit": "admitted", "fetch": "fetched", "scan": "scanned", "gate": "gated",
-            "run": "finished"}
-_ORDER = ("new", "admitted", "fetched", "scanned", "gated", "running", "finished")
-_ENDED = ("finished", "failed", "interrupted")
+# the phase each step leaves behind (a run: once it has finished); a step is done once the job
+# reached it or a later one
+_REACHED = {**AFTER, "run": FINISHED}
+_ORDER = (*PROGRESS, FINISHED)
 
 
 def job_state(host: Host, root: str, name: str) -> dict[str, Any]:
@@ -38,7 +53,7 @@ def job_state(host: Host, root: str, name: str) -> dict[str, Any]:
 
 def step_done(step: str, state: dict[str, Any] | None) -> bool:
     phase = (state or {}).get("phase")
-    if phase in _ENDED:
+    if phase in ENDED:
         return True
     if phase not in _ORDER:
         return False  # new, unknown or unreadable: ask the agent, which knows
@@ -46,17 +61,17 @@ def step_done(step: str, state: dict[str, Any] | None) -> bool:
 
 
 def jobdir(root: str, name: str) -> str:
-    return f"{root}/jobs/{name}"
+    return f"{root}/{JOBS}/{name}"
 
 
 @operation()
-def staged(job_name: str, spec: str, inputs: bytes | None = None, root: str = "/root/fleet"):
+def staged(job_name: str, spec: str, inputs: bytes | None = None, root: str = ROOT):
     """
     Place a job on the box: ``job.json`` and its inputs in the work directory. A job that
     already took a step is never changed: a different spec under the same name is refused.
 
     + job_name: the job's name (its folder under ``<root>/jobs``)
-    + spec: the full ``job.json`` text (``fleet.job.Job.box_spec``)
+    + spec: the full ``job.json`` text (``fleet.core.job.Job.box_spec``)
     + inputs: a tarball of the job's input folder, unpacked into ``workdir/``
     + root: the fleet's directory on the box
 
@@ -77,14 +92,15 @@ def staged(job_name: str, spec: str, inputs: bytes | None = None, root: str = "/
         raise OperationError(f"job {job_name} already started on this box with another job file "
                              "or inputs; give the new job another name")
     d = jobdir(root, job_name)
-    yield StringCommand("mkdir -p", QuoteString(f"{d}/workdir"))
+    yield StringCommand("mkdir -p", QuoteString(f"{d}/{JOB_WORKDIR}"))
     if inputs is not None:
         tarball = f"{d}/inputs.tar"
         yield FileUploadCommand(BytesIO(inputs), tarball)
-        yield StringCommand("tar -xf", QuoteString(tarball), "-C", QuoteString(f"{d}/workdir"),
-                            "&& rm -f", QuoteString(tarball))
-    yield FileUploadCommand(StringIO(spec), f"{d}/job.json")
-    yield StringCommand("echo", QuoteString(want_inputs), ">", QuoteString(f"{d}/inputs.sha256"))
+        yield StringCommand("tar -xf", QuoteString(tarball), "-C",
+                            QuoteString(f"{d}/{JOB_WORKDIR}"), "&& rm -f", QuoteString(tarball))
+    yield FileUploadCommand(StringIO(spec), f"{d}/{JOB_FILE}")
+    yield StringCommand("echo", QuoteString(want_inputs), ">",
+                        QuoteString(f"{d}/{JOB_INPUTS_DIGEST}"))
 
 
 def token_wanted(info: dict[str, Any], value: str) -> bool | None:
@@ -92,7 +108,7 @@ def token_wanted(info: dict[str, Any], value: str) -> bool | None:
     only until the job's fetch (which consumes it): never once the fetch is done, the job was
     refused or stopped, or its state is unreadable, so that none of the job's code can read it."""
     state = info.get("state") or {}
-    needed = state.get("phase", "new") in ("new", "admitted")  # unreadable: not needed
+    needed = state.get("phase", NEW) in (NEW, ADMITTED)  # unreadable: not needed
     present = info.get("token_sha256")
     if not needed:
         return False if present else None
@@ -100,7 +116,7 @@ def token_wanted(info: dict[str, Any], value: str) -> bool | None:
 
 
 @operation()
-def token(job_name: str, value: str, root: str = "/root/fleet"):
+def token(job_name: str, value: str, root: str = ROOT):
     """
     Write the store token the box reads toolchains with to ``<root>/hf_token`` (mode 0600),
     for the job's fetch, which removes it (the job never runs while it is there); once the
@@ -123,18 +139,18 @@ def token(job_name: str, value: str, root: str = "/root/fleet"):
         host.noop("store token: nothing to do (current, or consumed by the fetch)")
         return
     if not wanted:
-        yield StringCommand("rm -f", QuoteString(f"{root}/hf_token"),
-                            QuoteString(f"{root}/hf_token.fleet-new"))
+        yield StringCommand("rm -f", QuoteString(f"{root}/{TOKEN}"),
+                            QuoteString(f"{root}/{TOKEN_UPLOAD}"))
         return
-    tmp = f"{root}/hf_token.fleet-new"
+    tmp = f"{root}/{TOKEN_UPLOAD}"
     yield StringCommand("mkdir -p", QuoteString(root), "&& umask 077 && : >", QuoteString(tmp))
     yield FileUploadCommand(StringIO(value), tmp)
     yield StringCommand("chmod 600", QuoteString(tmp), "&& mv -f", QuoteString(tmp),
-                        QuoteString(f"{root}/hf_token"))
+                        QuoteString(f"{root}/{TOKEN}"))
 
 
 @operation()
-def stepped(job_name: str, step: str, root: str = "/root/fleet"):
+def stepped(job_name: str, step: str, root: str = ROOT):
     """
     Take the job through one of the agent's steps (``python -m agent job STEP``) unless it is
     done. A refused job fails here with the refusal, and nothing after it runs.
@@ -160,5 +176,5 @@ def stepped(job_name: str, step: str, root: str = "/root/fleet"):
         host.noop(f"job {job_name}: {step} done ({(state or {}).get('phase')})")
         return
     wait = ("--wait",) if step == "run" else ()
-    yield StringCommand("cd", QuoteString(root), "&& venv/bin/python -m agent job", step, *wait,
+    yield StringCommand("cd", QuoteString(root), f"&& {VENV_PYTHON} -m agent job", step, *wait,
                         QuoteString(jobdir(root, job_name)))

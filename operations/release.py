@@ -12,6 +12,7 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 from pyinfra.api.command import QuoteString
 
+from agent.contract import CONFIG, NODE, POINTER, POINTER_DIGEST, RELEASES, ROOT, VENV_PYTHON
 from facts.box import NodeReadback
 from operations.util import box_state
 
@@ -40,23 +41,23 @@ if ! out=$(printf '%s' "$sums" | sha256sum -c --quiet - 2>&1); then
 fi
 """
 
-_POINT = r"""
+_POINT = rf"""
 set -e
 root=$1 node=$2 sha=$3
-echo "$sha" > "$root/.standing.node.sha256.new"
-echo "$node" > "$root/.standing.node.new"
-mv -f "$root/.standing.node.sha256.new" "$root/standing.node.sha256"
-mv -f "$root/.standing.node.new" "$root/standing.node"
+echo "$sha" > "$root/.{POINTER_DIGEST}.new"
+echo "$node" > "$root/.{POINTER}.new"
+mv -f "$root/.{POINTER_DIGEST}.new" "$root/{POINTER_DIGEST}"
+mv -f "$root/.{POINTER}.new" "$root/{POINTER}"
 """
 
 
 @operation()
-def present(tarball: str, sha16: str, sha256sums: str, root: str = "/root/fleet",
+def present(tarball: str, sha16: str, sha256sums: str, root: str = ROOT,
             verify: bool = False):
     """
     Place a release's files under ``<root>/releases/<sha16>/``, checked against their digests.
 
-    + tarball: local path of the release packed by ``fleet.deploy_support.release_tarball``
+    + tarball: local path of the release packed by ``fleet.boxes.deploy_support.release_tarball``
     + sha16: the release's node sha16 (its folder name on the box)
     + sha256sums: ``sha256sum``-format lines for every file of the release
     + root: the fleet's directory on the box
@@ -70,7 +71,7 @@ def present(tarball: str, sha16: str, sha256sums: str, root: str = "/root/fleet"
                         sha16=rel.node_sha16, sha256sums=shipped.sha256sums, verify=True)
     """
     state = box_state(host, root)
-    dest = f"{root}/releases/{sha16}"
+    dest = f"{root}/{RELEASES}/{sha16}"
     if sha16 in state.get("releases", []):
         if verify:
             yield StringCommand("sh -c", QuoteString(_VERIFY), "verify", QuoteString(dest),
@@ -86,7 +87,7 @@ def present(tarball: str, sha16: str, sha256sums: str, root: str = "/root/fleet"
 
 
 @operation()
-def pointer(node: str, sha256: str, root: str = "/root/fleet", only_if_absent: bool = False):
+def pointer(node: str, sha256: str, root: str = ROOT, only_if_absent: bool = False):
     """
     Point the agent at a node binary: ``standing.node`` holds its path, ``standing.node.sha256``
     its digest (written first, so the agent never sees a path without its digest).
@@ -110,7 +111,7 @@ def pointer(node: str, sha256: str, root: str = "/root/fleet", only_if_absent: b
 
 @operation()
 def switched(node: str, sha256: str, stable_s: int = 60, deadline_s: int = 300,
-             root: str = "/root/fleet", older: Sequence[str] = (), downgrade: bool = False):
+             root: str = ROOT, older: Sequence[str] = (), downgrade: bool = False):
     """
     The node runs ``node`` (digest ``sha256``): the agent on the box writes the pointer, waits
     until the new node runs and stays synced for ``stable_s`` within ``deadline_s``, and puts
@@ -139,7 +140,7 @@ def switched(node: str, sha256: str, stable_s: int = 60, deadline_s: int = 300,
     if not readback:
         raise OperationError(f"no agent answers under {root}; convert the box first "
                              "(deploys/standing.py)")
-    running = (readback.get("node") or {}).get("sha256")
+    running = (readback.get(NODE) or {}).get("sha256")
     if running == sha256:
         host.noop(f"node runs {sha256[:16]}")
         return
@@ -149,7 +150,7 @@ def switched(node: str, sha256: str, stable_s: int = 60, deadline_s: int = 300,
         host.noop(f"node runs {running[:16]}, not an older release: ahead, left alone")
         return
     yield StringCommand(
-        "cd", QuoteString(root), "&&", "venv/bin/python -m agent switch --config agent.toml",
+        "cd", QuoteString(root), "&&", f"{VENV_PYTHON} -m agent switch --config {CONFIG}",
         "--node", QuoteString(node), "--sha256", QuoteString(sha256),
         "--stable-s", str(int(stable_s)), "--deadline-s", str(int(deadline_s)),
     )

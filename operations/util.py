@@ -6,10 +6,11 @@ from typing import Any
 
 from pyinfra.api.host import Host
 
+from agent.contract import BOOT_SCRIPT, CONFIG, PEERS
 from facts.box import BoxState
 
 # small files the deploys manage under the fleet root, digested by every BoxState read
-MANAGED = ("agent.toml", "boot.sh", "peers.txt")
+MANAGED = (CONFIG, BOOT_SCRIPT, PEERS)
 
 
 def managed_files(root: str) -> tuple[str, ...]:

@@ -116,3 +116,8 @@ class Provider(Protocol):
         GPU and storage); boxes it charged nothing there are absent. Raises ProviderError
         when it gives no bill."""
         ...
+
+
+def oldest_first(box: Box) -> tuple[int, str]:
+    """Sort key: Vast's numeric ids by number (oldest first); RunPod's by text."""
+    return (len(box.box_id), box.box_id)

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-from fleet.errors import ProviderError, RentOutcomeUnknown, UsageError
-from fleet.providers.base import Box, Offer, RentRequest
-from fleet.providers.http import Http, OutcomeUnknown
+from fleet.core.errors import OutcomeUnknown, ProviderError, RentOutcomeUnknown, UsageError
+from fleet.providers.base import Box, Offer, RentRequest, oldest_first
+
+if TYPE_CHECKING:
+    from fleet.providers.http import Http
 
 # RunPod pod names work up to about 60 characters; Vast allows more. One rule for both.
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,59}$")
@@ -39,11 +41,6 @@ def p2p_public_port(ports: dict[int, int], p2p_port: int | None) -> int | None:
         return ports.get(p2p_port)
     others = [public for internal, public in ports.items() if internal != 22]
     return others[0] if len(others) == 1 else None
-
-
-def oldest_first(box: Box) -> tuple[int, str]:
-    """Sort key: Vast's numeric ids by number (oldest first); RunPod's by text."""
-    return (len(box.box_id), box.box_id)
 
 
 class Client:

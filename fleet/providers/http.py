@@ -20,17 +20,13 @@ from typing import Any
 
 import httpx
 
-from fleet.errors import AuthFailed, ProviderError, RateLimited
+from fleet.core.errors import AuthFailed, OutcomeUnknown, ProviderError, RateLimited
 
 Sleep = Callable[[float], None]
 
 # Sent before the server saw anything: always safe to send again.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _SNIPPET = 300  # characters of a response body quoted in an error
-
-
-class OutcomeUnknown(ProviderError):
-    """A state-changing call failed in a way that may or may not have taken effect."""
 
 
 @dataclass(frozen=True)

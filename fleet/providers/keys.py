@@ -11,10 +11,9 @@ import os
 import tomllib
 from pathlib import Path
 
-from fleet.errors import AuthFailed
+from fleet.core.config import KEY_ENV
+from fleet.core.errors import AuthFailed
 from fleet.providers.http import Secret
-
-ENV = {"runpod": "RUNPOD_API_KEY", "vast": "VAST_API_KEY"}
 
 
 def key_files(provider: str) -> list[Path]:
@@ -44,7 +43,7 @@ def _read(path: Path) -> str | None:
 
 def resolve_key(provider: str) -> Secret:
     """The key for `provider` ("runpod" | "vast"), or AuthFailed naming where to put one."""
-    env = ENV[provider]
+    env = KEY_ENV[provider]
     value = os.environ.get(env, "").strip()
     if value:
         return Secret(value)

@@ -11,8 +11,8 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
-from fleet.errors import AuthFailed, NoCapacity, ProviderError
-from fleet.providers import cards
+from fleet.core import cards
+from fleet.core.errors import AuthFailed, NoCapacity, ProviderError
 from fleet.providers.base import RUNPOD_STOPPED_VOLUME_GB_MONTH, Box, Offer, RentRequest
 from fleet.providers.client import Client, p2p_public_port
 from fleet.providers.gql import Enum, literal, operation

@@ -12,14 +12,16 @@ import json
 import os
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from fleet.errors import NoCapacity, OfferGone, ProviderError, UsageError
+from fleet.core.errors import NoCapacity, OfferGone, ProviderError, UsageError
 from fleet.providers.base import Box, Offer, RentRequest
 from fleet.providers.client import Client, p2p_public_port
-from fleet.providers.http import Http
+
+if TYPE_CHECKING:
+    from fleet.providers.http import Http
 
 DEFAULT_URL = "https://console.vast.ai"
 PAGE = 25  # the most /api/v1/instances/ returns per page

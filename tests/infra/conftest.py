@@ -24,9 +24,9 @@ from urllib.parse import quote
 import pytest
 import testinfra
 
-from fleet.sshkeys import fetch_host_key
+from agent.contract import ROOT
+from fleet.boxes.sshkeys import fetch_host_key
 
-ROOT = "/root/fleet"
 REPO = Path(__file__).resolve().parents[2]
 
 

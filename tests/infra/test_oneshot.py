@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-ROOT = "/root/fleet"
+from agent.contract import ROOT
+
 PHASES = {"new", "admitted", "fetched", "scanned", "gated", "running", "finished", "failed",
           "interrupted", "refused"}
 

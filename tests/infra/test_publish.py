@@ -7,7 +7,7 @@ import json
 import shlex
 from typing import Any
 
-ROOT = "/root/fleet"
+from agent.contract import ROOT
 
 
 def readback(host: Any) -> dict[str, Any]:

@@ -16,7 +16,8 @@ import tomllib
 from datetime import datetime
 from typing import Any
 
-ROOT = "/root/fleet"
+from agent.contract import ROOT
+
 AGENT = f"cd {ROOT} && venv/bin/python -m agent"
 STALE_TICKS = 3  # a status, reading or observer round older than this many ticks is stale
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from fleet_cli import REPO, FleetCli, wait_for, workspace
 
-from fleet.registry import Registry, Row
+from fleet.core.boxes import Row
+from fleet.state.registry import Registry
 from sandbox import manage
 from sandbox.control_client import ControlClient
 
@@ -59,8 +60,8 @@ class Loopy(FleetCli):
         return ControlClient.from_state_dir(self.tmp / "sandbox")
 
     def ssh(self, row: Row, command: str) -> str:
-        from fleet import boxssh
-        from fleet.config import load
+        from fleet.boxes import boxssh
+        from fleet.core.config import load
 
         res = boxssh.run(load(self.tmp / "fleet.toml"), row, command)
         assert res.returncode == 0, res.stderr

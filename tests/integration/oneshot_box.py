@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from fleet_cli import REPO, FleetCli, workspace
 
-from fleet.registry import Registry, Row
+from fleet.core.boxes import Row
+from fleet.state.registry import Registry
 from sandbox import fleet_toml, manage
 from sandbox.control_client import ControlClient
 
@@ -82,8 +83,8 @@ class OneShot(FleetCli):
                                  f"{r.stderr[-4000:]}") from None
 
     def ssh(self, row: Row, command: str) -> str:
-        from fleet import boxssh
-        from fleet.config import load
+        from fleet.boxes import boxssh
+        from fleet.core.config import load
 
         res = boxssh.run(load(self.tmp / "fleet.toml"), row, command)
         assert res.returncode == 0, res.stderr

@@ -24,7 +24,8 @@ import pytest
 from fleet_cli import BIN, wait_for
 from loopy import LOOP, Loopy, sandboxed
 
-from fleet.registry import Registry, Row
+from fleet.core.boxes import Row
+from fleet.state.registry import Registry
 from sandbox import fleet_toml
 
 # the cards as a person types them: RunPod's GPU type id, and lower case
@@ -123,7 +124,7 @@ print(json.dumps(ids))
 
 def test_a_persons_box_and_another_registrys_are_never_destroyed(
         fleet: Loopy, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fleet.providers import get_provider
+    from fleet.providers.factory import get_provider
 
     fleet.settle()
     fid = Registry(fleet.tmp / "state" / "boxes.json").fleet_id()
@@ -196,9 +197,9 @@ def test_the_fleets_own_key_unreadable_is_blindness_not_death(fleet: Loopy) -> N
 
 def test_a_rent_killed_half_way_is_resumed_and_converted(fleet: Loopy,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from fleet.providers import get_provider
+    from fleet.ops.rent import ONSTART
     from fleet.providers.base import RentRequest
-    from fleet.rent import ONSTART
+    from fleet.providers.factory import get_provider
 
     rows = fleet.settle()
     gone = next(r for r in rows if r.provider == "vast")

@@ -19,7 +19,7 @@ import pytest
 from fleet_cli import BIN, REPO, wait_for
 from loopy import LOOP, Loopy, sandboxed
 
-from fleet.registry import Registry
+from fleet.state.registry import Registry
 from sandbox import fleet_toml
 
 ROSTER = (("vast", "RTX 4090", 1), ("runpod", "RTX 4090", 1))
@@ -138,8 +138,8 @@ def test_a_budget_too_low_owes_the_box_with_the_figures(fleet: Loopy) -> None:
 def test_an_orphan_is_reported_then_destroyed_after_the_grace(fleet: Loopy,
                                                              monkeypatch: pytest.MonkeyPatch
                                                              ) -> None:
-    from fleet.providers import all_providers
     from fleet.providers.base import RentRequest
+    from fleet.providers.factory import all_providers
 
     fleet.settle()
     for k, v in fleet.env.items():

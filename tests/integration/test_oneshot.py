@@ -25,7 +25,7 @@ from oneshot_box import (
     stored_outputs,
 )
 
-from fleet.registry import Row
+from fleet.core.boxes import Row
 
 
 @pytest.fixture(scope="module")
@@ -158,10 +158,10 @@ def _kept_run(fleet: OneShot, name: str) -> Row:
 def test_an_output_written_after_it_was_read_keeps_the_box(fleet: OneShot,
                                                             monkeypatch: pytest.MonkeyPatch
                                                             ) -> None:
-    from fleet import teardown
-    from fleet.config import load
-    from fleet.errors import FleetError
-    from fleet.providers import all_providers
+    from fleet.core.config import load
+    from fleet.core.errors import FleetError
+    from fleet.ops import teardown
+    from fleet.providers.factory import all_providers
 
     row = _kept_run(fleet, "changed")
     real = teardown._pull

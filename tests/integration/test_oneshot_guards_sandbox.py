@@ -17,7 +17,8 @@ import pytest
 from fleet_cli import BIN, REPO, wait_for
 from oneshot_box import OneShot, archive_copy, oneshot_sandbox, stored_outputs
 
-from fleet.registry import Row, iso
+from fleet.core.boxes import Row
+from fleet.core.times import iso
 
 
 @pytest.fixture(scope="module")

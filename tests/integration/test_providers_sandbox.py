@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from fleet.errors import AuthFailed, NoCapacity, OfferGone, RateLimited
-from fleet.providers import get_provider
+from fleet.core.errors import AuthFailed, NoCapacity, OfferGone, RateLimited
 from fleet.providers.base import Box, RentRequest
+from fleet.providers.factory import get_provider
 from fleet.providers.http import RetryPolicy
 from sandbox import manage
 from sandbox.control_client import ControlClient

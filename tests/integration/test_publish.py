@@ -23,8 +23,8 @@ import psutil
 import pytest
 from fleet_cli import BIN, REPO, FleetCli, config, wait_for, workspace
 
-from fleet import releases
-from fleet.registry import Registry
+from fleet.state import releases
+from fleet.state.registry import Registry
 from sandbox import manage
 from sandbox.control_client import ControlClient
 

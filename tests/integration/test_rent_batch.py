@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from fleet import offers, rent
-from fleet.config import load
-from fleet.errors import BudgetExceeded
-from fleet.providers import get_provider
+from fleet.core.config import load
+from fleet.core.errors import BudgetExceeded
+from fleet.ops import offers, rent
+from fleet.providers.factory import get_provider
 from fleet.providers.http import RetryPolicy
-from fleet.registry import Registry
-from fleet.sync import view
+from fleet.providers.sync import view
+from fleet.state.registry import Registry
 from sandbox import manage
 from sandbox.control_client import ControlClient
 

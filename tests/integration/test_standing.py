@@ -26,7 +26,7 @@ import paramiko
 import pytest
 from fleet_cli import BIN, REPO, FleetCli, config, wait_for, workspace
 
-from fleet.registry import Registry
+from fleet.state.registry import Registry
 from sandbox import manage
 from sandbox.boxes.host import host_snapshot, snapshot_changes
 from sandbox.control_client import ControlClient

@@ -26,7 +26,8 @@ import paramiko
 import pytest
 from fleet_cli import BIN, REPO, FleetCli, config, workspace
 
-from fleet.registry import Registry, Row
+from fleet.core.boxes import Row
+from fleet.state.registry import Registry
 from sandbox import manage
 
 STORE_REPO = "fleet/outputs"
@@ -35,7 +36,7 @@ STORE_REPO = "fleet/outputs"
 PUSH = textwrap.dedent("""
     import hashlib, json, sys
     from pathlib import Path
-    from fleet import store
+    from fleet.providers import store
     root = Path(sys.argv[1])
     manifest = [{"path": p.relative_to(root).as_posix(), "size": p.stat().st_size,
                  "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}

@@ -2,7 +2,7 @@
 loopback), for tests of commands that talk to providers.
 
 `FleetRun` points the environment at a `Sandbox` the way `.sandbox/env` does, writes a
-fleet.toml into the test's folder, and runs `fleet.cli.main()` with fresh CLI state. The
+fleet.toml into the test's folder, and runs `fleet.cli.main.main()` with fresh CLI state. The
 provider clients are the real ones; only their retry and destroy-wait pacing is made quick.
 """
 
@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from fleet import cli
-from fleet.errors import NoCapacity, OfferGone
-from fleet.providers import all_providers, get_provider
+from fleet.cli import common
+from fleet.cli import main as cli
+from fleet.core.boxes import Row
+from fleet.core.errors import NoCapacity, OfferGone
 from fleet.providers.base import Box, Provider, RentRequest
+from fleet.providers.factory import all_providers, get_provider
 from fleet.providers.http import RetryPolicy
-from fleet.registry import Registry, Row
+from fleet.state.registry import Registry
 from sandbox.daemon import Sandbox
 
 CONFIG = """
@@ -62,7 +64,7 @@ class FleetRun:
             monkeypatch.setenv(k, v)
         monkeypatch.setenv("HOME", str(tmp_path))  # no provider key files
         monkeypatch.setenv("COLUMNS", "200")
-        monkeypatch.setattr(cli, "providers", lambda: dict(all_providers(**FAST)))
+        monkeypatch.setattr(common, "providers", lambda: dict(all_providers(**FAST)))
         self.config(budget=100)
 
     def config(self, budget: float) -> None:
@@ -103,7 +105,7 @@ class FleetRun:
 
     def __call__(self, *args: str) -> Result:
         self.capsys.readouterr()
-        self.mp.setattr(cli, "_state", {})
+        self.mp.setattr(common, "_state", {})
         self.mp.setattr(sys, "argv", ["fleet", *args])
         with pytest.raises(SystemExit) as e:
             cli.main()

@@ -10,11 +10,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from fleet.check import Health
-from fleet.config import Config, Role, Want
-from fleet.page import Owed
-from fleet.registry import Row
-from fleet.watchdog import Watch
+from fleet.core.boxes import Row
+from fleet.core.config import Config, Role, Want
+from fleet.core.verdicts import Health, Owed, Watch
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 WANTED = "4f1c2a9be07d3351"

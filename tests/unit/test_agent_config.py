@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from agent.config import parse_config
-from fleet.agent_config import render
-from fleet.config import Role, load
-from fleet.errors import ConfigError
+from agent.base.config import parse_config
+from fleet.boxes.agent_config import render
+from fleet.core.config import Role, load
+from fleet.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SHA16 = "04c82f6f904c054d"

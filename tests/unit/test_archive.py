@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet import archive, fileutil
-from fleet.errors import FleetError
+from fleet.core import fileutil
+from fleet.core.errors import FleetError
+from fleet.state import archive
 
 
 def tar_stream(files: dict[str, bytes], extra: list[tarfile.TarInfo] | None = None,
@@ -159,7 +160,7 @@ def test_a_stream_cut_short_or_a_file_written_while_read_is_a_problem(tmp_path: 
 
 def test_the_agents_stream_round_trips_and_reads_each_byte_once(tmp_path: Path,
                                                                  monkeypatch) -> None:
-    from agent import manifest as agent_manifest
+    from agent.base import manifest as agent_manifest
 
     out = tmp_path / "box" / "out"
     for rel, data in FILES.items():

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from fleet import bills, budget
-from fleet.errors import BudgetExceeded, ProviderError
-from fleet.providers import get_provider
+from fleet.core.boxes import Row
+from fleet.core.errors import BudgetExceeded, ProviderError
+from fleet.ops import budget
 from fleet.providers.base import RentRequest
+from fleet.providers.factory import get_provider
 from fleet.providers.http import RetryPolicy
-from fleet.registry import Row
+from fleet.state import bills
 from sandbox.daemon import Sandbox
 from sandbox.frozen import T0, frozen_sandbox
 

@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
-from fleet import rent
-from fleet.budget import Projection, project, project_new, require_fits
-from fleet.config import Config, Role
-from fleet.errors import BudgetExceeded
+from fleet.boxes.sshkeys import ensure_key
+from fleet.core.boxes import Row
+from fleet.core.config import Config, Role
+from fleet.core.errors import BudgetExceeded
+from fleet.ops import rent
+from fleet.ops.budget import Projection, project, project_new, require_fits
 from fleet.providers.base import Box, Offer, RentRequest
-from fleet.registry import Registry, Row
-from fleet.sshkeys import ensure_key
+from fleet.state.registry import Registry
 
 NOON = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -83,7 +84,7 @@ class _Provider:
 
 def _renter(cfg: Config, label: str, start: Any) -> None:
     """One `fleet rent` in its own process; exit 0 rented, 3 refused by the budget."""
-    import fleet.budget as b
+    import fleet.ops.budget as b
 
     real = b.project
 
@@ -170,7 +171,7 @@ def test_both_checks_failing_name_both() -> None:
 
 
 def test_the_guard_refuses_by_the_run_rate(tmp_path: Path) -> None:
-    from fleet.budget import guard
+    from fleet.ops.budget import guard
 
     rows = [row("a", 48.0, "2026-12-02T10:00:00Z", "2026-12-02T11:00:00Z", "destroyed")]
     with pytest.raises(BudgetExceeded, match="run rate"):

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from fleet import bundle
-from fleet.errors import FleetError
+from fleet.boxes import bundle
+from fleet.core.errors import FleetError
 
 PSUTIL = "psutil-7.2.2-cp36-abi3-manylinux2010_x86_64.manylinux_2_12_x86_64.manylinux_2_28_x86_64.whl"  # noqa: E501
 NVML = "nvidia_ml_py-13.615.71-py3-none-any.whl"

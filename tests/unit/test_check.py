@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from fleet.check import judge
+from fleet.ops.check import judge
 
 DATA = {"provider": "vast"}
 

@@ -28,7 +28,7 @@ def fleet(tmp_path: Path, *args: str, config: str = CONFIG) -> subprocess.Comple
     env["FLEET_CONFIG"] = str(cfg)
     env["HOME"] = str(tmp_path)  # no provider key files
     env["COLUMNS"] = "200"
-    return subprocess.run([sys.executable, "-m", "fleet.cli", *args], cwd=tmp_path, env=env,
+    return subprocess.run([sys.executable, "-m", "fleet.cli.main", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -76,7 +76,8 @@ def test_a_card_option_in_any_spelling_asks_for_the_fleet_name(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, spelling: str) -> None:
     from typer.testing import CliRunner
 
-    from fleet import cli
+    from fleet.cli import boxes_cmd, common
+    from fleet.cli import main as cli
 
     asked: list[str | None] = []
 
@@ -85,9 +86,9 @@ def test_a_card_option_in_any_spelling_asks_for_the_fleet_name(
         asked.append(card)
         return [], []
 
-    monkeypatch.setattr(cli, "_state", {})
-    monkeypatch.setattr(cli, "providers", dict)
-    monkeypatch.setattr(cli.offers_mod, "search", search)
+    monkeypatch.setattr(common, "_state", {})
+    monkeypatch.setattr(common, "providers", dict)
+    monkeypatch.setattr(boxes_cmd.offers_mod, "search", search)
     (tmp_path / "fleet.toml").write_text(CONFIG)
     extra = ["--dry-run"] if command == "rent" else []
     CliRunner().invoke(cli.app, ["--config", str(tmp_path / "fleet.toml"), command, "live",

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from fleet.config import load
-from fleet.errors import ConfigError
+from fleet.core.config import load
+from fleet.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,7 +147,7 @@ def test_the_cli_refuses_an_unguarded_gpu_role(tmp_path: Path) -> None:
     # no provider keys and a home of its own: a config that loaded could reach nothing
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNPOD_", "VAST_"))}
     env["HOME"] = str(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "fleet.cli", "--config", str(path), "roster"],
+    done = subprocess.run([sys.executable, "-m", "fleet.cli.main", "--config", str(path), "roster"],
                           capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
@@ -166,12 +166,14 @@ def test_a_roster_card_in_any_spelling_is_the_fleet_name(tmp_path: Path, spellin
 
 
 def test_a_roster_card_spelled_like_runpod_counts_as_filled_by_the_loop(tmp_path: Path) -> None:
-    from fleet.loop import Loop, Memory
-    from fleet.registry import Row
+    from fleet.cli.loop_cmd import page_after_tick
+    from fleet.core.boxes import Row
+    from fleet.ops.loop import Loop, Memory
 
     cfg = load(write(tmp_path, GOOD.replace('card = "RTX 4090"',
                                             'card = "NVIDIA GeForce RTX 4090"')))
-    loop = Loop(cfg, {}, page_dir=tmp_path / "page", echo=lambda _: None)
+    loop = Loop(cfg, {}, after_tick=page_after_tick(cfg, tmp_path / "page"), echo=lambda _: None,
+                check_fn=lambda *_: [], converge_fn=lambda *_: None)
     for i in range(2):  # the two boxes the roster wants, as the registry records them
         loop.reg.add(Row(label=f"live-vast-00000{i}", provider="vast", role="live",
                          kind="standing", card="RTX 4090", gpu_count=1, usd_per_hour=0.3,

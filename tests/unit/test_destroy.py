@@ -124,12 +124,13 @@ def test_force_destroys_a_one_shot_box_with_unread_outputs(fleet: FleetRun) -> N
 
 def test_teardown_expired_goes_on_past_a_box_whose_teardown_crashes(
         fleet: FleetRun, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fleet import teardown, watchdog
+    from fleet.core.verdicts import Watch
+    from fleet.ops import teardown, watchdog
 
     for label in ("bench-x-9", "bench-x-10"):
         fleet.row(label, status="running", provider_id="1", job="j1")
     monkeypatch.setattr(watchdog, "watch", lambda *a: [
-        watchdog.Watch(label, "j1", "finished", 60.0, None, ["job finished"], due=True)
+        Watch(label, "j1", "finished", 60.0, None, ["job finished"], due=True)
         for label in ("bench-x-9", "bench-x-10")])
     done: list[str] = []
 

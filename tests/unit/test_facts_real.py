@@ -342,3 +342,21 @@ def test_node_binary_sees_a_pointer_whose_file_differs(idle: Box) -> None:
     assert node["pointer"] == str(path) and node["pointer_sha256"] == "0" * 64
     assert node["file_sha256"] == sha != node["pointer_sha256"]
     assert node["running_sha16"] is None and node["running_binary"] is None
+
+
+@pytest.mark.parametrize("name", ["box", "job"])
+def test_a_probe_parses_as_the_oldest_python3_a_box_may_have(name: str) -> None:
+    """BoxState reports a python3 too old for the agent; the probe itself must still run
+    there: no syntax past 3.6 and no annotation evaluated at run time."""
+    import ast
+
+    from facts import probes
+
+    tree = ast.parse(probes.source(name), feature_version=(3, 6))
+    assert not any(isinstance(n, ast.ImportFrom) and n.module == "__future__"
+                   for n in ast.walk(tree))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            for hint in [node.returns, *(a.annotation for a in node.args.args)]:
+                assert hint is None or isinstance(hint, ast.Name | ast.Attribute | ast.Constant), \
+                    f"{name}.py: {node.name} has an annotation evaluated at run time"

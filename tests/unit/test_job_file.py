@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.config import Role
-from fleet.errors import UsageError
-from fleet.job import load
+from fleet.core.config import Role
+from fleet.core.errors import UsageError
+from fleet.core.job import load
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 GOOD = f"""

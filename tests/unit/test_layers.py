@@ -92,12 +92,12 @@ def test_the_walker_sees_every_kind_of_import(tmp_path: Path, monkeypatch) -> No
     (pkg / "__init__.py").write_text("")
     (pkg / "mod.py").write_text(
         "import fleet\n"
-        "import fleet.store as s\n"
+        "import fleet.providers.store as s\n"
         "from fleet.directio import DirectWriter\n"
         "def f():\n"
         "    from fleet import store\n"
         "    import importlib\n"
-        "    importlib.import_module('fleet.archive')\n"
+        "    importlib.import_module('fleet.state.archive')\n"
         "from ... import fleet\n"
         "from .. import world\n"
         "from sandbox.fleet_toml import x\n"
@@ -105,3 +105,107 @@ def test_the_walker_sees_every_kind_of_import(tmp_path: Path, monkeypatch) -> No
     bad = _violations("sandbox", {"fleet"})
     lines = sorted({int(b.split(":")[1]) for b in bad})
     assert lines == [1, 2, 3, 5, 7, 8], bad
+
+
+# --- chains and circles: the imports that run (those under `if TYPE_CHECKING:` never do) -------
+
+MAX_CHAIN = 7  # modules in the longest import chain within fleet/
+
+
+def _runtime_graph(package: str) -> dict[str, set[str]]:
+    """module -> the modules of `package` that importing it runs first: what it imports, at
+    the top or in a function, and the packages above each (an import runs their __init__)."""
+    paths = {".".join(_module_name(p)): p for p in (ROOT / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in paths}
+    for module, path in paths.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                node.body = []  # typing only: never imported at run time
+        for _line, name in _imported(tree, path):
+            parts = name.split(".")
+            while parts and ".".join(parts) not in paths:
+                parts.pop()
+            while parts:
+                target = ".".join(parts)
+                if target != module and not module.startswith(target + "."):
+                    graph[module].add(target)
+                parts.pop()
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each set of modules that import one another, round and round (Tarjan's SCCs)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            ring = []
+            while True:
+                w = stack.pop()
+                ring.append(w)
+                if w == v:
+                    break
+            if len(ring) > 1:
+                found.append(sorted(ring))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest chain of imports (the graph has no circle)."""
+    best: dict[str, list[str]] = {}
+
+    def chain(v: str) -> list[str]:
+        if v not in best:
+            best[v] = [v] + max((chain(w) for w in graph[v]), key=len, default=[])
+        return best[v]
+
+    return max((chain(v) for v in sorted(graph)), key=len)
+
+
+@pytest.mark.parametrize("package", ["fleet", "agent", "sandbox"])
+def test_no_import_circle(package: str) -> None:
+    assert _circles(_runtime_graph(package)) == []
+
+
+def test_the_longest_import_chain_in_fleet_is_short() -> None:
+    longest = _longest_chain(_runtime_graph("fleet"))
+    assert len(longest) <= MAX_CHAIN, " -> ".join(longest)
+
+
+def test_the_chain_walker_counts_packages_and_skips_typing_imports(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    pkg = tmp_path / "fleet" / "sub"
+    pkg.mkdir(parents=True)
+    (tmp_path / "fleet" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from fleet import leaf\n")
+    (tmp_path / "fleet" / "leaf.py").write_text("")
+    (tmp_path / "fleet" / "top.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from fleet.sub import mod\n"
+        "if TYPE_CHECKING:\n"
+        "    from fleet import ring\n")
+    (pkg / "mod.py").write_text("def f():\n    import fleet.ring\n")
+    (tmp_path / "fleet" / "ring.py").write_text("from fleet import top\n")
+    graph = _runtime_graph("fleet")
+    # a module's own packages run before it anyway; another's run when it is imported
+    assert graph["fleet.top"] == {"fleet.sub", "fleet.sub.mod"}
+    assert graph["fleet.sub.mod"] == {"fleet.ring"}
+    assert graph["fleet.sub"] == {"fleet.leaf"}
+    assert _circles(graph) == [["fleet.ring", "fleet.sub.mod", "fleet.top"]]

@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 
-from fleet import config
-from fleet.check import Health
-from fleet.errors import ProviderError
-from fleet.loop import Loop, Memory, Owe, _bounded
+from fleet.cli.loop_cmd import page_after_tick
+from fleet.core import config
+from fleet.core.boxes import Row
+from fleet.core.errors import ProviderError
+from fleet.core.verdicts import Health
+from fleet.ops.converge import _bounded
+from fleet.ops.loop import Loop, Memory, Owe
 from fleet.providers.base import Box, Offer, RentRequest
-from fleet.registry import Row
 
 TOML = """
 [fleet]
@@ -95,8 +97,8 @@ def make(tmp_path: Path, budget: float = 100, grace: float = 600) -> tuple[Loop,
     def converge(_cfg: Any, labels: list[str]) -> None:
         raise AssertionError(f"nothing to converge here: {labels}")
 
-    loop = Loop(cfg, {"vast": vast}, page_dir=tmp_path / "page", echo=lambda _: None,
-                converge_fn=converge, check_fn=check)
+    loop = Loop(cfg, {"vast": vast}, after_tick=page_after_tick(cfg, tmp_path / "page"),
+                echo=lambda _: None, converge_fn=converge, check_fn=check)
     return loop, vast, ssh_answers
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from test_cli import CONFIG, fleet
 
-from fleet.loop import LoopLock
+from fleet.ops.loop import LoopLock
 
 
 @pytest.mark.parametrize(("args", "extra", "message"), [

@@ -11,14 +11,15 @@ from typing import Any
 import pytest
 from test_loop import FakeVast, make, standing_box
 
-from fleet import loop as loop_mod
-from fleet import rent as rent_mod
-from fleet.check import Health
-from fleet.errors import BudgetExceeded, FleetError, ProviderError
-from fleet.loop import Memory, Owe
+from fleet.boxes import lifecycle
+from fleet.core.boxes import Row
+from fleet.core.errors import BudgetExceeded, FleetError, ProviderError
+from fleet.core.verdicts import Health
+from fleet.ops import loop as loop_mod
+from fleet.ops import rent as rent_mod
+from fleet.ops.loop import Memory, Owe
 from fleet.providers.base import Box, Offer, RentRequest
 from fleet.providers.client import check_label
-from fleet.registry import Row
 
 LONG_AGO = "2000-01-01T00:00:00Z"
 
@@ -265,7 +266,7 @@ def test_an_unfinished_rent_whose_box_landed_is_pinned_and_converted(
     row = unfinished_row(loop, loop_mod.now_iso())
     vast.listed["5"] = Box("vast", "5", row.label, "RTX 4090", 1, 0.3, "running",
                            ssh_host="10.0.0.5", ssh_port=22)
-    monkeypatch.setattr(loop_mod.rent_mod, "fetch_host_key",
+    monkeypatch.setattr(lifecycle, "fetch_host_key",
                         lambda host, port, timeout: "ssh-ed25519 BBBB")
     converged: list[list[str]] = []
     loop.converge_fn = lambda _c, labels: converged.append(labels)  # type: ignore[func-returns-value]
@@ -472,13 +473,13 @@ def test_resume_does_not_destroy_a_ready_box_when_the_fleet_is_blind(
     def blind(host: str, port: int, timeout: float) -> str:
         raise FleetError("ssh-keyscan: connect timed out")  # the fleet's own network
 
-    monkeypatch.setattr(rent_mod, "fetch_host_key", blind)
+    monkeypatch.setattr(lifecycle, "fetch_host_key", blind)
     loop.tick()
     assert vast.destroyed == []
 
 
 def test_a_late_status_is_not_an_ssh_death(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fleet import check as check_mod
+    from fleet.ops import check as check_mod
     loop, vast, _ = make(tmp_path)
     add_box(loop, vast, 1)
     add_box(loop, vast, 2)
@@ -505,8 +506,8 @@ def test_a_late_status_is_not_an_ssh_death(tmp_path: Path, monkeypatch: pytest.M
 def test_a_row_given_up_after_its_box_ran_keeps_what_it_spent(tmp_path: Path) -> None:
     from datetime import UTC, datetime, timedelta
 
-    from fleet import budget
-    from fleet.registry import iso
+    from fleet.core.times import iso
+    from fleet.ops import budget
     loop, vast, _ = make(tmp_path)
     now = datetime.now(UTC)
     created = iso(max(now - timedelta(minutes=40), now.replace(hour=0, minute=0, second=0)))
@@ -530,14 +531,14 @@ def just_past(loop: loop_mod.Loop) -> str:
     """A row's creation time a minute past its ready deadline."""
     from datetime import UTC, datetime, timedelta
 
-    from fleet.registry import iso
+    from fleet.core.times import iso
     return iso(datetime.now(UTC) - timedelta(seconds=loop.cfg.loop.ready_timeout_s + 60))
 
 
 def keyscan_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     def blind(host: str, port: int, timeout: float) -> str:
         raise FleetError("ssh-keyscan: connect timed out")
-    monkeypatch.setattr(rent_mod, "fetch_host_key", blind)
+    monkeypatch.setattr(lifecycle, "fetch_host_key", blind)
 
 
 def test_a_box_ready_at_its_provider_is_never_kept_past_three_deadlines(tmp_path: Path,
@@ -595,7 +596,7 @@ def test_a_rent_resumed_by_hand_gets_a_fresh_deadline(tmp_path: Path) -> None:
                      card="RTX 4090", gpu_count=1, usd_per_hour=0.3, status="renting",
                      created_at=LONG_AGO))  # yesterday's rent: outcome unknown, no box landed
     offer = Offer("vast", "o1", "RTX 4090", 1, 0.3, driver="580.95.05")
-    rent_mod.check_resume(loop.reg.get(label), loop.cfg.role("live"), None)  # type: ignore[arg-type]
+    lifecycle.check_resume(loop.reg.get(label), loop.cfg.role("live"), None)  # type: ignore[arg-type]
     res = rent_mod.rent(loop.cfg, loop.reg, loop.cfg.role("live"), [offer], loop.providers,
                         label=label, resume=True)
     assert res.box.box_id == "42"
@@ -624,7 +625,7 @@ def test_a_hand_labelled_unfinished_rent_is_never_converged_onto_a_box_not_ours(
                      created_at=loop_mod.now_iso()))
     vast.listed["900"] = Box("vast", "900", label, "RTX 4090", 1, 0.3, "running",
                              ssh_host="10.9.9.9", ssh_port=22)
-    monkeypatch.setattr(rent_mod, "fetch_host_key", lambda h, p, timeout: "ssh-ed25519 X")
+    monkeypatch.setattr(lifecycle, "fetch_host_key", lambda h, p, timeout: "ssh-ed25519 X")
     got: list[list[str]] = []
     loop.converge_fn = lambda _c, labels: got.append(labels)  # type: ignore[func-returns-value]
     loop.tick()

@@ -24,10 +24,16 @@ from typing import Any
 
 import pytest
 
-from fleet import archive, boxssh, fileutil, oneshot, store, teardown, watchdog
-from fleet.config import Config, parse
-from fleet.errors import FleetError, ProviderError, UsageError
-from fleet.registry import Registry, Row, iso, unread
+from fleet.boxes import boxssh, jobstate, lifecycle
+from fleet.core import fileutil
+from fleet.core.boxes import Row, unread
+from fleet.core.config import Config, parse
+from fleet.core.errors import FleetError, ProviderError, UsageError
+from fleet.core.times import iso
+from fleet.ops import oneshot, teardown, watchdog
+from fleet.providers import store
+from fleet.state import archive
+from fleet.state.registry import Registry
 
 CONFIG = {
     "fleet": {"registry": "state/boxes.json"},
@@ -204,7 +210,7 @@ def test_a_box_destroyed_by_another_hand_mid_teardown_stops_it(
 
 def test_a_new_job_on_a_box_whose_last_job_was_not_read_back_is_refused(
         cfg: Config, reg: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fleet import deploy_support
+    from fleet.boxes import deploy_support
 
     monkeypatch.setattr(deploy_support, "config", lambda: cfg)
     with pytest.raises(UsageError, match="still holds job j1, not read back"):
@@ -240,7 +246,7 @@ def test_a_box_that_cannot_be_read_is_not_well(cfg: Config, reg: Registry,
         monkeypatch.setattr(boxssh, "run", lambda *a, rc=rc, err=err, **k:
                             subprocess.CompletedProcess([], rc, "", err))
         with pytest.raises(FleetError, match="cannot read job j1's state"):
-            oneshot.job_state(cfg, reg.get("bench-1"), "j1")  # type: ignore[arg-type]
+            jobstate.job_state(cfg, reg.get("bench-1"), "j1")  # type: ignore[arg-type]
         (w,) = watchdog.watch(cfg, reg)
         assert not w.well and w.problems == [
             f"job state unknown: bench-1: cannot read job j1's state on the box ({err})"]
@@ -249,8 +255,8 @@ def test_a_box_that_cannot_be_read_is_not_well(cfg: Config, reg: Registry,
 def test_a_job_not_staged_yet_reads_as_no_state(cfg: Config, reg: Registry,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(boxssh, "run", lambda *a, **k: subprocess.CompletedProcess(
-        [], oneshot.NOT_STAGED, "", ""))
-    assert oneshot.job_state(cfg, reg.get("bench-1"), "j1") == {}  # type: ignore[arg-type]
+        [], jobstate.NOT_STAGED, "", ""))
+    assert jobstate.job_state(cfg, reg.get("bench-1"), "j1") == {}  # type: ignore[arg-type]
 
 
 def test_a_one_shot_box_without_a_job_is_flagged_after_the_grace(reg: Registry) -> None:
@@ -349,9 +355,8 @@ def test_a_box_never_ssh_ready_is_destroyed_without_a_read(cfg: Config, reg: Reg
 
 def test_a_box_that_came_up_after_the_wait_is_pinned_and_read(
         cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fleet import rent as rent_mod
 
-    monkeypatch.setattr(rent_mod, "host_key_if_ready", lambda b: KEY if b.ssh_ready else None)
+    monkeypatch.setattr(lifecycle, "host_key_if_ready", lambda b: KEY if b.ssh_ready else None)
     reg.update("bench-1", host_key=None, ssh_host=None, ssh_port=None)
     vast = Vast(ready=True)
     out = teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
@@ -362,9 +367,9 @@ def test_a_box_that_came_up_after_the_wait_is_pinned_and_read(
 
 def test_fleet_run_destroys_a_box_that_never_became_ready(
         cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fleet import offers
-    from fleet import rent as rent_mod
-    from fleet.job import Job
+    from fleet.core.job import Job
+    from fleet.ops import offers
+    from fleet.ops import rent as rent_mod
 
     reg.update("bench-1", host_key=None, ssh_host=None, ssh_port=None, job=None)
     vast = Vast(ready=False)
@@ -385,7 +390,7 @@ def test_fleet_run_destroys_a_box_that_never_became_ready(
 # --- what an adversarial review of the above found --------------------------------------------
 
 def _deploy_support(monkeypatch: pytest.MonkeyPatch, cfg: Config) -> None:
-    from fleet import deploy_support
+    from fleet.boxes import deploy_support
     monkeypatch.setattr(deploy_support, "config", lambda: cfg)
 
 
@@ -622,9 +627,8 @@ def test_a_box_far_past_the_rents_deadline_is_never_well(
 
 def test_a_dry_run_pins_no_host_key(cfg: Config, reg: Registry, box: Box,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from fleet import rent as rent_mod
     reg.update("bench-1", host_key=None)
-    monkeypatch.setattr(rent_mod, "host_key_if_ready", lambda b: KEY)
+    monkeypatch.setattr(lifecycle, "host_key_if_ready", lambda b: KEY)
     monkeypatch.setattr(teardown, "_manifest", lambda *a: [])
     before = reg.path.read_bytes()
     teardown.teardown(cfg, reg, {"vast": Vast(ready=True)}, "bench-1",  # type: ignore[dict-item]

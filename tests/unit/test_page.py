@@ -19,9 +19,10 @@ import page_fixture as F
 import pytest
 from headless_chromium import Chromium, executable
 
-from fleet import budget, page
-from fleet.config import load
-from fleet.registry import Registry
+from fleet import page
+from fleet.core.config import load
+from fleet.ops import budget
+from fleet.state.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
 IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
@@ -264,7 +265,7 @@ def fleet(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RUNPOD_", "VAST_", "FLEET_", "HF_"))}
     env.update(FLEET_CONFIG=str(tmp_path / "fleet.toml"), HOME=str(tmp_path), COLUMNS="200")
-    return subprocess.run([sys.executable, "-c", "from fleet.cli import main; main()", *args],
+    return subprocess.run([sys.executable, "-c", "from fleet.cli.main import main; main()", *args],
                           cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -309,8 +310,11 @@ def _gathered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: Any) -> An
     the providers replaced by what they would answer."""
     from typer.testing import CliRunner
 
-    from fleet import check as check_mod
-    from fleet import cli, inventory, page_cli, watchdog
+    from fleet.boxes import inventory
+    from fleet.cli import common
+    from fleet.cli import main as cli
+    from fleet.ops import check as check_mod
+    from fleet.ops import watchdog
 
     (tmp_path / "fleet.toml").write_text(CONFIG + "[roles.bench]\nkind = \"oneshot\"\n"
                                          "image = \"img\"\ndisk_gb = 20\n"
@@ -318,8 +322,8 @@ def _gathered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: Any) -> An
     reg = Registry(tmp_path / "state" / "boxes.json")
     for r in F.rows():
         reg.add(r)
-    monkeypatch.setattr(cli, "_state", {})
-    monkeypatch.setattr(page_cli, "providers", lambda: {})
+    monkeypatch.setattr(common, "_state", {})
+    monkeypatch.setattr(common, "providers", lambda: {})
     monkeypatch.setattr(inventory, "build", lambda c, ps: None)
     monkeypatch.setattr(check_mod, "check", check)
     monkeypatch.setattr(watchdog, "watch", lambda c, r: F.watched())
@@ -341,7 +345,7 @@ def test_fleet_page_shows_the_check_and_the_watchdog(tmp_path: Path,
 
 def test_a_failing_check_leaves_the_standing_boxes_unknown_with_why(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fleet.errors import ProviderError
+    from fleet.core.errors import ProviderError
 
     def check(c: Any, built: Any) -> Any:
         raise ProviderError("vast", "GET /instances", "503 from 10.9.8.7")

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from fleet import publish as pub
-from fleet import releases
-from fleet.errors import UsageError
+from fleet.core.errors import UsageError
+from fleet.ops import publish as pub
+from fleet.state import releases
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -259,7 +259,7 @@ def _fleet(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RUNPOD_", "VAST_", "FLEET_"))}
     env.update(FLEET_CONFIG=str(tmp_path / "fleet.toml"), HOME=str(tmp_path), COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "fleet.cli", *args], cwd=tmp_path, env=env,
+    return subprocess.run([sys.executable, "-m", "fleet.cli.main", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -324,7 +324,7 @@ def test_a_never_sync_version_stays_behind_and_others_sync(tmp_path: Path,
 def test_check_names_a_box_behind_its_wanted_release(tmp_path: Path) -> None:
     from test_check import DATA, status
 
-    from fleet.check import judge
+    from fleet.ops.check import judge
 
     old, new, newer = known = _store(tmp_path)
     s = status(node={"sha16": old.node_sha16, "rpc": {"synced": True, "blocks": 1300,

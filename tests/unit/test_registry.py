@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from fleet.errors import BudgetExceeded, RegistryError, UsageError
-from fleet.registry import Registry, Row
+from fleet.core.boxes import Row
+from fleet.core.errors import BudgetExceeded, RegistryError, UsageError
+from fleet.state.registry import Registry
 
 
 def row(label: str, **kw: object) -> Row:
@@ -73,7 +74,7 @@ def _writer(path: str, prefix: str, n: int) -> None:
 
 def _slow_writer(path: str) -> None:
     """Holds the lock and is killed while writing: the rename never happens."""
-    import fleet.fileutil as fu
+    import fleet.core.fileutil as fu
 
     real = fu.os.fsync
 

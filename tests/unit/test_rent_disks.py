@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cli_sandbox import FleetRun, fleet_run
 
-from fleet.agent_config import ROOT
+from agent.contract import ROOT
 from sandbox.backend import BoxSpec
 from sandbox.world import Instance
 

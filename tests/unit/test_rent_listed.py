@@ -12,15 +12,16 @@ from typing import Any
 
 import pytest
 
-from fleet import offers as offers_mod
-from fleet import rent
-from fleet.config import Config, Role
-from fleet.errors import BudgetExceeded
-from fleet.providers import get_provider
+from fleet.boxes import lifecycle
+from fleet.boxes.sshkeys import ensure_key
+from fleet.core.config import Config, Role
+from fleet.core.errors import BudgetExceeded
+from fleet.ops import offers as offers_mod
+from fleet.ops import rent
 from fleet.providers.base import Box, Offer, RentRequest
+from fleet.providers.factory import get_provider
 from fleet.providers.http import RetryPolicy
-from fleet.registry import Registry
-from fleet.sshkeys import ensure_key
+from fleet.state.registry import Registry
 from sandbox.daemon import Sandbox
 from sandbox.frozen import frozen_sandbox
 
@@ -88,8 +89,8 @@ def test_a_box_listed_higher_that_still_fits_records_the_listed_price(tmp_path: 
 
 def test_a_box_over_budget_whose_destroy_fails_is_wanted_destroyed_and_never_adopted(
         tmp_path: Path) -> None:
-    from fleet.errors import ProviderError
-    from fleet.registry import unfinished
+    from fleet.core.boxes import unfinished
+    from fleet.core.errors import ProviderError
 
     class Stuck(Listing):
         def destroy(self, box_id: str) -> None:
@@ -113,7 +114,7 @@ def test_a_listing_without_a_price_never_makes_a_live_box_cheaper(tmp_path: Path
               label="bench-l-4")
     row = reg.get("bench-l-4")
     assert row is not None
-    rent.record(reg, row.label, replace(p.boxes["100"], usd_per_hour=0.0))
+    lifecycle.record(reg, row.label, replace(p.boxes["100"], usd_per_hour=0.0))
     assert reg.get("bench-l-4").usd_per_hour == 0.3  # type: ignore[union-attr]
     with pytest.raises(BudgetExceeded):
         rent.rent(cfg, reg, cfg.role("bench"), [offer], {"vast": p},  # type: ignore[dict-item]

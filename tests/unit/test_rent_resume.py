@@ -42,7 +42,8 @@ def test_crash_before_the_provider_call_rents_under_the_same_label(fleet: FleetR
 def test_crash_after_the_create_landed_records_the_box_and_waits_for_ssh(
         fleet: FleetRun, monkeypatch: pytest.MonkeyPatch, provider: str, status: str,
         with_id: bool) -> None:
-    monkeypatch.setattr("fleet.rent.fetch_host_key", lambda host, port, timeout=10.0: KEY)
+    monkeypatch.setattr("fleet.boxes.lifecycle.fetch_host_key",
+                        lambda host, port, timeout=10.0: KEY)
     box = fleet.land(provider, "bench-r-2")
     fleet.row("bench-r-2", provider=provider, status=status,
               provider_id=box.box_id if with_id else None)

@@ -1,6 +1,6 @@
-"""fleet.store against the sandbox's Hub server, through the real huggingface_hub client: one
-commit per push, read-back that names each differing file, and the store's faults as fleet
-errors of one line."""
+"""fleet.providers.store against the sandbox's Hub server, through the real huggingface_hub
+client: one commit per push, read-back that names each differing file, and the store's faults as
+fleet errors of one line."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import pytest
 from huggingface_hub import CommitOperationAdd, HfApi, constants, lfs
 
-from fleet import store
-from fleet.errors import AuthFailed, FleetError, UsageError
+from fleet.core.errors import AuthFailed, FleetError, UsageError
+from fleet.providers import store
 from fleet.providers.http import RetryPolicy
 from sandbox.hub import HubServer, client_env
 

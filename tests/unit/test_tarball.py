@@ -1,4 +1,4 @@
-"""One deterministic tarball builder (fleet.tarball) for the agent bundle and the releases:
+"""One deterministic tarball builder (fleet.core.tarball) for the agent bundle and the releases:
 equal contents give equal bytes, whatever the order, the clock or the operator's user."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from fleet import deploy_support
-from fleet.config import Config
-from fleet.errors import ConfigError
-from fleet.tarball import Entry, deterministic_tar
+from fleet.boxes import deploy_support
+from fleet.core.config import Config
+from fleet.core.errors import ConfigError
+from fleet.core.tarball import Entry, deterministic_tar
 from sandbox.releases import build_store
 
 ENTRIES = [Entry("b/two", b"2" * 3000, 0o755), Entry("a", b"1"), Entry("b/one", b"")]

@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
-from fleet import archive, store, teardown
-from fleet.config import parse
-from fleet.registry import Registry, Row
+from fleet.core.boxes import Row
+from fleet.core.config import parse
+from fleet.ops import teardown
+from fleet.providers import store
+from fleet.state import archive
+from fleet.state.registry import Registry
 
 CONFIG = {
     "fleet": {"registry": "state/boxes.json"},

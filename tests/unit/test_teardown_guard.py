@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from fleet import teardown
-from fleet.config import parse
-from fleet.errors import UsageError
-from fleet.registry import Registry, Row
+from fleet.core.boxes import Row
+from fleet.core.config import parse
+from fleet.core.errors import UsageError
+from fleet.ops import teardown
+from fleet.state.registry import Registry
 
 CONFIG = {
     "fleet": {"registry": "state/boxes.json"},

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from fleet import budget
-from fleet.registry import Row
-from fleet.watchdog import judge
+from fleet.core.boxes import Row
+from fleet.ops import budget
+from fleet.ops.watchdog import judge
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

@@ -296,7 +296,8 @@ def zombie(p: psutil.Process) -> bool:
 # uninterruptible sleep does: the agent's signals other than SIGKILL still reach them
 UNKILLABLE = """
 import signal
-from agent import procs, stopping
+from agent.base import procs
+from agent.base import stopping
 real = procs.signal_program
 def signal_program(pid, pgid, sig):
     if sig != signal.SIGKILL:  # a process in uninterruptible sleep: SIGKILL does not end it

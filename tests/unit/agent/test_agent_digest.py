@@ -14,10 +14,10 @@ from pathlib import Path
 
 from agentbox import Box, wait_for
 
-from agent import procs
-from agent.config import parse_config
-from agent.journal import Journal
-from agent.supervisor import Supervisor
+from agent.base import procs
+from agent.base.config import parse_config
+from agent.base.journal import Journal
+from agent.daemon.supervisor import Supervisor
 
 
 def test_a_release_replaced_in_place_is_never_started(box: Box) -> None:

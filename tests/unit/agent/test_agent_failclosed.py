@@ -10,8 +10,8 @@ import psutil
 import pytest
 from agentbox import PY, Box, gpu_spec, wait_for
 
-from agent.config import parse_config
-from agent.errors import AgentError
+from agent.base.config import parse_config
+from agent.base.errors import AgentError
 
 
 def test_miner_and_prover_need_the_gpu_unless_a_config_says_otherwise(tmp_path: Path) -> None:

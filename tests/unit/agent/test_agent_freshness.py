@@ -10,7 +10,7 @@ from agentbox import Box, wait_for
 
 FROZEN = """
 import os, time
-from agent import observer
+from agent.daemon import observer
 real = observer.probe_program
 def probe(program, values):  # an observer stuck where no deadline reaches
     while os.path.exists(os.environ["FREEZE"]):

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from agentbox import PY, Box, wait_for
 
-from agent.config import parse_config
-from agent.journal import Journal
-from agent.supervisor import Supervisor
+from agent.base.config import parse_config
+from agent.base.journal import Journal
+from agent.daemon.supervisor import Supervisor
 
 
 def start(box: Box, **configure: object) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import load_config
-from agent.errors import AgentError
+from agent.base.config import load_config
+from agent.base.errors import AgentError
 
 NODE = '[programs.node]\ncommand = "{node_bin}"\nstatus_url = "http://127.0.0.1:16110/status"\n'
 MINER = '[programs.miner]\ncommand = "/opt/miner"\nneeds_gpu = true\n'

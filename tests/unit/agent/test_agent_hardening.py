@@ -20,10 +20,10 @@ import psutil
 import pytest
 from agentbox import PY, UNKILLABLE, Box, wait_for
 
-from agent.config import parse_config
-from agent.journal import Journal
-from agent.observer import Observer
-from agent.supervisor import Supervisor
+from agent.base.config import parse_config
+from agent.base.journal import Journal
+from agent.daemon.observer import Observer
+from agent.daemon.supervisor import Supervisor
 
 
 def node_sha16(box: Box) -> str | None:
@@ -313,7 +313,7 @@ def test_a_pack_export_left_running_is_stopped_and_redone_never_doubled(box: Box
 
 
 def test_identity_survives_a_pid_record_from_another_boot(tmp_path: Path) -> None:
-    from agent import procs
+    from agent.base import procs
 
     me = procs.identify(os.getpid())
     assert me is not None
@@ -334,7 +334,7 @@ def test_identity_survives_a_pid_record_from_another_boot(tmp_path: Path) -> Non
 def test_a_task_recorded_only_as_intent_is_found_by_its_command_line(tmp_path: Path) -> None:
     """The agent records a task's argv before starting it and its pid after; killed between
     the two, its successor still finds the task (a session leader running that argv)."""
-    from agent.tasks import Task
+    from agent.daemon.tasks import Task
 
     script = tmp_path / "export-pack.sh"
     script.write_text("#!/bin/sh\nsleep 30\n")

@@ -16,7 +16,7 @@ import pytest
 from agentbox import PY, Box, wait_for
 from jobtools import job, outcome, pytest_gate, runs, state_of, step_ok, write_job
 
-from agent.jobgates import parse_summary
+from agent.job.gates import parse_summary
 
 
 def through(box: Box, jobdir: Path, *steps: str) -> dict[str, Any]:

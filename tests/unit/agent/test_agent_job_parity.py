@@ -13,9 +13,9 @@ import pytest
 from agentbox import DRIVER, Box
 from jobtools import job, ptx, runs
 
-from fleet.config import Role
-from fleet.errors import UsageError
-from fleet.job import load
+from fleet.core.config import Role
+from fleet.core.errors import UsageError
+from fleet.core.job import load
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 ROLE = Role("bench", "oneshot", "img", 20, admitted_driver=DRIVER,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agentbox import Box, wait_for
 
-from agent import probes
+from agent.daemon import probes
 
 
 def test_a_status_file_ahead_of_the_clock_still_ages(tmp_path: Path) -> None:

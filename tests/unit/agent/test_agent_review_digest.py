@@ -13,7 +13,7 @@ import psutil
 import pytest
 from agentbox import Box, wait_for
 
-from agent.files import DigestCache
+from agent.base.files import DigestCache
 
 
 def _rewrite_keeping_mtime(path: Path, content: bytes) -> None:
@@ -52,7 +52,7 @@ def test_same_size_rewrite_with_restored_mtime_never_runs(box: Box) -> None:
 
 RACE = '''
 import os, shutil
-from agent import switch as _sw
+from agent.daemon import node_switch as _sw
 _orig = _sw.NodeSwitch.spawn_refusal
 def _racy(self):  # a writer lands between the digest check and the exec
     r = _orig(self)

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from agentbox import Box
 
-from agent import status
-from agent.config import load_config
-from agent.files import DigestCache, read_json
-from agent.persist import AgentState
-from agent.pointer import Pointer, check_pointer
-from agent.probes import ProbeError, parse_json
+from agent.base.config import load_config
+from agent.base.files import DigestCache, read_json
+from agent.base.persist import AgentState
+from agent.base.pointer import Pointer, check_pointer
+from agent.daemon import status
+from agent.daemon.probes import ProbeError, parse_json
 
 
 def test_a_nul_byte_in_the_recorded_node_path_is_dropped() -> None:
@@ -79,7 +79,7 @@ def test_huge_or_mistyped_rpc_values_never_reach_the_result_line() -> None:
 
 
 def test_the_standing_log_is_rotated(box: Box) -> None:
-    from agent.supervisor import Supervisor
+    from agent.daemon.supervisor import Supervisor
 
     box.configure(programs=("node",))
     sup = Supervisor(load_config(box.config_path), lambda _: None)  # type: ignore[arg-type]

@@ -12,14 +12,17 @@ import time
 import pytest
 from agentbox import Box, wait_for
 
-from agent import procs, stopper, stopping, switch_cmd
-from agent.config import load_config
-from agent.stopping import Stopping
-from agent.tasks import Task
+from agent.base import procs, stopping
+from agent.base.config import load_config
+from agent.base.stopping import Stopping
+from agent.commands import stop as stopper
+from agent.commands import switch as switch_cmd
+from agent.daemon.tasks import Task
 
 DEAF = '''
 import os
-from agent import procs as _p, stopping as _s
+from agent.base import procs as _p
+from agent.base import stopping as _s
 _real = _p.signal_program
 def _deaf(pid, pgid, sig):  # the listed pids are in D state: no signal has any effect
     f = os.environ["DEAF_PIDS"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import rotation
-from agent.rotation import rotate_logs
+from agent.daemon import rotation
+from agent.daemon.rotation import rotate_logs
 
 
 def test_a_failed_rotation_removes_its_copy_and_truncates_the_log(

@@ -26,8 +26,8 @@ from jobtools import (
     write_job,
 )
 
-from agent.job import load_job
-from agent.jobscan import ScanRefused, scan_job
+from agent.job.model import load_job
+from agent.job.scan import ScanRefused, scan_job
 
 CLEAN_C = "int add(int a, int b) { return a + b; }\n"
 CUBLAS_C = "void cublasSgemm(void) {}\nint helper(void) { return 1; }\n"

@@ -14,19 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from agent.backoff import Backoff
-from agent.config import load_config, parse_config
-from agent.errors import AgentError
-from agent.files import DigestCache
-from agent.identity import matcher_for
-from agent.layout import Layout
-from agent.manifest import manifest
-from agent.pointer import check_pointer, read_pointer
-from agent.ports import find_p2p
-from agent.procs import executable_arg
-from agent.rotation import rotate_if_big
-from agent.status import result_line
-from agent.template import render_argv, render_env
+from agent.base.config import load_config, parse_config
+from agent.base.errors import AgentError
+from agent.base.files import DigestCache
+from agent.base.identity import matcher_for
+from agent.base.manifest import manifest
+from agent.base.pointer import check_pointer, read_pointer
+from agent.base.ports import find_p2p
+from agent.base.procs import executable_arg
+from agent.base.template import render_argv, render_env
+from agent.contract import Layout
+from agent.daemon.backoff import Backoff
+from agent.daemon.rotation import rotate_if_big
+from agent.daemon.status import result_line
 
 DOC_EXAMPLE = Path(__file__).parents[3] / "docs" / "agent.md"
 

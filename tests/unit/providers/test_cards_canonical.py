@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.providers import cards
+from fleet.core import cards
 
 
 @pytest.mark.parametrize("spelling", [

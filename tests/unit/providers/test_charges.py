@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from fleet.errors import AuthFailed, ProviderError, RateLimited
-from fleet.providers import get_provider
+from fleet.core.errors import AuthFailed, ProviderError, RateLimited
 from fleet.providers import vast as vast_mod
 from fleet.providers.base import RentRequest
+from fleet.providers.factory import get_provider
 from fleet.providers.http import RetryPolicy
 from fleet.providers.runpod import RunPod
 from fleet.providers.vast import Vast

@@ -10,8 +10,9 @@ from graphql import parse
 from graphql.utilities import value_from_ast_untyped
 from provider_fakes import CANARY
 
-from fleet.errors import AuthFailed, UsageError
-from fleet.providers import all_providers, cards, get_provider
+from fleet.core import cards
+from fleet.core.errors import AuthFailed, UsageError
+from fleet.providers.factory import all_providers, get_provider
 from fleet.providers.gql import Enum, literal, operation
 from fleet.providers.runpod import RunPod
 from fleet.providers.vast import Vast

@@ -9,8 +9,8 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-from fleet.errors import AuthFailed, ProviderError, RateLimited
-from fleet.providers.http import Http, OutcomeUnknown, RetryPolicy, Secret, retry_after
+from fleet.core.errors import AuthFailed, OutcomeUnknown, ProviderError, RateLimited
+from fleet.providers.http import Http, RetryPolicy, Secret, retry_after
 
 Handler = Callable[[httpx.Request], httpx.Response]
 

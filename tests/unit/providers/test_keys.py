@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from provider_fakes import CANARY
 
-from fleet.errors import AuthFailed
+from fleet.core.errors import AuthFailed
 from fleet.providers.keys import resolve_key
 
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from provider_fakes import CANARY, FakeRunPod, FakeVast, gql_error, make_http
 
-from fleet.errors import ProviderError
+from fleet.core.errors import ProviderError
 from fleet.providers.base import Offer, RentRequest
 from fleet.providers.client import Client
 from fleet.providers.runpod import RunPod

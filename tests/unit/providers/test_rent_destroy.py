@@ -9,7 +9,7 @@ import httpx
 import pytest
 from provider_fakes import FakeRunPod, FakeVast, gql_error, make_http
 
-from fleet.errors import NoCapacity, OfferGone, ProviderError, RentOutcomeUnknown, UsageError
+from fleet.core.errors import NoCapacity, OfferGone, ProviderError, RentOutcomeUnknown, UsageError
 from fleet.providers.base import Offer, RentRequest
 from fleet.providers.client import Client, check_label
 from fleet.providers.runpod import RunPod

@@ -10,14 +10,21 @@ import httpx
 import pytest
 from provider_fakes import FakeVast, make_http
 
-from fleet import rent
-from fleet.config import Config, Role
-from fleet.errors import OfferGone, ProviderError, RentOutcomeUnknown, UsageError
+from fleet.boxes import lifecycle
+from fleet.boxes.sshkeys import ensure_key
+from fleet.core.boxes import unfinished
+from fleet.core.config import Config, Role
+from fleet.core.errors import (
+    OfferGone,
+    OutcomeUnknown,
+    ProviderError,
+    RentOutcomeUnknown,
+    UsageError,
+)
+from fleet.ops import rent
 from fleet.providers.base import Box, Offer, RentRequest
-from fleet.providers.http import OutcomeUnknown
 from fleet.providers.vast import Vast
-from fleet.registry import Registry, unfinished
-from fleet.sshkeys import ensure_key
+from fleet.state.registry import Registry
 
 OFFERS = [Offer("vast", "501", "RTX 4090", 1, 0.41), Offer("vast", "502", "RTX 4090", 1, 0.38)]
 EMPTY = httpx.Response(200, json={"success": True, "instances": [], "next_token": None})
@@ -46,7 +53,7 @@ def test_a_create_lost_then_refused_keeps_its_row_unfinished_and_rents_nothing_e
     assert row.status == "renting" and row.destroyed_at is None and unfinished(row)
     assert "outcome unknown" in (row.note or "") and "looked up again" in (row.note or "")
     assert len(fake.instances) == 1  # the one box, billing: the loop finds it by its label
-    found = rent.find_unfinished(client, row)
+    found = lifecycle.find_unfinished(client, row)
     assert found is not None and found.label == "bench-u-1"
 
 

@@ -7,7 +7,7 @@ import pytest
 from graphql.utilities import value_from_ast_untyped
 from provider_fakes import FakeRunPod, gql_error, gql_request
 
-from fleet.errors import AuthFailed, NoCapacity, ProviderError, RateLimited
+from fleet.core.errors import AuthFailed, NoCapacity, ProviderError, RateLimited
 from fleet.providers.base import Offer, RentRequest
 from fleet.providers.runpod import RunPod, status_of
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from provider_fakes import FakeVast, query_of, vast_instance
 
-from fleet.errors import NoCapacity, OfferGone, ProviderError, RateLimited, UsageError
+from fleet.core.errors import NoCapacity, OfferGone, ProviderError, RateLimited, UsageError
 from fleet.providers.base import Offer, RentRequest
 from fleet.providers.vast import Vast, driver_code, status_of
 

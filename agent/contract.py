@@ -1,0 +1,125 @@
+"""What the operator's side may know of the box: paths, program names, job phases, exit codes.
+
+The one agent module that fleet/, facts/ and operations/ import. It imports nothing of the
+agent (the standard library only), so that reading it never pulls in the agent's runtime.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# ---------------------------------------------------------------------------- paths
+
+ROOT = "/root/fleet"  # the fleet's directory on the box, unless agent.toml names another
+CONFIG = "agent.toml"
+BOOT_SCRIPT = "boot.sh"
+PEERS = "peers.txt"
+AGENT_CODE = "agent"  # the agent's code; its BUNDLE file holds the bundle's digest
+BUNDLE_STAMP = "BUNDLE"
+VENV = "venv"  # the agent's Python environment
+VENV_PYTHON = f"{VENV}/bin/python"
+INBOX = "in"
+OUT = "out"
+RUN = "run"
+LOGS = "log"
+RELEASES = "releases"
+JOBS = "jobs"
+STANDING_LOG = f"{OUT}/standing.log"
+POINTER = "standing.node"
+POINTER_DIGEST = "standing.node.sha256"
+STATUS = f"{RUN}/status.json"
+AGENT_PID = f"{RUN}/agent.pid"
+BOOT_LOG = f"{LOGS}/boot.log"
+TOKEN = "hf_token"  # the store token, for a job's fetch alone
+TOKEN_UPLOAD = "hf_token.fleet-new"  # a deploy's upload of it, renamed into place
+
+# in a job's directory, <root>/jobs/<name>/
+JOB_FILE = "job.json"
+JOB_STATE = "state.json"
+JOB_INPUTS_DIGEST = "inputs.sha256"
+JOB_WORKDIR = "workdir"
+
+DEFAULT_ROOT = Path(ROOT)
+DEFAULT_CONFIG = DEFAULT_ROOT / CONFIG
+
+
+class Layout:
+    """Every path under the root, computed once (the loop asks for some of them each tick)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.config = root / CONFIG
+        self.inbox = root / INBOX
+        self.out = root / OUT
+        self.run = root / RUN
+        self.logs = root / LOGS
+        self.releases = root / RELEASES
+        self.standing_log = root / STANDING_LOG
+        self.pointer = root / POINTER
+        self.pointer_digest = root / POINTER_DIGEST
+        self.status = root / STATUS
+        self.heartbeat = self.run / "heartbeat"  # its mtime is the heartbeat
+        self.lock = self.run / "agent.lock"
+        self.switch_lock = self.run / "switch.lock"  # held by `agent switch` while it runs
+        self.agent_pid = root / AGENT_PID
+        self.state = self.run / "state.json"
+        self.agent_log = self.logs / "agent.log"
+        self.recovery_log = self.logs / "recovery.log"
+        self.pack_log = self.logs / "pack.log"
+        self._pidfiles: dict[str, Path] = {}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Layout) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    def pidfile(self, program: str) -> Path:
+        path = self._pidfiles.get(program)
+        if path is None:
+            path = self._pidfiles[program] = self.run / f"{program}.pid"
+        return path
+
+    def ensure(self) -> None:
+        for d in (self.root, self.inbox, self.out, self.run, self.logs, self.releases):
+            d.mkdir(parents=True, exist_ok=True)
+
+
+# ---------------------------------------------------------------------------- programs
+
+NODE = "node"
+MINER = "miner"
+PROVER = "prover"
+PROGRAMS = (NODE, MINER, PROVER)
+
+# ---------------------------------------------------------------------------- job phases
+
+NEW = "new"
+ADMITTED = "admitted"
+FETCHED = "fetched"
+SCANNED = "scanned"
+GATED = "gated"
+RUNNING = "running"
+FINISHED = "finished"
+FAILED = "failed"
+INTERRUPTED = "interrupted"
+REFUSED = "refused"
+
+STEPS = ("admit", "fetch", "scan", "gate", "run")
+# the phase each step starts from, and the one it leaves behind when it succeeds
+BEFORE = {"admit": NEW, "fetch": ADMITTED, "scan": FETCHED, "gate": SCANNED, "run": GATED}
+AFTER = {"admit": ADMITTED, "fetch": FETCHED, "scan": SCANNED, "gate": GATED, "run": RUNNING}
+PROGRESS = (NEW, ADMITTED, FETCHED, SCANNED, GATED, RUNNING)  # in order, before the end
+ENDED = (FINISHED, FAILED, INTERRUPTED)  # ran (or was stopped before it ran), and is over
+# nothing more happens on the box: ended, or refused (a refused job never runs)
+TERMINAL = (*ENDED, REFUSED)
+
+# ---------------------------------------------------------------------------- exit codes
+
+EXIT_OK = 0
+EXIT_REFUSED = 1  # the agent refused on purpose (a second agent, a stop that did not finish)
+EXIT_USAGE = 2  # a user's mistake: bad config, bad argument
+EXIT_JOB_REFUSED = 3  # `job STEP`: the job is refused (now or before)
+# `switch`, by outcome
+SWITCH_EXIT = {"switched": EXIT_OK, "unchanged": EXIT_OK, "refused": EXIT_REFUSED,
+               "reverted": 3, "failed": 4, "superseded": 5}

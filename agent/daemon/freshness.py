@@ -1,0 +1,47 @@
+"""One freshness rule for the whole agent: a reading older than its limit is unknown.
+
+Every reading (a probe of a program, the admission verdict from NVML) carries the monotonic time
+it was taken, and its age is measured on that clock only, so a wall-clock step neither freezes
+nor ages a reading. A reading past its limit (the observer stuck, NVML hung) is replaced by an
+unknown one before anyone sees it: `healthy: null` and no figures in the status, `-` in the
+RESULT line, no unhealthy restart, no recovery recipe and no pack export decided on it. For
+admission, unknown is a refusal: a guard that cannot tell says no.
+"""
+
+from __future__ import annotations
+
+import time
+
+from agent.base.config import Config
+from agent.daemon.probes import PROBE_DEADLINE_S, Reading
+
+ADMISSION_SLACK_S = 10.0  # NVML init and queries on a busy box
+
+
+def reading_limit_s(cfg: Config) -> float:
+    """A probe reading is fresh for three ticks (two probe deadlines of slack)."""
+    return 3 * cfg.tick_s + 2 * PROBE_DEADLINE_S
+
+
+def admission_limit_s(cfg: Config) -> float:
+    """An admission verdict is fresh for three of its checks (one per reconcile)."""
+    return 3 * max(cfg.reconcile_s, cfg.tick_s) + ADMISSION_SLACK_S
+
+
+def age_s(mono: float, now: float | None = None) -> float:
+    return max(0.0, (time.monotonic() if now is None else now) - mono)
+
+
+def fresh_readings(readings: dict[str, Reading], limit_s: float,
+                   now: float | None = None) -> dict[str, Reading]:
+    """The readings, each one older than limit_s replaced by an unknown one."""
+    now = time.monotonic() if now is None else now
+    if all(now - r.mono <= limit_s for r in readings.values()):
+        return readings
+    return {name: r if now - r.mono <= limit_s else unknown(r, now - r.mono)
+            for name, r in readings.items()}
+
+
+def unknown(reading: Reading, age: float) -> Reading:
+    return Reading(None, f"no fresh reading: the last is {age:.0f} s old", reading.at, None,
+                   reading.mono, stale=True)

@@ -1,0 +1,219 @@
+"""The standing pointer and the node binary it names: which node must run.
+
+`standing.node` names the node binary, `standing.node.sha256` its digest (see pointer.py). A
+pointer is *applied* once the agent has recorded it durably in its state; only then does the
+switch begin (stop the old node, start the new one), so a failed write never leaves a pointer
+that reads "applied" while the old node runs.
+
+Once a pointer is applied, the node binary is pinned to its digest: adoption (after the agent's
+own restart, or a node someone started) never replaces it, and a node running any other digest
+is stopped and the pointer's binary started. An agent SIGKILLed in the middle of a switch thus
+finishes the switch; it never falls back to the old release. Without a pointer there is nothing
+to pin to: a running node is adopted and its binary recorded (a newer node someone started by
+hand is never downgraded).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agent.base import procs
+from agent.base.persist import NodeBinary
+from agent.base.pointer import check_pointer, pointer_signature, read_pointer
+from agent.contract import NODE
+from agent.daemon.context import Context
+from agent.daemon.program import Program
+
+SYNC_WATCH_S = 0.25
+SYNC_WATCH_FOR_S = 120.0  # the fast watch's span after the new node's start; then each tick
+
+
+class NodeSwitch:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.view: dict[str, Any] = {"state": "absent", "path": None, "reason": None}
+        self._seen: object = None
+        self._fast_until = 0.0  # monotonic end of the fast watch for the new node's sync
+
+    # ------------------------------------------------------------------ what must run
+
+    def pinned_sha256(self) -> str | None:
+        """The digest the node must run: the applied pointer's; None without a pointer."""
+        binary = self.ctx.state.node_binary
+        if binary is None or binary.source != "pointer" or read_pointer(self.ctx.layout) is None:
+            return None
+        return binary.sha256
+
+    def sha256_of(self, info: procs.ProcInfo) -> tuple[str | None, str | None]:
+        """(program file, its sha256) of a running node, the digest read from what it runs
+        (/proc/<pid>/exe, or the script it was started with), never from the path in its
+        argv alone; (path, None) when unknown (see procs.running_digest)."""
+        path, sha256, _ = procs.running_digest(info, self.ctx.digests.digest)
+        return path, sha256
+
+    def verify_started(self, node: Program) -> None:
+        """Right after a spawn: the process must run the digest it was started for. A file
+        swapped between spawn_refusal's check and the exec would otherwise run under the
+        pointer's name; such a node is stopped (and the next start refused by the check)."""
+        p = node.proc
+        info = procs.identify(p.pid) if p is not None else None
+        if p is None or info is None:
+            return  # already gone: its exit is booked like any other
+        actual = self.sha256_of(info)[1]
+        if actual == p.sha256:
+            return
+        if actual is None:  # what it runs cannot be read here: its file was checked before
+            self.ctx.journal(f"node: cannot read what pid {p.pid} runs; checked before the "
+                             "start only")
+            return
+        why = (f"pid {p.pid} runs {(actual or 'an unknown digest')[:16]}, not the node it was "
+               f"started as ({(p.sha256 or '?')[:16]}): its file changed before the exec")
+        p.sha256 = actual
+        self.ctx.journal(f"node: {why}")
+        node.begin_stop(self.ctx.cfg.grace(node.cfg), why, as_crash=True)
+
+    def spawn_refusal(self) -> str | None:
+        """Why the node binary must not be started now, or None: before every start, its
+        digest (cached by inode, size, mtime and ctime) must still be the recorded one, so a release
+        replaced in place is never run under the pointer's name."""
+        binary = self.ctx.state.node_binary
+        if binary is None:
+            return "no node binary: standing.node is absent and no node runs"
+        try:
+            actual = self.ctx.digests.sha256(binary.path)
+        except OSError as e:
+            return f"{binary.path} cannot be read: {e.strerror or e}"
+        if actual != binary.sha256:
+            return (f"{binary.path} has sha256 {actual[:16]}, not the {binary.source} "
+                    f"{binary.sha16} (changed in place?); not starting it")
+        return None
+
+    def choose(self, found: list[procs.ProcInfo], mine: procs.ProcInfo | None
+               ) -> tuple[procs.ProcInfo | None, list[procs.ProcInfo]]:
+        """Of the node processes found running, the one to adopt (None: start the pointer's
+        binary once the others are gone) and the ones to stop."""
+        if not found:
+            return None, []
+        pinned = self.pinned_sha256()
+        if pinned is not None:
+            good = [i for i in found if self.sha256_of(i)[1] == pinned]
+            keeper = mine if mine in good else max(good, key=lambda i: i.start_ticks,
+                                                   default=None)
+        elif read_pointer(self.ctx.layout) is None:
+            keeper = max(found, key=lambda i: i.start_ticks)  # never downgrade a newer one
+        else:  # a pointer not applied yet: keep what runs; following the pointer decides
+            keeper = mine if mine is not None else max(found, key=lambda i: i.start_ticks)
+        return keeper, [i for i in found if keeper is None or i.pid != keeper.pid]
+
+    def adopted(self, binary: str | None, sha256: str | None) -> None:
+        """Record the binary of an adopted node, unless a pointer pins another one."""
+        current = self.ctx.state.node_binary
+        if not binary or not sha256 or self.pinned_sha256() is not None:
+            return
+        if current is None or current.sha256 != sha256:
+            self.ctx.state.node_binary = NodeBinary(binary, sha256, "adopted")
+            self.ctx.save_state()
+            self.ctx.journal(f"node: recorded running binary {binary} ({sha256[:16]})")
+
+    # ------------------------------------------------------------------ following the pointer
+
+    def follow(self, grace_s: float) -> None:
+        """Each tick: take a changed pointer (two stats when nothing changed), and stop a node
+        that runs anything but the pinned digest."""
+        self._take_pointer()
+        node = self.ctx.program(NODE)
+        pinned = self.pinned_sha256()
+        if (node is not None and pinned is not None and node.state == "running"
+                and node.proc is not None and node.proc.sha256 != pinned):
+            runs = (node.proc.sha256 or "an unknown digest")[:16]
+            node.begin_stop(grace_s, f"runs {runs}, the pointer says {pinned[:16]}")
+
+    def _take_pointer(self) -> None:
+        seen = pointer_signature(self.ctx.layout)
+        if seen == self._seen and self.view.get("state") not in ("refused", "pending"):
+            return  # unchanged since the last look, which applied it or found it absent
+        self._seen = seen
+        pointer = read_pointer(self.ctx.layout)
+        state = self.ctx.state
+        if pointer is None:
+            self.view = {"state": "absent", "path": None, "reason": None}
+            return
+        if pointer.key == state.pointer_applied and state.node_binary is not None:
+            self.view = {"state": "applied", "path": pointer.target, "reason": None}
+            return
+        verdict = check_pointer(pointer, self.ctx.digests)
+        if not verdict.ok:
+            if self.view.get("reason") != verdict.reason:
+                self.ctx.journal(f"pointer refused: {verdict.reason}; the node keeps running")
+            self.view = {"state": "refused", "path": pointer.target, "reason": verdict.reason}
+            return
+        assert verdict.sha256 is not None
+        before = (state.node_binary, state.pointer_applied)
+        state.node_binary = NodeBinary(verdict.path, verdict.sha256, "pointer")
+        state.pointer_applied = pointer.key
+        if not self.ctx.save_state():  # applied only once recorded: retried every tick
+            reason = "cannot record the switch in run/state.json (disk full or unwritable?)"
+            first = self.view.get("reason") != reason
+            if before[0] is not None and before[0].sha256 != verdict.sha256:
+                state.node_binary, state.pointer_applied = before  # the running one stays
+                if first:
+                    self.ctx.journal(f"pointer: {reason}; the node keeps running until it can")
+            else:  # nothing to switch away from: run the pointer's binary, record it later
+                state.pointer_applied = before[1]
+                if first:
+                    self.ctx.journal(f"pointer: {reason}; running {verdict.path} meanwhile")
+            self.view = {"state": "pending", "path": pointer.target, "reason": reason}
+            return
+        self.view = {"state": "applied", "path": pointer.target, "reason": None}
+        self.ctx.journal(f"pointer: node binary is now {verdict.path} ({verdict.sha256[:16]})")
+        node = self.ctx.program(NODE)
+        running = node.proc if node and node.state in ("running", "stopping") else None
+        if running is None or running.sha256 != verdict.sha256:
+            self._begin_timeline(running.sha256 if running else None, verdict.sha256)
+        if node and node.state == "running" and node.proc and node.proc.sha256 != verdict.sha256:
+            node.begin_stop(self.ctx.cfg.grace(node.cfg), f"switching to {verdict.sha256[:16]}")
+
+    # ------------------------------------------------------------------ the switch's timeline
+    # What a publish reads back as the node's downtime: the old node's exit, the new process
+    # up, the new node synced (wall-clock times, in the state so they survive a restart).
+
+    def _begin_timeline(self, old_sha256: str | None, new_sha256: str) -> None:
+        self.ctx.state.switch = {
+            "from_sha16": old_sha256[:16] if old_sha256 else None, "to_sha16": new_sha256[:16],
+            "applied_at": time.time(), "old_exit_at": None if old_sha256 else time.time(),
+            "new_started_at": None, "synced_at": None, "downtime_s": None}
+        self.ctx.save_state()
+
+    def node_exited(self, sha256: str | None) -> None:
+        sw = self.ctx.state.switch
+        if sw and sw.get("old_exit_at") is None and (sha256 or "")[:16] != sw.get("to_sha16"):
+            sw["old_exit_at"] = time.time()
+            self.ctx.save_state()
+
+    def node_started(self, sha256: str | None, started_at: float) -> None:
+        sw = self.ctx.state.switch
+        if sw and sw.get("new_started_at") is None and (sha256 or "")[:16] == sw.get("to_sha16"):
+            sw["new_started_at"] = started_at
+            self._fast_until = time.monotonic() + SYNC_WATCH_FOR_S
+            self.ctx.save_state()
+
+    def awaiting_sync(self) -> bool:
+        """A switch whose new node has started but not yet reported synced: its time is
+        taken from readings every SYNC_WATCH_S, not every tick, for SYNC_WATCH_FOR_S after the
+        start (a node that never syncs must not keep the agent probing four times a second;
+        its sync, if it comes, is then timed at a tick)."""
+        sw = self.ctx.state.switch
+        return (bool(sw) and sw.get("new_started_at") is not None
+                and sw.get("synced_at") is None and time.monotonic() < self._fast_until)
+
+    def node_reading(self, synced: bool, at: float, sha256: str | None) -> None:
+        sw = self.ctx.state.switch
+        started = sw.get("new_started_at") if sw else None
+        if (not sw or sw.get("synced_at") is not None or not synced or started is None
+                or at < started or (sha256 or "")[:16] != sw.get("to_sha16")):
+            return
+        sw["synced_at"] = at
+        gone = sw.get("old_exit_at")
+        sw["downtime_s"] = round(at - gone, 3) if isinstance(gone, int | float) else None
+        self.ctx.save_state()

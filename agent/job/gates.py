@@ -1,0 +1,162 @@
+"""`job gate`: the job's gates, each a shell command run in workdir/ before the measurement.
+
+A gate proves something only when it ran tests and none failed. It passes when all of these
+hold, and fails closed otherwise:
+- it exits 0 within the job's ttl, run under `bash -o pipefail -c` (a `pytest | tee log` that
+  failed exits non-zero);
+- the last non-empty line of its output is pytest's final summary line, read strictly:
+  `[=== ]<count> <outcome>[, <count> <outcome>...] in <secs>s[ (h:mm:ss)][ ===]` with outcomes
+  among passed, failed, error(s), skipped, deselected, xfailed, xpassed, warning(s), rerun(s),
+  or `no tests ran in <secs>s` (a count like `0/12 passed` is no summary);
+- it reports no `failed` and no `error`;
+- it reports at least `min_passed` (at least 1) passed tests: an all-skipped run fails.
+Gates run in order; the first that fails refuses the job and the rest do not run. Each gate's
+output goes to `JOBDIR/gates/<n>-<name>.log`. While a gate runs, `state.gating` names it (its
+process identity and start) so that `job state` can tell its deadline and `job stop` end it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from typing import Any
+
+from agent.base import procs
+from agent.job.model import Gate, Job, now
+from agent.job.state import save_state, stop_requested
+
+SHELL = ("/bin/bash", "-o", "pipefail", "-c")  # Debian's /bin/sh (dash) has no pipefail
+TAIL_BYTES = 64 * 1024  # the summary line is at the end of the output
+UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+OUTCOMES = {"passed": "passed", "failed": "failed", "error": "errors", "errors": "errors",
+            "skipped": "skipped", "deselected": "deselected", "xfailed": "xfailed",
+            "xpassed": "xpassed", "warning": "warnings", "warnings": "warnings",
+            "rerun": "reruns", "reruns": "reruns"}
+SUMMARY = re.compile(r"(?:=+ )?(?P<body>.+?) in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?(?: =+)?")
+ITEM = re.compile(r"(\d+) ([a-z]+)")
+
+
+def run_gates(job: Job, state: dict[str, Any]) -> str | None:
+    """Run the gates, appending one record each to `state["gates"]`; the first failure's
+    reason, or None when every gate passed (or a stop was asked for: the caller looks)."""
+    folder = job.dir / "gates"
+    folder.mkdir(exist_ok=True)
+    job.work.mkdir(exist_ok=True)
+    records: list[dict[str, Any]] = state["gates"]
+    for i, gate in enumerate(job.gates, start=1):
+        if stop_requested(job):
+            return None
+        log = folder / f"{i:02d}-{UNSAFE.sub('_', gate.name)[:60]}.log"
+        record = run_gate(job, gate, log, state)
+        records.append(record)
+        if not record["ok"]:
+            return None if stop_requested(job) else _why(record)
+    return None
+
+
+def run_gate(job: Job, gate: Gate, log: Any, state: dict[str, Any]) -> dict[str, Any]:
+    started = time.monotonic()
+    timed_out = False
+    with open(log, "wb") as out:
+        try:
+            child = subprocess.Popen([*SHELL, gate.command], cwd=job.work,
+                                     stdin=subprocess.DEVNULL, stdout=out,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:
+            return _record(gate, None, started, False, None, log, job,
+                           f"cannot start {SHELL[0]}: {e.strerror or e}")
+    ticks = procs.start_ticks_of(child.pid)
+    state["gating"] = {"gate": gate.name, "started_at": now(), "pid": child.pid,
+                       "start_ticks": ticks if ticks is not None else -1,
+                       "boot_id": procs.boot_id(), "pgid": child.pid}
+    save_state(job, state)  # `job state` tells this gate's deadline; `job stop` can end it
+    if stop_requested(job):  # asked for before `job stop` could see this gate: end it here
+        procs.signal_program(child.pid, child.pid, signal.SIGKILL)
+    try:
+        try:
+            code = child.wait(timeout=job.ttl_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            procs.signal_program(child.pid, child.pid, signal.SIGKILL)
+            code = child.wait()
+    finally:
+        procs.kill_group_leftovers(child.pid)  # what the gate left behind in its group
+        state["gating"] = None
+    return _record(gate, code, started, timed_out, summary_of(log), log, job, None)
+
+
+def _record(gate: Gate, code: int | None, started: float, timed_out: bool,
+            summary: dict[str, Any] | None, log: Any, job: Job,
+            problem: str | None) -> dict[str, Any]:
+    counts = (summary or {}).get("counts", {})
+    passed = counts.get("passed", 0) if summary else None
+    if problem is None:
+        problem = _problem(gate, code, timed_out, summary, counts)
+    return {"name": gate.name, "command": gate.command, "exit_code": code,
+            "seconds": round(time.monotonic() - started, 3), "passed": passed,
+            "failed": counts.get("failed", 0) if summary else None,
+            "errors": counts.get("errors", 0) if summary else None,
+            "summary": (summary or {}).get("line"), "min_passed": gate.min_passed,
+            "timed_out": timed_out, "ok": problem is None, "problem": problem,
+            "log": os.path.relpath(log, job.dir)}
+
+
+def _problem(gate: Gate, code: int | None, timed_out: bool, summary: dict[str, Any] | None,
+             counts: dict[str, int]) -> str | None:
+    """Why the gate does not pass (every cause, in one line), or None when it does."""
+    why = []
+    if timed_out:
+        why.append("did not finish within the job's ttl")
+    elif code != 0:
+        why.append(f"exited {code}")
+    if summary is None:
+        why.append("its output does not end with pytest's summary line (no test count)")
+    else:
+        why += [f"{counts[k]} {name}" for k, name in (("failed", "failed"), ("errors", "error"))
+                if counts.get(k)]
+        if counts.get("passed", 0) < gate.min_passed:
+            why.append(f"{counts.get('passed', 0)} passed (at least {gate.min_passed} wanted)")
+    return ", ".join(why) or None
+
+
+def summary_of(log: Any) -> dict[str, Any] | None:
+    """pytest's final summary line of the gate's output: {line, counts}, or None when the last
+    non-empty line is not one."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - TAIL_BYTES))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [ANSI.sub("", line).strip() for line in tail.splitlines()]
+    lines = [line for line in lines if line]
+    return parse_summary(lines[-1]) if lines else None
+
+
+def parse_summary(line: str) -> dict[str, Any] | None:
+    """{line, counts} of one pytest summary line, read strictly; None when it is not one."""
+    m = SUMMARY.fullmatch(line)
+    if m is None:
+        return None
+    body = m.group("body")
+    counts: dict[str, int] = {}
+    if body != "no tests ran":
+        for part in body.split(", "):
+            item = ITEM.fullmatch(part)
+            if item is None or item.group(2) not in OUTCOMES:
+                return None
+            key = OUTCOMES[item.group(2)]
+            if key in counts:
+                return None
+            counts[key] = int(item.group(1))
+    return {"line": line, "counts": counts}
+
+
+def _why(r: dict[str, Any]) -> str:
+    summary = f"summary {r['summary']!r}" if r["summary"] else "no summary line"
+    return (f"gate {r['name']!r} failed: {r['problem']}; {summary}, {r['seconds']:.1f} s; "
+            f"see {r['log']}")

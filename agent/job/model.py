@@ -1,0 +1,208 @@
+"""A one-shot job's file, `JOBDIR/job.json`, read and checked key by key.
+
+A job directory is `<root>/jobs/<name>`; the operator uploads `job.json` and the job's inputs
+(`workdir/`) there. Any problem with the file is one usage error (exit 2): nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from agent.base.errors import usage_error
+from agent.contract import JOB_FILE, JOB_STATE, JOB_WORKDIR, JOBS
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+REPO_TYPES = ("model", "dataset", "space")
+TOP_KEYS = ("name", "command", "outputs", "ttl_minutes", "gates", "modules", "toolchain",
+            "store_endpoint", "admission")
+ADMISSION_KEYS = ("driver", "qualified_gpus", "banned_symbols", "allowed_symbols")
+GATE_KEYS = ("name", "command", "min_passed")
+TOOLCHAIN_KEYS = ("repo", "revision", "path", "repo_type")
+
+
+@dataclass(frozen=True)
+class Gate:
+    name: str
+    command: str
+    min_passed: int
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    repo: str
+    revision: str  # refused at fetch unless a 40-hex commit
+    path: str  # where it appears under workdir/
+    repo_type: str
+
+
+@dataclass(frozen=True)
+class JobAdmission:
+    driver: str
+    qualified_gpus: tuple[str, ...]
+    banned_symbols: tuple[str, ...]
+    allowed_symbols: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Job:
+    dir: Path
+    name: str
+    command: str
+    outputs: str
+    ttl_minutes: float
+    gates: tuple[Gate, ...]
+    modules: tuple[str, ...]
+    toolchain: Toolchain | None
+    store_endpoint: str | None
+    admission: JobAdmission
+
+    @property
+    def root(self) -> Path:
+        """The agent's root: JOBDIR is <root>/jobs/<name>."""
+        return self.dir.parent.parent
+
+    @property
+    def work(self) -> Path:
+        return self.dir / JOB_WORKDIR
+
+    @property
+    def outputs_dir(self) -> Path:
+        return self.work / self.outputs
+
+    @property
+    def state_path(self) -> Path:
+        return self.dir / JOB_STATE
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "job.log"
+
+    @property
+    def ttl_s(self) -> float:
+        return self.ttl_minutes * 60.0
+
+
+def load_job(jobdir: Path) -> Job:
+    """JOBDIR/job.json, checked key by key: any problem is one usage error (exit 2)."""
+    jobdir = Path(os.path.abspath(jobdir))
+    path = jobdir / JOB_FILE
+    if not jobdir.is_dir():
+        raise usage_error(f"job directory {jobdir} not found")
+    if jobdir.parent.name != JOBS:
+        raise usage_error(f"{jobdir}: a job directory is <root>/jobs/<name>")
+    try:
+        import json
+
+        raw = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise usage_error(f"{path} not found") from None
+    except OSError as e:
+        raise usage_error(f"{path} unreadable: {e.strerror}") from None
+    except ValueError as e:
+        raise usage_error(f"{path} is not JSON: {e}") from None
+    where = str(path)
+    top = _keys(raw, TOP_KEYS, where)
+    name = _string(top, "name", where)
+    if not NAME.match(name) or name != jobdir.name:
+        raise usage_error(f"{where}: name {name!r} must be the job directory's name "
+                          f"({jobdir.name!r}) and match {NAME.pattern}")
+    ttl = top["ttl_minutes"]
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) \
+            or ttl <= 0:
+        raise usage_error(f"{where}: ttl_minutes must be a positive number, got {ttl!r}")
+    gates = []
+    for i, g in enumerate(_list(top, "gates", where)):
+        gw = f"{where}: gates[{i}]"
+        gt = _keys(g, GATE_KEYS, gw)
+        low = gt["min_passed"]
+        if isinstance(low, bool) or not isinstance(low, int) or low < 1:
+            # a gate that ran no test proves nothing
+            raise usage_error(f"{gw}.min_passed must be a whole number >= 1, got {low!r}")
+        gates.append(Gate(_string(gt, "name", gw), _string(gt, "command", gw), low))
+    if len({g.name for g in gates}) != len(gates):
+        raise usage_error(f"{where}: gate names must be unique")
+    modules = tuple(_relative(m, f"{where}: modules[{i}]")
+                    for i, m in enumerate(_strings(top, "modules", where)))
+    toolchain = None
+    if top["toolchain"] is not None:
+        tw = f"{where}: toolchain"
+        tt = _keys(top["toolchain"], TOOLCHAIN_KEYS, tw)
+        repo_type = _string(tt, "repo_type", tw)
+        if repo_type not in REPO_TYPES:
+            raise usage_error(f"{tw}.repo_type must be one of {', '.join(REPO_TYPES)}, "
+                              f"got {repo_type!r}")
+        toolchain = Toolchain(_string(tt, "repo", tw), _string(tt, "revision", tw),
+                              _relative(_string(tt, "path", tw), f"{tw}.path"), repo_type)
+    endpoint = top["store_endpoint"]
+    if endpoint is not None and (not isinstance(endpoint, str)
+                                 or not endpoint.startswith(("http://", "https://"))):
+        raise usage_error(f"{where}: store_endpoint must be null or an http(s) URL, "
+                          f"got {endpoint!r}")
+    aw = f"{where}: admission"
+    at = _keys(top["admission"], ADMISSION_KEYS, aw)
+    admission = JobAdmission(_string(at, "driver", aw), tuple(_strings(at, "qualified_gpus", aw)),
+                             tuple(_strings(at, "banned_symbols", aw)),
+                             tuple(_strings(at, "allowed_symbols", aw)))
+    return Job(jobdir, name, _string(top, "command", where),
+               _relative(_string(top, "outputs", where), f"{where}: outputs"), float(ttl),
+               tuple(gates), modules, toolchain, endpoint, admission)
+
+
+def _keys(raw: Any, keys: tuple[str, ...], where: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise usage_error(f"{where} must be an object")
+    unknown = sorted(set(raw) - set(keys))
+    if unknown:
+        raise usage_error(f"{where}: unknown key {unknown[0]!r}")
+    missing = [k for k in keys if k not in raw]
+    if missing:
+        raise usage_error(f"{where}: missing key {missing[0]!r}")
+    return raw
+
+
+def _string(t: dict[str, Any], key: str, where: str) -> str:
+    value = t[key]
+    if not isinstance(value, str) or not value.strip():
+        raise usage_error(f"{where}: {key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _list(t: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = t[key]
+    if not isinstance(value, list):
+        raise usage_error(f"{where}: {key} must be a list, got {value!r}")
+    return value
+
+
+def _strings(t: dict[str, Any], key: str, where: str) -> list[str]:
+    values = _list(t, key, where)
+    for v in values:
+        if not isinstance(v, str) or not v.strip():
+            raise usage_error(f"{where}: {key} must hold non-empty strings, got {v!r}")
+    return values
+
+
+def _relative(path: str, where: str) -> str:
+    """A path (or glob) that stays inside workdir/: relative, no '..'."""
+    p = PurePosixPath(path)
+    if p.is_absolute() or ".." in p.parts or not p.parts or path.strip() != path:
+        raise usage_error(f"{where}: {path!r} must be a relative path inside workdir/ (no '..')")
+    return path
+
+
+class Refused(Exception):
+    """A step's guard said no: recorded as the job's refusal."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def now() -> float:
+    return round(time.time(), 3)

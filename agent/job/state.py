@@ -1,0 +1,190 @@
+"""A job's state, `JOBDIR/state.json`: read, replaced durably, and changed under the job's lock.
+
+Each step holds `JOBDIR/.lock` while it changes the state. A refusal is recorded here
+(`phase: refused`), and so is a stop before the run (`phase: interrupted`); both write
+`workdir/<outputs>/fleet-job.json` beside the outputs and remove the store token.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from agent.base.errors import AgentError
+from agent.base.files import read_json, write_json
+from agent.base.journal import utc
+from agent.contract import (
+    ADMITTED,
+    FAILED,
+    FETCHED,
+    FINISHED,
+    GATED,
+    INTERRUPTED,
+    NEW,
+    REFUSED,
+    RUNNING,
+    SCANNED,
+    TOKEN,
+    TOKEN_UPLOAD,
+)
+from agent.job.model import Job, Refused, now
+
+RANK = {NEW: 0, ADMITTED: 1, FETCHED: 2, SCANNED: 3, GATED: 4, RUNNING: 5,
+        FINISHED: 6, FAILED: 6, INTERRUPTED: 6}
+TOKEN_FILES = (TOKEN, TOKEN_UPLOAD)  # the store token, and a deploy's upload of it
+LOCK_POLL_S = 0.1
+
+
+def fresh_state(job: Job) -> dict[str, Any]:
+    return {"name": job.name, "phase": NEW, "refused": None, "admission": None,
+            "toolchain": None, "scan": None, "gates": None, "invocations": 0, "exit_code": None,
+            "started_at": None, "finished_at": None, "timed_out": False, "interrupted": None,
+            "runner": None, "process": None, "gating": None, "stopped": None}
+
+
+def load_state(job: Job) -> dict[str, Any]:
+    raw = read_json(job.state_path)
+    if raw is None:
+        if job.state_path.exists():
+            raise AgentError(f"{job.state_path} is unreadable or not JSON; not guessing what "
+                             "happened (look at it, then remove it to start the job over)")
+        return fresh_state(job)
+    if not isinstance(raw, dict) or raw.get("phase") not in (*RANK, REFUSED):
+        raise AgentError(f"{job.state_path} is not a job state")
+    return {**fresh_state(job), **raw}
+
+
+def save_state(job: Job, state: dict[str, Any]) -> None:
+    """Durably: a step is done (and a run intended) only once this returns."""
+    try:
+        write_json(job.state_path, state, durable=True)
+    except OSError as e:
+        raise AgentError(f"cannot record the job's state in {job.state_path}: "
+                         f"{e.strerror or e}") from None
+
+
+def write_outcome(job: Job, state: dict[str, Any]) -> None:
+    """workdir/<outputs>/fleet-job.json: what happened, beside the outputs themselves."""
+    outcome = {"job": job.name, "phase": state["phase"], "invocations": state["invocations"],
+               "refused": state["refused"], "admission": state["admission"],
+               "gates": state["gates"], "exit_code": state["exit_code"],
+               "timed_out": state["timed_out"], "interrupted": state["interrupted"],
+               "stopped": state["stopped"], "started_at": state["started_at"],
+               "finished_at": state["finished_at"]}
+    try:
+        job.outputs_dir.mkdir(parents=True, exist_ok=True)
+        write_json(job.outputs_dir / "fleet-job.json", outcome, durable=True)
+    except OSError as e:
+        print(f"warning: cannot write {job.outputs_dir / 'fleet-job.json'}: {e.strerror or e}",
+              file=sys.stderr)
+
+
+@contextmanager
+def locked(job: Job, timeout: float | None = None) -> Iterator[None]:
+    """JOBDIR/.lock, held while a step changes the state (the kernel drops it on any death);
+    with a timeout, an AgentError when a step holds it that long."""
+    fd = os.open(job.dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        if timeout is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            until = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= until:
+                        raise AgentError(f"job {job.name}: a step still holds {job.dir}/.lock "
+                                         f"after {timeout:.0f} s") from None
+                    time.sleep(LOCK_POLL_S)
+        yield
+    finally:
+        os.close(fd)
+
+
+def stop_requested(job: Job) -> dict[str, Any] | None:
+    """`JOBDIR/stop.json` ({by, at, grace_s}), written by `job stop`, or None."""
+    path = job.dir / "stop.json"
+    raw = read_json(path)
+    if raw is None and (path.exists() or path.is_symlink()):
+        raw = {"by": "operator", "at": None, "grace_s": None}  # unreadable: still a stop
+    return raw if isinstance(raw, dict) else None
+
+
+def stopped_marker(job: Job, phase: str) -> dict[str, Any] | None:
+    """What `stopped` records: the stop asked for, and the phase it found the job in."""
+    request = stop_requested(job)
+    return None if request is None else {**request, "phase": phase}
+
+
+def close(job: Job, state: dict[str, Any]) -> None:
+    """A job stopped before its run: ended without running (invocations stay 0)."""
+    was = state["phase"]
+    state.update(phase=INTERRUPTED, gating=None, stopped=stopped_marker(job, was),
+                 interrupted={"at": now(), "reason": f"stopped by the operator before it ran "
+                                                     f"(it was {was})"})
+    save_state(job, state)
+    write_outcome(job, state)
+    drop_token(job, strict=False)
+
+
+def drop_token(job: Job, strict: bool = True) -> None:
+    """Remove the store token from the box; Refused (strict) when it cannot be removed."""
+    for name in TOKEN_FILES:
+        path = job.root / name
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            if strict:
+                raise Refused(f"the store token {path} cannot be removed ({e.strerror or e}); "
+                              "the job's code never runs while it is on the box") from None
+
+
+def with_deadline(job: Job, state: dict[str, Any]) -> dict[str, Any]:
+    """The state as printed: `deadline_at` (UTC ISO) when the run or a gate ends at the ttl,
+    by this box's clock: the run's started_at + ttl while running, a gate's start + ttl while
+    it runs (each gate may take a full ttl)."""
+    from agent.base import procs
+
+    started: Any = None
+    gating = state.get("gating")
+    if gating is not None and procs.from_record(gating) is None:
+        gating = None  # its gate (and the step that ran it) died: the job is between steps
+    if state["phase"] == RUNNING:
+        started = state.get("started_at")
+    elif isinstance(gating, dict):
+        started = gating.get("started_at")
+    at = _epoch(started)
+    return {**state, "gating": gating, "deadline_at": None if at is None else
+            utc(at + job.ttl_s)}
+
+
+def _epoch(value: Any) -> float | None:
+    """A recorded time: Unix seconds (what the agent writes) or UTC ISO (a hand edit)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str):
+        from datetime import UTC, datetime
+
+        try:
+            t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
+    return None
+
+
+def refuse(job: Job, state: dict[str, Any], step: str, reason: str) -> None:
+    state.update(phase=REFUSED, refused={"step": step, "reason": reason}, gating=None)
+    save_state(job, state)
+    write_outcome(job, state)
+    drop_token(job, strict=False)  # no later step will fetch

@@ -1,0 +1,82 @@
+"""pyinfra runs from the operator's own commands (publish, one-shot jobs, the loop): the argv
+over exactly some boxes, and the environment that points pyinfra, and the testinfra checks
+run beside it, at this fleet.toml."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fleet.core.paths import REPO
+
+if TYPE_CHECKING:
+    from fleet.core.config import Config
+
+BIN = Path(sys.executable).parent
+
+
+def env(cfg: Config, **extra: str) -> dict[str, str]:
+    """This process's environment with the config, quiet progress and the venv's tools first."""
+    return {**os.environ, "FLEET_CONFIG": str(cfg.path), "PYINFRA_PROGRESS": "off",
+            "PATH": f"{BIN}:{os.environ.get('PATH', '')}", **extra}
+
+
+def argv(deploy: str, labels: Sequence[str], data: Mapping[str, str] | None = None,
+         fail_fast: bool = False, dry: bool = False) -> list[str]:
+    """`pyinfra -y` of `deploy` limited to `labels` (host names or groups); `fail_fast` stops
+    at the first failed box (`--fail-percent 0`); `dry` only shows what would change."""
+    out = [str(BIN / "pyinfra"), "--dry" if dry else "-y"]
+    if fail_fast:
+        out += ["--fail-percent", "0"]
+    for label in labels:
+        out += ["--limit", label]
+    out += ["inventory.py", deploy]
+    for k, v in (data or {}).items():
+        out += ["--data", f"{k}={v}"]
+    return out
+
+
+@dataclass
+class Run:
+    rc: int
+    output: str
+
+    def errors_for(self, label: str) -> list[str]:
+        """pyinfra's lines about one host that say what went wrong."""
+        keys = ("error", "failed", "differ", "refus", "revert", "unhealthy", "not ")
+        prefix = f"[{label}]"
+        lines = []
+        for raw in self.output.splitlines():
+            line = _strip_ansi(raw).strip()
+            if line.startswith(prefix) and any(k in line.lower() for k in keys):
+                lines.append(line[len(prefix):].strip())
+        return lines
+
+
+def _strip_ansi(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def run_pyinfra(cfg: Config, labels: Sequence[str], data: Mapping[str, str],
+                echo: Callable[[str], None], fail_fast: bool = True,
+                deploy: str = "deploys/publish.py") -> Run:
+    """One pyinfra run of `deploy` over exactly `labels` (a publish's waves are ours), its
+    output echoed line by line.
+
+    `fail_fast` (a wave): `--fail-percent 0`, the run stops at the first failed box. Staging
+    runs without it, so every box gets through or names its own failure.
+    """
+    proc = subprocess.Popen(argv(deploy, labels, data, fail_fast), cwd=REPO, env=env(cfg),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        echo(line.rstrip("\n"))
+    return Run(proc.wait(), "".join(lines))

@@ -1,0 +1,1 @@
+"""The `fleet` command line: `main` registers one module per command group."""

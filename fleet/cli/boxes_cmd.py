@@ -1,0 +1,262 @@
+"""`fleet offers`, `rent`, `roster` and `destroy`: the boxes themselves."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.table import Table
+
+from fleet.boxes import lifecycle
+from fleet.core.boxes import Row, is_standing, unread
+from fleet.core.config import PROVIDERS, Config
+from fleet.core.errors import AuthFailed, FleetError, ProviderError, UsageError
+from fleet.core.times import now_iso
+from fleet.ops import budget
+from fleet.ops import offers as offers_mod
+from fleet.ops import rent as rent_mod
+from fleet.providers.base import Provider
+from fleet.state.registry import Registry, check_label
+
+if TYPE_CHECKING:
+    from fleet.ops.loop import Owe
+from fleet.cli import common
+from fleet.cli.common import (
+    app,
+    card_option,
+    cfg,
+    emit,
+    err,
+    out,
+    registry,
+    uptime,
+)
+from fleet.providers.sync import view
+
+
+@app.command("offers")
+def offers_cmd(role: str, card: str = typer.Option(None, help="only this card, e.g. 'RTX 4090'"),
+               gpus: int = typer.Option(1, min=1), limit: int = typer.Option(10, min=1),
+               as_json: bool = typer.Option(False, "--json")) -> None:
+    """The cheapest admissible offers for ROLE across both providers."""
+    wanted = card_option(card)
+    r = cfg().role(role)
+    found, failures = offers_mod.search(r, common.providers().values(), card=wanted, gpus=gpus)
+    for f in failures:
+        err.print(f"warning: {f}")
+    t = Table(title=f"offers for {role} (driver {r.admitted_driver or 'any'})")
+    for c in ("provider", "offer", "card", "gpus", "USD/h", "driver", "cuda", "where"):
+        t.add_column(c)
+    rows = found[:limit]
+    for o in rows:
+        t.add_row(o.provider, o.offer_id, o.card, str(o.gpu_count), f"{o.usd_per_hour:.3f}",
+                  o.driver or "(after boot)", o.cuda or "", o.country or o.cloud or "")
+    emit(t, [{k: v for k, v in o.__dict__.items() if k != "raw"} for o in rows], as_json)
+
+
+@app.command("rent")
+def rent_cmd(role: str, provider: str = typer.Option(None, help="runpod or vast"),
+             card: str = typer.Option(None), gpus: int = typer.Option(1, min=1),
+             label: str = typer.Option(None, help="label to use (default: generated)"),
+             wait: bool = typer.Option(True, help="wait until SSH answers and pin its host key"),
+             dry_run: bool = typer.Option(False, "--dry-run"),
+             as_json: bool = typer.Option(False, "--json")) -> None:
+    """Rent one box for ROLE: cheapest admissible offer, within the daily budget.
+
+    With the --label of a rent that stopped half-way (a crash while renting or waiting for
+    SSH), resume it: the box its provider lists under the label is recorded and waited for;
+    if there is none, the label is rented again there (budget checked).
+    """
+    wanted = card_option(card)
+    c, reg = cfg(), registry()
+    r = c.role(role)
+    if provider and provider not in PROVIDERS:
+        raise UsageError(f"unknown provider {provider!r} (runpod, vast)")
+    old = None
+    if label:
+        check_label(label)
+        old = reg.get(label)
+        if old is not None:
+            lifecycle.check_resume(old, r, provider)
+    if old is not None:
+        ps = _providers()
+        again = f"fleet rent {role} --label {label}"
+        p = lifecycle.provider_for(ps, old.provider, f"cannot resume {label}")
+        try:
+            box = lifecycle.find_unfinished(p, old)
+        except ProviderError as e:
+            raise lifecycle.cannot_ask(e, old.label, again) from None
+        if box is not None:
+            if dry_run:
+                out.print(f"dry run: would resume {old.label}: record {old.provider} box "
+                          f"{box.box_id} ({box.status}) and wait for SSH")
+                return
+            row = lifecycle.record(reg, old.label, box)
+            _rented(c, reg, ps, row.label, wait, as_json)
+            return
+        chosen = {old.provider: p}
+    elif provider:
+        ps = _providers()
+        chosen = {provider: lifecycle.provider_for(ps, provider, f"cannot rent on {provider}")}
+    else:
+        ps = chosen = common.providers()  # no key at all: AuthFailed names the variables
+    found, failures = offers_mod.search(r, chosen.values(), card=wanted, gpus=gpus)
+    for f in failures:
+        err.print(f"warning: {f}")
+    if dry_run:
+        if not found:
+            raise FleetError(f"no admissible offer for {role}")
+        o = found[0]
+        day = budget.project_new(reg.rows(), c.daily_budget_usd, o.usd_per_hour,
+                                 replacing=old.label if old else None)
+        verdict = "fits" if day.fits else "would be REFUSED"
+        resumed = f" under the unfinished label {old.label}" if old else ""
+        out.print(f"dry run: would rent {o.card} x{o.gpu_count} on {o.provider} "
+                  f"(offer {o.offer_id}) at ${o.usd_per_hour:.3f}/h{resumed}; projected day "
+                  f"${day.total_usd:.2f}, run rate ${day.run_rate_usd:.2f} a day, of "
+                  f"${day.budget_usd:.2f}: {verdict}")
+        return
+    res = rent_mod.rent(c, reg, r, found, ps, label=label, resume=old is not None)
+    _rented(c, reg, ps, res.row.label, wait, as_json)
+
+
+def _providers() -> dict[str, Provider]:
+    """The providers with a key; none at all is an empty dict (the caller names the key)."""
+    try:
+        return common.providers()
+    except AuthFailed:
+        return {}
+
+
+def _rented(c: Config, reg: Registry, ps: dict[str, Provider], label: str, wait: bool,
+            as_json: bool) -> None:
+    """Wait for the rented box (unless told not to) and show its row."""
+    row = rent_mod.wait_ready(c, reg, ps, [label])[label] if wait else reg.get(label)
+    if row is None:
+        raise FleetError(f"{label}: its registry row went missing while renting")
+    t = Table(title="rented")
+    for col in ("label", "provider", "id", "card", "USD/h", "status", "ssh"):
+        t.add_column(col)
+    t.add_row(row.label, row.provider, row.provider_id or "", row.card,
+              f"{row.usd_per_hour:.3f}", row.status, f"{row.ssh_host}:{row.ssh_port}")
+    emit(t, row.to_dict(), as_json)
+
+
+@app.command("roster")
+def roster_cmd(
+    as_json: bool = typer.Option(False, "--json"),
+    all_rows: bool = typer.Option(False, "--all", help="include destroyed boxes"),
+) -> None:
+    """The fleet's boxes with their live status and what they cost."""
+    c, reg, ps = cfg(), registry(), common.providers()
+    v = view(reg, ps)
+    for f in v.failures:
+        err.print(f"warning: {f}")
+    live = {row.label: box for row, box in v.matched}
+    rows = [r for r in reg.rows() if all_rows or r.live]
+    t = Table(title="roster")
+    for col in ("label", "role", "kind", "provider", "card", "USD/h", "uptime", "status", "job"):
+        t.add_column(col)
+    data = []
+    total = 0.0
+    for r in rows:
+        box = live.get(r.label)
+        status = box.status if box else ("gone" if r in v.gone else r.status)
+        if r.live:
+            total += r.usd_per_hour
+        up = uptime(r.created_at) if r.live else "-"
+        t.add_row(r.label, r.role, r.kind, r.provider, r.card, f"{r.usd_per_hour:.3f}", up,
+                  status + (" (standing)" if r.standing else ""), _job_cell(r))
+        data.append({**r.to_dict(), "live_status": status})
+    for b in v.orphans:
+        t.add_row(b.label or "?", "-", "-", b.provider, b.card, f"{b.usd_per_hour:.3f}", "-",
+                  f"ORPHAN {b.box_id}", "-")
+    owed = _owed(reg)
+    for o in owed:
+        t.add_row("-", o.role, "owed", o.provider, f"{o.card} x{o.gpus}", "-", "-",
+                  f"OWED since {o.since}: {o.reason}", "-")
+    money = _money(c, reg, ps)
+    t.caption = (f"total ${total:.3f}/h, ${total * 24:.2f}/day; spent today "
+                 f"${money['spent_today_usd']:.2f} ({money['boxes_from_bills']} boxes from the "
+                 f"bills), committed until midnight ${money['committed_until_midnight_usd']:.2f}"
+                 f", run rate ${money['run_rate_usd_per_day']:.2f}/day, budget "
+                 f"${money['daily_budget_usd']:.2f}")
+    emit(t, {"boxes": data, "orphans": [b.to_dict() for b in v.orphans],
+             "owed": [o.for_page().to_dict() | {"rerent_of": o.rerent_of} for o in owed],
+             "usd_per_hour": total, "usd_per_day": total * 24, "money": money}, as_json)
+
+
+def _money(c: Config, reg: Registry, ps: dict[str, Provider]) -> dict[str, Any]:
+    """Spent today (the providers' bills where they give one), committed, the budget."""
+    from fleet.state import bills
+
+    now = datetime.now(UTC)
+    read = bills.refresh(c.registry, ps, now)
+    for name, why in read.errors.items():
+        err.print(f"warning: no bill from {name} ({why}); its boxes are estimated")
+    rows = reg.rows()
+    return budget.today(rows, c.daily_budget_usd, now, bills.billed(rows, read, now)).to_dict()
+
+
+def _owed(reg: Registry) -> list[Owe]:
+    """The wanted boxes the loop's last tick could not rent (none before a loop ran)."""
+    from fleet.ops.loop import Memory
+
+    return Memory.load(reg.path.parent / "loop.json").owed
+
+
+def _job_cell(r: Row) -> str:
+    """A one-shot row's job and what became of it; a refusal reads as a fault, not a result."""
+    if not r.job:
+        return "-"
+    state = r.job_state or "staged"
+    if r.refusal:
+        state = f"REFUSED ({r.refusal}), 0 invocations"
+    if r.teardown:
+        state += f"; {r.teardown}"
+    return f"{r.job}: {state}"
+
+
+@app.command("destroy")
+def destroy_cmd(label: str,
+                force: bool = typer.Option(False, help="also destroy a standing box, or a "
+                                           "one-shot box whose outputs were not read back"),
+                dry_run: bool = typer.Option(False, "--dry-run")) -> None:
+    """Destroy the box LABEL (boxes of standing roles only with --force).
+
+    A row without a provider id (a rent stopped before it learnt one) is looked up by its
+    label at its provider; the row is marked destroyed once the provider lists no such box.
+    """
+    c, reg = cfg(), registry()
+    row = reg.get(check_label(label))
+    if row is None:
+        raise UsageError(f"no box labelled {label!r} in the registry")
+    if not row.live:
+        raise UsageError(f"{label} is already {row.status}")
+    if is_standing(c, row) and not force:
+        raise UsageError(f"{label} is a box of the standing role {row.role}; standing boxes are "
+                         "replaced, not destroyed (use --force to destroy it anyway)")
+    if unread(row) and not force:
+        raise UsageError(f"{label} holds job {row.job}, whose outputs were not read back: run "
+                         f"`fleet teardown {label}` (or --force to lose them)")
+    if dry_run and row.provider_id:
+        out.print(f"dry run: would destroy {label} ({row.provider} {row.provider_id}, "
+                  f"${row.usd_per_hour:.3f}/h)")
+        return
+    p = lifecycle.provider_for(_providers(), row.provider, f"cannot destroy {label}")
+    again = f"fleet destroy {label}"
+    if row.provider_id:
+        p.destroy(row.provider_id)  # returns once the provider no longer lists it
+    elif dry_run:
+        try:
+            box = p.find_by_label(label)
+        except ProviderError as e:
+            raise lifecycle.cannot_ask(e, label, again) from None
+        what = f"{row.provider} {box.box_id}" if box else f"no box at {row.provider} carries it"
+        out.print(f"dry run: would destroy {label} ({what}, ${row.usd_per_hour:.3f}/h)")
+        return
+    else:
+        lifecycle.destroy_by_label(p, reg, label, again)
+    reg.update(label, status="destroyed", destroyed_at=now_iso())
+    out.print(f"destroyed {label}")

@@ -1,0 +1,86 @@
+"""What every command shares: the Typer app and its groups, the consoles, fleet.toml and the
+registry of this run, and one way to print a table or its JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fleet.core import cards
+from fleet.core.config import Config, load
+from fleet.core.errors import UsageError
+from fleet.core.times import parse_iso
+from fleet.providers.base import Provider
+from fleet.providers.factory import all_providers
+from fleet.state.registry import Registry
+
+if TYPE_CHECKING:
+    pass
+
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Rent, convert, check and tear down rented GPU boxes.")
+sandbox_app = typer.Typer(no_args_is_help=True, help="The local sandbox cloud.")
+app.add_typer(sandbox_app, name="sandbox")
+release_app = typer.Typer(no_args_is_help=True, help="The release store the fleet publishes.")
+app.add_typer(release_app, name="release")
+
+out = Console()
+err = Console(stderr=True)
+_state: dict[str, Any] = {}
+
+
+@app.callback()
+def _root(config: Path = typer.Option(None, "--config", "-c", help="fleet.toml to use",
+                                      envvar="FLEET_CONFIG")) -> None:
+    _state["config_path"] = config
+
+
+def cfg() -> Config:
+    if "config" not in _state:
+        _state["config"] = load(_state.get("config_path"))
+    c: Config = _state["config"]
+    return c
+
+
+def registry() -> Registry:
+    return Registry(cfg().registry)
+
+
+def providers() -> dict[str, Provider]:
+    return dict(all_providers())
+
+
+def card_option(card: str | None) -> str | None:
+    """A --card in any spelling of a known card (`rtx 4090`, RunPod's `NVIDIA GeForce RTX
+    4090`) as the fleet's name; an unknown card is a usage error."""
+    if card is None:
+        return None
+    name = cards.canonical(card)
+    if name is None:
+        raise UsageError(f"unknown card {card!r} (known: {cards.known()})")
+    return name
+
+
+def emit(table: Table, data: Any, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=1, default=str) + "\n")
+    else:
+        out.print(table)
+
+
+def uptime(created_at: str) -> str:
+    try:
+        t = parse_iso(created_at)
+    except ValueError:
+        return "?"
+    s = int((datetime.now(UTC) - t).total_seconds())
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"

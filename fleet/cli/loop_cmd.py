@@ -1,0 +1,88 @@
+"""`fleet loop`: keep the standing fleet up (see `fleet.ops.loop`)."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+
+import typer
+
+from fleet.cli import common
+from fleet.cli.common import app, cfg
+from fleet.core.config import Config, grace_problem
+from fleet.core.errors import UsageError
+from fleet.core.verdicts import Health
+from fleet.ops.loop import AfterTick, Tick
+from fleet.state.registry import Registry
+
+
+@app.command("loop")
+def loop_cmd(
+    interval: float = typer.Option(None, "--interval", help="seconds between ticks "
+                                   "(default: fleet.toml [loop] interval_s, else 60)"),
+    once: bool = typer.Option(False, "--once", help="one tick, then exit"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object per tick"),
+    no_destroy: bool = typer.Option(False, "--no-destroy", help="report orphans, never "
+                                    "destroy them"),
+    page_dir: Path = typer.Option(None, "--page", help="folder for the fleet page (default: "
+                                  "page/ beside the registry)"),
+) -> None:
+    """Each tick: check every standing box, replace the dead ones in the same shape, rent what
+    the roster is owed, sweep orphans, rewrite the fleet page. One line per action and a
+    summary per tick; with --json, one object per tick."""
+    from fleet import page
+    from fleet.ops import check, loop
+    from fleet.ops.converge import converge
+
+    c = cfg()
+    every = c.loop.interval_s if interval is None else interval
+    if not (math.isfinite(every) and every > 0):
+        raise UsageError(f"--interval must be a positive number of seconds, got {interval}")
+    if interval is not None and grace_problem(c.loop.orphan_grace_s, every):
+        raise UsageError(
+            f"--interval {every:g} leaves [loop] orphan_grace_s ({c.loop.orphan_grace_s:g}) "
+            f"under two intervals; use --interval {c.loop.orphan_grace_s / 2:g} or less, or "
+            f"raise orphan_grace_s in {c.path} to {2 * every:g} or more")
+    target = page.prepare(page_dir if page_dir is not None else c.registry.parent / "page")
+    with loop.LoopLock(c.registry):
+        ps = common.providers()  # no key at all: one line naming the variables, exit 2
+        lp = loop.Loop(c, ps, destroy_orphans=not no_destroy, check_fn=check.check,
+                       converge_fn=converge, after_tick=page_after_tick(c, target),
+                       echo=(lambda _line: None) if as_json else _say)
+
+        def emit(t: loop.Tick) -> None:
+            if as_json:
+                print(json.dumps(t.to_dict()), flush=True)
+            else:
+                _say(t.summary())
+
+        try:
+            loop.run(lp, every, once, emit)
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)  # a log stream: no wrapping, no markup
+
+
+def page_after_tick(c: Config, target: Path) -> AfterTick:
+    """The loop's after-tick hook: the fleet page from the tick's verdicts, its owed boxes and
+    the bills the tick refreshed, with the one-shot boxes watched now."""
+    from fleet import page
+    from fleet.ops import watchdog
+    from fleet.state import bills
+
+    def write(t: Tick, health: list[Health]) -> None:
+        reg = Registry(c.registry)
+        now = datetime.now(UTC)
+        rows = reg.rows()
+        data = page.build(c, rows, health, watchdog.watch(c, reg), now,
+                          billed=bills.billed(rows, bills.load(c.registry), now),
+                          owed=[o.for_page() for o in t.owed], interval_s=c.loop.interval_s,
+                          check_error="; ".join(t.provider_errors) or None)
+        page.write(target, data)
+
+    return write

@@ -1,0 +1,138 @@
+"""`fleet run`, `fleet teardown` and `fleet store`: the one-shot commands of the CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from fleet.cli import common
+from fleet.cli.common import app, cfg, emit, err, registry
+from fleet.core.errors import FleetError, UsageError
+from fleet.state.registry import check_label
+
+store_app = typer.Typer(no_args_is_help=True, help="The Hub-compatible store of toolchains "
+                        "and outputs.")
+app.add_typer(store_app, name="store")
+
+
+def _say(line: str) -> None:
+    err.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command("run")
+def run_cmd(role: str, job_file: Path = typer.Argument(..., metavar="JOB.toml"),
+            keep: bool = typer.Option(False, "--keep", help="leave the box up after the job "
+                                      "(a refused box is torn down regardless)"),
+            verbose: bool = typer.Option(False, "-v", help="show pyinfra's output"),
+            as_json: bool = typer.Option(False, "--json")) -> None:
+    """Rent a one-shot box for ROLE, run JOB.toml on it, read its outputs back, tear it down."""
+    from fleet.core import job as job_mod
+    from fleet.ops import oneshot
+
+    spec = job_mod.load(job_file)  # a bad job file rents nothing
+    c = cfg()
+    s = oneshot.run(c, registry(), common.providers(), role, spec, keep=keep, echo=_say,
+                    deploy_echo=_say if verbose else lambda _: None)
+    t = Table(title=f"job {s.job} on {s.label}", show_header=False)
+    t.add_column("what")
+    t.add_column("value")
+    t.add_row("box", f"{s.label}: {s.card} on {s.provider}, ${s.usd_per_hour:.3f}/h")
+    t.add_row("admission", f"refused: {s.refusal}" if s.refusal else (s.admission or "-"))
+    t.add_row("verdict", s.verdict)
+    t.add_row("invocations", str(s.invocations if s.invocations is not None else 0))
+    if s.toolchain:
+        warm = "warm, nothing fetched" if s.toolchain.get("warm") else \
+            f"{s.toolchain.get('bytes_fetched', 0)} bytes fetched"
+        t.add_row("toolchain", f"{s.toolchain.get('repo')}@"
+                  f"{str(s.toolchain.get('revision'))[:12]}: {warm}")
+    for g in s.gates:
+        t.add_row(f"gate {g.get('name')}", f"exit {g.get('exit_code')}, {g.get('passed')} passed")
+    t.add_row("exit", "-" if s.exit_code is None else str(s.exit_code))
+    t.add_row("outputs", f"{s.outputs_files} files, {s.outputs_bytes} bytes")
+    t.add_row("store commit", s.store_commit or "-")
+    t.add_row("box", "destroyed" if s.destroyed else f"KEPT: {s.kept}" if s.kept else "kept")
+    t.add_row("cost", f"${s.cost_usd:.4f}")
+    if s.problem:
+        t.add_row("problem", s.problem)
+    emit(t, s.to_dict(), as_json)
+    for fault in (s.problem, s.kept):
+        if fault:
+            err.print(f"error: {fault}", markup=False, highlight=False, soft_wrap=True)
+    if s.kept:
+        raise typer.Exit(1)
+    if s.refusal:
+        raise typer.Exit(3)
+    if s.phase != "finished":
+        raise typer.Exit(1)
+
+
+@app.command("teardown")
+def teardown_cmd(label: str = typer.Argument(None, help="the one-shot box"),
+                 expired: bool = typer.Option(False, "--expired", help="every one-shot box the "
+                                              "watchdog flags: past its deadline, its job "
+                                              "ended, or no job past the grace"),
+                 keep_box: bool = typer.Option(False, "--keep-box", help="read the outputs "
+                                               "back but keep the box for another job"),
+                 dry_run: bool = typer.Option(False, "--dry-run"),
+                 as_json: bool = typer.Option(False, "--json")) -> None:
+    """Read a one-shot box's outputs back (archive and store), then destroy it."""
+    from fleet.ops import teardown, watchdog
+
+    if bool(label) == expired:
+        raise UsageError("name one box (LABEL) or pass --expired")
+    if keep_box and expired:
+        raise UsageError("--keep-box reads one box back (LABEL), not the --expired ones")
+    c, reg = cfg(), registry()
+    flagged: dict[str, object] = {}
+    if label:
+        labels = [check_label(label)]
+    else:  # each with the job it was flagged for: a row given another since is left alone
+        flagged = {w.label: w.job for w in watchdog.watch(c, reg) if w.due}
+        labels = list(flagged)
+    ps = common.providers()
+    results, failures = [], []
+    for lab in labels:
+        try:
+            results.append(teardown.teardown(
+                c, reg, ps, lab, dry_run=dry_run, keep_box=keep_box, echo=_say,
+                flagged_job=flagged.get(lab, teardown.UNCHANGED)))
+        except FleetError as e:
+            if label:
+                raise
+            failures.append(str(e))
+            _say(f"error: {e}")
+        except Exception as e:  # noqa: BLE001 - one box's fault never stops the pass
+            if label:
+                raise
+            failures.append(f"{lab}: {type(e).__name__}: {e}")
+            _say(f"error: {lab}: {type(e).__name__}: {e}; box kept")
+    t = Table(title="teardown" + (" - dry run" if dry_run else ""))
+    for col in ("label", "job", "phase", "files", "bytes", "store commit", "box"):
+        t.add_column(col)
+    for r in results:
+        box = "destroyed" if r.destroyed else "; ".join(r.steps) or "-"
+        t.add_row(r.label, r.job or "-", r.phase or "-", str(r.files), str(r.bytes),
+                  (r.commit or "-")[:12], box)
+    if expired and not labels:
+        t.caption = "nothing flagged"
+    emit(t, {"torn_down": [r.to_dict() for r in results], "kept": failures}, as_json)
+    if failures:
+        raise typer.Exit(1)
+
+
+@store_app.command("push")
+def store_push(src: Path = typer.Argument(..., help="folder to commit (a toolchain)"),
+               repo: str = typer.Option(..., "--repo", help="e.g. fleet/toolchains"),
+               message: str = typer.Option(None, "--message", "-m")) -> None:
+    """Commit the folder SRC to REPO in one commit; print the commit id to pin in a job."""
+    from fleet.providers import store
+
+    if not src.is_dir():
+        raise UsageError(f"{src}: not a folder")
+    commit = store.push_toolchain(repo, src, message or f"toolchain from {src.name}")
+    sys.stdout.write(json.dumps({"repo": repo, "revision": commit}) + "\n")
+    _say(f"pin it in a job file: [toolchain] repo = \"{repo}\", revision = \"{commit}\"")

@@ -1,0 +1,134 @@
+"""`fleet release add|list` and `fleet publish`: node releases and their rollout."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.table import Table
+
+from fleet.core.errors import UsageError
+from fleet.state.registry import check_label
+
+if TYPE_CHECKING:
+    pass
+
+from fleet.cli import common
+from fleet.cli.common import app, cfg, emit, err, out, release_app
+
+
+@release_app.command("add")
+def release_add(src: Path = typer.Argument(..., help="folder with igneumd, igneum-miner, "
+                                           "igneum-prover"),
+                version: str = typer.Option(..., "--version", help="e.g. 1.6.0"),
+                as_json: bool = typer.Option(False, "--json")) -> None:
+    """Record the release in SRC as VERSION: files copied, sizes and sha256 in the manifest."""
+    from fleet.state import releases
+
+    if not src.is_dir():
+        raise UsageError(f"{src}: not a folder")
+    rel, added = releases.add(cfg().releases, src, version)
+    if as_json:
+        sys.stdout.write(json.dumps({**rel.to_json(), "added": added}, indent=1) + "\n")
+        return
+    out.print(f"{'added' if added else 'already recorded:'} release {rel.version} "
+              f"(node {rel.node_sha16}) in {cfg().releases}", highlight=False)
+
+
+@release_app.command("list")
+def release_list(as_json: bool = typer.Option(False, "--json")) -> None:
+    """The releases in the store, oldest first, with their files' digests and sizes."""
+    from fleet.ops import publish as publish_mod
+    from fleet.state import releases
+
+    store = cfg().releases
+    rels = releases.sorted_releases(releases.load_or_empty(store))
+    t = Table(title=f"releases in {store}")
+    for col in ("version", "node sha16", "igneumd", "igneum-miner", "igneum-prover", "files",
+                "last publish"):
+        t.add_column(col)
+    data = []
+    for r in rels:
+        problems = releases.verify(r)
+        try:
+            rec = json.loads((r.path / publish_mod.RECORD).read_text())
+        except (OSError, ValueError):
+            rec = {}
+        last = rec.get("outcome") or "-"
+        if rec.get("updated_at"):
+            last += f" {rec['updated_at']}"
+        t.add_row(r.version, r.node_sha16,
+                  *(f"{r.sha256[n][:16]} {r.sizes.get(n, '?')} B" for n in releases.FILES),
+                  "ok" if not problems else "; ".join(problems), last)
+        data.append({**r.to_json(), "path": str(r.path), "problems": problems,
+                     "last_publish": {k: rec.get(k) for k in ("outcome", "updated_at")}
+                     if rec else None})
+    if not rels:
+        t.caption = "no releases yet: fleet release add DIR --version V"
+    emit(t, data, as_json)
+
+
+@app.command("publish")
+def publish_cmd(
+    version: str = typer.Argument(..., help="release version (or node sha16) from the store"),
+    role: str = typer.Option(None, help="only the standing boxes of this role"),
+    canary: str = typer.Option(None, help="the box that switches first, alone"),
+    waves: str = typer.Option("1,rest", help="wave sizes: counts, shares, rest (1,2,25%,rest)"),
+    soak: float = typer.Option(0.0, "--soak", help="seconds to wait between waves"),
+    allow_downgrade: list[str] = typer.Option(
+        [], "--allow-downgrade", help="a box that may be switched although it runs newer"),
+    stable_s: int = typer.Option(60, "--stable-s", help="the new node must stay synced this long"),
+    deadline_s: int = typer.Option(300, "--deadline-s", help="... within this many seconds"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="show the plan; change nothing"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Publish a node release to the standing boxes: stage everywhere, then canary and waves.
+
+    Every box is read back (what its node process runs, never the registry); a box on a newer
+    release is left alone; a box not healthy by the deadline is reverted and stops the publish.
+    The record in <store>/<version>/publish.json lets the same command resume.
+    """
+    from fleet.boxes.inventory import build
+    from fleet.ops import publish as pub
+
+    c = cfg()
+    opts = pub.Options(version=version, role=role, canary=canary, waves=waves, soak_s=soak,
+                       allow_downgrade=tuple(allow_downgrade), stable_s=stable_s,
+                       deadline_s=deadline_s, dry_run=dry_run)
+    # the input first: nothing is asked of a provider or a box for a command that is wrong
+    from fleet.state import releases
+
+    rel = releases.find(c.releases, version)
+    releases.check_usable(rel)
+    pub.parse_waves(waves)
+    if canary:
+        check_label(canary)
+    for label in allow_downgrade:
+        check_label(label)
+    built = build(c, common.providers())
+    hosts = pub.select(c, built.groups, built.down, opts)
+    res = pub.publish(c, hosts, opts, echo=lambda line: err.print(line, markup=False,
+                                                                  highlight=False))
+    t = Table(title=f"publish {res.release.version} (node {res.release.node_sha16})"
+              + (" - dry run" if dry_run else ""))
+    for col in pub.COLUMNS:
+        t.add_column(col)
+    for row in res.rows:
+        t.add_row(*pub.cells(row))
+    if dry_run:
+        t.caption = "waves: " + (" | ".join(", ".join(w) for w in res.waves) or "none")
+    else:
+        n = len(res.switched_now)
+        t.caption = (f"{n} box{'es' if n != 1 else ''} switched now; record "
+                     f"{res.record.path if res.record else '-'}")
+    emit(t, res.to_dict(), as_json)
+    if not res.ok:
+        err.print(f"error: publish {res.release.version} failed: {res.failure}",
+                  highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+# --- the sandbox: the only commands that know it exists -------------------------------------

@@ -1,0 +1,85 @@
+"""A box as the fleet records it (a registry row), and the rules every layer reads off a row:
+which boxes are live, unfinished, unread, or standing."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fleet.core.config import Config
+
+LIVE = ("renting", "provisioning", "running", "stopped", "exited", "unknown")
+UNFINISHED = ("renting", "provisioning")
+
+
+@dataclass
+class Row:
+    label: str
+    provider: str
+    role: str
+    kind: str
+    card: str
+    gpu_count: int
+    usd_per_hour: float
+    status: str = "renting"  # renting -> provisioning -> running ... -> destroyed | failed
+    provider_id: str | None = None
+    driver: str | None = None
+    cloud: str | None = None  # the offer's tier: RunPod SECURE/COMMUNITY, Vast datacenter/...
+    ssh_host: str | None = None
+    ssh_port: int | None = None
+    public_ip: str | None = None
+    p2p_public_port: int | None = None
+    host_key: str | None = None  # pinned "ssh-ed25519 AAAA..." line
+    standing: bool = False
+    standing_since: str | None = None
+    node_sha16_wanted: str | None = None
+    rerent_of: str | None = None
+    created_at: str = ""
+    destroyed_at: str | None = None
+    # money while stopped: storage only (None: unknown, estimated at full price), and since when
+    # a listing has shown the box stopped (the loop keeps it; None while it runs)
+    stopped_usd_per_hour: float | None = None
+    stopped_at: str | None = None
+    note: str | None = None
+    # one-shot boxes: the job, its deadline and what became of it
+    job: str | None = None
+    expires_at: str | None = None  # created + the job's TTL: past it the meter is flagged
+    job_state: str | None = None  # the box's phase: refused, running, finished, failed, ...
+    invocations: int | None = None  # 0 when refused: a fault of the box, never a result
+    refusal: str | None = None  # "gpu: driver 580.105.08 is not the admitted 580.95.05"
+    store_commit: str | None = None  # the store commit the outputs were read back at
+    read_back: str | None = None  # the job whose outputs both copies matched (None: not yet)
+    teardown: str | None = None  # why the last teardown kept the box (None: not tried or done)
+    # why the fleet wants this box gone though its destroy failed (over budget at the price
+    # listed after its rent): the loop destroys it, never adopts it; the budget counts it
+    destroy_wanted: str | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.destroyed_at is None and self.status in LIVE
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def unfinished(row: Row) -> bool:
+    """A rent that stopped (a crash, an interrupt, a box that never came up) before its box
+    was SSH-ready and pinned: live and still `renting` or `provisioning`, or in any live
+    status without a pinned host key (a box that exited or went silent while it booted). A
+    box the fleet wants destroyed is never one."""
+    return row.destroyed_at is None and not row.destroy_wanted and (
+        row.status in UNFINISHED or (row.status in LIVE and not row.host_key))
+
+
+def unread(row: Row) -> bool:
+    """Does the row name a one-shot job whose outputs were not read back yet?"""
+    return bool(row.job) and row.read_back != row.job
+
+
+def is_standing(cfg: Config, row: Row) -> bool:
+    """A box of a standing role, converted or not: by the row's kind or fleet.toml's role. Such
+    a box is never destroyed by a teardown, and only with --force by `fleet destroy`."""
+    role = cfg.roles.get(row.role)
+    return row.standing or row.kind == "standing" or (role is not None
+                                                      and role.kind == "standing")

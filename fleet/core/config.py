@@ -1,0 +1,340 @@
+"""fleet.toml: load and validate the fleet description.
+
+Every mistake (unknown key, wrong type, unknown role or provider) becomes one `ConfigError`
+line naming the file and the key, so the CLI can print it and exit 2 having changed nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.contract import MINER, PROGRAMS, PROVER
+from fleet.core import cards
+from fleet.core.errors import ConfigError, UsageError
+
+PROVIDERS = ("runpod", "vast")
+KEY_ENV = {"runpod": "RUNPOD_API_KEY", "vast": "VAST_API_KEY"}  # where each key is read first
+KINDS = ("standing", "oneshot")
+# programs gated by admission unless a role says otherwise (`gpu_programs`)
+GPU_PROGRAMS = (MINER, PROVER)
+NODE_UNHEALTHY_RESTART_S = 300.0
+READY_TIMEOUT_MIN_S = 300.0
+DRIVER = re.compile(r"^\d+\.\d+\.\d+$")
+CUDA = re.compile(r"^\d+\.\d+$")
+# a role name starts every label the fleet makes (`<role>-<fleet id>-<provider>-<6 hex>[-r<n>]`,
+# see fleet/labels.py), which must stay within 60 characters and one DNS-like form
+ROLE_NAME = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
+ROLE_NAME_MAX = 20
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    kind: str
+    image: str
+    disk_gb: int
+    programs: tuple[str, ...] = ()
+    p2p_port: int | None = None
+    admitted_driver: str | None = None
+    qualified_gpus: tuple[str, ...] = ()
+    release: str | None = None
+    allowed_cuda: tuple[str, ...] = ()
+    gpu_programs: tuple[str, ...] = GPU_PROGRAMS  # run only where admission passes
+    node_unhealthy_restart_s: float = NODE_UNHEALTHY_RESTART_S  # 0 = report only
+    # one-shot jobs: symbol/kernel name globs (case-insensitive) a scanned module may not hold,
+    # and the exceptions to them
+    banned_symbols: tuple[str, ...] = ()
+    allowed_symbols: tuple[str, ...] = ()
+
+    @property
+    def tcp_ports(self) -> tuple[int, ...]:
+        return (22, self.p2p_port) if self.p2p_port else (22,)
+
+    def needs_gpu(self, program: str) -> bool:
+        return program in self.programs and program in self.gpu_programs
+
+    def check_gpu_guard(self) -> None:
+        """GPU work runs only on a named driver: a GPU program (or a one-shot role, whose job
+        is GPU work) without one is a config error."""
+        if (self.admitted_driver or "").strip():
+            return
+        if self.kind == "oneshot":
+            raise ConfigError(
+                f"roles.{self.name}: one-shot jobs run GPU work but admitted_driver is not "
+                "set; name the exact NVIDIA driver they may run on (e.g. \"580.95.05\")")
+        for program in self.programs:
+            if self.needs_gpu(program):
+                raise ConfigError(
+                    f"roles.{self.name}: {program} needs the GPU but admitted_driver is not "
+                    "set; name the exact NVIDIA driver it may run on (e.g. \"580.95.05\")")
+
+
+@dataclass(frozen=True)
+class Want:
+    role: str
+    provider: str
+    card: str
+    gpus: int
+    count: int
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """fleet.toml `[loop]`: how `fleet loop` keeps the standing fleet up."""
+
+    interval_s: float = 60.0  # seconds between the starts of two ticks
+    dead_checks: int = 2  # consecutive dead checks before a standing box is replaced
+    orphan_grace_s: float = 600.0  # an orphan is destroyed once seen this long
+    converge_timeout_s: float = 1800.0  # a deploy or check run longer than this has failed
+    ready_timeout_s: float = 1800.0  # a rented box not SSH-ready this long is given up
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    registry: Path
+    known_hosts: Path
+    ssh_key: Path
+    releases: Path
+    daily_budget_usd: float
+    roles: dict[str, Role]
+    roster: tuple[Want, ...]
+    store: dict[str, str] = field(default_factory=dict)
+    loop: LoopSettings = field(default_factory=LoopSettings)
+
+    def role(self, name: str) -> Role:
+        try:
+            return self.roles[name]
+        except KeyError:
+            known = ", ".join(sorted(self.roles)) or "none"
+            raise ConfigError(f"unknown role {name!r} (roles: {known})") from None
+
+
+def _check(where: str, table: dict[str, Any], spec: dict[str, tuple[type, ...]],
+           required: tuple[str, ...] = ()) -> None:
+    for key, value in table.items():
+        if key not in spec:
+            raise ConfigError(f"{where}: unknown key {key!r}")
+        types = spec[key]
+        # bool is an int in Python; refuse it where a number is wanted
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            names = " or ".join(t.__name__ for t in types)
+            raise ConfigError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
+        # TOML spells nan and inf, and no setting means either: a nan grace is none, a nan
+        # interval a busy loop, an inf budget no budget at all
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{where}.{key}: must be a finite number, got {value}")
+    for key in required:
+        if key not in table:
+            raise ConfigError(f"{where}: missing key {key!r}")
+
+
+def _strings(where: str, values: list[Any]) -> tuple[str, ...]:
+    for v in values:
+        if not isinstance(v, str):
+            raise ConfigError(f"{where}: expected a list of strings, found {v!r}")
+    return tuple(values)
+
+
+_ROLE_SPEC: dict[str, tuple[type, ...]] = {
+    "kind": (str,), "image": (str,), "disk_gb": (int,), "programs": (list,),
+    "p2p_port": (int,), "admitted_driver": (str,), "qualified_gpus": (list,),
+    "release": (str,), "allowed_cuda": (list,), "gpu_programs": (list,),
+    "node_unhealthy_restart_s": (int, float), "banned_symbols": (list,),
+    "allowed_symbols": (list,),
+}
+
+
+def _role(name: str, table: Any, src: str) -> Role:
+    where = f"{src}: roles.{name}"
+    if not ROLE_NAME.match(name) or len(name) > ROLE_NAME_MAX:
+        raise ConfigError(
+            f"{where}: bad role name {name!r}: lowercase letters and digits, words joined by "
+            f"single hyphens, starting with a letter, at most {ROLE_NAME_MAX} characters (it "
+            "starts every label of the role's boxes)")
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table")
+    _check(where, table, _ROLE_SPEC, required=("kind", "image", "disk_gb"))
+    if table["kind"] not in KINDS:
+        raise ConfigError(
+            f"{where}.kind: expected one of {', '.join(KINDS)}, got {table['kind']!r}")
+    programs = _strings(f"{where}.programs", table.get("programs", []))
+    for p in programs:
+        if p not in PROGRAMS:
+            raise ConfigError(f"{where}.programs: unknown program {p!r}")
+    port = table.get("p2p_port")
+    if port is not None and not 0 < port < 65536:
+        raise ConfigError(f"{where}.p2p_port: {port} is not a TCP port")
+    if table["disk_gb"] < 8:
+        raise ConfigError(f"{where}.disk_gb: at least 8 GB, got {table['disk_gb']}")
+    if "gpu_programs" in table:
+        named = _strings(f"{where}.gpu_programs", table["gpu_programs"])
+        for p in named:
+            if p not in programs:
+                raise ConfigError(f"{where}.gpu_programs: {p!r} is not one of the role's programs")
+    else:
+        named = GPU_PROGRAMS
+    driver = table.get("admitted_driver")
+    if driver is not None and driver.strip() and not DRIVER.match(driver.strip()):
+        # refused now, not when the loop's first search (maybe days later) sends it to Vast
+        raise ConfigError(f"{where}.admitted_driver: {driver!r} is not an exact NVIDIA driver "
+                          "version X.Y.Z (e.g. \"580.95.05\")")
+    for cuda in _strings(f"{where}.allowed_cuda", table.get("allowed_cuda", [])):
+        if not CUDA.match(cuda):
+            raise ConfigError(f"{where}.allowed_cuda: {cuda!r} is not a CUDA version X.Y "
+                              "(e.g. \"13.0\")")
+    restart = table.get("node_unhealthy_restart_s", NODE_UNHEALTHY_RESTART_S)
+    if restart < 0:
+        raise ConfigError(
+            f"{where}.node_unhealthy_restart_s: must be 0 (report only) or more, got {restart}")
+    role = Role(
+        name=name, kind=table["kind"], image=table["image"], disk_gb=table["disk_gb"],
+        programs=programs, p2p_port=port, admitted_driver=table.get("admitted_driver"),
+        qualified_gpus=_strings(f"{where}.qualified_gpus", table.get("qualified_gpus", [])),
+        release=table.get("release"),
+        allowed_cuda=_strings(f"{where}.allowed_cuda", table.get("allowed_cuda", [])),
+        gpu_programs=tuple(p for p in programs if p in named),
+        node_unhealthy_restart_s=float(restart),
+        banned_symbols=_strings(f"{where}.banned_symbols", table.get("banned_symbols", [])),
+        allowed_symbols=_strings(f"{where}.allowed_symbols", table.get("allowed_symbols", [])),
+    )
+    try:
+        role.check_gpu_guard()
+    except ConfigError as e:
+        raise ConfigError(f"{src}: {e}") from None
+    return role
+
+
+def _wants(role: str, entries: Any, src: str) -> list[Want]:
+    where = f"{src}: roster.{role}"
+    if not isinstance(entries, list):
+        raise ConfigError(f"{where}: expected an array of tables ([[roster.{role}]])")
+    wants: list[Want] = []
+    for i, e in enumerate(entries):
+        w = f"{where}[{i}]"
+        if not isinstance(e, dict):
+            raise ConfigError(f"{w}: expected a table")
+        _check(w, e, {"provider": (str,), "card": (str,), "gpus": (int,), "count": (int,)},
+               required=("provider", "card"))
+        if e["provider"] not in PROVIDERS:
+            raise ConfigError(f"{w}.provider: expected one of {', '.join(PROVIDERS)}, "
+                              f"got {e['provider']!r}")
+        gpus, count = e.get("gpus", 1), e.get("count", 1)
+        if gpus < 1 or count < 0:
+            raise ConfigError(f"{w}: gpus must be >= 1 and count >= 0")
+        # the registry records the fleet's name for a card: a roster in another spelling
+        # ("rtx 4090", RunPod's "NVIDIA GeForce RTX 4090") would never count as filled
+        card = cards.canonical(e["card"])
+        if card is None:
+            raise ConfigError(f"{w}.card: unknown card {e['card']!r} (known: {cards.known()})")
+        twin = next((x for x in wants if (x.provider, x.card, x.gpus) ==
+                     (e["provider"], card, gpus)), None)
+        if twin is not None:
+            # each would be counted against the same boxes: the roster would mean the larger
+            raise ConfigError(f"{w}: the same {e['provider']} {card} x{gpus} as an earlier "
+                              "entry; give one entry the sum of their counts")
+        wants.append(Want(role, e["provider"], card, gpus, count))
+    return wants
+
+
+_LOOP_SECONDS = ("interval_s", "orphan_grace_s", "converge_timeout_s", "ready_timeout_s")
+
+
+def _loop(table: dict[str, Any], src: str) -> LoopSettings:
+    where = f"{src}: loop"
+    _check(where, table, {"dead_checks": (int,), **{k: (int, float) for k in _LOOP_SECONDS}})
+    d = LoopSettings()
+    loop = LoopSettings(
+        interval_s=float(table.get("interval_s", d.interval_s)),
+        dead_checks=int(table.get("dead_checks", d.dead_checks)),
+        orphan_grace_s=float(table.get("orphan_grace_s", d.orphan_grace_s)),
+        converge_timeout_s=float(table.get("converge_timeout_s", d.converge_timeout_s)),
+        ready_timeout_s=float(table.get("ready_timeout_s", d.ready_timeout_s)))
+    for key in ("interval_s", "converge_timeout_s", "ready_timeout_s"):
+        if getattr(loop, key) <= 0:
+            raise ConfigError(f"{where}.{key}: must be positive, got {getattr(loop, key):g}")
+    if loop.dead_checks < 1:
+        raise ConfigError(f"{where}.dead_checks: at least 1, got {loop.dead_checks}")
+    if loop.ready_timeout_s < READY_TIMEOUT_MIN_S:
+        # shorter, a box still pulling its image would be destroyed and rented again each tick
+        raise ConfigError(f"{where}.ready_timeout_s: at least {READY_TIMEOUT_MIN_S:g} s, got "
+                          f"{loop.ready_timeout_s:g}")
+    problem = grace_problem(loop.orphan_grace_s, loop.interval_s)
+    if problem:
+        raise ConfigError(f"{where}.orphan_grace_s: {problem}")
+    return loop
+
+
+def grace_problem(orphan_grace_s: float, interval_s: float) -> str | None:
+    """Why an orphan grace is too short for the loop's interval, or None: an orphan is destroyed
+    no sooner than two ticks after the one that first saw it."""
+    if orphan_grace_s >= 2 * interval_s:
+        return None
+    return (f"must be at least two interval_s ({2 * interval_s:g} s), got {orphan_grace_s:g} s "
+            f"with interval_s {interval_s:g} s")
+
+
+def parse(data: dict[str, Any], path: Path) -> Config:
+    src = str(path)
+    _check(src, data, {"fleet": (dict,), "store": (dict,), "roles": (dict,), "roster": (dict,),
+                       "loop": (dict,)})
+    top = data.get("fleet", {})
+    _check(f"{src}: fleet", top, {"registry": (str,), "known_hosts": (str,), "ssh_key": (str,),
+                                  "releases": (str,), "daily_budget_usd": (int, float)})
+    store = data.get("store", {})
+    _check(f"{src}: store", store, {"repo": (str,), "archive": (str,), "endpoint": (str,)})
+    roles = {name: _role(name, t, src) for name, t in data.get("roles", {}).items()}
+    roster: list[Want] = []
+    for role, entries in data.get("roster", {}).items():
+        if role not in roles:
+            raise ConfigError(f"{src}: roster.{role}: unknown role {role!r}")
+        roster.extend(_wants(role, entries, src))
+    loop = _loop(data.get("loop", {}), src)
+    budget = float(top.get("daily_budget_usd", 100.0))
+    if budget <= 0:
+        raise ConfigError(f"{src}: fleet.daily_budget_usd: must be positive, got {budget}")
+    base = path.parent
+
+    def rel(key: str, default: str) -> Path:
+        p = Path(os.path.expanduser(top.get(key, default)))
+        return p if p.is_absolute() else base / p
+
+    return Config(
+        path=path, registry=rel("registry", "state/boxes.json"),
+        known_hosts=rel("known_hosts", "state/known_hosts"),
+        ssh_key=rel("ssh_key", "state/ssh/fleet_ed25519"),
+        releases=rel("releases", "state/releases"),
+        daily_budget_usd=budget, roles=roles, roster=tuple(roster),
+        store={k: str(v) for k, v in store.items()}, loop=loop,
+    )
+
+
+def default_path() -> Path:
+    return Path(os.environ.get("FLEET_CONFIG", "fleet.toml"))
+
+
+def read_toml(path: Path, missing: str, error: type[UsageError] = ConfigError) -> dict[str, Any]:
+    """The TOML document at `path`; each way it can fail is one `error` line naming the file
+    (`missing` says what to do when there is no such file)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: {missing}") from None
+    except OSError as e:
+        raise error(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{path}: not valid TOML: {e}") from None
+
+
+def load(path: Path | None = None) -> Config:
+    path = path or default_path()
+    data = read_toml(path, "no such file (set FLEET_CONFIG or pass --config)")
+    return parse(data, path.resolve())

@@ -1,0 +1,216 @@
+"""A one-shot job file (TOML): what to run on a one-shot box, and what it must leave behind.
+
+    name = "matmul-bench"                 # letters, digits, dashes; names the job on the box
+    command = "python3 run.py --out out"  # run once on the box, in the job's work directory
+    outputs = "out"                        # directory under the work directory, read back
+    ttl_minutes = 30                       # the box is flagged (and torn down) past this
+    inputs = "bench-inputs"                # optional: local folder copied into the work dir
+    modules = ["toolchain/kernels/*.cubin"]  # compiled GPU modules, scanned first (required
+                                           # where the role bans symbols)
+    card = "RTX 4090"                      # optional: the card to rent (default: cheapest)
+    gpus = 1                               # optional
+    provider = "vast"                      # optional
+    [toolchain]                            # optional: fetched from the store at a commit
+    repo = "fleet/toolchains"
+    revision = "<40-hex commit>"           # a branch name is refused: the job must be exact
+    path = "toolchain"                     # where it appears in the work directory
+    [[gates]]                              # optional: must pass before the job runs
+    name = "parity"
+    command = "python3 -m pytest -q parity"
+    min_passed = 12                        # optional, at least 1 (default 1)
+
+A gate passes only when it exits 0 and its output ends with pytest's summary line reporting at
+least `min_passed` passed tests and no failed or error ones (the agent's rule, agent/jobgates.py).
+
+Every mistake is one `UsageError` line naming the file and the key (exit 2, nothing rented).
+This parser refuses at least everything the box's agent refuses in `job.json` (agent/job.py),
+so that a job the agent would refuse never rents a box; `check_role` adds the role's rule.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from fleet.core import cards
+from fleet.core.config import PROVIDERS, Role, read_toml
+from fleet.core.errors import UsageError
+
+NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+COMMIT = re.compile(r"[0-9a-f]{40}")
+REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")  # the agent's form
+MAX_TTL_MINUTES = 7 * 24 * 60
+
+
+@dataclass(frozen=True)
+class Gate:
+    name: str
+    command: str
+    min_passed: int = 1
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    repo: str
+    revision: str
+    path: str = "toolchain"
+
+
+@dataclass(frozen=True)
+class Job:
+    path: Path
+    name: str
+    command: str
+    outputs: str
+    ttl_minutes: int
+    inputs: Path | None = None
+    modules: tuple[str, ...] = ()
+    gates: tuple[Gate, ...] = ()
+    toolchain: Toolchain | None = None
+    card: str | None = None
+    gpus: int = 1
+    provider: str | None = None
+
+    def check_role(self, role: Role) -> None:
+        """The role's rule for jobs: where it bans symbols, the job names the modules to scan
+        (the agent refuses the job at its scan otherwise), and it admits an exact driver."""
+        if not role.admitted_driver:
+            raise UsageError(f"role {role.name} names no admitted_driver: a one-shot job runs "
+                             "only on the admitted driver")
+        if role.banned_symbols and not self.modules:
+            raise UsageError(f"{self.path}: modules: role {role.name} bans symbols "
+                             f"({', '.join(role.banned_symbols)}), so the job must name its "
+                             "compiled modules to scan")
+
+    def box_spec(self, role: Role, store_endpoint: str | None) -> dict[str, Any]:
+        """The job as the box's agent reads it (`job.json`): the job plus the role's
+        admission policy; never a key or a token."""
+        self.check_role(role)
+        return {
+            "name": self.name, "command": self.command, "outputs": self.outputs,
+            "ttl_minutes": self.ttl_minutes,
+            "gates": [{"name": g.name, "command": g.command, "min_passed": g.min_passed}
+                      for g in self.gates],
+            "modules": list(self.modules),
+            "toolchain": None if self.toolchain is None else {
+                "repo": self.toolchain.repo, "revision": self.toolchain.revision,
+                "path": self.toolchain.path, "repo_type": "dataset"},
+            "store_endpoint": store_endpoint if self.toolchain else None,
+            "admission": {
+                "driver": role.admitted_driver, "qualified_gpus": list(role.qualified_gpus),
+                "banned_symbols": list(role.banned_symbols),
+                "allowed_symbols": list(role.allowed_symbols)},
+        }
+
+
+_SPEC: dict[str, tuple[type, ...]] = {
+    "name": (str,), "command": (str,), "outputs": (str,), "ttl_minutes": (int,),
+    "inputs": (str,), "modules": (list,), "gates": (list,), "toolchain": (dict,),
+    "card": (str,), "gpus": (int,), "provider": (str,),
+}
+
+
+def _check(where: str, table: dict[str, Any], spec: dict[str, tuple[type, ...]],
+           required: tuple[str, ...]) -> None:
+    for key, value in table.items():
+        if key not in spec:
+            raise UsageError(f"{where}: unknown key {key!r} (known: {', '.join(spec)})")
+        types = spec[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            names = " or ".join(t.__name__ for t in types)
+            raise UsageError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
+    for key in required:
+        if key not in table:
+            raise UsageError(f"{where}: missing key {key!r}")
+
+
+def _text(where: str, value: str) -> str:
+    if not value.strip():
+        raise UsageError(f"{where}: is empty")
+    return value
+
+
+def _relative(where: str, value: str) -> str:
+    """A path inside the work directory: relative, no `..`, not empty, no whitespace at its
+    ends (the agent refuses those)."""
+    p = PurePosixPath(value)
+    if not value.strip() or value.strip() != value or p.is_absolute() or ".." in p.parts \
+            or str(p) == ".":
+        raise UsageError(f"{where}: {value!r} must be a path inside the work directory "
+                         "(relative, without '..')")
+    return str(p)
+
+
+def parse(data: dict[str, Any], path: Path) -> Job:
+    src = str(path)
+    _check(src, data, _SPEC, ("name", "command", "outputs", "ttl_minutes"))
+    name = data["name"]
+    if not NAME.fullmatch(name):
+        raise UsageError(f"{src}: name {name!r}: lowercase letters, digits and dashes, "
+                         "at most 40")
+    if not data["command"].strip():
+        raise UsageError(f"{src}: command is empty")
+    ttl = data["ttl_minutes"]
+    if not 0 < ttl <= MAX_TTL_MINUTES:
+        raise UsageError(f"{src}: ttl_minutes must be 1 to {MAX_TTL_MINUTES}, got {ttl}")
+    modules = []
+    for i, m in enumerate(data.get("modules", [])):
+        if not isinstance(m, str):
+            raise UsageError(f"{src}: modules[{i}]: expected a glob string, got {m!r}")
+        modules.append(_relative(f"{src}: modules[{i}]", m))
+    gates = []
+    for i, g in enumerate(data.get("gates", [])):
+        where = f"{src}: gates[{i}]"
+        if not isinstance(g, dict):
+            raise UsageError(f"{where}: expected a table ([[gates]])")
+        _check(where, g, {"name": (str,), "command": (str,), "min_passed": (int,)},
+               ("name", "command"))
+        if g.get("min_passed", 1) < 1:
+            raise UsageError(f"{where}.min_passed: must be 1 or more (a gate that ran no test "
+                             "proves nothing)")
+        gates.append(Gate(_text(f"{where}.name", g["name"]),
+                          _text(f"{where}.command", g["command"]), g.get("min_passed", 1)))
+    if len({g.name for g in gates}) != len(gates):
+        raise UsageError(f"{src}: gates: two gates share a name")
+    toolchain = None
+    if "toolchain" in data:
+        t = data["toolchain"]
+        where = f"{src}: toolchain"
+        _check(where, t, {"repo": (str,), "revision": (str,), "path": (str,)},
+               ("repo", "revision"))
+        if not REPO.fullmatch(t["repo"]) or "--" in t["repo"]:
+            raise UsageError(f"{where}.repo: {t['repo']!r} is not a repository id (ns/name)")
+        if not COMMIT.fullmatch(t["revision"]):
+            raise UsageError(f"{where}.revision: {t['revision']!r} is not a commit (40 hex "
+                             "digits); a branch or tag can move, so it is refused")
+        toolchain = Toolchain(t["repo"], t["revision"],
+                              _relative(f"{where}.path", t.get("path", "toolchain")))
+    inputs = None
+    if "inputs" in data:
+        inputs = (path.parent / data["inputs"]).resolve()
+        if not inputs.is_dir():
+            raise UsageError(f"{src}: inputs: {data['inputs']!r} is not a folder "
+                             f"(relative to the job file)")
+    provider = data.get("provider")
+    if provider is not None and provider not in PROVIDERS:
+        raise UsageError(f"{src}: provider: expected one of {', '.join(PROVIDERS)}, "
+                         f"got {provider!r}")
+    gpus = data.get("gpus", 1)
+    if gpus < 1:
+        raise UsageError(f"{src}: gpus must be at least 1")
+    card = data.get("card")
+    if card is not None:
+        named = cards.canonical(card)
+        if named is None:
+            raise UsageError(f"{src}: card: unknown card {card!r} (known: {cards.known()})")
+        card = named
+    return Job(path=path, name=name, command=data["command"],
+               outputs=_relative(f"{src}: outputs", data["outputs"]), ttl_minutes=ttl,
+               inputs=inputs, modules=tuple(modules), gates=tuple(gates), toolchain=toolchain,
+               card=card, gpus=gpus, provider=provider)
+
+
+def load(path: Path) -> Job:
+    return parse(read_toml(path, "no such job file", UsageError), path.resolve())

@@ -1,0 +1,43 @@
+"""The fleet's one form of time: UTC, to the second, written "2026-12-03T12:00:00Z".
+
+`parse_iso` is strict (a registry or a bill that holds a broken time is broken); `read_iso`
+reads leniently, for views that show "unknown" rather than stop."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+
+def now_iso() -> str:
+    return iso(datetime.now(UTC))
+
+
+def iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def parse_iso(ts: str) -> datetime:
+    """An aware UTC datetime (a naive one is read as UTC); ValueError when `ts` is not a time."""
+    t = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def read_iso(ts: str | None) -> datetime | None:
+    """`parse_iso`, with None for a missing or unreadable time."""
+    if not ts:
+        return None
+    try:
+        return parse_iso(str(ts))
+    except ValueError:
+        return None
+
+
+def seconds_between(start: object, end: object) -> float | None:
+    """Seconds from one written time to another; None when either is missing or unreadable."""
+    a, b = read_iso(str(start)), read_iso(str(end))
+    return None if a is None or b is None else (b - a).total_seconds()
+
+
+def in_hours(hours: float) -> str:
+    """The written time `hours` from now."""
+    return iso(datetime.now(UTC) + timedelta(hours=hours))

@@ -1,0 +1,69 @@
+"""The verdicts every layer shows: a standing box's health (`fleet check`), a one-shot box's
+watch (the meter watchdog). Judged in `fleet.ops`, drawn by the page and the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# a box's verdict on the page and in the CLI, worst first
+VERDICTS = ("down", "problem", "unknown", "well")
+
+
+@dataclass
+class Health:
+    label: str
+    provider: str
+    ssh: bool = False
+    agent: bool = False
+    synced: bool | None = None
+    blocks: int | None = None
+    exec_tip: int | None = None
+    exec_moving: bool | None = None
+    prover: str | None = None
+    admitted: bool | None = None
+    admission_reason: str | None = None
+    node_sha16: str | None = None
+    wanted_sha16: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def well(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "well": self.well}
+
+
+@dataclass
+class Watch:
+    label: str
+    job: str | None
+    phase: str | None
+    age_min: float
+    ttl_left_min: float | None
+    problems: list[str] = field(default_factory=list)
+    due: bool = False  # a teardown is what it needs (not the operator's eyes first)
+
+    @property
+    def well(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "well": self.well}
+
+
+@dataclass(frozen=True)
+class Owed:
+    """A wanted box no provider can give yet (filled in by the loop; the page only shows it)."""
+
+    role: str
+    provider: str
+    card: str
+    gpus: int
+    reason: str
+    since: str  # UTC ISO-8601
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "provider": self.provider, "card": self.card,
+                "gpus": self.gpus, "reason": self.reason, "since": self.since}

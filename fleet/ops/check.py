@@ -1,0 +1,230 @@
+"""`fleet check`: is every standing box well?
+
+One SSH command per box (the agent's own `status`, through the `AgentStatus` fact), so the
+operator reads exactly what the box reads. A box is well when SSH answers, the agent is alive,
+the node runs the wanted binary and is synced with its exec tip moving, the prover proves and
+the GPU programs are admitted.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pyinfra.api import Config as PyinfraConfig
+from pyinfra.api import Inventory, State
+from pyinfra.api.connect import connect_all, disconnect_all
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.facts import get_fact
+from pyinfra.connectors.sshuserclient import client as ssh_client
+
+from agent.contract import NODE, ROOT
+from facts.box import AgentStatus
+from fleet.core.errors import ConfigError
+from fleet.core.fileutil import write_atomic
+from fleet.core.times import seconds_between
+from fleet.core.verdicts import Health
+from fleet.state import releases
+
+if TYPE_CHECKING:
+    from fleet.boxes.inventory import Built
+    from fleet.core.config import Config
+
+STALE_TICKS = 3  # a status or reading older than this many agent ticks tells nothing
+
+
+def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
+          wanted: str | None, previous: dict[str, Any] | None,
+          known: Sequence[releases.Release] = ()) -> Health:
+    """Turn one box's agent status into a verdict with its reasons. What cannot be told (an
+    old status, an old reading, a dead observer) is a problem, never the last good verdict.
+    With the release store's releases (`known`), a box on an older release than the wanted
+    one (the last publish's) is named *behind*."""
+    h = Health(label, str(data.get("provider")), wanted_sha16=wanted)
+    if status is None:
+        h.problems.append("ssh: box did not answer")
+        return h
+    h.ssh = True
+    if not status:
+        h.problems.append("agent: not installed")
+        return h
+    disk = status.get("disk") or {}
+    if disk.get("full"):
+        free = disk.get("free_bytes") or {}
+        h.problems.append("disk full: " + ", ".join(
+            f"{k}/ has {v} bytes free" for k, v in sorted(free.items()) if v is not None))
+    h.agent = bool(status.get("alive"))
+    if not h.agent:
+        h.problems.append(f"agent: not alive (heartbeat {status.get('heartbeat_age_s')}s old)")
+    limit = STALE_TICKS * float((status.get("agent") or {}).get("tick_s") or 15.0)
+    status_age = status.get("status_age_s")
+    if not isinstance(status_age, int | float) or status_age > limit:
+        h.problems.append(f"agent: status not written for {status_age} s")
+    storage = status.get("storage") or {}
+    if storage.get("ok") is False:
+        h.problems.append(f"agent: {storage.get('error')}")
+    observer = status.get("observer") or {}
+    if observer.get("alive") is not True:
+        h.problems.append(f"agent: observer not running ({observer.get('last_error')})")
+    node = status.get("node") or {}
+    rpc = node.get("rpc") or {}
+    reading_age = _age(status.get("ts"), node.get("rpc_at"), status_age)
+    fresh = reading_age is not None and reading_age <= limit
+    if rpc and not fresh:  # a frozen reading: neither synced nor moving can be told
+        h.problems.append(f"node: reading is {reading_age} s old (unknown)")
+        rpc = {}
+    h.synced, h.blocks, h.exec_tip = rpc.get("synced"), rpc.get("blocks"), rpc.get("exec_tip")
+    h.node_sha16 = node.get("sha16")
+    prog = (status.get("programs") or {}).get(NODE) or {}
+    if prog.get("state") != "running":
+        why = f"{prog.get('state') or 'absent'} {prog.get('reason') or ''}".strip()
+        h.problems.append(f"node: {why}")
+    if not h.synced:
+        h.problems.append("node: not synced" if rpc else f"node: no RPC ({node.get('rpc_error')})")
+    if h.exec_tip is not None:
+        h.exec_moving = _moving(h.exec_tip, node.get("rpc_at"), previous)
+        if not h.exec_moving:
+            h.problems.append(f"node: exec tip stuck at {h.exec_tip}")
+    if wanted and h.node_sha16 != wanted:
+        h.problems.append(_wrong_node(h.node_sha16, wanted, known))
+    adm = status.get("admission") or {}
+    h.admitted, h.admission_reason = adm.get("admitted"), adm.get("reason")
+    if not h.admitted:
+        h.problems.append(f"admission refused: {h.admission_reason}")
+    h.prover = (status.get("prover") or {}).get("state")
+    if h.prover != "proving":
+        h.problems.append(f"prover: {h.prover or 'absent'}")
+    for name, p in (status.get("programs") or {}).items():
+        if p.get("degraded"):
+            h.problems.append(f"{name}: degraded ({p.get('reason')})")
+    return h
+
+
+def _wrong_node(running: str | None, wanted: str, known: Sequence[releases.Release]) -> str:
+    have = releases.by_node_sha256(known, running)
+    want = releases.by_node_sha256(known, wanted)
+    if have is not None and want is not None:
+        where = "behind" if have.key < want.key else "ahead"
+        return (f"node: {where}: runs {have.version} ({running}), wanted {want.version} "
+                f"({wanted})")
+    return f"node: runs {running}, wanted {wanted}"
+
+
+def _age(status_ts: Any, read_at: Any, status_age: Any) -> float | None:
+    """Seconds since a reading was taken, on the box's own clock: from the reading to the
+    status that carries it, plus the status's age. None when either time is unknown."""
+    gap = seconds_between(read_at, status_ts)
+    if gap is None or not isinstance(status_age, int | float):
+        return None
+    return round(max(0.0, gap) + status_age, 1)
+
+
+def _moving(tip: int, read_at: str | None, previous: dict[str, Any] | None) -> bool:
+    """Is the exec tip moving? Judged against the last *different* reading of the node: the
+    agent probes it every tick, so two checks within one tick see the same (fresh) reading."""
+    if tip <= 0:
+        return False
+    if not previous or previous.get("exec_tip") is None:
+        return True  # first look: a tip above 0 that follows the blocks
+    if read_at is not None and previous.get("rpc_at") == read_at:
+        return bool(previous.get("moving", True))
+    return tip > int(previous["exec_tip"])
+
+
+def _wanted(cfg: Config, data: dict[str, Any]) -> str | None:
+    if data.get("node_sha16_wanted"):
+        return str(data["node_sha16_wanted"])
+    version = data.get("release")
+    if not version:
+        return None
+    try:
+        return releases.find(cfg.releases, str(version)).node_sha16
+    except ConfigError:
+        return None
+
+
+STATUS_DEADLINE_S = 30.0  # one box's status command; connecting is bounded by its own timeouts
+
+
+def _status_within(state: State, host: Any, deadline_s: float) -> tuple[bool, Any]:
+    """The AgentStatus fact of one connected box, or (False, "late") when it has not
+    answered within `deadline_s`: its SSH connection is then closed from a timer thread,
+    which ends the blocked read (pyinfra's own `_timeout` cannot fire here: its sockets block
+    the thread without gevent's monkey-patching, which a library must not apply). Boxes are
+    read one after another, as unpatched sockets would serialise them anyway, so one hung
+    box never holds the others' answers past its own deadline."""
+    client = getattr(host.connector, "client", None)
+    cut = threading.Event()
+
+    def close() -> None:
+        cut.set()
+        if client is not None:
+            client.close()
+
+    timer = threading.Timer(deadline_s, close)
+    timer.daemon = True
+    timer.start()
+    try:
+        status = get_fact(state, host, AgentStatus, kwargs={"root": ROOT})
+    except PyinfraError:
+        status = None
+    finally:
+        timer.cancel()
+    if cut.is_set():
+        return False, "late"
+    return True, status
+
+
+def check(cfg: Config, built: Built) -> list[Health]:
+    hosts = built.groups.get("standing", [])
+    # standing boxes the provider no longer runs are the least well of all
+    down = [Health(row.label, row.provider, problems=[f"provider: box is {status}"])
+            for row, status in built.down if row.kind == "standing"]
+    if not hosts:
+        return down
+    try:
+        known = releases.load_or_empty(cfg.releases)
+    except ConfigError:
+        known = []
+    history_path = cfg.registry.parent / "check-history.json"
+    try:
+        history: dict[str, Any] = json.loads(history_path.read_text())
+    except (OSError, ValueError):
+        history = {}
+    # pyinfra memoizes known_hosts files per process: a long-lived caller (the loop) must see
+    # the keys pinned since its last check
+    ssh_client.get_host_keys.cache.clear()  # type: ignore[attr-defined]
+    inventory = Inventory(([(name, dict(data)) for name, data in hosts], {}))
+    state = State(inventory=inventory, config=PyinfraConfig(PARALLEL=32, CONNECT_TIMEOUT=15))
+    by_name: dict[str, Any] = {}
+    late: set[str] = set()
+    try:
+        connect_all(state)  # raises when no box answers at all
+        for host in list(state.activated_hosts):
+            answered, status = _status_within(state, host, STATUS_DEADLINE_S)
+            if answered:
+                by_name[host.name] = status
+            elif status == "late":
+                late.add(host.name)
+    except PyinfraError:
+        pass  # every box not read by then reads as not answering
+    finally:
+        disconnect_all(state)
+    out = []
+    for name, data in hosts:
+        status = by_name.get(name) if name in by_name else None
+        h = judge(name, data, status, _wanted(cfg, data), history.get(name), known)
+        if name in late:  # SSH answered: not a death, and no deploy on a box this slow
+            h.ssh = h.agent = True
+            h.problems = [f"ssh: the status command did not finish within "
+                          f"{STATUS_DEADLINE_S:g} s"]
+        if h.exec_tip is not None and status:
+            history[name] = {"exec_tip": h.exec_tip, "moving": h.exec_moving,
+                             "rpc_at": (status.get("node") or {}).get("rpc_at"),
+                             "at": time.time()}
+        out.append(h)
+    write_atomic(history_path, json.dumps(history, indent=1) + "\n")
+    return out + down

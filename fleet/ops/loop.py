@@ -1,0 +1,754 @@
+"""`fleet loop`: keep the standing fleet up without anyone watching.
+
+Each tick:
+1. Lists every provider's boxes against the registry (`fleet.providers.sync.view`). A provider that
+   fails is reported and its boxes are not judged this tick: an API error is never death.
+   A box the listing leaves out is gone only once its provider, asked for its id, says so.
+2. Resumes the rents that never finished (`_resume_unfinished`): each is looked up, pinned
+   once SSH-ready and converted, or given up past `ready_timeout_s`.
+3. Checks every standing box at once (the agent's status through one SSH command each, as
+   `fleet check`), and SSH-probes those the provider cannot vouch for (`unknown`,
+   `provisioning`). A box is *dead* on a check when its provider lists it as exited or
+   stopped, says it has no box of that id, or SSH does not answer. When more than half of
+   the probed boxes (two at least) fail SSH at once, or the fleet's own SSH key is
+   unreadable, a breaker counts no SSH death that tick: that is the fleet's blindness.
+   Dead on `dead_checks` consecutive ticks (fleet.toml `[loop]`, default 2), it is destroyed
+   where the provider still lists it (its row marked destroyed, or vanished when no provider
+   has it) and owed for a re-rent in the same shape: provider, card, GPU count and role (so
+   the same image, driver pin, allowed CUDA and p2p port), labelled `<label>-r<n>`,
+   `rerent_of` set. A box whose agent refuses admission (a driver other than the pinned
+   one, an unqualified GPU: RunPod advertises no driver, so admission after boot is the
+   only guard) is *unfit*, counted like a dead one: kept, it would bill for a card that
+   never works. Its machine (where the provider names it) is passed over by the re-rents
+   for a day (`loop.json`). A box whose SSH answers but whose agent is down is converged
+   again (its agent back).
+4. Rents what is owed: the re-rents no live row fills yet, and the roster's wanted boxes
+   (`[[roster.ROLE]]`) that no live box fills, cheapest admissible offer first, each within
+   the daily budget (the budget check and the registry row are one locked step). What
+   cannot be rented stays owed with the reason: no capacity, no admissible offer, over
+   budget, provider refusing.
+5. Converts what it rented or resumed, and the boxes whose agent was down, with the
+   standing deploy, then verifies them with the testinfra checks: only then is a
+   replacement done.
+6. Reports orphans (boxes under a label of this fleet's roles that the registry does not
+   own, and second boxes under a live label) and destroys, once seen for `orphan_grace_s`,
+   only those whose label has this fleet's exact form (`fleet.core.labels`), never while the
+   registry is empty or the orphans outnumber its live boxes.
+7. Runs its after-tick hook: the CLI writes the fleet page there (index.html and fleet.json,
+   each replaced whole).
+
+Boxes behind their wanted release are reported; the loop never moves binaries. What the loop
+remembers between ticks (dead counts, re-rents owed, orphans first seen) is in `loop.json`
+beside the registry, saved after every destroy and rent; `loop.lock` keeps a second loop off
+the same registry.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from fleet.boxes import lifecycle
+from fleet.boxes.inventory import Built, host_data
+from fleet.boxes.sshkeys import write_known_hosts
+from fleet.core import labels
+from fleet.core.boxes import Row, is_standing, unfinished
+from fleet.core.config import Config, Role
+from fleet.core.errors import (
+    BudgetExceeded,
+    FleetError,
+    NoCapacity,
+    OfferGone,
+    ProviderError,
+    UsageError,
+)
+from fleet.core.fileutil import write_atomic
+from fleet.core.times import now_iso, parse_iso
+from fleet.core.verdicts import Health, Owed
+from fleet.ops import offers as offers_mod
+from fleet.ops import rent as rent_mod
+from fleet.providers.sync import View, view
+from fleet.state import bills
+from fleet.state.registry import Registry
+
+if TYPE_CHECKING:
+    from fleet.providers.base import Box, Provider
+
+
+@dataclass
+class Owe:
+    """A wanted box the loop still has to rent: a roster shortfall or a dead box's re-rent."""
+
+    role: str
+    provider: str
+    card: str
+    gpus: int
+    since: str
+    reason: str = "not tried yet"
+    rerent_of: str | None = None
+    cloud: str | None = None  # a re-rent keeps the dead box's tier
+
+    def shape(self) -> tuple[str, str, str, int]:
+        return (self.role, self.provider, self.card, self.gpus)
+
+    def for_page(self) -> Owed:
+        why = self.reason if not self.rerent_of else f"{self.reason} (replaces {self.rerent_of})"
+        return Owed(self.role, self.provider, self.card, self.gpus, why, self.since)
+
+
+@dataclass
+class Memory:
+    """What a tick leaves for the next (loop.json)."""
+
+    tick: int = 0
+    dead: dict[str, int] = field(default_factory=dict)  # label -> consecutive dead checks
+    rerents: list[Owe] = field(default_factory=list)  # dead boxes not replaced yet
+    owed: list[Owe] = field(default_factory=list)  # the last tick's owed boxes, as reported
+    orphans: dict[str, str] = field(default_factory=dict)  # "provider/id" -> first seen
+    # "provider/machine" -> when a box on it was found unfit: its offers are passed over
+    unfit_machines: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Memory:
+        try:
+            d = json.loads(path.read_text())
+            return cls(int(d["tick"]), dict(d["dead"]), [Owe(**o) for o in d["rerents"]],
+                       [Owe(**o) for o in d["owed"]], dict(d["orphans"]),
+                       dict(d.get("unfit_machines", {})))
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise FleetError(f"{path}: the loop's memory is not readable ({e}); move it aside "
+                             "to start afresh") from None
+
+    def save(self, path: Path) -> None:
+        write_atomic(path, json.dumps(asdict(self), indent=1) + "\n")
+
+
+@dataclass
+class Late:
+    """An unfinished rent's box to give up, and why; `sight`: only where the fleet's own
+    SSH provably works this tick (the provider calls the box ready)."""
+
+    row: Row
+    box: Box
+    why: str
+    sight: bool
+
+
+@dataclass
+class Tick:
+    number: int
+    started_at: str
+    actions: list[str] = field(default_factory=list)
+    well: list[str] = field(default_factory=list)
+    problems: dict[str, list[str]] = field(default_factory=dict)  # label -> what is wrong
+    dead: dict[str, str] = field(default_factory=dict)  # label -> why, this tick
+    replaced: dict[str, str] = field(default_factory=dict)  # old label -> new label
+    converged: list[str] = field(default_factory=list)
+    owed: list[Owe] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+    provider_errors: list[str] = field(default_factory=list)
+    converge_s: float = 0.0  # of took_s: the deploy and checks of what was converged
+    took_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["owed"] = [o.for_page().to_dict() | {"rerent_of": o.rerent_of} for o in self.owed]
+        return d
+
+    def summary(self) -> str:
+        return (f"tick {self.number}: {len(self.well)} well, {len(self.problems)} with "
+                f"problems, {len(self.dead)} dead, {len(self.replaced)} replaced, "
+                f"{len(self.owed)} owed, {len(self.orphans)} orphans, "
+                f"{len(self.provider_errors)} provider errors ({self.took_s:.1f} s)")
+
+
+class LoopLock:
+    """One loop per registry: an exclusive lock on `loop.lock` beside it, held while it runs."""
+
+    def __init__(self, registry: Path) -> None:
+        self.path = registry.parent / "loop.lock"
+        self._f: IO[str] | None = None
+
+    def __enter__(self) -> LoopLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self.path, "a+")  # noqa: SIM115 (held until __exit__)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            pid = f.read().strip() or "?"
+            f.close()
+            raise UsageError(f"another fleet loop runs on {self.path.parent} (pid {pid}); "
+                             "not starting a second") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        self._f = f
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._f is not None:
+            self._f.close()
+
+
+Converge = Callable[[Config, list[str]], str | None]
+UNFIT_MACHINE_S = 24 * 3600
+
+
+# what runs after each tick with its verdicts (the CLI writes the fleet page there)
+AfterTick = Callable[["Tick", list[Health]], None]
+
+
+class Loop:
+    def __init__(self, cfg: Config, providers: Mapping[str, Provider], *,
+                 destroy_orphans: bool = True, after_tick: AfterTick | None = None,
+                 echo: Callable[[str], None] = print, converge_fn: Converge,
+                 check_fn: Callable[[Config, Built], list[Health]]) -> None:
+        self.cfg, self.providers = cfg, dict(providers)
+        self.reg = Registry(cfg.registry)
+        self.memory_path = cfg.registry.parent / "loop.json"
+        self.destroy_orphans = destroy_orphans
+        self.after_tick = after_tick
+        self.echo = echo
+        self.converge_fn = converge_fn
+        self.check_fn = check_fn
+        self._answered = False  # whether any box answered the fleet's SSH in this tick
+
+    # -- one tick -------------------------------------------------------------------------
+
+    def tick(self) -> Tick:
+        mem = Memory.load(self.memory_path)
+        mem.tick += 1
+        t = Tick(mem.tick, now_iso())
+        started = time.monotonic()
+        v = view(self.reg, self.providers)
+        failed = set()
+        for e in v.failures:
+            failed.add(e.provider)
+            self._act(t, f"provider {e.provider}: {e} (its boxes are not judged this tick)")
+            t.provider_errors.append(str(e))
+        for label, why in sorted(v.unsure.items()):
+            self._act(t, f"{label}: not judged this tick: {why}")
+        self._note_stops(v)
+        read = bills.refresh(self.cfg.registry, self.providers)  # for the rents and the page
+        for name, why in read.errors.items():
+            self._act(t, f"bills: {name} gave none ({why}); its boxes are estimated")
+        self._destroy_wanted(t, failed)
+        resumed, late = self._resume_unfinished(t, v, failed)
+        health = self._judge(t, mem, v, failed)
+        self._give_up(t, late, sees=self._answered)
+        self._replace_dead(t, mem, v)
+        mem.save(self.memory_path)  # the destroys and the re-rents they owe, before any rent
+        self._forget_unfit(mem)
+        fresh = self._rent_owed(t, mem)
+        self._converge(t, resumed + fresh)
+        self._orphans(t, mem, v, failed)
+        mem.owed = t.owed
+        mem.save(self.memory_path)
+        if self.after_tick is not None:
+            try:
+                self.after_tick(t, health)
+            except (OSError, FleetError) as e:  # the fleet matters more than its picture
+                self._act(t, f"page: not written ({e})")
+        t.took_s = round(time.monotonic() - started, 2)
+        return t
+
+    def _note_stops(self, v: View) -> None:
+        """Record when a listing first showed a box stopped (it then bills its storage only,
+        for the estimate of what it spent), and forget it once the box runs again."""
+        for row, box in v.matched:
+            stopped = box.status in ("stopped", "exited")
+            if stopped and row.stopped_at is None:
+                self.reg.update(row.label, stopped_at=now_iso())
+            elif not stopped and row.stopped_at is not None:
+                self.reg.update(row.label, stopped_at=None)
+
+    def _act(self, t: Tick, line: str) -> None:
+        t.actions.append(line)
+        self.echo(line)
+
+    def _standing_rows(self) -> list[Row]:
+        return [r for r in self.reg.rows()
+                if r.live and is_standing(self.cfg, r) and r.host_key and r.provider_id]
+
+    def _judge(self, t: Tick, mem: Memory, v: View, failed: set[str]) -> list[Health]:
+        """Dead votes, agents to bring back, problems to report; returns the checks made.
+
+        What the provider vouches for (it lists the box exited or stopped, or says it has no
+        box of that id) is a death. A box it cannot vouch for (`unknown`, `provisioning`) is
+        SSH-probed like a running one: one that answers is alive. A box whose SSH does not
+        answer is dead, unless the fleet cannot tell: when more than half of the boxes probed
+        (two at least) fail at once, or its own SSH key is unreadable, the failure is taken as
+        the fleet's own blindness and no death is counted this tick (`_blind`)."""
+        listed = {row.label: box for row, box in v.matched}
+        gone = {r.label for r in v.gone}
+        hosts, checked = [], []
+        unjudged = set(v.unsure)
+        vouched: dict[str, str] = {}  # label -> the provider's status, for boxes probed
+        for row, seen in v.matched:  # a restart may map SSH to another port: pin the key there
+            if seen.ssh_host and seen.ssh_port and \
+                    (seen.ssh_host, seen.ssh_port) != (row.ssh_host, row.ssh_port):
+                self.reg.update(row.label, ssh_host=seen.ssh_host, ssh_port=seen.ssh_port)
+        write_known_hosts(self.cfg.known_hosts, self.reg.rows())
+        for row in self._standing_rows():
+            if row.provider in failed:
+                unjudged.add(row.label)
+                continue  # the provider did not answer: nothing can be told, nothing changes
+            box = listed.get(row.label)
+            if row.label in gone:
+                t.dead[row.label] = (f"{row.provider} has no box {row.provider_id} any more "
+                                     "(asked by id)")
+            elif box is not None and box.status in ("exited", "stopped"):
+                t.dead[row.label] = f"{row.provider} lists it as {box.status}"
+            elif box is not None:
+                vouched[row.label] = box.status
+                hosts.append((row.label, host_data(self.cfg, row, box)))
+        for row in v.gone:  # one-shot and other boxes: marked vanished, never re-rented
+            if row.provider not in failed and not is_standing(self.cfg, row):
+                t.dead[row.label] = "no provider lists it any more"
+        blind = self._blind_key() if hosts else None
+        self._answered = False
+        health = self.check_fn(self.cfg, Built(groups={"standing": hosts})) \
+            if hosts and blind is None else []
+        unanswered = [h for h in health if not h.ssh]
+        self._answered = len(unanswered) < len(health)
+        if blind is None and len(unanswered) >= 2 and 2 * len(unanswered) > len(hosts):
+            blind = (f"{len(unanswered)} of {len(hosts)} boxes did not answer SSH at once: "
+                     "more likely the fleet's own side (its network, an SSH proxy, its key) "
+                     "than that many deaths")
+        if blind is not None:
+            self._answered = False  # nothing this tick proves the fleet's own SSH works
+            self._act(t, f"breaker: no deaths counted this tick ({blind})")
+            unjudged.update(label for label, _ in hosts)
+        for h in health:
+            if not h.ssh:
+                if blind is None:
+                    said = vouched.get(h.label, "running")
+                    t.dead[h.label] = f"SSH does not answer while its provider says {said}"
+                continue
+            checked.append(h)
+            if h.well:
+                t.well.append(h.label)
+                continue
+            t.problems[h.label] = h.problems
+            if h.agent and h.admitted is False:  # e.g. RunPod placed it on another driver
+                t.dead[h.label] = f"unfit: its agent refused admission ({h.admission_reason})"
+            if not h.agent:
+                t.converged.append(h.label)  # the agent back through the standing deploy
+            for p in h.problems:
+                if p.startswith("node: behind"):
+                    self._act(t, f"{h.label}: {p[len('node: '):]} (reported; the loop never "
+                                 "moves binaries)")
+        for label in list(mem.dead):
+            if label not in t.dead and label not in unjudged:
+                del mem.dead[label]  # alive again, or no longer ours to judge
+        for label, why in sorted(t.dead.items()):
+            mem.dead[label] = mem.dead.get(label, 0) + 1
+            word, _, why = why.partition(": ") if why.startswith("unfit") else ("dead", "", why)
+            self._act(t, f"{label}: {word} ({why}), check {mem.dead[label]} of "
+                         f"{self.cfg.loop.dead_checks}")
+        return checked
+
+    def _blind_key(self) -> str | None:
+        """Why the fleet's own SSH cannot work this tick (its key unreadable), or None."""
+        try:
+            with open(self.cfg.ssh_key, "rb") as f:
+                f.read(1)
+        except OSError as e:
+            return f"the fleet's SSH key {self.cfg.ssh_key} is unreadable: {e.strerror}"
+        return None
+
+    def _replace_dead(self, t: Tick, mem: Memory, v: View) -> None:
+        """Destroy what is dead on `dead_checks` ticks in a row, this one included: a box not
+        judged this tick (its provider silent, the breaker open) keeps its count, untouched.
+        Only a box its provider says it has no more is marked vanished without a destroy."""
+        listed = {row.label: box for row, box in v.matched}
+        gone = {r.label for r in v.gone}
+        for label, count in sorted(mem.dead.items()):
+            if count < self.cfg.loop.dead_checks or label not in t.dead:
+                continue
+            if label not in listed and label not in gone:
+                continue
+            row = self.reg.get(label)
+            if row is None or not row.live:
+                del mem.dead[label]
+                continue
+            box = listed.get(label)
+            try:
+                if box is not None:
+                    self.providers[row.provider].destroy(box.box_id)
+                    if self.providers[row.provider].box(box.box_id) is not None:
+                        raise ProviderError(row.provider, "destroy",
+                                            f"box {box.box_id} is still listed")
+                    self.reg.mark_destroyed(label)
+                    self._act(t, f"{label}: destroyed (dead or unfit on {count} checks)")
+                else:
+                    self.reg.mark_destroyed(label, "vanished")
+                    self._act(t, f"{label}: marked vanished (no provider lists it)")
+            except (ProviderError, KeyError) as e:
+                self._act(t, f"{label}: destroying the dead box failed ({e}); tried again "
+                             "next tick")
+                continue
+            del mem.dead[label]
+            if t.dead.get(label, "").startswith("unfit") and box is not None and box.machine_id:
+                mem.unfit_machines[f"{row.provider}/{box.machine_id}"] = now_iso()
+            if is_standing(self.cfg, row):
+                mem.rerents.append(Owe(row.role, row.provider, row.card, row.gpu_count,
+                                       now_iso(), rerent_of=label, cloud=row.cloud))
+
+    # -- the owed roster --------------------------------------------------------------------
+
+    def owed(self, mem: Memory) -> list[Owe]:
+        """Re-rents first, then each roster entry's shortfall (a pending re-rent fills one).
+
+        Recomputed from the registry: a re-rent is owed only while no live row replaces its
+        box (`rerent_of`), so a loop killed between a rent and saving its memory never rents
+        the replacement twice. Unfinished rents count: each tick resumes them, each with
+        its own deadline (`_resume_unfinished`)."""
+        live = [r for r in self.reg.rows() if r.live and not r.destroy_wanted]
+        replaced = {r.rerent_of for r in live if r.rerent_of}
+        mem.rerents = [o for o in mem.rerents if o.rerent_of not in replaced]
+        # a re-rent of a role fleet.toml no longer has is kept, never rented
+        out = [o for o in mem.rerents if o.role in self.cfg.roles]
+        before = {(o.shape(), o.rerent_of): o.since for o in mem.owed}
+        for w in self.cfg.roster:
+            if self.cfg.role(w.role).kind != "standing":
+                continue  # one-shot boxes are rented per job (`fleet run`), never kept up
+            shape = (w.role, w.provider, w.card, w.gpus)
+            have = sum(1 for r in live if (r.role, r.provider, r.card, r.gpu_count) == shape)
+            pending = sum(1 for o in out if o.shape() == shape and o.rerent_of)
+            for _ in range(max(0, w.count - have - pending)):
+                out.append(Owe(*shape, since=before.get((shape, None), now_iso())))
+        return out
+
+    def _forget_unfit(self, mem: Memory) -> None:
+        """A machine found unfit is passed over for UNFIT_MACHINE_S: its host may fix it."""
+        now = time.time()
+        for key, at in list(mem.unfit_machines.items()):
+            if now - _epoch(at) > UNFIT_MACHINE_S:
+                del mem.unfit_machines[key]
+
+    def _rent_owed(self, t: Tick, mem: Memory) -> list[str]:
+        rented = []
+        for o in self.owed(mem):
+            label = self._try_rent(t, o, mem.unfit_machines)
+            if label is None:
+                t.owed.append(o)
+                continue
+            rented.append(label)
+            if o.rerent_of:
+                mem.rerents.remove(o)
+                t.replaced[o.rerent_of] = label
+            mem.save(self.memory_path)  # the registry row is the truth; the memory follows it
+        if rented:
+            try:
+                rent_mod.wait_ready(self.cfg, self.reg, self.providers, rented)
+            except FleetError as e:
+                self._act(t, f"waiting for SSH on {', '.join(rented)}: {e}")
+        return rented
+
+    def _try_rent(self, t: Tick, o: Owe, unfit: Mapping[str, str]) -> str | None:
+        """Rent one owed box; None (and `o.reason` set) when it cannot be rented now. Offers
+        on a machine where a box was found unfit are passed over."""
+        role: Role = self.cfg.role(o.role)
+        p = self.providers.get(o.provider)
+        if p is None:
+            o.reason = f"provider refusing: no {o.provider} API key"
+            return None
+        found, failures = offers_mod.search(role, [p], card=o.card, gpus=o.gpus)
+        if o.cloud:
+            found = [f for f in found if f.cloud == o.cloud]
+        fit = [f for f in found if f"{f.provider}/{f.machine_id}" not in unfit]
+        if found and not fit:
+            o.reason = (f"no admissible offer: the {len(found)} offered are on machines "
+                        "where a box was found unfit")
+            self._act(t, f"owed {o.role} {o.card} x{o.gpus} on {o.provider}: {o.reason}")
+            return None
+        found = fit
+        if not found:
+            o.reason = (f"provider refusing: {failures[0]}" if failures
+                        else self._no_offer(role, p, o))
+            self._act(t, f"owed {o.role} {o.card} x{o.gpus} on {o.provider}: {o.reason}")
+            return None
+        try:
+            res = rent_mod.rent(self.cfg, self.reg, role, found, self.providers,
+                                label=self._label(o), rerent_of=o.rerent_of)
+        except BudgetExceeded as e:
+            o.reason = f"over budget: {e}"
+        except (NoCapacity, OfferGone) as e:  # every offer tried went or had no machine
+            o.reason = f"no capacity: {e}"
+        except ProviderError as e:
+            o.reason = f"provider refusing: {e}"
+        except UsageError as e:  # e.g. a label the provider refuses: this box, not the loop
+            o.reason = f"refused: {e}"
+        else:
+            what = f" replacing {o.rerent_of}" if o.rerent_of else " (owed by the roster)"
+            self._act(t, f"{res.row.label}: rented {res.row.card} x{res.row.gpu_count} on "
+                         f"{res.row.provider} at ${res.row.usd_per_hour:.3f}/h{what}")
+            return res.row.label
+        self._act(t, f"owed {o.role} {o.card} x{o.gpus} on {o.provider}: {o.reason}")
+        return None
+
+    @staticmethod
+    def _no_offer(role: Role, p: Provider, o: Owe) -> str:
+        """No capacity (nothing of that card listed) or no admissible offer (listed, but not
+        on the pinned driver or CUDA)."""
+        try:
+            listed = p.offers(card=o.card, gpu_count=o.gpus)
+        except ProviderError as e:
+            return f"provider refusing: {e}"
+        if o.cloud:
+            listed = [f for f in listed if f.cloud == o.cloud]
+        if listed:
+            return (f"no admissible offer: {len(listed)} listed, none with driver "
+                    f"{role.admitted_driver} and CUDA {'/'.join(role.allowed_cuda) or 'any'}"
+                    f"{' and a direct p2p port' if role.p2p_port else ''}")
+        tier = f" on the {o.cloud} tier" if o.cloud else ""
+        return f"no capacity: no {o.card} x{o.gpus} offered{tier}"
+
+    def _label(self, o: Owe) -> str | None:
+        if not o.rerent_of:
+            return None  # a roster box gets a generated label
+        label = labels.rerent_label(o.rerent_of, {r.label for r in self.reg.rows()})
+        # a hand-given label's `-r<n>` may pass what the providers take: a generated one
+        return label if len(label) <= labels.MAX_LEN else None
+
+    # -- unfinished rents -------------------------------------------------------------------
+
+    def _resume_unfinished(self, t: Tick, v: View,
+                           failed: set[str]) -> tuple[list[str], list[Late]]:
+        """Take up every standing rent that never finished (its box not SSH-ready in time, or
+        the rent killed half-way), each against its own deadline from its row's creation
+        (`[loop] ready_timeout_s`). Returns the labels whose host key was pinned now, to be
+        converted this tick, and the boxes to give up (`_give_up`, once the checks have said
+        whether the fleet's own SSH works this tick).
+
+        + no box found: a row without a box id is looked up by its label (a create whose
+          outcome was unknown may have landed); past the deadline the row is marked failed
+          (vanished, where it had a box: what that box spent still counts), and the roster
+          rents anew
+        + a box found is recorded; one that is SSH-ready has its host key pinned
+        + a box its provider lists exited before it was ever ready is given up at once; one
+          still not ready past the deadline is given up then
+        A provider that does not answer leaves its rows as they are."""
+        listed = {row.label: box for row, box in v.matched}
+        form = self._form()
+        pinned: list[str] = []
+        late: list[Late] = []
+        now = time.time()
+        limit = self.cfg.loop.ready_timeout_s
+        for row in self.reg.rows():
+            if not (unfinished(row) and is_standing(self.cfg, row)) or row.provider in failed:
+                continue
+            p = self.providers.get(row.provider)
+            if p is None or row.label in v.unsure:
+                continue
+            age = now - _epoch(row.created_at) if row.created_at else 0.0
+            if not row.provider_id and not form.match(row.label):
+                # found by label alone, a box under a hand-given label may be a person's
+                self._act(t, f"{row.label}: an unfinished rent under a hand-given label: not "
+                             f"resumed by the loop (`fleet rent {row.role} --label "
+                             f"{row.label}` resumes it)")
+                continue
+            try:
+                box = listed.get(row.label) or lifecycle.find_unfinished(p, row)
+                if box is None:
+                    if age > limit:
+                        self._never_landed(t, row, age)
+                    continue
+                row = lifecycle.record(self.reg, row.label, box)
+                key = lifecycle.host_key_if_ready(box)
+                if key is not None:
+                    lifecycle.pin(self.reg, row, key)
+                    pinned.append(row.label)
+                    self._act(t, f"{row.label}: unfinished rent resumed: SSH-ready, host key "
+                                 "pinned")
+                elif box.status == "exited":
+                    late.append(Late(row, box, f"{row.provider} lists it exited before it "
+                                                "was ever SSH-ready", sight=False))
+                elif age > limit:
+                    # a box its provider says is ready, whose SSH the fleet cannot reach, is
+                    # given up only where the fleet's own SSH provably works (`_give_up`),
+                    # until three deadlines have passed: then it is never kept billing
+                    late.append(Late(row, box, f"not SSH-ready {age:.0f} s after the rent "
+                                     f"(ready_timeout_s {limit:.0f}, {box.status})",
+                                     sight=box.ssh_ready and age <= 3 * limit))
+                else:
+                    self._act(t, f"{row.label}: waiting for SSH ({box.status}, {age:.0f} s "
+                                 f"of {limit:.0f})")
+            except FleetError as e:
+                self._act(t, f"{row.label}: resuming the unfinished rent failed ({e}); tried "
+                             "again next tick")
+        if pinned:
+            write_known_hosts(self.cfg.known_hosts, self.reg.rows())
+        return pinned, late
+
+    def _form(self) -> re.Pattern[str]:
+        """The exact form of the labels this fleet makes (`fleet.core.labels`)."""
+        return labels.fleet_form(tuple(self.cfg.roles), self.reg.fleet_id())
+
+    def _never_landed(self, t: Tick, row: Row, age: float) -> None:
+        if row.provider_id:  # it had a box, which its provider no longer has
+            self.reg.mark_destroyed(row.label, "vanished")
+            self._act(t, f"{row.label}: unfinished rent given up: {row.provider} has no box "
+                         f"{row.provider_id} any more")
+            return
+        self.reg.update(row.label, status="failed", destroyed_at=now_iso(),
+                        note=f"no box under its label {age:.0f} s after the rent: it never "
+                             "landed")
+        self._act(t, f"{row.label}: unfinished rent given up (no box under its label after "
+                     f"{age:.0f} s)")
+
+    def _give_up(self, t: Tick, late: list[Late], sees: bool) -> None:
+        """Destroy the unfinished rents' boxes given up this tick; `sees`: whether any box
+        answered the fleet's SSH this tick (else a box the provider calls ready but that
+        never answered may be the fleet's own blindness: kept, and said)."""
+        for g in late:
+            if g.sight and not sees:
+                self._act(t, f"{g.row.label}: {g.why}; kept: no box answered the fleet's SSH "
+                             "this tick, so it cannot tell the box from its own blindness")
+                continue
+            try:
+                self.providers[g.row.provider].destroy(g.box.box_id)
+            except ProviderError as e:
+                self._act(t, f"{g.row.label}: {g.why}; destroying it failed ({e}), tried "
+                             "again next tick")
+                continue
+            self.reg.update(g.row.label, status="destroyed", destroyed_at=now_iso(),
+                            note=f"{g.why}: destroyed")
+            self._act(t, f"{g.row.label}: destroyed: {g.why}")
+
+    def _destroy_wanted(self, t: Tick, failed: set[str]) -> None:
+        """Destroy the boxes a rent wanted gone but could not destroy (over budget at the
+        price listed after the create): never adopted, resumed or counted for the roster,
+        and counted by the budget until they are gone."""
+        for row in self.reg.rows():
+            if not row.live or not row.destroy_wanted or row.provider in failed:
+                continue
+            p = self.providers.get(row.provider)
+            if p is None:
+                continue
+            try:
+                box = lifecycle.find_unfinished(p, row)
+                if box is not None:
+                    p.destroy(box.box_id)
+            except ProviderError as e:
+                self._act(t, f"{row.label}: destroying it ({row.destroy_wanted}) failed "
+                             f"({e}); tried again next tick")
+                continue
+            self.reg.update(row.label, status="destroyed", destroyed_at=now_iso())
+            self._act(t, f"{row.label}: destroyed ({row.destroy_wanted})")
+
+    # -- conversion and orphans ------------------------------------------------------------
+
+    def _converge(self, t: Tick, fresh: list[str]) -> None:
+        labels = sorted(set(fresh) | set(t.converged))
+        ready = [lb for lb in labels if (r := self.reg.get(lb)) is not None and r.host_key]
+        t.converged = []
+        if not ready:
+            return
+        started = time.monotonic()
+        failure = self.converge_fn(self.cfg, ready)
+        t.converge_s = round(time.monotonic() - started, 2)
+        if failure:
+            self._act(t, f"converging {', '.join(ready)}: {failure} (tried again next tick)")
+            return
+        t.converged = ready
+        self._act(t, f"converged and checked: {', '.join(ready)}")
+
+    def _orphans(self, t: Tick, mem: Memory, v: View, failed: set[str]) -> None:
+        """Report every box of the fleet's roles the registry does not own, and destroy, once
+        seen for the grace, only those whose label has this fleet's exact form (its fleet
+        id: `fleet.core.labels`). Nothing is destroyed while the registry has no live row (a
+        missing or mistyped registry path reads as empty) or while the orphans outnumber the
+        live rows; each destroy first reads the label's row again under the registry's lock."""
+        roles = tuple(self.cfg.roles)
+        form = self._form()
+        now = time.time()
+        seen = {}
+        grace = self.cfg.loop.orphan_grace_s
+        ours = []
+        for b in v.orphans:
+            label = b.label or ""
+            if not (form.match(label) or labels.role_prefixed(label, roles)):
+                continue  # another fleet's or a person's box, under no role of ours
+            key = f"{b.provider}/{b.box_id}"
+            what = "a second box under a live label" if key in v.duplicates else \
+                "not in the registry"
+            t.orphans.append(f"{b.label} ({key})")
+            if not form.match(label):
+                self._act(t, f"orphan {b.label} ({key}, ${b.usd_per_hour:.3f}/h): {what}; "
+                             "its label is not of this fleet's form, so it is never destroyed")
+                continue
+            seen[key] = mem.orphans.get(key, now_iso())
+            ours.append((b, key, what))
+        live = [r for r in self.reg.rows() if r.live]
+        refusal = None
+        if not live:
+            refusal = ("the registry has no live box (a missing or wrong registry path reads "
+                       "as empty)")
+        elif len(ours) > len(live):
+            refusal = f"{len(ours)} orphans outnumber the registry's {len(live)} live boxes"
+        for b, key, what in ours:
+            age = now - _epoch(seen[key])
+            if age < grace or not self.destroy_orphans or refusal:
+                left = "" if not self.destroy_orphans else (
+                    f", destroyed in {grace - age:.0f} s" if not refusal else
+                    f"; no orphan is destroyed: {refusal}")
+                self._act(t, f"orphan {b.label} ({key}, ${b.usd_per_hour:.3f}/h): {what}"
+                             f"{left}")
+                continue
+            row = self.reg.get(b.label)  # under the lock: a rent may have just written it
+            if row is not None and row.live and row.provider == b.provider and \
+                    row.provider_id in (None, b.box_id):
+                self._act(t, f"orphan {b.label} ({key}): its row is in the registry now; "
+                             "kept")
+                seen.pop(key)
+                continue
+            try:
+                self.providers[b.provider].destroy(b.box_id)
+            except ProviderError as e:
+                self._act(t, f"orphan {b.label} ({key}): destroy failed ({e})")
+                continue
+            seen.pop(key)
+            self._act(t, f"orphan {b.label} ({key}): destroyed after {age:.0f} s")
+        # a provider that did not answer keeps its orphans' first-seen times
+        mem.orphans = seen | {k: v for k, v in mem.orphans.items()
+                              if k.split("/", 1)[0] in failed}
+
+
+def _epoch(iso: str) -> float:
+    return parse_iso(iso).timestamp()
+
+
+def run(loop: Loop, interval_s: float, once: bool, emit: Callable[[Tick], None]) -> None:
+    """Tick every `interval_s` seconds (from the start of one tick to the next; a tick that
+    takes longer is followed at once), or once."""
+    while True:
+        started = time.monotonic()
+        try:
+            emit(loop.tick())
+        except FleetError as e:
+            if once or e.exit_code == 2:  # a mistake of the operator's stops the loop
+                raise
+            # anything else (a registry write on a full disk, a provider's odd answer): said,
+            # and the next tick tries again; the loop itself never stops for it
+            print(f"tick failed: {e}", file=sys.stderr, flush=True)
+        except Exception as e:  # a KeyError from an odd listing, an OSError from a full disk
+            if once:
+                raise
+            print(f"tick failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        if once:
+            return
+        time.sleep(max(0.0, interval_s - (time.monotonic() - started)))

@@ -1,0 +1,51 @@
+"""Admissible offers for a role, cheapest first, across both providers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from fleet.core.errors import ProviderError
+
+if TYPE_CHECKING:
+    from fleet.core.config import Role
+    from fleet.providers.base import Offer, Provider
+
+
+def admissible(role: Role, offers: Iterable[Offer]) -> list[Offer]:
+    """Drop offers whose advertised driver is not the admitted one.
+
+    RunPod never advertises a driver (None): such offers stay, and admission after boot guards.
+    """
+    want = role.admitted_driver
+    return [o for o in offers if want is None or o.driver is None or o.driver == want]
+
+
+def disks(role: Role, provider: str) -> tuple[int, int]:
+    """(container disk, volume) GB a rent of `role` asks `provider` for.
+
+    RunPod drops the container disk at every stop and restart and keeps the pod's volume
+    (shared/research/providers.md, "Disks"): the fleet's root is the volume, as big as the
+    role's disk. Vast keeps its one disk: no volume.
+    """
+    return role.disk_gb, role.disk_gb if provider == "runpod" else 0
+
+
+def search(role: Role, providers: Iterable[Provider], card: str | None = None,
+           gpus: int = 1) -> tuple[list[Offer], list[ProviderError]]:
+    """Cheapest admissible offers for `role`; a provider that fails is reported, not fatal.
+    Each provider is asked for offers priced for the storage the rent will ask it for (Vast
+    counts the disk in its price)."""
+    found: list[Offer] = []
+    failures: list[ProviderError] = []
+    for p in providers:
+        try:
+            got = p.offers(card=card, gpu_count=gpus, driver=role.admitted_driver,
+                           direct_ports=1 if role.p2p_port else 0, cuda=role.allowed_cuda,
+                           disk_gb=sum(disks(role, p.name)))
+        except ProviderError as e:
+            failures.append(e)
+            continue
+        found.extend(admissible(role, got))
+    found.sort(key=lambda o: (o.usd_per_hour, o.provider, o.offer_id))
+    return found, failures

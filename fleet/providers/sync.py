@@ -1,0 +1,85 @@
+"""Match what the providers list against the registry.
+
+Live boxes are keyed by label, and by id where the row knows its box's id. A box a provider
+lists whose label the registry lacks (or whose row is no longer live) is an *orphan*: never
+deployed to, always reported (it may be billing). A second box under a live row's label is
+an orphan too (a *duplicate*): it bills, and the checks must never judge it for the row's.
+
+A registry row whose box the listing leaves out is *gone* only once the provider, asked for
+that box's id, says it has no such box: a listing that answers 200 but leaves a box out is
+the fleet's blindness, not the box's death. When that question fails too, the row is
+*unsure*: not judged this tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fleet.core.errors import ProviderError
+from fleet.providers.base import Box, Provider, oldest_first
+
+if TYPE_CHECKING:
+    from fleet.core.boxes import Row
+    from fleet.state.registry import Registry
+
+
+@dataclass
+class View:
+    matched: list[tuple[Row, Box]] = field(default_factory=list)
+    orphans: list[Box] = field(default_factory=list)  # duplicates among them
+    gone: list[Row] = field(default_factory=list)  # live in the registry, confirmed by id gone
+    failures: list[ProviderError] = field(default_factory=list)
+    # "provider/id" of the orphans that carry a live row's label beside the row's own box
+    duplicates: set[str] = field(default_factory=set)
+    unsure: dict[str, str] = field(default_factory=dict)  # label -> why it cannot be told
+
+
+def view(reg: Registry, providers: Mapping[str, Provider]) -> View:
+    rows = {r.label: r for r in reg.rows()}
+    out = View()
+    for name, p in providers.items():
+        try:
+            boxes = p.boxes()
+        except ProviderError as e:
+            out.failures.append(e)
+            continue
+        by_label: dict[str, list[Box]] = {}
+        for b in boxes:
+            by_label.setdefault(b.label, []).append(b)
+        for label, found in by_label.items():
+            row = rows.get(label)
+            if row is None or row.provider != name or not row.live:
+                out.orphans.extend(found)
+                continue
+            found.sort(key=oldest_first)
+            own = next((b for b in found if b.box_id == row.provider_id), None)
+            if own is None and row.provider_id is None:
+                own = found[0]  # an unfinished rent's box: the oldest, as the rent keeps
+            if own is not None:
+                out.matched.append((row, own))
+            for b in found:
+                if b is not own:
+                    out.orphans.append(b)
+                    out.duplicates.add(f"{name}/{b.box_id}")
+        seen = {row.label for row, _ in out.matched}
+        for r in rows.values():
+            if r.live and r.provider == name and r.label not in seen and r.provider_id:
+                _confirm(out, p, r)
+    return out
+
+
+def _confirm(out: View, p: Provider, row: Row) -> None:
+    """A live row the listing left out: ask the provider for its box by id."""
+    assert row.provider_id is not None
+    try:
+        box = p.box(row.provider_id)
+    except ProviderError as e:
+        out.unsure[row.label] = (f"{row.provider}'s listing left out box {row.provider_id} "
+                                 f"and asking for it failed ({e})")
+        return
+    if box is None:
+        out.gone.append(row)
+    else:
+        out.matched.append((row, box))  # the listing's blind spot, not the box's death
