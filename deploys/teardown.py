@@ -1,6 +1,6 @@
 """
 Read the inventory's one-shot boxes back, then destroy them: the archive and the store must
-both match each box's sha256 manifest first (see fleet/teardown.py).
+both match each box's sha256 manifest first (see fleet/ops/teardown.py).
 
     pyinfra -y inventory.py --limit LABEL deploys/teardown.py        # = fleet teardown LABEL
     pyinfra -y inventory.py --limit LABEL deploys/teardown.py --data dry_run=1
@@ -8,6 +8,8 @@ both match each box's sha256 manifest first (see fleet/teardown.py).
 A box whose outputs do not match is kept, says which file differs where, and fails here.
 Standing boxes are refused.
 """
+
+import logging
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
@@ -19,10 +21,25 @@ from fleet.providers.factory import all_providers
 from fleet.state.registry import Registry
 
 
+class _ToPyinfra(logging.Handler):
+    """The teardown's own lines, shown in pyinfra's output as they happen."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logger.info(record.getMessage())
+
+
 def read_back_and_destroy(label: str, dry_run: bool) -> None:
     cfg = support.config()
-    out = teardown.teardown(cfg, Registry(cfg.registry), dict(all_providers()), label,
-                            dry_run=dry_run, echo=logger.info)
+    said = logging.getLogger(teardown.__name__)
+    handler, level = _ToPyinfra(), said.level
+    said.addHandler(handler)
+    said.setLevel(logging.INFO)
+    try:
+        out = teardown.teardown(cfg, Registry(cfg.registry), dict(all_providers()), label,
+                                dry_run=dry_run)
+    finally:
+        said.removeHandler(handler)
+        said.setLevel(level)
     for line in out.steps:
         logger.info(f"{label}: {line}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from pyinfra.api.host import Host
 
@@ -11,6 +12,9 @@ from facts.box import BoxState
 
 # small files the deploys manage under the fleet root, digested by every BoxState read
 MANAGED = (CONFIG, BOOT_SCRIPT, PEERS)
+
+
+_BOX_STATE: WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = WeakKeyDictionary()
 
 
 def managed_files(root: str) -> tuple[str, ...]:
@@ -23,9 +27,10 @@ def box_state(host: Host, root: str) -> dict[str, Any]:
     Operations diff against the state the box had before this run, which is what a deploy of
     independent pieces wants; it also keeps a no-change re-run to one SSH command per box.
     """
-    # `pyinfra.host` is a context proxy shared by every host: cache on the host object itself
+    # keyed by the host object itself (`pyinfra.host` is a context proxy shared by every
+    # host), held weakly so that a run's hosts take their reads with them
     real: Any = host._get_module() if hasattr(host, "_get_module") else host
-    cache: dict[str, dict[str, Any]] = real.__dict__.setdefault("_fleet_box_state", {})
-    if root not in cache:
-        cache[root] = host.get_fact(BoxState, root=root, files=managed_files(root))
-    return cache[root]
+    reads = _BOX_STATE.setdefault(real, {})
+    if root not in reads:
+        reads[root] = host.get_fact(BoxState, root=root, files=managed_files(root))
+    return reads[root]

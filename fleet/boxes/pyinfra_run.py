@@ -4,16 +4,19 @@ run beside it, at this fleet.toml."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleet.core.paths import REPO
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from fleet.core.config import Config
@@ -64,10 +67,10 @@ def _strip_ansi(text: str) -> str:
 
 
 def run_pyinfra(cfg: Config, labels: Sequence[str], data: Mapping[str, str],
-                echo: Callable[[str], None], fail_fast: bool = True,
+                fail_fast: bool = True,
                 deploy: str = "deploys/publish.py") -> Run:
     """One pyinfra run of `deploy` over exactly `labels` (a publish's waves are ours), its
-    output echoed line by line.
+    output logged line by line (this module's logger: `fleet run` shows it with -v).
 
     `fail_fast` (a wave): `--fail-percent 0`, the run stops at the first failed box. Staging
     runs without it, so every box gets through or names its own failure.
@@ -78,5 +81,5 @@ def run_pyinfra(cfg: Config, labels: Sequence[str], data: Mapping[str, str],
     lines = []
     for line in proc.stdout:
         lines.append(line)
-        echo(line.rstrip("\n"))
+        log.info("%s", line.rstrip("\n"))
     return Run(proc.wait(), "".join(lines))

@@ -7,13 +7,11 @@ keeps it in the registry, and writes a known_hosts file of exactly the live boxe
 
 from __future__ import annotations
 
-import socket
+import math
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import paramiko
 
 from fleet.core.errors import FleetError
 from fleet.core.fileutil import locked, write_atomic
@@ -39,21 +37,21 @@ def public_key(path: Path) -> str:
 
 
 def fetch_host_key(host: str, port: int, timeout: float = 10.0) -> str:
-    """Read the ed25519 host key a server presents (no authentication needed)."""
+    """Read the ed25519 host key a server presents (no authentication needed), with the
+    system's `ssh-keyscan`, as every other SSH of the operator's goes through OpenSSH."""
+    wait = max(1, math.ceil(timeout))
     try:
-        sock = socket.create_connection((host, port), timeout=timeout)
-    except OSError as e:
-        raise FleetError(f"ssh {host}:{port}: cannot connect: {e}") from None
-    transport = paramiko.Transport(sock)
-    try:
-        transport.get_security_options().key_types = ["ssh-ed25519"]
-        transport.start_client(timeout=timeout)
-        key = transport.get_remote_server_key()
-        return f"{key.get_name()} {key.get_base64()}"
-    except (paramiko.SSHException, OSError, EOFError) as e:
-        raise FleetError(f"ssh {host}:{port}: no host key: {e}") from None
-    finally:
-        transport.close()
+        res = subprocess.run(["ssh-keyscan", "-T", str(wait), "-t", "ed25519", "-p", str(port),
+                              host], capture_output=True, text=True, errors="replace",
+                             timeout=wait + 5, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise FleetError(f"ssh {host}:{port}: no host key within {wait} s") from None
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[1] == "ssh-ed25519":
+            return f"{parts[1]} {parts[2]}"
+    said = (res.stderr.strip().splitlines() or ["no answer"])[-1]
+    raise FleetError(f"ssh {host}:{port}: no host key: {said}")
 
 
 def known_hosts_line(host: str, port: int, key: str) -> str:

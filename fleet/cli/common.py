@@ -4,6 +4,7 @@ registry of this run, and one way to print a table or its JSON."""
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,3 +85,26 @@ def uptime(created_at: str) -> str:
         return "?"
     s = int((datetime.now(UTC) - t).total_seconds())
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class _Stderr(logging.Handler):
+    """Each record as one plain line on the standard error of the moment (a test's capture
+    replaces it): what the fleet does as it goes. Results and tables stay on `out`."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - logging never stops a command
+            self.handleError(record)
+
+
+def console_logging() -> None:
+    """The `fleet` loggers to the console at INFO, pyinfra's own lines included (a command may
+    quiet `fleet.boxes.pyinfra_run`); set afresh for each command run in one process."""
+    root = logging.getLogger("fleet")
+    root.handlers = [_Stderr()]
+    root.setLevel(logging.INFO)
+    root.propagate = False
+    logging.getLogger("fleet.boxes.pyinfra_run").setLevel(logging.NOTSET)
+

@@ -17,11 +17,12 @@ from fleet.cli import (  # noqa: F401  (imported to register their commands)
     publish_cmd,
     sandbox_cmd,
 )
-from fleet.cli.common import app, err
+from fleet.cli.common import app, console_logging, err
 from fleet.core.errors import FleetError
 
 
 def main() -> None:
+    console_logging()
     try:
         rc = app(standalone_mode=False)
     except FleetError as e:

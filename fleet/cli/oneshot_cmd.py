@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -35,8 +36,9 @@ def run_cmd(role: str, job_file: Path = typer.Argument(..., metavar="JOB.toml"),
 
     spec = job_mod.load(job_file)  # a bad job file rents nothing
     c = cfg()
-    s = oneshot.run(c, registry(), common.providers(), role, spec, keep=keep, echo=_say,
-                    deploy_echo=_say if verbose else lambda _: None)
+    if not verbose:  # pyinfra's own lines only with -v
+        logging.getLogger("fleet.boxes.pyinfra_run").setLevel(logging.WARNING)
+    s = oneshot.run(c, registry(), common.providers(), role, spec, keep=keep)
     t = Table(title=f"job {s.job} on {s.label}", show_header=False)
     t.add_column("what")
     t.add_column("value")
@@ -98,7 +100,7 @@ def teardown_cmd(label: str = typer.Argument(None, help="the one-shot box"),
     for lab in labels:
         try:
             results.append(teardown.teardown(
-                c, reg, ps, lab, dry_run=dry_run, keep_box=keep_box, echo=_say,
+                c, reg, ps, lab, dry_run=dry_run, keep_box=keep_box,
                 flagged_job=flagged.get(lab, teardown.UNCHANGED)))
         except FleetError as e:
             if label:

@@ -110,8 +110,7 @@ def publish_cmd(
         check_label(label)
     built = build(c, common.providers())
     hosts = pub.select(c, built.groups, built.down, opts)
-    res = pub.publish(c, hosts, opts, echo=lambda line: err.print(line, markup=False,
-                                                                  highlight=False))
+    res = pub.publish(c, hosts, opts)
     t = Table(title=f"publish {res.release.version} (node {res.release.node_sha16})"
               + (" - dry run" if dry_run else ""))
     for col in pub.COLUMNS:

@@ -1,28 +1,23 @@
 """`fleet check`: is every standing box well?
 
-One SSH command per box (the agent's own `status`, through the `AgentStatus` fact), so the
-operator reads exactly what the box reads. A box is well when SSH answers, the agent is alive,
-the node runs the wanted binary and is synced with its exec tip moving, the prover proves and
-the GPU programs are admitted.
+One SSH command per box (the agent's own `status`, the `AgentStatus` fact's command and
+parser, run through the system's `ssh` like every other read of the operator's), so the
+operator reads exactly what the box reads. The boxes are read in parallel. A box is well when
+SSH answers, the agent is alive, the node runs the wanted binary and is synced with its exec
+tip moving, the prover proves and the GPU programs are admitted.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
-
-from pyinfra.api import Config as PyinfraConfig
-from pyinfra.api import Inventory, State
-from pyinfra.api.connect import connect_all, disconnect_all
-from pyinfra.api.exceptions import PyinfraError
-from pyinfra.api.facts import get_fact
-from pyinfra.connectors.sshuserclient import client as ssh_client
 
 from agent.contract import NODE, ROOT
 from facts.box import AgentStatus
+from fleet.boxes import boxssh
 from fleet.core.errors import ConfigError
 from fleet.core.fileutil import write_atomic
 from fleet.core.times import seconds_between
@@ -149,35 +144,6 @@ def _wanted(cfg: Config, data: dict[str, Any]) -> str | None:
 STATUS_DEADLINE_S = 30.0  # one box's status command; connecting is bounded by its own timeouts
 
 
-def _status_within(state: State, host: Any, deadline_s: float) -> tuple[bool, Any]:
-    """The AgentStatus fact of one connected box, or (False, "late") when it has not
-    answered within `deadline_s`: its SSH connection is then closed from a timer thread,
-    which ends the blocked read (pyinfra's own `_timeout` cannot fire here: its sockets block
-    the thread without gevent's monkey-patching, which a library must not apply). Boxes are
-    read one after another, as unpatched sockets would serialise them anyway, so one hung
-    box never holds the others' answers past its own deadline."""
-    client = getattr(host.connector, "client", None)
-    cut = threading.Event()
-
-    def close() -> None:
-        cut.set()
-        if client is not None:
-            client.close()
-
-    timer = threading.Timer(deadline_s, close)
-    timer.daemon = True
-    timer.start()
-    try:
-        status = get_fact(state, host, AgentStatus, kwargs={"root": ROOT})
-    except PyinfraError:
-        status = None
-    finally:
-        timer.cancel()
-    if cut.is_set():
-        return False, "late"
-    return True, status
-
-
 def check(cfg: Config, built: Built) -> list[Health]:
     hosts = built.groups.get("standing", [])
     # standing boxes the provider no longer runs are the least well of all
@@ -194,25 +160,16 @@ def check(cfg: Config, built: Built) -> list[Health]:
         history: dict[str, Any] = json.loads(history_path.read_text())
     except (OSError, ValueError):
         history = {}
-    # pyinfra memoizes known_hosts files per process: a long-lived caller (the loop) must see
-    # the keys pinned since its last check
-    ssh_client.get_host_keys.cache.clear()  # type: ignore[attr-defined]
-    inventory = Inventory(([(name, dict(data)) for name, data in hosts], {}))
-    state = State(inventory=inventory, config=PyinfraConfig(PARALLEL=32, CONNECT_TIMEOUT=15))
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        reads = list(pool.map(
+            lambda h: boxssh.read_fact(h[1], AgentStatus(), ROOT, STATUS_DEADLINE_S), hosts))
     by_name: dict[str, Any] = {}
     late: set[str] = set()
-    try:
-        connect_all(state)  # raises when no box answers at all
-        for host in list(state.activated_hosts):
-            answered, status = _status_within(state, host, STATUS_DEADLINE_S)
-            if answered:
-                by_name[host.name] = status
-            elif status == "late":
-                late.add(host.name)
-    except PyinfraError:
-        pass  # every box not read by then reads as not answering
-    finally:
-        disconnect_all(state)
+    for (name, _data), read in zip(hosts, reads, strict=True):
+        if read.late:  # SSH answered: not a death
+            late.add(name)
+        else:
+            by_name[name] = read.value  # None: SSH did not answer, or no status came back
     out = []
     for name, data in hosts:
         status = by_name.get(name) if name in by_name else None

@@ -8,7 +8,7 @@ records zero invocations and goes straight to teardown: a fault of the box, neve
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,8 @@ from fleet.core.times import in_hours, parse_iso
 from fleet.ops import offers, teardown
 from fleet.ops import rent as rent_mod
 from fleet.state.registry import Registry
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from fleet.core.config import Config
@@ -98,8 +100,7 @@ def cost(row: Row) -> float:
 
 
 def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: str, job: Job,
-        keep: bool = False, echo: Callable[[str], None] = lambda _: None,
-        deploy_echo: Callable[[str], None] = lambda _: None) -> Summary:
+        keep: bool = False) -> Summary:
     role = cfg.role(role_name)
     if role.kind != "oneshot":
         raise UsageError(f"role {role_name} is {role.kind}: `fleet run` takes a one-shot role")
@@ -114,11 +115,11 @@ def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: s
         if job.provider else providers
     found, failures = offers.search(role, chosen.values(), card=job.card, gpus=job.gpus)
     for f in failures:
-        echo(f"warning: {f}")
+        log.info(f"warning: {f}")
     minutes = deadline_minutes(job.ttl_minutes, len(job.gates))
     res = rent_mod.rent(cfg, reg, role, found, providers, job=(job.name, minutes))
     row = res.row
-    echo(f"rented {row.label}: {row.card} x{row.gpu_count} on {row.provider} at "
+    log.info(f"rented {row.label}: {row.card} x{row.gpu_count} on {row.provider} at "
          f"${row.usd_per_hour:.3f}/h, TTL {job.ttl_minutes} min (the box's deadline "
          f"{minutes} min, gates included)")
     summary = Summary(row.label, row.provider, row.card, row.usd_per_hour, job.name)
@@ -126,27 +127,27 @@ def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: s
         row = rent_mod.wait_ready(cfg, reg, providers, [row.label])[row.label]
     except FleetError as e:
         # nothing reached the box: the teardown destroys it without a read
-        echo(f"{row.label}: {e}; destroying it (nothing ran on it)")
+        log.info(f"{row.label}: {e}; destroying it (nothing ran on it)")
         summary.problem = str(e)
     else:
-        echo(f"{row.label}: SSH ready")
+        log.info(f"{row.label}: SSH ready")
         try:
-            state = _deploy(cfg, row, job, deploy_echo, echo)
+            state = _deploy(cfg, row, job)
         except FleetError as e:
-            echo(f"{row.label}: {e}")
+            log.info(f"{row.label}: {e}")
             summary.problem = str(e)
             state = {}
         row = jobstate.record(reg, row.label, state)
         _fill(summary, state)
-    echo(f"{row.label}: {summary.verdict}"
+    log.info(f"{row.label}: {summary.verdict}"
          + (f": {summary.refusal}" if summary.refusal else
             f", exit {summary.exit_code}" if summary.exit_code is not None else ""))
     if keep and not summary.refusal and not summary.problem:  # torn down regardless
-        echo(f"{row.label}: kept (--keep); `fleet teardown {row.label}` reads it back and "
+        log.info(f"{row.label}: kept (--keep); `fleet teardown {row.label}` reads it back and "
              "destroys it")
     else:
         try:
-            out = teardown.teardown(cfg, reg, providers, row.label, echo=echo)
+            out = teardown.teardown(cfg, reg, providers, row.label)
         except (FleetError, OSError) as e:  # the operator's disk too: one line, box kept
             summary.kept = str(e)
         else:
@@ -158,19 +159,18 @@ def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: s
     return summary
 
 
-def _deploy(cfg: Config, row: Row, job: Job, deploy_echo: Callable[[str], None],
-            echo: Callable[[str], None]) -> dict[str, Any]:
+def _deploy(cfg: Config, row: Row, job: Job) -> dict[str, Any]:
     """deploys/oneshot.py on the box until the job has ended or was refused (a second try
     after a failure that left it neither: each step is done once, so a retry resumes)."""
     state: dict[str, Any] = {}
     for attempt in (1, 2):
-        result = run_pyinfra(cfg, [row.label], {"job": str(job.path)}, deploy_echo,
+        result = run_pyinfra(cfg, [row.label], {"job": str(job.path)},
                              deploy=DEPLOY)
         state = jobstate.job_state(cfg, row, job.name)
         if state.get("phase") in TERMINAL:
             return state
         if attempt == 1:
-            echo(f"{row.label}: the deploy stopped (exit {result.rc}) with the job "
+            log.info(f"{row.label}: the deploy stopped (exit {result.rc}) with the job "
                  f"{state.get('phase') or 'not started'}; once more")
     return state
 

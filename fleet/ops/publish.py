@@ -22,16 +22,18 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fleet.boxes import boxssh
 from fleet.boxes.pyinfra_run import run_pyinfra
 from fleet.core.errors import FleetError, UsageError
 from fleet.core.fileutil import write_atomic
@@ -39,12 +41,15 @@ from fleet.core.times import now_iso, seconds_between
 from fleet.state import releases
 from fleet.state.registry import Registry
 
+log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
     from fleet.core.config import Config
 
 STATES = ("untouched", "switched", "ahead", "reverted", "failed", "unreachable")
 DONE = frozenset({"switched", "ahead"})
 RECORD = "publish.json"
+READBACK_DEADLINE_S = 60.0  # one box's readback command, once SSH has answered
 
 Hosts = list[tuple[str, dict[str, Any]]]
 Readback = dict[str, Any]
@@ -342,40 +347,16 @@ def read_back(hosts: Hosts, errors: dict[str, str] | None = None
     return out
 
 
-def _read_one(data: Mapping[str, Any], timeout: float = 10.0) -> tuple[Readback | None, str | None]:
-    import paramiko
-    from pyinfra.api.exceptions import FactProcessError
-
+def _read_one(data: Mapping[str, Any]) -> tuple[Readback | None, str | None]:
     from agent.contract import ROOT
     from facts.box import NodeReadback
 
-    command = NodeReadback().command(ROOT).get_raw_value()
-    tries = 1 + int(data.get("ssh_connect_retries") or 0)
-    error = "no answer"
-    for attempt in range(tries):
-        client = paramiko.SSHClient()
-        try:
-            if data.get("ssh_known_hosts_file") and Path(data["ssh_known_hosts_file"]).exists():
-                client.load_host_keys(str(data["ssh_known_hosts_file"]))
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
-            client.connect(str(data["ssh_hostname"]), int(data.get("ssh_port") or 22),
-                           str(data.get("ssh_user") or "root"),
-                           key_filename=str(data["ssh_key"]) if data.get("ssh_key") else None,
-                           look_for_keys=False, allow_agent=False, timeout=timeout,
-                           banner_timeout=timeout, auth_timeout=timeout)
-            _, stdout, _ = client.exec_command(command, timeout=60)
-            lines = stdout.read().decode(errors="replace").splitlines()
-            try:
-                return NodeReadback().process(lines), None
-            except FactProcessError as e:
-                return {}, f"readback: {e}"
-        except (OSError, EOFError, paramiko.SSHException) as e:
-            error = f"{type(e).__name__}: {e}"
-            if attempt + 1 < tries:
-                time.sleep(0.5 * (attempt + 1))
-        finally:
-            client.close()
-    return None, error
+    read = boxssh.read_fact(data, NodeReadback(), ROOT, READBACK_DEADLINE_S)
+    if read.value is not None:
+        return read.value, None
+    if read.error and read.error.startswith("NodeReadback:"):
+        return {}, f"readback: {read.error.split(': ', 1)[1]}"
+    return None, read.error or "no answer"
 
 
 # --- the publish -----------------------------------------------------------------------------
@@ -459,8 +440,7 @@ def select(cfg: Config, built_groups: Mapping[str, Hosts], built_down: Sequence[
     return hosts
 
 
-def publish(cfg: Config, hosts: Hosts, opts: Options,
-            echo: Callable[[str], None] = lambda s: None) -> Result:
+def publish(cfg: Config, hosts: Hosts, opts: Options) -> Result:
     """Drive the publish (see the module's docstring); `hosts` comes from `select`."""
     release = releases.find(cfg.releases, opts.version)
     releases.check_usable(release)
@@ -469,17 +449,17 @@ def publish(cfg: Config, hosts: Hosts, opts: Options,
     if opts.stable_s < 0 or opts.deadline_s <= opts.stable_s or opts.soak_s < 0:
         raise UsageError("need 0 <= --stable-s < --deadline-s and --soak >= 0")
     with _exclusive(cfg.releases):
-        return _publish(cfg, hosts, opts, release, known, echo)
+        return _publish(cfg, hosts, opts, release, known)
 
 
 def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release,
-             known: list[releases.Release], echo: Callable[[str], None]) -> Result:
+             known: list[releases.Release]) -> Result:
     data = dict(hosts)
     provider = {n: str(d.get("provider")) for n, d in hosts}
     record = Record.load(release.path / RECORD, release.version, release.node_sha16)
     labels = [n for n, _ in hosts]
     downgrade = set(opts.allow_downgrade)
-    echo(f"publish {release.version} ({release.node_sha16}): reading back {len(hosts)} boxes")
+    log.info(f"publish {release.version} ({release.node_sha16}): reading back {len(hosts)} boxes")
     why: dict[str, str] = {}
     seen = read_back(hosts, why)
     rows: dict[str, dict[str, Any]] = {}
@@ -536,9 +516,9 @@ def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release
 
     if pending:
         with tempfile.TemporaryDirectory(prefix="fleet-publish-") as results:
-            echo(f"staging {release.version} on {len(pending)} boxes: {', '.join(pending)}")
+            log.info(f"staging {release.version} on {len(pending)} boxes: {', '.join(pending)}")
             run = run_pyinfra(cfg, pending, {"release": release.version, "stage_only": "1",
-                                             "results_dir": results}, echo,
+                                             "results_dir": results},
                               fail_fast=False)
             staged = {p.stem for p in Path(results).glob("*.json")}
         failed = [x for x in pending if x not in staged]
@@ -554,7 +534,7 @@ def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release
 
     switched_so_far: list[str] = []
     for i, wave in enumerate(waves, start=1):
-        echo(f"wave {i}/{len(waves)}: {', '.join(wave)}")
+        log.info(f"wave {i}/{len(waves)}: {', '.join(wave)}")
         _want(cfg, wave, release)
         for label in wave:
             record.set(label, record.state(label), f"switching in wave {i}", wave=i)
@@ -564,7 +544,7 @@ def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release
         allowed = [x for x in wave if x in downgrade]
         if allowed:
             wave_data["allow_downgrade"] = ",".join(allowed)
-        run = run_pyinfra(cfg, wave, wave_data, echo)
+        run = run_pyinfra(cfg, wave, wave_data)
         after = read_back([(x, data[x]) for x in wave])
         not_ok = []
         for label in wave:
@@ -590,7 +570,7 @@ def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release
             return finish(f"wave {i}: pyinfra failed (exit {run.rc}) although every box "
                           "reads back switched; see its output")
         if opts.soak_s > 0 and i < len(waves):
-            echo(f"soaking {opts.soak_s:g} s before wave {i + 1}")
+            log.info(f"soaking {opts.soak_s:g} s before wave {i + 1}")
             time.sleep(opts.soak_s)
             again = read_back([(x, data[x]) for x in switched_so_far])
             for label in switched_so_far:

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shlex
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +43,8 @@ from fleet.core.boxes import Row, is_standing, unread
 from fleet.core.errors import FleetError, ProviderError, UsageError
 from fleet.core.times import now_iso, parse_iso
 from fleet.state import archive
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from fleet.core.config import Config
@@ -181,7 +184,6 @@ UNCHANGED = object()  # `flagged_job`'s default: no expectation of the row's job
 
 def teardown(cfg: Config, reg: Registry, providers: Mapping[str, Provider], label: str,
              dry_run: bool = False, keep_box: bool = False,
-             echo: Callable[[str], None] = lambda _: None,
              flagged_job: Any = UNCHANGED) -> Outcome:
     """Read the box's job back, then destroy it (with `keep_box`, keep it for another job).
 
@@ -207,7 +209,7 @@ def teardown(cfg: Config, reg: Registry, providers: Mapping[str, Provider], labe
             if row.job and not dry_run:
                 reg.update(label, read_back=row.job)
         elif row.job:
-            _read_back(cfg, reg, row, out, dry_run, echo)
+            _read_back(cfg, reg, row, out, dry_run)
         else:
             out.steps.append("no job on this box: nothing to read back")
         if dry_run:
@@ -216,7 +218,7 @@ def teardown(cfg: Config, reg: Registry, providers: Mapping[str, Provider], labe
         if keep_box:
             out.steps.append("read back; box kept for another job (--keep-box)")
             return out
-        _destroy(reg, p, _done(cfg, reg, label, out.job), out, echo)
+        _destroy(reg, p, _done(cfg, reg, label, out.job), out)
     return out
 
 
@@ -262,8 +264,7 @@ def _pin_if_ready(cfg: Config, reg: Registry, p: Provider, row: Row) -> Row:
     return row
 
 
-def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool,
-               echo: Callable[[str], None]) -> None:
+def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool) -> None:
 
     job = row.job or ""
     if not dry_run:  # what this teardown has not verified yet is not read back
@@ -280,7 +281,7 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
         info = _close_unstaged(cfg, row, job)
         if not info:
             out.steps.append(f"job {job} never reached the box: nothing to read back")
-            echo(f"{row.label}: job {job} never reached the box; nothing to read back")
+            log.info(f"{row.label}: job {job} never reached the box; nothing to read back")
             reg.update(row.label, read_back=job)
             return
     spec, state = info.get("spec") or {}, info.get("state") or {}
@@ -295,7 +296,7 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
         if dry_run:
             out.steps.append(f"job {job} is {out.phase}: would stop it on the box first")
         else:
-            state = _ended(cfg, reg, row, job, spec, state, info.get("box_now"), echo)
+            state = _ended(cfg, reg, row, job, spec, state, info.get("box_now"))
             out.phase = state["phase"]
     outputs = f"{ROOT}/{JOBS}/{job}/{JOB_WORKDIR}/{spec.get('outputs', 'out')}"
     if dry_run:
@@ -316,17 +317,17 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
     out.files, out.bytes = pulled.files, pulled.bytes
     if pulled.problems:
         _keep(reg, row, pulled.problems, f"archive copy in {pulled.path}")
-    echo(f"{row.label}: {len(manifest)} files, {pulled.bytes} bytes; archive verified against "
+    log.info(f"{row.label}: {len(manifest)} files, {pulled.bytes} bytes; archive verified against "
          f"the box's manifest ({pulled.path})")
     row = _guarded(cfg, reg, row.label)
     repo, prefix = store_repo(cfg), f"{job}/{row.label}"
     try:
-        commit, problems = _stored(reg, row, repo, prefix, pulled, echo)
+        commit, problems = _stored(reg, row, repo, prefix, pulled)
     except FleetError as e:
         _keep(reg, row, [str(e)], "store")
     if problems:
         _keep(reg, row, problems, f"store {repo} at {commit}")
-    echo(f"{row.label}: store read back at {commit[:12]}")
+    log.info(f"{row.label}: store read back at {commit[:12]}")
     row = _guarded(cfg, reg, row.label)
     changed = _unchanged(cfg, row, outputs, job)
     if changed:  # a straggler wrote on: both copies are stale, the next teardown pushes anew
@@ -340,8 +341,8 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
     out.commit = commit
 
 
-def _stored(reg: Registry, row: Row, repo: str, prefix: str, pulled: archive.Pulled,
-            echo: Callable[[str], None]) -> tuple[str, list[str]]:
+def _stored(reg: Registry, row: Row, repo: str, prefix: str,
+            pulled: archive.Pulled) -> tuple[str, list[str]]:
     """The store's commit of these outputs and what differs there. A commit recorded by an
     earlier teardown (whose destroy failed) is read back first; when the box's outputs no
     longer match it, they are pushed anew rather than kept forever."""
@@ -352,13 +353,13 @@ def _stored(reg: Registry, row: Row, repo: str, prefix: str, pulled: archive.Pul
     if commit is not None:
         if not store.read_back(repo, commit, prefix, manifest):
             return commit, []
-        echo(f"{row.label}: the store's copy at {commit[:12]} is not the box's outputs now; "
+        log.info(f"{row.label}: the store's copy at {commit[:12]} is not the box's outputs now; "
              "pushing them anew")
         reg.update(row.label, store_commit=None)
     commit = store.push(repo, pulled.path, manifest, prefix,
                         f"{row.job} on {row.label}: {len(manifest)} files")
     reg.update(row.label, store_commit=commit)
-    echo(f"{row.label}: pushed to {repo} at {commit[:12]}")
+    log.info(f"{row.label}: pushed to {repo} at {commit[:12]}")
     return commit, store.read_back(repo, commit, prefix, manifest)
 
 
@@ -366,8 +367,7 @@ STOP_GRACE_S = 10  # TERM to the job's process group, KILL after this
 
 
 def _ended(cfg: Config, reg: Registry, row: Row, job: str, spec: dict[str, Any],
-           state: dict[str, Any], box_now: Any,
-           echo: Callable[[str], None]) -> dict[str, Any]:
+           state: dict[str, Any], box_now: Any) -> dict[str, Any]:
     """The job ended on the box, its end recorded: a running job only once the box's deadline
     has passed (stopped, TERM then KILL), one that never ran closed so that none of its steps
     starts after the read."""
@@ -379,9 +379,9 @@ def _ended(cfg: Config, reg: Registry, row: Row, job: str, spec: dict[str, Any],
             when = "an unknown time" if until is None else f"{until:%Y-%m-%d %H:%M:%S}Z"
             raise UsageError(f"{row.label}: job {job} is still {doing} (the box's deadline is "
                              f"{when}); tear it down when it has ended")
-        echo(f"{row.label}: job {job} is past its deadline ({until:%H:%M:%S}Z); stopping it")
+        log.info(f"{row.label}: job {job} is past its deadline ({until:%H:%M:%S}Z); stopping it")
     else:
-        echo(f"{row.label}: job {job} is {state.get('phase')}; closing it on the box first")
+        log.info(f"{row.label}: job {job} is {state.get('phase')}; closing it on the box first")
     d = shlex.quote(f"{ROOT}/{JOBS}/{job}")
     res = boxssh.run(cfg, row, f"cd {ROOT} && {VENV_PYTHON} -m agent job stop {d} "
                      f"--grace {STOP_GRACE_S}", timeout=STOP_GRACE_S + 110)
@@ -408,8 +408,7 @@ def _keep(reg: Registry, row: Row, problems: list[str], where: str) -> NoReturn:
     raise KeptBox(f"{row.label}: box kept, its outputs do not match in the {where}:\n  {lines}")
 
 
-def _destroy(reg: Registry, p: Provider, row: Row, out: Outcome,
-             echo: Callable[[str], None]) -> None:
+def _destroy(reg: Registry, p: Provider, row: Row, out: Outcome) -> None:
 
     try:
         if row.provider_id:
@@ -425,4 +424,4 @@ def _destroy(reg: Registry, p: Provider, row: Row, out: Outcome,
         raise
     reg.update(row.label, teardown=None, status="destroyed", destroyed_at=now_iso())
     out.destroyed = True
-    echo(f"{row.label}: destroyed")
+    log.info(f"{row.label}: destroyed")

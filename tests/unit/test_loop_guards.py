@@ -479,23 +479,19 @@ def test_resume_does_not_destroy_a_ready_box_when_the_fleet_is_blind(
 
 
 def test_a_late_status_is_not_an_ssh_death(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet.boxes import boxssh
     from fleet.ops import check as check_mod
     loop, vast, _ = make(tmp_path)
     add_box(loop, vast, 1)
     add_box(loop, vast, 2)
     add_box(loop, vast, 3)
 
-    def connect_all(state: Any) -> None:  # every box's SSH connects
-        state.activated_hosts.update(state.inventory)
+    def read_fact(data: Any, fact: Any, root: str, deadline: float) -> boxssh.FactRead:
+        if str(data["provider_id"]) == "1":  # every box's SSH connects; box 1's status ran
+            return boxssh.FactRead(late=True)  # past 30 s (a loaded disk, a slow agent)
+        return boxssh.FactRead({})  # the others answer (agent not installed: a problem)
 
-    def status_within(state: Any, host: Any, deadline: float) -> tuple[bool, Any]:
-        if host.name.endswith("000001"):
-            return False, "late"  # box 1's status ran past 30 s (a loaded disk, a slow agent)
-        return True, {}  # the others answer (agent not installed: a problem, not a death)
-
-    monkeypatch.setattr(check_mod, "connect_all", connect_all)
-    monkeypatch.setattr(check_mod, "disconnect_all", lambda state: None)
-    monkeypatch.setattr(check_mod, "_status_within", status_within)
+    monkeypatch.setattr(boxssh, "read_fact", read_fact)
     loop.check_fn = check_mod.check
     loop.converge_fn = lambda _c, labels: None  # type: ignore[assignment]
     t = loop.tick()
