@@ -37,7 +37,7 @@ def alive(pidfile: str) -> bool:
     try:
         with open(pidfile) as f:
             pid = int(f.read().split()[0])
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
+        with open("/proc/" + str(pid) + "/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
     except (OSError, ValueError, IndexError):
         return False
@@ -79,13 +79,13 @@ def main(argv: "list[str]") -> None:
     sub = parser.add_subparsers(dest="what")
     state = sub.add_parser("state")
     for option in ("bundle", "venv", "releases", "agent-pid"):
-        state.add_argument(f"--{option}", required=True)
+        state.add_argument("--" + option, required=True)
     state.add_argument("files", nargs="*", help="files to digest")
     node = sub.add_parser("node")
     node.add_argument("--node", required=True, help="the node's program name")
     for p in (state, node):
         for option in ("pointer", "pointer-sha256", "status"):
-            p.add_argument(f"--{option}", required=True)
+            p.add_argument("--" + option, required=True)
     a = parser.parse_args(argv)
     print(json.dumps(box_state(a) if a.what == "state" else node_binary(a)))
 

@@ -39,7 +39,7 @@ def job_state(a: argparse.Namespace) -> "dict[str, Any]":
 def main(argv: "list[str]") -> None:
     parser = argparse.ArgumentParser()
     for option in ("spec", "inputs-sha256", "state", "token"):
-        parser.add_argument(f"--{option}", required=True)
+        parser.add_argument("--" + option, required=True)
     print(json.dumps(job_state(parser.parse_args(argv))))
 
 

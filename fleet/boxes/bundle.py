@@ -25,10 +25,13 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from agent import contract
 from fleet.core.errors import FleetError
 from fleet.core.fileutil import locked, write_atomic
-from fleet.core.paths import REPO
+from fleet.core.paths import BOX_FILES
 from fleet.core.tarball import Entry, deterministic_tar
+
+AGENT_CODE = Path(contract.__file__).resolve().parent  # the agent package, shipped whole
 
 # the agent's runtime dependencies, pinned as in pyproject.toml (and, for huggingface_hub's own
 # dependencies, as in the environment that runs the tests). huggingface_hub is shipped with
@@ -133,11 +136,11 @@ def build(cache: Path) -> Bundle:
         with locked(wheel_cache().parent / ".wheels.lock"):
             wheels = _download_wheels(wheel_cache())
         entries: list[Entry] = []
-        for p in sorted((REPO / "agent").rglob("*.py")):
-            entries.append(Entry(f"agent/{p.relative_to(REPO / 'agent')}", p.read_bytes()))
+        for p in sorted(AGENT_CODE.rglob("*.py")):
+            entries.append(Entry(f"agent/{p.relative_to(AGENT_CODE)}", p.read_bytes()))
         for p in wheels:
             entries.append(Entry(f"wheels/{p.name}", p.read_bytes()))
-        for p in sorted((REPO / "in").glob("*")):
+        for p in sorted(BOX_FILES.glob("*")):
             if p.is_file():
                 entries.append(Entry(f"in/{p.name}", p.read_bytes(), 0o755))
         data = deterministic_tar(entries, gzip=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fleet.core.paths import REPO
+from fleet.core.paths import INVENTORY, SHIPPED
 
 log = logging.getLogger(__name__)
 
@@ -27,19 +27,21 @@ BIN = Path(sys.executable).parent
 def env(cfg: Config, **extra: str) -> dict[str, str]:
     """This process's environment with the config, quiet progress and the venv's tools first."""
     return {**os.environ, "FLEET_CONFIG": str(cfg.path), "PYINFRA_PROGRESS": "off",
+            "FLEET_INVENTORY": str(INVENTORY),  # what the testinfra checks read
             "PATH": f"{BIN}:{os.environ.get('PATH', '')}", **extra}
 
 
 def argv(deploy: str, labels: Sequence[str], data: Mapping[str, str] | None = None,
          fail_fast: bool = False, dry: bool = False) -> list[str]:
-    """`pyinfra -y` of `deploy` limited to `labels` (host names or groups); `fail_fast` stops
-    at the first failed box (`--fail-percent 0`); `dry` only shows what would change."""
+    """`pyinfra -y` of `deploy` ("deploys/standing.py", found in what fleet ships) over the
+    fleet's inventory, limited to `labels` (host names or groups); `fail_fast` stops at the
+    first failed box (`--fail-percent 0`); `dry` only shows what would change."""
     out = [str(BIN / "pyinfra"), "--dry" if dry else "-y"]
     if fail_fast:
         out += ["--fail-percent", "0"]
     for label in labels:
         out += ["--limit", label]
-    out += ["inventory.py", deploy]
+    out += [str(INVENTORY), str(SHIPPED / deploy)]
     for k, v in (data or {}).items():
         out += ["--data", f"{k}={v}"]
     return out
@@ -75,7 +77,7 @@ def run_pyinfra(cfg: Config, labels: Sequence[str], data: Mapping[str, str],
     `fail_fast` (a wave): `--fail-percent 0`, the run stops at the first failed box. Staging
     runs without it, so every box gets through or names its own failure.
     """
-    proc = subprocess.Popen(argv(deploy, labels, data, fail_fast), cwd=REPO, env=env(cfg),
+    proc = subprocess.Popen(argv(deploy, labels, data, fail_fast), cwd=SHIPPED, env=env(cfg),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     lines = []

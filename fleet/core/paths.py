@@ -1,8 +1,18 @@
-"""Where the project's own files are: the checkout that holds `deploys/`, `inventory.py`,
-`agent/` and `in/`, which pyinfra runs from and the agent bundle is packed from."""
+"""Where the project's own files are.
+
+`SHIPPED` is the folder an installed fleet carries (fleet/shipped/): the pyinfra deploys and
+inventory, the testinfra checks and the scripts every box gets. In a checkout its entries are
+links to `deploys/`, `inventory.py`, `tests/infra/` and `in/`, which stay where a person runs
+them (`pyinfra inventory.py deploys/standing.py`); a wheel holds copies. `REPO` is the
+checkout itself, for what only a checkout has (the demo's fleet.toml)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+SHIPPED = Path(__file__).resolve().parents[1] / "shipped"
+INVENTORY = SHIPPED / "inventory.py"
+CHECKS = SHIPPED / "checks"
+BOX_FILES = SHIPPED / "boxfiles"
 
 REPO = Path(__file__).resolve().parents[2]

@@ -154,10 +154,12 @@ def require_fits(p: Projection, what: str) -> None:
 
 @dataclass(frozen=True)
 class Today:
-    """The day's money as the roster and the page show it: the projection, and how many of
-    today's boxes (those not failed and not destroyed before midnight) a bill counted."""
+    """The day's money as the roster and the page show it: the projection, how many boxes a
+    bill counted, and how many of today's boxes (not failed, not destroyed before midnight)
+    a bill counted."""
 
     day: Projection
+    billed: int
     from_bills: int
     boxes: int
 
@@ -167,7 +169,7 @@ class Today:
             "spent_today_usd": round(p.spent_usd, 6),
             # how many of today's boxes were counted from a bill; the rest are estimated
             "spent_from_bills": {"boxes": self.from_bills, "of": self.boxes},
-            "boxes_from_bills": self.from_bills,
+            "boxes_from_bills": self.billed,
             "committed_until_midnight_usd": round(p.committed_usd, 6),
             "projected_day_usd": round(p.spent_usd + p.committed_usd, 6),
             "run_rate_usd_per_day": round(p.rate_usd, 6),
@@ -185,5 +187,6 @@ def today(rows: Sequence[Row], daily_budget_usd: float, now: datetime,
     day_rows = [r for r in rows if r.status != "failed" and (r.destroyed_at is None
                                                              or r.destroyed_at >= midnight)]
     return Today(project(list(rows), daily_budget_usd, now=now, billed=billed),
-                 sum(1 for r in day_rows if r.label in (billed or {})), len(day_rows))
+                 len(billed or {}), sum(1 for r in day_rows if r.label in (billed or {})),
+                 len(day_rows))
 

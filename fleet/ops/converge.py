@@ -16,13 +16,14 @@ from fleet.core.errors import FleetError
 
 if TYPE_CHECKING:
     from fleet.core.config import Config
+from fleet.core.paths import CHECKS, SHIPPED
 
 DEPLOY = "deploys/standing.py"
 
 
 def checks_argv() -> list[str]:
     """The testinfra checks of the boxes a deploy reached (`FLEET_INFRA_LIMIT` narrows them)."""
-    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/infra"]
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(CHECKS)]
 
 
 def converge_all(cfg: Config, dry: bool = False) -> None:
@@ -30,11 +31,12 @@ def converge_all(cfg: Config, dry: bool = False) -> None:
     then the checks (none after a dry run, which shows what would change and changes
     nothing). A failure is a FleetError."""
     env = pyinfra_run.env(cfg)
+    env.pop("PYINFRA_PROGRESS")  # a person watches this one: pyinfra's progress stays on
     # --dry shows the detected changes; with -y pyinfra would skip detecting them
     deploy = pyinfra_run.argv(DEPLOY, ["standing"], dry=dry)
-    if subprocess.run(deploy, cwd=pyinfra_run.REPO, env=env).returncode != 0:
+    if subprocess.run(deploy, cwd=SHIPPED, env=env).returncode != 0:
         raise FleetError("the standing deploy failed (see pyinfra's output above)")
-    if not dry and subprocess.run(checks_argv(), cwd=pyinfra_run.REPO, env=env).returncode:
+    if not dry and subprocess.run(checks_argv(), cwd=SHIPPED, env=env).returncode:
         raise FleetError("the testinfra checks failed after the deploy")
 
 
@@ -62,7 +64,7 @@ def _bounded(argv: list[str], env: dict[str, str],
              timeout_s: float) -> subprocess.CompletedProcess[str] | str:
     """Run `argv` in its own process group; past `timeout_s` the whole group (pyinfra's or
     pytest's SSH children too) is killed and the answer is a sentence, not a result."""
-    p = subprocess.Popen(argv, cwd=pyinfra_run.REPO, env=env, stdout=subprocess.PIPE,
+    p = subprocess.Popen(argv, cwd=SHIPPED, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = p.communicate(timeout=timeout_s)

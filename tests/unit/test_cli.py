@@ -28,7 +28,7 @@ def fleet(tmp_path: Path, *args: str, config: str = CONFIG) -> subprocess.Comple
     env["FLEET_CONFIG"] = str(cfg)
     env["HOME"] = str(tmp_path)  # no provider key files
     env["COLUMNS"] = "200"
-    return subprocess.run([sys.executable, "-m", "fleet.cli.main", *args], cwd=tmp_path, env=env,
+    return subprocess.run([sys.executable, "-m", "fleet.cli", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
 
 

@@ -147,7 +147,7 @@ def test_the_cli_refuses_an_unguarded_gpu_role(tmp_path: Path) -> None:
     # no provider keys and a home of its own: a config that loaded could reach nothing
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNPOD_", "VAST_"))}
     env["HOME"] = str(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "fleet.cli.main", "--config", str(path), "roster"],
+    done = subprocess.run([sys.executable, "-m", "fleet.cli", "--config", str(path), "roster"],
                           capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1

@@ -347,12 +347,12 @@ def test_node_binary_sees_a_pointer_whose_file_differs(idle: Box) -> None:
 @pytest.mark.parametrize("name", ["box", "job"])
 def test_a_probe_parses_as_the_oldest_python3_a_box_may_have(name: str) -> None:
     """BoxState reports a python3 too old for the agent; the probe itself must still run
-    there: no syntax past 3.6 and no annotation evaluated at run time."""
+    there: no syntax past 3.5 (no f-string) and no annotation evaluated at run time."""
     import ast
 
     from facts import probes
 
-    tree = ast.parse(probes.source(name), feature_version=(3, 6))
+    tree = ast.parse(probes.source(name), feature_version=(3, 5))
     assert not any(isinstance(n, ast.ImportFrom) and n.module == "__future__"
                    for n in ast.walk(tree))
     for node in ast.walk(tree):

@@ -259,7 +259,7 @@ def _fleet(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RUNPOD_", "VAST_", "FLEET_"))}
     env.update(FLEET_CONFIG=str(tmp_path / "fleet.toml"), HOME=str(tmp_path), COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "fleet.cli.main", *args], cwd=tmp_path, env=env,
+    return subprocess.run([sys.executable, "-m", "fleet.cli", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
 
 
