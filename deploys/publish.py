@@ -13,8 +13,9 @@ Data (``--data k=v``):
 - ``stable_s`` (60), ``deadline_s`` (300): the agent's health window for the switch.
 - ``allow_downgrade=label,label``: boxes that may be switched although they run a newer
   release (or one the store does not know).
-- ``results_dir=DIR``: each box that got through writes ``DIR/<label>.json`` (what
-  ``fleet publish`` reads to name the boxes that did not).
+- ``results_dir=DIR``: each box's result as ``DIR/<label>.json``: ``staged`` and ``switched``
+  once it got through them, the failed step and its last output lines when it did not (what
+  ``fleet publish`` reads; see fleet/boxes/deploy_results.py).
 
 Staging verifies every file by sha256 on the box, a folder that is already there included, and
 fails naming a file that differs. The switch goes through the agent (``python -m agent switch``):
@@ -24,33 +25,20 @@ A box that already runs the release is a no-op; one that runs a newer release is
 ``fleet publish`` drives this file wave by wave, canary first, and reads every box back.
 """
 
-import json
-from pathlib import Path
 
 from pyinfra import host, inventory
 from pyinfra.api import deploy
 from pyinfra.operations import python
 
 from agent.contract import RELEASES, ROOT
+from fleet.boxes import deploy_results as results
 from fleet.boxes import deploy_support as support
-from fleet.core.fileutil import write_atomic
 from fleet.state import releases
 from operations import release
 
 
 def _flag(name: str) -> bool:
     return str(host.data.get(name) or "").lower() in ("1", "true", "yes")
-
-
-def _mark(results_dir: str, label: str, what: str) -> None:
-    """Record on the operator's side that this box got through `what`."""
-    path = Path(results_dir) / f"{label}.json"
-    try:
-        done = json.loads(path.read_text())
-    except (OSError, ValueError):
-        done = {}
-    done[what] = True
-    write_atomic(path, json.dumps(done) + "\n")
 
 
 @deploy("Publish")
@@ -69,13 +57,14 @@ def publish() -> None:
     shipped = support.release(str(version))
     rel = shipped.release
     results_dir = host.data.get("results_dir")
+    results.record_into(results_dir)
     if not _flag("switch_only"):
         release.present(name=f"Stage {rel.version}", tarball=str(shipped.tarball),
                         sha16=rel.node_sha16, sha256sums=shipped.sha256sums, root=ROOT,
                         verify=True)
         if results_dir:
-            python.call(name="Staged", function=_mark, results_dir=str(results_dir),
-                        label=host.name, what="staged")
+            python.call(name="Staged", function=results.mark, results_dir=str(results_dir),
+                        host=host.name, staged=True)
     if _flag("stage_only"):
         return
     store = releases.load(support.config().releases)
@@ -87,8 +76,8 @@ def publish() -> None:
                      deadline_s=int(host.data.get("deadline_s") or 300), root=ROOT,
                      older=older, downgrade=host.name in allowed)
     if results_dir:
-        python.call(name="Switched", function=_mark, results_dir=str(results_dir),
-                    label=host.name, what="switched")
+        python.call(name="Switched", function=results.mark, results_dir=str(results_dir),
+                    host=host.name, switched=True)
 
 
 publish()

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from fleet.boxes import deploy_results
 from fleet.core.paths import INVENTORY, SHIPPED
 
 log = logging.getLogger(__name__)
@@ -51,21 +52,16 @@ def argv(deploy: str, labels: Sequence[str], data: Mapping[str, str] | None = No
 class Run:
     rc: int
     output: str
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)  # by host, from JSON
 
     def errors_for(self, label: str) -> list[str]:
-        """pyinfra's lines about one host that say what went wrong."""
-        keys = ("error", "failed", "differ", "refus", "revert", "unhealthy", "not ")
-        prefix = f"[{label}]"
-        lines = []
-        for raw in self.output.splitlines():
-            line = _strip_ansi(raw).strip()
-            if line.startswith(prefix) and any(k in line.lower() for k in keys):
-                lines.append(line[len(prefix):].strip())
-        return lines
-
-
-def _strip_ansi(text: str) -> str:
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+        """What went wrong on one host, as the run recorded it: each failed step and the last
+        lines it printed."""
+        out = []
+        for error in self.results.get(label, {}).get("errors", []):
+            out.append(f"{error.get('step')} failed")
+            out.extend(str(line) for line in error.get("output") or [])
+        return out
 
 
 def run_pyinfra(cfg: Config, labels: Sequence[str], data: Mapping[str, str],
@@ -77,11 +73,14 @@ def run_pyinfra(cfg: Config, labels: Sequence[str], data: Mapping[str, str],
     `fail_fast` (a wave): `--fail-percent 0`, the run stops at the first failed box. Staging
     runs without it, so every box gets through or names its own failure.
     """
-    proc = subprocess.Popen(argv(deploy, labels, data, fail_fast), cwd=SHIPPED, env=env(cfg),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        log.info("%s", line.rstrip("\n"))
-    return Run(proc.wait(), "".join(lines))
+    with tempfile.TemporaryDirectory(prefix="fleet-pyinfra-") as own:
+        into = Path(data.get("results_dir") or own)
+        proc = subprocess.Popen(argv(deploy, labels, {**data, "results_dir": str(into)},
+                                     fail_fast), cwd=SHIPPED, env=env(cfg),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            log.info("%s", line.rstrip("\n"))
+        return Run(proc.wait(), "".join(lines), deploy_results.read(into))

@@ -25,7 +25,6 @@ import json
 import logging
 import math
 import os
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -515,12 +514,10 @@ def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release
                       f"({rows[opts.canary]['note']}); no box was switched")
 
     if pending:
-        with tempfile.TemporaryDirectory(prefix="fleet-publish-") as results:
-            log.info(f"staging {release.version} on {len(pending)} boxes: {', '.join(pending)}")
-            run = run_pyinfra(cfg, pending, {"release": release.version, "stage_only": "1",
-                                             "results_dir": results},
-                              fail_fast=False)
-            staged = {p.stem for p in Path(results).glob("*.json")}
+        log.info(f"staging {release.version} on {len(pending)} boxes: {', '.join(pending)}")
+        run = run_pyinfra(cfg, pending, {"release": release.version, "stage_only": "1"},
+                          fail_fast=False)
+        staged = {h for h, r in run.results.items() if r.get("staged")}
         failed = [x for x in pending if x not in staged]
         if failed or run.rc != 0:
             for label in failed:
