@@ -20,7 +20,7 @@ from fleet.providers.base import Provider
 from fleet.state.registry import Registry, check_label
 
 if TYPE_CHECKING:
-    from fleet.ops.loop import Owe
+    from fleet.state.loop_memory import Owe
 from fleet.cli import common
 from fleet.cli.common import (
     app,
@@ -201,7 +201,7 @@ def _money(c: Config, reg: Registry, ps: dict[str, Provider]) -> dict[str, Any]:
 
 def _owed(reg: Registry) -> list[Owe]:
     """The wanted boxes the loop's last tick could not rent (none before a loop ran)."""
-    from fleet.ops.loop import Memory
+    from fleet.state.loop_memory import Memory
 
     return Memory.load(reg.path.parent / "loop.json").owed
 

@@ -45,7 +45,7 @@ def page_cmd(out_dir: Path = typer.Option(None, "--out", help="folder for index.
             if e.exit_code == 2:
                 raise
             check_error = str(e)  # a provider failing: the page says so, verdicts unknown
-    from fleet.ops.loop import Memory
+    from fleet.state.loop_memory import Memory
 
     owed = [o.for_page() for o in Memory.load(c.registry.parent / "loop.json").owed]
     from fleet.ops import watchdog

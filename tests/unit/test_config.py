@@ -168,7 +168,8 @@ def test_a_roster_card_in_any_spelling_is_the_fleet_name(tmp_path: Path, spellin
 def test_a_roster_card_spelled_like_runpod_counts_as_filled_by_the_loop(tmp_path: Path) -> None:
     from fleet.cli.loop_cmd import page_after_tick
     from fleet.core.boxes import Row
-    from fleet.ops.loop import Loop, Memory
+    from fleet.ops.loop import Loop
+    from fleet.state.loop_memory import Memory
 
     cfg = load(write(tmp_path, GOOD.replace('card = "RTX 4090"',
                                             'card = "NVIDIA GeForce RTX 4090"')))

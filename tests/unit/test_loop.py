@@ -21,8 +21,9 @@ from fleet.core.boxes import Row
 from fleet.core.errors import ProviderError
 from fleet.core.verdicts import Health
 from fleet.ops.converge import _bounded
-from fleet.ops.loop import Loop, Memory, Owe
+from fleet.ops.loop import Loop
 from fleet.providers.base import Box, Offer, RentRequest
+from fleet.state.loop_memory import Memory, Owe
 
 TOML = """
 [fleet]

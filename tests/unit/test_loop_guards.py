@@ -17,9 +17,9 @@ from fleet.core.errors import BudgetExceeded, FleetError, ProviderError
 from fleet.core.verdicts import Health
 from fleet.ops import loop as loop_mod
 from fleet.ops import rent as rent_mod
-from fleet.ops.loop import Memory, Owe
 from fleet.providers.base import Box, Offer, RentRequest
 from fleet.providers.client import check_label
+from fleet.state.loop_memory import Memory, Owe
 
 LONG_AGO = "2000-01-01T00:00:00Z"
 

@@ -1,0 +1,66 @@
+"""The loop's memory (loop.json): what one tick leaves for the next, and the boxes it owes.
+
+Read by the loop, and by `fleet roster` and `fleet page` to show the boxes owed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from fleet.core.errors import FleetError
+from fleet.core.fileutil import write_atomic
+from fleet.core.verdicts import Owed
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@dataclass
+class Owe:
+    """A wanted box the loop still has to rent: a roster shortfall or a dead box's re-rent."""
+
+    role: str
+    provider: str
+    card: str
+    gpus: int
+    since: str
+    reason: str = "not tried yet"
+    rerent_of: str | None = None
+    cloud: str | None = None  # a re-rent keeps the dead box's tier
+
+    def shape(self) -> tuple[str, str, str, int]:
+        return (self.role, self.provider, self.card, self.gpus)
+
+    def for_page(self) -> Owed:
+        why = self.reason if not self.rerent_of else f"{self.reason} (replaces {self.rerent_of})"
+        return Owed(self.role, self.provider, self.card, self.gpus, why, self.since)
+
+
+@dataclass
+class Memory:
+    """What a tick leaves for the next (loop.json)."""
+
+    tick: int = 0
+    dead: dict[str, int] = field(default_factory=dict)  # label -> consecutive dead checks
+    rerents: list[Owe] = field(default_factory=list)  # dead boxes not replaced yet
+    owed: list[Owe] = field(default_factory=list)  # the last tick's owed boxes, as reported
+    orphans: dict[str, str] = field(default_factory=dict)  # "provider/id" -> first seen
+    # "provider/machine" -> when a box on it was found unfit: its offers are passed over
+    unfit_machines: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Memory:
+        try:
+            d = json.loads(path.read_text())
+            return cls(int(d["tick"]), dict(d["dead"]), [Owe(**o) for o in d["rerents"]],
+                       [Owe(**o) for o in d["owed"]], dict(d["orphans"]),
+                       dict(d.get("unfit_machines", {})))
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise FleetError(f"{path}: the loop's memory is not readable ({e}); move it aside "
+                             "to start afresh") from None
+
+    def save(self, path: Path) -> None:
+        write_atomic(path, json.dumps(asdict(self), indent=1) + "\n")
