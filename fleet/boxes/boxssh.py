@@ -46,20 +46,19 @@ def host_argv(data: Mapping[str, Any], command: str) -> list[str]:
     return _ssh(str(data["ssh_key"]), str(data["ssh_known_hosts_file"]),
                 str(data.get("ssh_user") or "root"), str(data["ssh_hostname"]),
                 int(data.get("ssh_port") or 22), command,
-                strict=data.get("ssh_strict_host_key_checking") != "accept-new",
-                attempts=1 + int(data.get("ssh_connect_retries") or 0))
+                strict=data.get("ssh_strict_host_key_checking") != "accept-new")
 
 
 def _ssh(key: str, known_hosts: str, user: str, host: str, port: int, command: str, *,
-         strict: bool = True, attempts: int = 1) -> list[str]:
+         strict: bool = True) -> list[str]:
     """`ssh` with the fleet's key, checked against the host keys the fleet pinned (`strict`;
-    else a box not pinned yet is accepted and its key recorded)."""
+    else a box not pinned yet is accepted and its key recorded). ssh's own errors (a host key
+    that differs from the pinned one) reach stderr; its warnings do not."""
     checking = "yes" if strict else "accept-new"
-    return ["ssh", "-q", "-i", key, "-p", str(port),
+    return ["ssh", "-o", "LogLevel=ERROR", "-i", key, "-p", str(port),
             "-o", "BatchMode=yes", "-o", f"StrictHostKeyChecking={checking}",
             "-o", f"UserKnownHostsFile={known_hosts}",
-            "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", f"ConnectionAttempts={attempts}",
-            "-o", "ServerAliveInterval=15",
+            "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", "ServerAliveInterval=15",
             # AES-GCM runs on the CPU's AES instructions: outputs stream about 1.5x faster
             # than with OpenSSH's default chacha20 (bench/oneshot.py)
             "-o", "Ciphers=^aes128-gcm@openssh.com", f"{user}@{host}", command]
@@ -67,39 +66,59 @@ def _ssh(key: str, known_hosts: str, user: str, host: str, port: int, command: s
 
 @dataclass
 class FactRead:
-    """One fact read over SSH: `value` when the box answered with one; `late` when SSH
-    answered but the command did not finish in time; `error` says why there is no value."""
+    """One fact read over SSH. `answered`: the box ran the command (SSH is up); `value`: what
+    the fact made of its output (None when it could not); `late`: the box did not finish (or,
+    connected, did not start) the command in time, so it is slow, not dead; `error`: why
+    there is no value."""
 
     value: Any = None
+    answered: bool = False
     late: bool = False
     error: str | None = None
 
 
 _CONNECTED = "fleet-ssh-connected"  # printed first: from here on the command's deadline runs
+LOGIN_S = 2 * CONNECT_TIMEOUT_S  # connected to the command's start: login, the shell's own start
 
 
 def read_fact(data: Mapping[str, Any], fact: FactBase[Any], root: str,
               deadline_s: float) -> FactRead:
     """A pyinfra fact (its command and its parser) read from an inventory host through the
-    system's `ssh`. Connecting is bounded by ssh's own timeouts; the command, once connected,
-    by `deadline_s` (past it ssh is killed and the read is `late`)."""
+    system's `ssh`. Connecting is bounded by ssh's own timeout, the login by `LOGIN_S`, the
+    command by `deadline_s`. An ssh that fails before the command ran is tried again, as the
+    host data's `ssh_connect_retries` says (a reset during the handshake is a flake)."""
     asked = fact.command(root=root)
     text = asked if isinstance(asked, str) else asked.get_raw_value()
-    command = f"echo {_CONNECTED} && {{ {text}; }}"
-    proc = subprocess.Popen(host_argv(data, command), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    argv = host_argv(data, f"echo {_CONNECTED} && {{ {text}; }}")
+    tries = 1 + int(data.get("ssh_connect_retries") or 0)
+    for attempt in range(tries):
+        read = _read_once(argv, fact, deadline_s)
+        if read.answered or read.late or attempt + 1 == tries:
+            return read
+        time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _read_once(argv: list[str], fact: FactBase[Any], deadline_s: float) -> FactRead:
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
     assert proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
-    deadline: float | None = None  # set once the box has answered
+    start_by = time.monotonic() + CONNECT_TIMEOUT_S + LOGIN_S + deadline_s
+    deadline: float | None = None  # set once the box has started the command
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ, out)
         sel.register(proc.stderr, selectors.EVENT_READ, err)
         while sel.get_map():
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
+            left = (deadline or start_by) - time.monotonic()
+            if left <= 0:
                 proc.kill()
                 proc.wait()
-                return FactRead(late=True, error=f"did not finish within {deadline_s:g} s")
+                if deadline is None:  # ssh connected (else it would have exited by now)
+                    return FactRead(late=True, error="connected, but the command did not "
+                                    f"start within {LOGIN_S + deadline_s:g} s")
+                return FactRead(answered=True, late=True,
+                                error=f"did not finish within {deadline_s:g} s")
             for key, _ in sel.select(left):
                 chunk = os.read(key.fd, 1 << 16)
                 if not chunk:
@@ -110,13 +129,16 @@ def read_fact(data: Mapping[str, Any], fact: FactBase[Any], root: str,
                 deadline = time.monotonic() + deadline_s
     rc = proc.wait()
     said = err.decode(errors="replace").strip()[-300:]
-    if rc != 0 or deadline is None:
+    if deadline is None:
         return FactRead(error=said or f"ssh exited {rc}")
+    if rc != 0:  # the fact's commands end in `|| true`: the connection broke under it
+        return FactRead(answered=True, error=said or f"ssh exited {rc}")
     answer = out.decode(errors="replace").split(_CONNECTED, 1)[1]
     try:
-        return FactRead(fact.process([ln for ln in answer.splitlines() if ln.strip()]))
+        return FactRead(fact.process([ln for ln in answer.splitlines() if ln.strip()]),
+                        answered=True)
     except FactProcessError as e:
-        return FactRead(error=f"{type(fact).__name__}: {e}")
+        return FactRead(answered=True, error=str(e))
 
 
 def run(cfg: Config, row: Row, command: str,

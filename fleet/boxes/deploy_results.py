@@ -2,7 +2,7 @@
 
 A deploy file calls `record_into(dir)`; the run's process then writes, for each host whose
 operation failed, which operation and the last lines it printed (`{"errors": [{"step",
-"output"}]}`), beside whatever the deploy itself marks there (publish's `staged`). pyinfra
+"stdout", "stderr"}]}`), beside whatever the deploy itself marks there (publish's `staged`). pyinfra
 completes an operation's output only after its error callback, so the errors are written when
 the process ends. `read(dir)` is the other side: what `fleet publish` and `fleet run` say
 about a box, never words picked out of pyinfra's printed output."""
@@ -18,7 +18,7 @@ from pyinfra.api.state import BaseStateCallback
 
 from fleet.core.fileutil import write_atomic
 
-OUTPUT_LINES = 5  # of a failed operation's output, kept per error
+OUTPUT_LINES = 40  # of each of a failed operation's outputs (stdout, stderr), kept per error
 
 _failed: list[tuple[Any, Any, str]] = []  # (state, host, op_hash)
 _into: list[Path] = []
@@ -51,11 +51,14 @@ def mark(results_dir: str | Path, host: str, **fields: Any) -> None:
 def _write() -> None:
     for state, host, op_hash in _failed:
         meta = state.get_op_data_for_host(host, op_hash).operation_meta
-        lines = [*meta.stderr_lines, *meta.stdout_lines] if meta.is_complete() else []
+        done_op = meta.is_complete()
         step = ", ".join(state.get_op_meta(op_hash).names) or "an operation"
         path = _into[0] / f"{host.name}.json"
         done = _load(path)
-        errors = [*done.get("errors", []), {"step": step, "output": lines[-OUTPUT_LINES:]}]
+        errors = [*done.get("errors", []), {
+            "step": step,
+            "stdout": meta.stdout_lines[-OUTPUT_LINES:] if done_op else [],
+            "stderr": meta.stderr_lines[-OUTPUT_LINES:] if done_op else []}]
         mark(_into[0], host.name, errors=errors)
 
 

@@ -4,6 +4,7 @@ run beside it, at this fleet.toml."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -55,13 +56,29 @@ class Run:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)  # by host, from JSON
 
     def errors_for(self, label: str) -> list[str]:
-        """What went wrong on one host, as the run recorded it: each failed step and the last
-        lines it printed."""
+        """What went wrong on one host, as the run recorded it, most telling last: each failed
+        step, what it printed (an agent's JSON answer as its outcome and reason), its errors.
+        A host with no result at all never got as far as its deploy (it did not connect)."""
+        if label not in self.results:
+            return ["no result from the run: the box did not connect (see pyinfra's output)"]
         out = []
-        for error in self.results.get(label, {}).get("errors", []):
+        for error in self.results[label].get("errors", []):
             out.append(f"{error.get('step')} failed")
-            out.extend(str(line) for line in error.get("output") or [])
+            out.extend(_said(error.get("stdout") or []))
+            out.extend(str(line) for line in error.get("stderr") or [])
         return out
+
+
+def _said(stdout: list[str]) -> list[str]:
+    """What a failed command printed: an agent's JSON answer as its outcome and reason, other
+    output as its last lines."""
+    try:
+        answer = json.loads("\n".join(stdout))
+    except ValueError:
+        return [str(line) for line in stdout[-5:]]
+    if not isinstance(answer, dict):
+        return [str(line) for line in stdout[-5:]]
+    return [f"{k}: {answer[k]}" for k in ("outcome", "reason") if answer.get(k) is not None]
 
 
 def run_pyinfra(cfg: Config, labels: Sequence[str], data: Mapping[str, str],

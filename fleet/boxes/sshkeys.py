@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,20 +38,29 @@ def public_key(path: Path) -> str:
 
 
 def fetch_host_key(host: str, port: int, timeout: float = 10.0) -> str:
-    """Read the ed25519 host key a server presents (no authentication needed), with the
-    system's `ssh-keyscan`, as every other SSH of the operator's goes through OpenSSH."""
+    """The ed25519 host key a server proves it holds, read by the system's `ssh`: the key
+    exchange checks the server's signature before the key is recorded (in a file of its own,
+    trusted for nothing), and no authentication is attempted."""
     wait = max(1, math.ceil(timeout))
-    try:
-        res = subprocess.run(["ssh-keyscan", "-T", str(wait), "-t", "ed25519", "-p", str(port),
-                              host], capture_output=True, text=True, errors="replace",
-                             timeout=wait + 5, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise FleetError(f"ssh {host}:{port}: no host key within {wait} s") from None
-    for line in res.stdout.splitlines():
+    with tempfile.TemporaryDirectory(prefix="fleet-hostkey-") as tmp:
+        seen = Path(tmp) / "known_hosts"
+        try:
+            res = subprocess.run(
+                ["ssh", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+                 "-o", "StrictHostKeyChecking=accept-new", "-o", f"UserKnownHostsFile={seen}",
+                 "-o", "GlobalKnownHostsFile=/dev/null", "-o", "HashKnownHosts=no",
+                 "-o", "HostKeyAlgorithms=ssh-ed25519", "-o", "PreferredAuthentications=none",
+                 "-o", f"ConnectTimeout={wait}", "-p", str(port), f"fleet@{host}", "true"],
+                capture_output=True, text=True, errors="replace", timeout=2 * wait + 5,
+                stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise FleetError(f"ssh {host}:{port}: no host key within {2 * wait + 5} s") from None
+        lines = seen.read_text().splitlines() if seen.exists() else []
+    for line in lines:
         parts = line.split()
-        if len(parts) >= 3 and parts[1] == "ssh-ed25519":
-            return f"{parts[1]} {parts[2]}"
-    said = (res.stderr.strip().splitlines() or ["no answer"])[-1]
+        if len(parts) >= 3 and parts[-2] == "ssh-ed25519":
+            return f"{parts[-2]} {parts[-1]}"
+    said = (res.stderr.strip().splitlines() or [f"ssh exited {res.returncode}"])[-1]
     raise FleetError(f"ssh {host}:{port}: no host key: {said}")
 
 

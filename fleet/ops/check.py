@@ -165,15 +165,21 @@ def check(cfg: Config, built: Built) -> list[Health]:
             lambda h: boxssh.read_fact(h[1], AgentStatus(), ROOT, STATUS_DEADLINE_S), hosts))
     by_name: dict[str, Any] = {}
     late: set[str] = set()
+    unreadable: dict[str, str] = {}
     for (name, _data), read in zip(hosts, reads, strict=True):
         if read.late:  # SSH answered: not a death
             late.add(name)
+        elif read.answered and read.value is None:  # SSH answered, the status did not
+            unreadable[name] = read.error or "no status"
+            by_name[name] = {}
         else:
-            by_name[name] = read.value  # None: SSH did not answer, or no status came back
+            by_name[name] = read.value  # None: SSH did not answer
     out = []
     for name, data in hosts:
         status = by_name.get(name) if name in by_name else None
         h = judge(name, data, status, _wanted(cfg, data), history.get(name), known)
+        if name in unreadable:  # its agent is converged again, like a missing one
+            h.problems = [f"agent: status unreadable ({unreadable[name][:200]})"]
         if name in late:  # SSH answered: not a death, and no deploy on a box this slow
             h.ssh = h.agent = True
             h.problems = [f"ssh: the status command did not finish within "

@@ -353,8 +353,8 @@ def _read_one(data: Mapping[str, Any]) -> tuple[Readback | None, str | None]:
     read = boxssh.read_fact(data, NodeReadback(), ROOT, READBACK_DEADLINE_S)
     if read.value is not None:
         return read.value, None
-    if read.error and read.error.startswith("NodeReadback:"):
-        return {}, f"readback: {read.error.split(': ', 1)[1]}"
+    if read.answered:  # SSH is up; what the box said is not a readback
+        return {}, f"readback: {read.error}"
     return None, read.error or "no answer"
 
 

@@ -41,9 +41,20 @@ def test_a_failed_step_and_its_output_come_back_per_host(tmp_path: Path) -> None
     assert got["@local"]["staged"] is True
     (error,) = got["@local"]["errors"]
     assert error["step"] == "Fails on purpose"
-    assert "said-on-stderr" in error["output"] and "said-on-stdout" in error["output"]
+    assert error["stdout"] == ["said-on-stdout"] and error["stderr"] == ["said-on-stderr"]
     assert Run(r.returncode, "", got).errors_for("@local") == [
-        "Fails on purpose failed", *error["output"]]
+        "Fails on purpose failed", "said-on-stdout", "said-on-stderr"]
+    assert Run(r.returncode, "", got).errors_for("elsewhere") == [
+        "no result from the run: the box did not connect (see pyinfra's output)"]
+
+
+def test_an_agents_json_answer_reads_as_its_outcome_and_reason() -> None:
+    answer = ['{', ' "outcome": "reverted",', ' "reason": "not synced within 300 s",',
+              ' "target": {', '  "sha16": "ce417bb64b68f0b8"', ' }', '}']
+    run = Run(1, "", {"box": {"errors": [{"step": "Switch to 1.5.0", "stdout": answer,
+                                          "stderr": []}]}})
+    assert run.errors_for("box") == ["Switch to 1.5.0 failed", "outcome: reverted",
+                                     "reason: not synced within 300 s"]
 
 
 def test_a_run_without_a_results_folder_records_nothing(tmp_path: Path) -> None:

@@ -1,0 +1,115 @@
+"""The operator's reads of a box through the system's `ssh`, against a real sshd on loopback:
+the host key it proves it holds, a fact read with its deadlines, and what `fleet check` makes
+of a box that answers SSH but not with a status."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from facts.box import AgentStatus
+from fleet.boxes import boxssh
+from fleet.boxes.sshkeys import fetch_host_key
+from fleet.core.errors import FleetError
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"  # openssh-server: ./run.sh test installs it
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Sshd:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        for name in ("host", "client"):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+                            str(tmp / name)], check=True)
+        (tmp / "authorized").write_text((tmp / "client.pub").read_text())
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, force_command: str | None = None) -> None:
+        self.stop()
+        self.port = _free_port()
+        config = [f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {self.tmp / 'host'}",
+                  f"PidFile {self.tmp / 'sshd.pid'}", "UsePAM no", "StrictModes no",
+                  "PermitRootLogin yes", f"AuthorizedKeysFile {self.tmp / 'authorized'}"]
+        if force_command:
+            config.append(f"ForceCommand {force_command}")
+        (self.tmp / "sshd_config").write_text("\n".join(config) + "\n")
+        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.tmp / "sshd_config")],
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # bounded: until it listens
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    break
+            time.sleep(0.05)
+        key = fetch_host_key("127.0.0.1", self.port, 5)
+        (self.tmp / "known").write_text(f"[127.0.0.1]:{self.port} {key}\n")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def data(self, **extra: Any) -> dict[str, Any]:
+        return {"ssh_hostname": "127.0.0.1", "ssh_port": self.port, "ssh_user": "root",
+                "ssh_key": str(self.tmp / "client"),
+                "ssh_known_hosts_file": str(self.tmp / "known"),
+                "ssh_strict_host_key_checking": "yes", **extra}
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[Sshd]:
+    s = Sshd(tmp_path)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def test_the_host_key_is_the_one_the_server_holds(sshd: Sshd) -> None:
+    sshd.start()
+    want = (sshd.tmp / "host.pub").read_text().split()[:2]
+    assert fetch_host_key("127.0.0.1", sshd.port, 5).split() == want
+    with pytest.raises(FleetError, match="no host key"):
+        fetch_host_key("127.0.0.1", _free_port(), 2)
+    with pytest.raises(FleetError, match="no host key"):  # never read as an ssh option
+        fetch_host_key(f"-oProxyCommand=touch {sshd.tmp / 'ran'}", sshd.port, 2)
+    assert not (sshd.tmp / "ran").exists()
+
+
+def test_a_fact_read_answers_and_a_dead_port_does_not(sshd: Sshd) -> None:
+    sshd.start()
+    read = boxssh.read_fact(sshd.data(), AgentStatus(), str(sshd.tmp / "no-fleet-here"), 30)
+    assert read.answered and read.value == {} and not read.late  # no agent installed
+    sshd.stop()
+    gone = boxssh.read_fact(sshd.data(ssh_connect_retries=1), AgentStatus(), "/x", 30)
+    assert not gone.answered and not gone.late and gone.value is None
+
+
+def test_a_box_that_answers_ssh_but_not_with_a_status_is_not_read_as_dead(sshd: Sshd) -> None:
+    sshd.start(force_command="echo fleet-ssh-connected; echo this is not json")
+    read = boxssh.read_fact(sshd.data(), AgentStatus(), "/root/fleet", 30)
+    assert read.answered and read.value is None and "not JSON" in (read.error or "")
+
+
+def test_a_box_whose_login_never_ends_is_late_not_hung(sshd: Sshd,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    sshd.start(force_command="sleep 600")  # the shell never runs the command: a hung login
+    monkeypatch.setattr(boxssh, "CONNECT_TIMEOUT_S", 2)
+    monkeypatch.setattr(boxssh, "LOGIN_S", 1)
+    read = boxssh.read_fact(sshd.data(), AgentStatus(), "/root/fleet", 1)
+    assert read.late and not read.answered, read  # slow, never dead: and the read returned
