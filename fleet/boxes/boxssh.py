@@ -90,13 +90,14 @@ def read_fact(data: Mapping[str, Any], fact: FactBase[Any], root: str,
     asked = fact.command(root=root)
     text = asked if isinstance(asked, str) else asked.get_raw_value()
     argv = host_argv(data, f"echo {_CONNECTED} && {{ {text}; }}")
-    tries = 1 + int(data.get("ssh_connect_retries") or 0)
-    for attempt in range(tries):
-        read = _read_once(argv, fact, deadline_s)
-        if read.answered or read.late or attempt + 1 == tries:
-            return read
+    retries = int(data.get("ssh_connect_retries") or 0)
+    read = _read_once(argv, fact, deadline_s)
+    for attempt in range(retries):
+        if read.answered or read.late:
+            break
         time.sleep(0.5 * (attempt + 1))
-    raise AssertionError("unreachable")
+        read = _read_once(argv, fact, deadline_s)
+    return read
 
 
 def _read_once(argv: list[str], fact: FactBase[Any], deadline_s: float) -> FactRead:

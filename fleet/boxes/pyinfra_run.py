@@ -26,11 +26,15 @@ if TYPE_CHECKING:
 BIN = Path(sys.executable).parent
 
 
-def env(cfg: Config, **extra: str) -> dict[str, str]:
-    """This process's environment with the config, quiet progress and the venv's tools first."""
-    return {**os.environ, "FLEET_CONFIG": str(cfg.path), "PYINFRA_PROGRESS": "off",
-            "FLEET_INVENTORY": str(INVENTORY),  # what the testinfra checks read
-            "PATH": f"{BIN}:{os.environ.get('PATH', '')}", **extra}
+def env(cfg: Config, progress: bool = False, **extra: str) -> dict[str, str]:
+    """This process's environment with the config, the venv's tools first, and pyinfra's
+    progress display off unless a person watches (`progress`)."""
+    out = {**os.environ, "FLEET_CONFIG": str(cfg.path),
+           "FLEET_INVENTORY": str(INVENTORY),  # what the testinfra checks read
+           "PATH": f"{BIN}:{os.environ.get('PATH', '')}", **extra}
+    if not progress:
+        out["PYINFRA_PROGRESS"] = "off"
+    return out
 
 
 def argv(deploy: str, labels: Sequence[str], data: Mapping[str, str] | None = None,
@@ -58,7 +62,8 @@ class Run:
     def errors_for(self, label: str) -> list[str]:
         """What went wrong on one host, as the run recorded it, most telling last: each failed
         step, what it printed (an agent's JSON answer as its outcome and reason), its errors.
-        A host with no result at all never got as far as its deploy (it did not connect)."""
+        A host with no result at all never got as far as its deploy (it did not connect); that
+        holds for a deploy that records its results (`deploy_results.record_into`: publish's)."""
         if label not in self.results:
             return ["no result from the run: the box did not connect (see pyinfra's output)"]
         out = []
@@ -90,9 +95,9 @@ def run_pyinfra(cfg: Config, labels: Sequence[str], data: Mapping[str, str],
     `fail_fast` (a wave): `--fail-percent 0`, the run stops at the first failed box. Staging
     runs without it, so every box gets through or names its own failure.
     """
-    with tempfile.TemporaryDirectory(prefix="fleet-pyinfra-") as own:
-        into = Path(data.get("results_dir") or own)
-        proc = subprocess.Popen(argv(deploy, labels, {**data, "results_dir": str(into)},
+    with tempfile.TemporaryDirectory(prefix="fleet-pyinfra-") as results:
+        into = Path(results)
+        proc = subprocess.Popen(argv(deploy, labels, {**data, "results_dir": results},
                                      fail_fast), cwd=SHIPPED, env=env(cfg),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert proc.stdout is not None

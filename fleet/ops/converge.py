@@ -30,8 +30,7 @@ def converge_all(cfg: Config, dry: bool = False) -> None:
     """`fleet converge standing`: the deploy over every standing box with its output shown,
     then the checks (none after a dry run, which shows what would change and changes
     nothing). A failure is a FleetError."""
-    env = pyinfra_run.env(cfg)
-    env.pop("PYINFRA_PROGRESS")  # a person watches this one: pyinfra's progress stays on
+    env = pyinfra_run.env(cfg, progress=True)  # a person watches this one
     # --dry shows the detected changes; with -y pyinfra would skip detecting them
     deploy = pyinfra_run.argv(DEPLOY, ["standing"], dry=dry)
     if subprocess.run(deploy, cwd=SHIPPED, env=env).returncode != 0:
