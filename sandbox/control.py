@@ -9,6 +9,9 @@
     POST   /instances                  {provider, count, label_prefix?, image?, gpu_count?,
                                         disk_gb?, tcp_ports?, env?}: rent many at once
     GET    /machines                   the machines, with free GPUs and drivers
+    POST   /machines                   {provider, machine_id, price_per_gpu?, other_tenants?}:
+                                       shape the market (a machine's price; how many of its
+                                       GPUs other tenants hold: its free GPUs go or come back)
     GET    /clock, POST /clock         {advance: seconds} moves the world clock forward
     GET    /config, POST /config       {boot_delay?, notice_delay?}
     GET    /host-keys                  {box_id: "ssh-ed25519 ..."} for running boxes
@@ -58,6 +61,7 @@ class ControlApp:
             ("GET", "/instances"): self.instances,
             ("POST", "/instances"): self.create_instances,
             ("GET", "/machines"): self.machines,
+            ("POST", "/machines"): self.shape_machine,
             ("GET", "/clock"): self.clock,
             ("POST", "/clock"): self.clock,
             ("GET", "/config"): self.config,
@@ -122,6 +126,21 @@ class ControlApp:
         with self.world.lock:
             return {"machines": [machine_view(m) for p in PROVIDERS
                                  for m in self.world.machines[p]]}
+
+    def shape_machine(self, req: Request, body: dict[str, Any]) -> dict[str, Any]:
+        provider, machine_id = str(body["provider"]), str(body["machine_id"])
+        m = self.world.machine(provider, machine_id) if provider in PROVIDERS else None
+        if m is None:
+            raise ValueError(f"no {provider} machine {machine_id!r}")
+        with self.world.lock:
+            if "price_per_gpu" in body:
+                price = float(body["price_per_gpu"])
+                if not price > 0:
+                    raise ValueError(f"price_per_gpu must be positive, got {price}")
+                m.price = price
+            if "other_tenants" in body:
+                self.world.set_other_tenants(m, int(body["other_tenants"]))
+            return machine_view(m)
 
     def clock(self, req: Request, body: dict[str, Any]) -> dict[str, Any]:
         if "advance" in body:

@@ -52,6 +52,11 @@ class ControlClient:
     def machines(self) -> list[dict[str, Any]]:
         return self._call("GET", "/machines")["machines"]
 
+    def shape_machine(self, provider: str, machine_id: str, **change: Any) -> dict[str, Any]:
+        """Set a machine's `price_per_gpu` and/or how many GPUs `other_tenants` hold."""
+        return self._call("POST", "/machines",
+                          {"provider": provider, "machine_id": machine_id, **change})
+
     def advance(self, seconds: float) -> float:
         return self._call("POST", "/clock", {"advance": seconds})["now"]
 

@@ -356,6 +356,20 @@ class World:
                     machine.owners[i] = OTHER_TENANT
                     gpus -= 1
 
+    def set_other_tenants(self, machine: Machine, gpus: int) -> None:
+        """Other tenants hold `gpus` of `machine`'s GPUs that the world's boxes leave free (the
+        control surface shapes the market with it); ValueError past what is free."""
+        with self.lock:
+            theirs = [i for i, o in enumerate(machine.owners) if o == OTHER_TENANT]
+            free = [i for i, o in enumerate(machine.owners) if o is None]
+            if not 0 <= gpus <= len(theirs) + len(free):
+                raise ValueError(f"machine {machine.machine_id}: other tenants can hold 0 to "
+                                 f"{len(theirs) + len(free)} GPUs, not {gpus}")
+            for i in theirs:
+                machine.owners[i] = None
+            for i in (theirs + free)[:gpus]:
+                machine.owners[i] = OTHER_TENANT
+
     # -- faults ------------------------------------------------------------------------------
 
     def inject(self, kind: str, target: str, count: int = 1, **params: Any) -> dict[str, Any]:

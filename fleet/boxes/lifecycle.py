@@ -112,6 +112,8 @@ def record(reg: Registry, label: str, box: Box) -> Row:
         p2p_public_port=box.p2p_public_port)
     if box.driver:
         changes["driver"] = box.driver
+    if box.place:
+        changes["place"] = box.place
     return reg.update(label, **changes)
 
 

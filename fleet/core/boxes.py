@@ -26,6 +26,9 @@ class Row:
     provider_id: str | None = None
     driver: str | None = None
     cloud: str | None = None  # the offer's tier: RunPod SECURE/COMMUNITY, Vast datacenter/...
+    # where it runs, as the spread counts it (`fleet.ops.spread.place`): "vast machine 12345",
+    # "runpod data center EU-RO-1"; None where the provider names neither
+    place: str | None = None
     ssh_host: str | None = None
     ssh_port: int | None = None
     public_ip: str | None = None
@@ -35,6 +38,8 @@ class Row:
     standing_since: str | None = None
     node_sha16_wanted: str | None = None
     rerent_of: str | None = None
+    # the live box this one takes over from: it is destroyed once this one is checked well
+    move_of: str | None = None
     created_at: str = ""
     destroyed_at: str | None = None
     # money while stopped: storage only (None: unknown, estimated at full price), and since when

@@ -51,6 +51,9 @@ class Role:
     # and the exceptions to them
     banned_symbols: tuple[str, ...] = ()
     allowed_symbols: tuple[str, ...] = ()
+    # standing boxes of the role on distinct machines (Vast) or data centers (RunPod Secure
+    # Cloud) where the provider names them (`fleet.ops.spread`); false: cheapest wherever
+    spread: bool = True
 
     @property
     def tcp_ports(self) -> tuple[int, ...]:
@@ -147,7 +150,7 @@ _ROLE_SPEC: dict[str, tuple[type, ...]] = {
     "p2p_port": (int,), "admitted_driver": (str,), "qualified_gpus": (list,),
     "release": (str,), "allowed_cuda": (list,), "gpu_programs": (list,),
     "node_unhealthy_restart_s": (int, float), "banned_symbols": (list,),
-    "allowed_symbols": (list,),
+    "allowed_symbols": (list,), "spread": (bool,),
 }
 
 
@@ -203,6 +206,7 @@ def _role(name: str, table: Any, src: str) -> Role:
         node_unhealthy_restart_s=float(restart),
         banned_symbols=_strings(f"{where}.banned_symbols", table.get("banned_symbols", [])),
         allowed_symbols=_strings(f"{where}.allowed_symbols", table.get("allowed_symbols", [])),
+        spread=table.get("spread", True),
     )
     try:
         role.check_gpu_guard()

@@ -73,6 +73,7 @@ from fleet.core.times import now_iso, parse_iso
 from fleet.core.verdicts import Health
 from fleet.ops import offers as offers_mod
 from fleet.ops import rent as rent_mod
+from fleet.ops import spread
 from fleet.providers.sync import View, view
 from fleet.state import bills
 from fleet.state.loop_memory import Memory, Owe
@@ -198,9 +199,11 @@ class Loop:
         health = self._judge(t, mem, v, failed)
         self._give_up(t, late, sees=self._answered)
         self._replace_dead(t, mem, v)
+        self._finish_moves(t, health, failed)
         mem.save(self.memory_path)  # the destroys and the re-rents they owe, before any rent
         self._forget_unfit(mem)
         fresh = self._rent_owed(t, mem)
+        fresh += self._start_moves(t, mem, failed)
         self._converge(t, resumed + fresh)
         self._orphans(t, mem, v, failed)
         mem.owed = t.owed
@@ -249,6 +252,8 @@ class Loop:
             if seen.ssh_host and seen.ssh_port and \
                     (seen.ssh_host, seen.ssh_port) != (row.ssh_host, row.ssh_port):
                 self.reg.update(row.label, ssh_host=seen.ssh_host, ssh_port=seen.ssh_port)
+            if seen.place and seen.place != row.place:  # where its provider says it runs
+                self.reg.update(row.label, place=seen.place)
         write_known_hosts(self.cfg.known_hosts, self.reg.rows())
         for row in self._standing_rows():
             if row.provider in failed:
@@ -352,9 +357,101 @@ class Loop:
             del mem.dead[label]
             if t.dead.get(label, "").startswith("unfit") and box is not None and box.machine_id:
                 mem.unfit_machines[f"{row.provider}/{box.machine_id}"] = now_iso()
-            if is_standing(self.cfg, row):
+            moved = self.reg.get(row.move_of) if row.move_of else None
+            if moved is not None and moved.live:
+                self._act(t, f"{label}: it was moving {moved.label}, which stays: no re-rent "
+                             "owed")
+            elif is_standing(self.cfg, row):
                 mem.rerents.append(Owe(row.role, row.provider, row.card, row.gpu_count,
                                        now_iso(), rerent_of=label, cloud=row.cloud))
+
+    # -- moves: a box that shares its place goes to a free one ---------------------------
+
+    def _finish_moves(self, t: Tick, health: list[Health], failed: set[str]) -> None:
+        """Destroy each box a move has taken over from, once the box it moved to is checked
+        well and synced this tick; until then both run (and bill: the move's rent was checked
+        against the budget with both)."""
+        done = {h.label for h in health if h.well and h.synced is not False}
+        rows = {r.label: r for r in self.reg.rows()}
+        for new in rows.values():
+            old = rows.get(new.move_of or "")
+            if not new.live or old is None or not old.live:
+                continue
+            if new.label not in done:
+                self._act(t, f"{old.label}: moving to {new.label} ({new.place}); kept until "
+                             f"{new.label} is checked well and synced")
+                continue
+            if old.provider in failed or not old.provider_id:
+                continue  # its provider is silent this tick: nothing is destroyed blind
+            p = self.providers.get(old.provider)
+            try:
+                if p is None:
+                    raise ProviderError(old.provider, "destroy", "no API key")
+                p.destroy(old.provider_id)
+                if p.box(old.provider_id) is not None:
+                    raise ProviderError(old.provider, "destroy",
+                                        f"box {old.provider_id} is still listed")
+            except ProviderError as e:
+                self._act(t, f"{old.label}: moved to {new.label}, but destroying it failed "
+                             f"({e}); tried again next tick")
+                continue
+            self.reg.update(old.label, status="destroyed", destroyed_at=now_iso(),
+                            note=f"moved to {new.label} ({new.place}), off {old.place}")
+            self._act(t, f"{old.label}: destroyed: moved to {new.label} on {new.place}, "
+                         "checked well and synced")
+
+    def _start_moves(self, t: Tick, mem: Memory, failed: set[str]) -> list[str]:
+        """For each spreading role, move its oldest crowded box (one sharing its place with an
+        older box of the role) to a place the role does not hold, where one is offered in
+        the same shape (provider, card, GPU count, tier) within the budget: one move per role
+        at a time. Returns the labels rented, to be converted this tick."""
+        rows = self.reg.rows()
+        moving = {r.move_of for r in rows if r.live and r.move_of}
+        rented: list[str] = []
+        for role in self.cfg.roles.values():
+            mine = [r for r in rows if r.role == role.name]
+            if any(r.label in moving for r in mine):
+                continue  # one move at a time: the next once this one is done
+            for row in spread.crowded(mine, role):
+                if row.provider in failed or row.label in t.dead or unfinished(row) \
+                        or row.provider not in self.providers:
+                    continue
+                label = self._move(t, role, row, rows, mem.unfit_machines)
+                if label is not None:
+                    rented.append(label)
+                break  # the oldest crowded box first; one per role per tick
+        if rented:
+            try:
+                rent_mod.wait_ready(self.cfg, self.reg, self.providers, rented)
+            except FleetError as e:
+                self._act(t, f"waiting for SSH on {', '.join(rented)}: {e}")
+        return rented
+
+    def _move(self, t: Tick, role: Role, row: Row, rows: list[Row],
+              unfit: Mapping[str, str]) -> str | None:
+        """Rent the box `row` moves to, on a free place; None when none is offered or the
+        rent fails (said, and tried again next tick)."""
+        p = self.providers[row.provider]
+        found, _ = offers_mod.search(role, [p], card=row.card, gpus=row.gpu_count)
+        held = spread.holders(rows, role.name)
+        free = [o for o in spread.free_offers(found, held)
+                if (not row.cloud or o.cloud == row.cloud)
+                and f"{o.provider}/{o.machine_id}" not in unfit]
+        if not free:
+            return None  # its row already says why it shares its place
+        label = labels.rerent_label(row.label, {r.label for r in rows})
+        try:
+            res = rent_mod.rent(self.cfg, self.reg, role, free, self.providers,
+                                label=label if len(label) <= labels.MAX_LEN else None,
+                                move_of=row.label)
+        except (BudgetExceeded, ProviderError, UsageError) as e:
+            self._act(t, f"{row.label}: shares {row.place}; a move to another place failed: "
+                         f"{e}")
+            return None
+        self._act(t, f"{res.row.label}: rented {res.row.card} x{res.row.gpu_count} on "
+                     f"{res.row.place} at ${res.row.usd_per_hour:.3f}/h to move {row.label} "
+                     f"off {row.place}")
+        return res.row.label
 
     # -- the owed roster --------------------------------------------------------------------
 
@@ -366,7 +463,9 @@ class Loop:
         the replacement twice. Unfinished rents count: each tick resumes them, each with
         its own deadline (`_resume_unfinished`)."""
         live = [r for r in self.reg.rows() if r.live and not r.destroy_wanted]
-        replaced = {r.rerent_of for r in live if r.rerent_of}
+        # a box moving a crowded one (`move_of`) fills that one's re-rent, should it die
+        replaced = {r.rerent_of for r in live if r.rerent_of} | \
+            {r.move_of for r in live if r.move_of}
         mem.rerents = [o for o in mem.rerents if o.rerent_of not in replaced]
         # a re-rent of a role fleet.toml no longer has is kept, never rented
         out = [o for o in mem.rerents if o.role in self.cfg.roles]

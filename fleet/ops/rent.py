@@ -39,7 +39,7 @@ from fleet.core.errors import (
 )
 from fleet.core.labels import new_label
 from fleet.core.times import in_hours, now_iso
-from fleet.ops import budget
+from fleet.ops import budget, spread
 from fleet.ops import offers as offers_mod
 from fleet.providers.base import Box, Offer, Provider, RentRequest
 from fleet.state import bills
@@ -83,12 +83,14 @@ class RentOutcome:
 def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
          providers: dict[str, Provider], label: str | None = None,
          rerent_of: str | None = None, resume: bool = False,
-         job: tuple[str, int] | None = None) -> RentOutcome:
+         job: tuple[str, int] | None = None, move_of: str | None = None) -> RentOutcome:
     """Rent the cheapest offer that still has capacity; refuse if the budget would break.
 
     + label: the box's label (default: generated); after an offer that went, the next one
       gets a generated label (the first one's row is kept, `failed`)
     + rerent_of: the label of the box this one replaces
+    + move_of: the label of the live box this one takes over from (the loop's move of a box
+      that shares its place: `fleet.ops.spread`)
     + resume: `label` holds an unfinished rent's row whose box the provider does not list
       (see `find_unfinished`): the new row replaces it, and its budget check counts the old
       row's cost until now but not beside the new box
@@ -103,7 +105,10 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
         raise NoCapacity("fleet", "offers", f"no admissible offer for role {role.name!r}",
                          "try another card or provider, or later")
     last: ProviderError | None = None
-    for offer in offers[:5]:
+    # a standing role's boxes go to places it does not hold yet, where any is offered
+    held = spread.holders(reg.rows(), role.name, but=label if resume else None)
+    offers = spread.order(role, offers, held)[:5]
+    for offer in offers:
         p = providers[offer.provider]
         lab = label or new_label(role.name, offer.provider, reg.fleet_id())
         # every candidate is checked: a later one may cost more than the first; the check
@@ -115,8 +120,10 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
             label=lab, provider=offer.provider, role=role.name, kind=role.kind, card=offer.card,
             gpu_count=offer.gpu_count, usd_per_hour=offer.usd_per_hour, driver=offer.driver,
             cloud=offer.cloud, stopped_usd_per_hour=offer.stopped_usd_per_hour(req),
-            rerent_of=rerent_of, node_sha16_wanted=None,
-            note="resumed after an unfinished rent" if resume else None,
+            rerent_of=rerent_of, move_of=move_of, node_sha16_wanted=None,
+            place=offer.place, note="; ".join(filter(None, (
+                "resumed after an unfinished rent" if resume else None,
+                spread.note(role, offer, held, offers)))) or None,
             job=None if job is None else job[0],
             expires_at=None if hours is None else in_hours(hours)),
             check=budget.guard(cfg.daily_budget_usd, offer.usd_per_hour, what,

@@ -11,6 +11,18 @@ HOURS_PER_MONTH = 720.0  # how both providers turn a monthly storage price into 
 RUNPOD_STOPPED_VOLUME_GB_MONTH = 0.20
 
 
+def place_of(provider: str, machine_id: str | None, data_center: str | None) -> str | None:
+    """Where a box is, as the spread of a role's boxes counts it: one host failure takes every
+    box in one place. Vast names the machine of each offer and instance; RunPod names none an
+    offer can choose, so its place is the data center (Secure Cloud only: Community Cloud
+    offers name a country at most). None: the provider names no place for it."""
+    if provider == "vast" and machine_id:
+        return f"vast machine {machine_id}"
+    if provider == "runpod" and data_center:
+        return f"runpod data center {data_center}"
+    return None
+
+
 @dataclass(frozen=True)
 class Offer:
     provider: str  # "runpod" | "vast"
@@ -26,9 +38,14 @@ class Offer:
     direct_ports: int | None = None
     stock: str | None = None  # RunPod stockStatus
     machine_id: str | None = None  # Vast: the host machine the ask is on (RunPod places pods)
+    data_center: str | None = None  # RunPod Secure Cloud: the data center a rent asks for
     # what its kept storage costs while the box is stopped, USD per GB per month (None: unknown)
     stopped_usd_per_gb_month: float | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def place(self) -> str | None:
+        return place_of(self.provider, self.machine_id, self.data_center)
 
     def stopped_usd_per_hour(self, req: RentRequest) -> float | None:
         """What the box rented for `req` bills while stopped: its storage only. Vast keeps (and
@@ -55,7 +72,12 @@ class Box:
     p2p_public_port: int | None = None
     ports: dict[int, int] = field(default_factory=dict)  # internal TCP port -> public port
     machine_id: str | None = None  # the host machine it runs on, where the provider says
+    data_center: str | None = None  # RunPod: the data center (Secure Cloud) it runs in
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def place(self) -> str | None:
+        return place_of(self.provider, self.machine_id, self.data_center)
 
     @property
     def ssh_ready(self) -> bool:

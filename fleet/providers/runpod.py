@@ -27,7 +27,7 @@ POD_FIELDS = (
     "id name desiredStatus costPerHr gpuCount imageName lastStatusChange uptimeSeconds ports "
     "machineId "
     "runtime { uptimeInSeconds ports { ip isIpPublic privatePort publicPort type } } "
-    "machine { gpuDisplayName podHostId }"
+    "machine { gpuDisplayName podHostId dataCenterId }"
 )
 _PRICE_FIELDS = "minimumBidPrice uninterruptablePrice stockStatus maxUnreservedGpuCount"
 
@@ -125,7 +125,9 @@ class RunPod(Client):
         cuda: tuple[str, ...] = (),
         disk_gb: float | None = None,
     ) -> list[Offer]:
-        """On-demand offers per GPU type and cloud, from `gpuTypes { lowestPrice }`.
+        """On-demand offers per GPU type and cloud, from `gpuTypes { lowestPrice }`; Secure
+        Cloud offers per data center where RunPod lists them (`dataCenters`), so a rent can
+        ask for one (`dataCenterId`) and the spread can count it.
 
         RunPod cannot filter on a driver (`driver` is accepted and ignored: admission after
         boot guards); `cuda` becomes `allowedCudaVersions`. Types whose stock is null are
@@ -141,19 +143,47 @@ class RunPod(Client):
                 price_in["allowedCudaVersions"] = list(cuda)
             if direct_ports and cloud == "COMMUNITY":
                 price_in["supportPublicIp"] = True  # Secure Cloud always has a public IP
+            centres = " dataCenters { id }" if cloud == "SECURE" else ""
             doc = operation(
                 "query", "gpuTypes", type_filter,
-                f"id displayName memoryInGb secureCloud communityCloud "
+                f"id displayName memoryInGb secureCloud communityCloud{centres} "
                 f"lowestPrice(input: {literal(price_in)}) {{ {_PRICE_FIELDS} }}",
             )
-            for t in self._gql("gpuTypes", doc).get("gpuTypes") or []:
+            types = self._gql("gpuTypes", doc).get("gpuTypes") or []
+            placed = self._per_centre(types, price_in, gpu_count) if cloud == "SECURE" else {}
+            for t in types:
                 offer = self._offer(t, cloud, gpu_count)
                 if offer is not None:
-                    out.append(offer)
+                    out.extend(placed.get(t["id"]) or [offer])
         out.sort(key=lambda o: (o.usd_per_hour, o.offer_id))
         return out
 
-    def _offer(self, t: dict[str, Any], cloud: str, gpu_count: int) -> Offer | None:
+    def _per_centre(self, types: list[dict[str, Any]], price_in: dict[str, Any],
+                    gpu_count: int) -> dict[str, list[Offer]]:
+        """Secure Cloud offers of the types in stock, one per data center that has the type
+        in stock (one more query, a `lowestPrice` per data center, aliased), by type id."""
+        stocked = [t for t in types if (t.get("lowestPrice") or {}).get("stockStatus")
+                   and t.get("secureCloud") is not False]
+        centres = sorted({str(c["id"]) for t in stocked for c in t.get("dataCenters") or []
+                          if isinstance(c, dict) and c.get("id")})
+        if not centres:
+            return {}
+        fields = " ".join(
+            f"dc{i}: lowestPrice(input: {literal(price_in | {'dataCenterId': c})}) "
+            f"{{ {_PRICE_FIELDS} }}" for i, c in enumerate(centres))
+        doc = operation("query", "gpuTypes", {"input": {"ids": [t["id"] for t in stocked]}},
+                        f"id secureCloud {fields}")
+        out: dict[str, list[Offer]] = {}
+        for t in self._gql("gpuTypes", doc).get("gpuTypes") or []:
+            for i, c in enumerate(centres):
+                offer = self._offer(t | {"lowestPrice": t.get(f"dc{i}")}, "SECURE", gpu_count,
+                                    centre=c)
+                if offer is not None:
+                    out.setdefault(t["id"], []).append(offer)
+        return out
+
+    def _offer(self, t: dict[str, Any], cloud: str, gpu_count: int,
+               centre: str | None = None) -> Offer | None:
         flag = "secureCloud" if cloud == "SECURE" else "communityCloud"
         lp = t.get("lowestPrice") or {}
         price = lp.get("uninterruptablePrice")
@@ -161,9 +191,11 @@ class RunPod(Client):
             return None
         type_id = t["id"]
         return Offer(
-            provider=self.name, offer_id=f"{type_id}:{cloud}", card=cards.from_runpod(type_id),
-            gpu_count=gpu_count, usd_per_hour=round(float(price) * gpu_count, 6),
-            cloud=cloud, stock=lp.get("stockStatus"),
+            provider=self.name,
+            offer_id=f"{type_id}:{cloud}" + (f":{centre}" if centre else ""),
+            card=cards.from_runpod(type_id), gpu_count=gpu_count,
+            usd_per_hour=round(float(price) * gpu_count, 6), cloud=cloud,
+            stock=lp.get("stockStatus"), data_center=centre,
             stopped_usd_per_gb_month=RUNPOD_STOPPED_VOLUME_GB_MONTH, raw=t,
         )
 
@@ -185,6 +217,8 @@ class RunPod(Client):
             "supportPublicIp": True,
             "startSsh": True,
         }
+        if offer.data_center:
+            inp["dataCenterId"] = offer.data_center
         if req.volume_gb:
             inp["volumeMountPath"] = req.volume_path or "/workspace"
         if req.allowed_cuda:
@@ -260,6 +294,7 @@ class RunPod(Client):
             p2p_public_port=p2p_public_port(ports, self.p2p_port),
             ports=ports,
             machine_id=str(pod["machineId"]) if pod.get("machineId") else None,
+            data_center=str(machine["dataCenterId"]) if machine.get("dataCenterId") else None,
             raw=pod,
         )
 

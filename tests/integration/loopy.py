@@ -79,13 +79,13 @@ class Loopy(FleetCli):
 
 
 def sandboxed(factory: pytest.TempPathFactory, name: str, toml: Callable[[Path], str],
-              boxes: int) -> Iterator[Loopy]:
-    """For a module fixture: a sandbox of its own, 32 machines (room for the replacements the
-    tests make), no box yet; down at the end."""
+              boxes: int, machines: int = 32) -> Iterator[Loopy]:
+    """For a module fixture: a sandbox of its own, `machines` per provider (room for the
+    replacements the tests make), no box yet; down at the end."""
     tmp, env = workspace(factory, name, toml)
     f = Loopy(tmp, env, boxes=boxes)
     try:
-        f.fleet("sandbox", "up", "--boxes", "0", "--backend", "ns", "--machines", "32")
+        f.fleet("sandbox", "up", "--boxes", "0", "--backend", "ns", "--machines", str(machines))
         env.update(manage.load_env(tmp / "sandbox"))
         yield f
     finally:
