@@ -18,9 +18,9 @@ from fleet.core import config
 from fleet.core.boxes import Row
 from fleet.core.config import Config
 from fleet.core.verdicts import Health
+from fleet.ops import loop as loop_mod
 from fleet.ops import offers as offers_mod
 from fleet.ops import rent, spread
-from fleet.ops import loop as loop_mod
 from fleet.ops.loop import Loop
 from fleet.providers.base import Offer, place_of
 from fleet.providers.factory import get_provider
