@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -13,15 +14,15 @@ from fleet.core.boxes import Row, is_standing, unread
 from fleet.core.config import PROVIDERS, Config
 from fleet.core.errors import AuthFailed, FleetError, ProviderError, UsageError
 from fleet.core.times import now_iso
-from fleet.ops import budget
+from fleet.ops import budget, spread
 from fleet.ops import offers as offers_mod
 from fleet.ops import rent as rent_mod
-from fleet.providers.base import Provider
+from fleet.providers.base import Box, Offer, Provider
 from fleet.state.registry import Registry, check_label
 
 if TYPE_CHECKING:
     from fleet.state.loop_memory import Owe
-from fleet.cli import common
+from fleet.cli import common, tables
 from fleet.cli.common import (
     app,
     card_option,
@@ -45,14 +46,26 @@ def offers_cmd(role: str, card: str = typer.Option(None, help="only this card, e
     found, failures = offers_mod.search(r, common.providers().values(), card=wanted, gpus=gpus)
     for f in failures:
         err.print(f"warning: {f}")
-    t = Table(title=f"offers for {role} (driver {r.admitted_driver or 'any'})")
-    for c in ("provider", "offer", "card", "gpus", "USD/h", "driver", "cuda", "where"):
-        t.add_column(c)
     rows = found[:limit]
-    for o in rows:
-        t.add_row(o.provider, o.offer_id, o.card, str(o.gpu_count), f"{o.usd_per_hour:.3f}",
-                  o.driver or "(after boot)", o.cuda or "", o.country or o.cloud or "")
-    emit(t, [{k: v for k, v in o.__dict__.items() if k != "raw"} for o in rows], as_json)
+    emit(offers_table(role, r.admitted_driver, rows),
+         [{k: v for k, v in o.__dict__.items() if k != "raw"} for o in rows], as_json)
+
+
+OFFER_COLUMNS = ("provider", "offer", "card", "gpus", "USD/h", "driver", "cuda", "where")
+
+
+def offers_table(role: str, driver: str | None, offers: Sequence[Offer]) -> Table:
+    """`fleet offers`' table, from the offers alone (no provider asked: a test renders it)."""
+    return tables.build(f"offers for {role} (driver {driver or 'any'})", OFFER_COLUMNS,
+                        [offer_row(o) for o in offers])
+
+
+def offer_row(o: Offer) -> dict[str, str]:
+    """An offer's cells; a driver only a booted box reports reads as such, not as missing."""
+    return {"provider": o.provider, "offer": o.offer_id, "card": o.card,
+            "gpus": str(o.gpu_count), "USD/h": f"{o.usd_per_hour:.3f}",
+            "driver": o.driver or "(after boot)", "cuda": o.cuda or "",
+            "where": o.country or o.cloud or ""}
 
 
 @app.command("rent")
@@ -135,12 +148,18 @@ def _rented(c: Config, reg: Registry, ps: dict[str, Provider], label: str, wait:
     row = rent_mod.wait_ready(c, reg, ps, [label])[label] if wait else reg.get(label)
     if row is None:
         raise FleetError(f"{label}: its registry row went missing while renting")
-    t = Table(title="rented")
-    for col in ("label", "provider", "id", "card", "USD/h", "status", "ssh"):
-        t.add_column(col)
-    t.add_row(row.label, row.provider, row.provider_id or "", row.card,
-              f"{row.usd_per_hour:.3f}", row.status, f"{row.ssh_host}:{row.ssh_port}")
-    emit(t, row.to_dict(), as_json)
+    emit(rented_table(row), row.to_dict(), as_json)
+
+
+RENTED_COLUMNS = ("label", "provider", "id", "card", "USD/h", "status", "ssh")
+
+
+def rented_table(row: Row) -> Table:
+    """The rented box's registry row as `fleet rent` shows it."""
+    return tables.build("rented", RENTED_COLUMNS, [{
+        "label": row.label, "provider": row.provider, "id": row.provider_id or "",
+        "card": row.card, "USD/h": f"{row.usd_per_hour:.3f}", "status": row.status,
+        "ssh": f"{row.ssh_host}:{row.ssh_port}"}])
 
 
 @app.command("roster")
@@ -155,9 +174,8 @@ def roster_cmd(
         err.print(f"warning: {f}")
     live = {row.label: box for row, box in v.matched}
     rows = [r for r in reg.rows() if all_rows or r.live]
-    t = Table(title="roster")
-    for col in ("label", "role", "kind", "provider", "card", "USD/h", "uptime", "status", "job"):
-        t.add_column(col)
+    places = spread.per_place(reg.rows())
+    cells: list[dict[str, str]] = []
     data = []
     total = 0.0
     for r in rows:
@@ -165,26 +183,60 @@ def roster_cmd(
         status = box.status if box else ("gone" if r in v.gone else r.status)
         if r.live:
             total += r.usd_per_hour
-        up = uptime(r.created_at) if r.live else "-"
-        t.add_row(r.label, r.role, r.kind, r.provider, r.card, f"{r.usd_per_hour:.3f}", up,
-                  status + (" (standing)" if r.standing else ""), _job_cell(r))
+        cells.append(roster_row(r, status, places))
         data.append({**r.to_dict(), "live_status": status})
-    for b in v.orphans:
-        t.add_row(b.label or "?", "-", "-", b.provider, b.card, f"{b.usd_per_hour:.3f}", "-",
-                  f"ORPHAN {b.box_id}", "-")
+    cells += [orphan_row(b) for b in v.orphans]
     owed = _owed(reg)
-    for o in owed:
-        t.add_row("-", o.role, "owed", o.provider, f"{o.card} x{o.gpus}", "-", "-",
-                  f"OWED since {o.since}: {o.reason}", "-")
+    cells += [owed_row(o) for o in owed]
     money = _money(c, reg, ps)
-    t.caption = (f"total ${total:.3f}/h, ${total * 24:.2f}/day; spent today "
-                 f"${money['spent_today_usd']:.2f} ({money['boxes_from_bills']} boxes from the "
-                 f"bills), committed until midnight ${money['committed_until_midnight_usd']:.2f}"
-                 f", run rate ${money['run_rate_usd_per_day']:.2f}/day, budget "
-                 f"${money['daily_budget_usd']:.2f}")
+    t = roster_table(cells, roster_caption(total, money))
     emit(t, {"boxes": data, "orphans": [b.to_dict() for b in v.orphans],
              "owed": [o.for_page().to_dict() | {"rerent_of": o.rerent_of} for o in owed],
-             "usd_per_hour": total, "usd_per_day": total * 24, "money": money}, as_json)
+             "usd_per_hour": total, "usd_per_day": total * 24, "money": money,
+             "places": places}, as_json)
+
+
+ROSTER_COLUMNS = ("label", "role", "kind", "provider", "card", "machine", "USD/h", "uptime",
+                  "status", "job")
+
+
+def roster_table(rows: Sequence[Mapping[str, str]], caption: str) -> Table:
+    """`fleet roster`'s table from its rows' cells (`roster_row`, `orphan_row`, `owed_row`):
+    a column is one name in ROSTER_COLUMNS and one key where its rows are made."""
+    return tables.build("roster", ROSTER_COLUMNS, rows, caption=caption)
+
+
+def roster_row(r: Row, status: str, places: Mapping[str, int] | None = None) -> dict[str, str]:
+    """A registry row's cells; `status` is what its provider lists now (or the registry's);
+    `places`: how many live boxes each place holds (`spread.per_place`)."""
+    held = (places or {}).get(r.place or "", 0)
+    where = "-" if not r.place else spread.short(r.place) + (f" ({held} boxes)" if held > 1
+                                                            else "")
+    return {"label": r.label, "role": r.role, "kind": r.kind, "provider": r.provider,
+            "card": r.card, "machine": where, "USD/h": f"{r.usd_per_hour:.3f}",
+            "uptime": uptime(r.created_at) if r.live else "-",
+            "status": status + (" (standing)" if r.standing else ""), "job": _job_cell(r)}
+
+
+def orphan_row(b: Box) -> dict[str, str]:
+    """A box a provider bills that no registry row claims."""
+    return {"label": b.label or "?", "provider": b.provider, "card": b.card,
+            "USD/h": f"{b.usd_per_hour:.3f}", "status": f"ORPHAN {b.box_id}"}
+
+
+def owed_row(o: Owe) -> dict[str, str]:
+    """A box the loop owes the roster: no label yet."""
+    return {"role": o.role, "kind": "owed", "provider": o.provider,
+            "card": f"{o.card} x{o.gpus}", "status": f"OWED since {o.since}: {o.reason}"}
+
+
+def roster_caption(total: float, money: Mapping[str, Any]) -> str:
+    """What the live boxes cost an hour and a day, and the day's money (`budget.today`)."""
+    return (f"total ${total:.3f}/h, ${total * 24:.2f}/day; spent today "
+            f"${money['spent_today_usd']:.2f} ({money['boxes_from_bills']} boxes from the "
+            f"bills), committed until midnight ${money['committed_until_midnight_usd']:.2f}"
+            f", run rate ${money['run_rate_usd_per_day']:.2f}/day, budget "
+            f"${money['daily_budget_usd']:.2f}")
 
 
 def _money(c: Config, reg: Registry, ps: dict[str, Provider]) -> dict[str, Any]:

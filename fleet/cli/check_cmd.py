@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import typer
@@ -10,9 +11,9 @@ from rich.table import Table
 from fleet.core.errors import UsageError
 
 if TYPE_CHECKING:
-    pass
+    from fleet.core.verdicts import Health, Watch
 
-from fleet.cli import common
+from fleet.cli import common, tables
 from fleet.cli.common import app, cfg, emit, out, registry
 
 
@@ -27,34 +28,52 @@ def check_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
     c = cfg()
     results = check_mod.check(c, build(c, common.providers()))
     watched = watchdog.watch(c, registry())
-    t = Table(title="standing boxes")
-    for col in ("label", "ssh", "agent", "synced", "blocks", "exec tip", "prover", "admission",
-                "node", "verdict"):
-        t.add_column(col)
-    for h in results:
-        node = h.node_sha16 or "-"
-        if h.wanted_sha16:
-            node += " ok" if h.node_sha16 == h.wanted_sha16 else f" (wanted {h.wanted_sha16})"
-        tip = "-" if h.exec_tip is None else f"{h.exec_tip}{'' if h.exec_moving else ' stuck'}"
-        t.add_row(h.label, "ok" if h.ssh else "DOWN", "up" if h.agent else "DOWN",
-                  str(h.synced), str(h.blocks), tip, h.prover or "-",
-                  "ok" if h.admitted else f"refused: {h.admission_reason}", node,
-                  "well" if h.well else "; ".join(h.problems))
-    if not results:
-        t.caption = "no standing boxes in the inventory"
-    emit(t, [{"kind": "standing", **h.to_dict()} for h in results]
+    emit(standing_table(results), [{"kind": "standing", **h.to_dict()} for h in results]
          + [{"kind": "oneshot", **w.to_dict()} for w in watched], as_json)
     if watched and not as_json:
-        w_table = Table(title="one-shot boxes (meter watchdog)")
-        for col in ("label", "job", "phase", "age", "TTL left", "verdict"):
-            w_table.add_column(col)
-        for w in watched:
-            left = "-" if w.ttl_left_min is None else f"{w.ttl_left_min:.0f} min"
-            w_table.add_row(w.label, w.job or "-", w.phase or "-", f"{w.age_min:.0f} min", left,
-                            "well" if w.well else "; ".join(w.problems))
-        out.print(w_table)
+        tables.show(out, watchdog_table(watched))
     if any(not h.well for h in results) or any(not w.well for w in watched):
         raise typer.Exit(1)
+
+
+STANDING_COLUMNS = ("label", "ssh", "agent", "synced", "blocks", "exec tip", "prover",
+                    "admission", "node", "verdict")
+WATCHDOG_COLUMNS = ("label", "job", "phase", "age", "TTL left", "verdict")
+
+
+def standing_table(results: Sequence[Health]) -> Table:
+    """The standing boxes' checks as `fleet check` shows them (a test renders it from plain
+    verdicts, no box asked)."""
+    caption = None if results else "no standing boxes in the inventory"
+    return tables.build("standing boxes", STANDING_COLUMNS, [standing_row(h) for h in results],
+                        caption=caption)
+
+
+def standing_row(h: Health) -> dict[str, str]:
+    """A standing box's cells: what each check found, the node against the one wanted."""
+    node = h.node_sha16 or "-"
+    if h.wanted_sha16:
+        node += " ok" if h.node_sha16 == h.wanted_sha16 else f" (wanted {h.wanted_sha16})"
+    tip = "-" if h.exec_tip is None else f"{h.exec_tip}{'' if h.exec_moving else ' stuck'}"
+    return {"label": h.label, "ssh": "ok" if h.ssh else "DOWN",
+            "agent": "up" if h.agent else "DOWN", "synced": str(h.synced),
+            "blocks": str(h.blocks), "exec tip": tip, "prover": h.prover or "-",
+            "admission": "ok" if h.admitted else f"refused: {h.admission_reason}",
+            "node": node, "verdict": "well" if h.well else "; ".join(h.problems)}
+
+
+def watchdog_table(watched: Sequence[Watch]) -> Table:
+    """The one-shot boxes the meter watchdog looked at, and what it found."""
+    return tables.build("one-shot boxes (meter watchdog)", WATCHDOG_COLUMNS,
+                        [watch_row(w) for w in watched])
+
+
+def watch_row(w: Watch) -> dict[str, str]:
+    """A one-shot box's cells: its job, how long it has billed, how long it may still."""
+    left = "-" if w.ttl_left_min is None else f"{w.ttl_left_min:.0f} min"
+    return {"label": w.label, "job": w.job or "-", "phase": w.phase or "-",
+            "age": f"{w.age_min:.0f} min", "TTL left": left,
+            "verdict": "well" if w.well else "; ".join(w.problems)}
 
 
 @app.command("converge")

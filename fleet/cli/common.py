@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fleet.cli import tables
 from fleet.core import cards
 from fleet.core.config import Config, load
 from fleet.core.errors import UsageError
@@ -72,10 +73,12 @@ def card_option(card: str | None) -> str | None:
 
 
 def emit(table: Table, data: Any, as_json: bool) -> None:
+    """The data as JSON, or the table as the console's width allows it: whole where it fits,
+    folded into one block per row where it does not (`tables.show`)."""
     if as_json:
         sys.stdout.write(json.dumps(data, indent=1, default=str) + "\n")
     else:
-        out.print(table)
+        tables.show(out, table)
 
 
 def uptime(created_at: str) -> str:

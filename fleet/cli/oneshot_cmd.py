@@ -5,15 +5,21 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
-from fleet.cli import common
+from fleet.cli import common, tables
 from fleet.cli.common import app, cfg, emit, err, registry
 from fleet.core.errors import FleetError, UsageError
 from fleet.state.registry import check_label
+
+if TYPE_CHECKING:
+    from fleet.ops.oneshot import Summary
+    from fleet.ops.teardown import Outcome
 
 store_app = typer.Typer(no_args_is_help=True, help="The Hub-compatible store of toolchains "
                         "and outputs.")
@@ -39,6 +45,21 @@ def run_cmd(role: str, job_file: Path = typer.Argument(..., metavar="JOB.toml"),
     if not verbose:  # pyinfra's own lines only with -v
         logging.getLogger("fleet.boxes.pyinfra_run").setLevel(logging.WARNING)
     s = oneshot.run(c, registry(), common.providers(), role, spec, keep=keep)
+    emit(job_table(s), s.to_dict(), as_json)
+    for fault in (s.problem, s.kept):
+        if fault:
+            err.print(f"error: {fault}", markup=False, highlight=False, soft_wrap=True)
+    if s.kept:
+        raise typer.Exit(1)
+    if s.refusal:
+        raise typer.Exit(3)
+    if s.phase != "finished":
+        raise typer.Exit(1)
+
+
+def job_table(s: Summary) -> Table:
+    """What `fleet run` did, one `what: value` line each: a table with no key column, so a
+    narrow console gets those lines without the frame (`tables.fold`)."""
     t = Table(title=f"job {s.job} on {s.label}", show_header=False)
     t.add_column("what")
     t.add_column("value")
@@ -60,16 +81,7 @@ def run_cmd(role: str, job_file: Path = typer.Argument(..., metavar="JOB.toml"),
     t.add_row("cost", f"${s.cost_usd:.4f}")
     if s.problem:
         t.add_row("problem", s.problem)
-    emit(t, s.to_dict(), as_json)
-    for fault in (s.problem, s.kept):
-        if fault:
-            err.print(f"error: {fault}", markup=False, highlight=False, soft_wrap=True)
-    if s.kept:
-        raise typer.Exit(1)
-    if s.refusal:
-        raise typer.Exit(3)
-    if s.phase != "finished":
-        raise typer.Exit(1)
+    return t
 
 
 @app.command("teardown")
@@ -112,18 +124,26 @@ def teardown_cmd(label: str = typer.Argument(None, help="the one-shot box"),
                 raise
             failures.append(f"{lab}: {type(e).__name__}: {e}")
             _say(f"error: {lab}: {type(e).__name__}: {e}; box kept")
-    t = Table(title="teardown" + (" - dry run" if dry_run else ""))
-    for col in ("label", "job", "phase", "files", "bytes", "store commit", "box"):
-        t.add_column(col)
-    for r in results:
-        box = "destroyed" if r.destroyed else "; ".join(r.steps) or "-"
-        t.add_row(r.label, r.job or "-", r.phase or "-", str(r.files), str(r.bytes),
-                  (r.commit or "-")[:12], box)
-    if expired and not labels:
-        t.caption = "nothing flagged"
-    emit(t, {"torn_down": [r.to_dict() for r in results], "kept": failures}, as_json)
+    emit(teardown_table(results, dry_run, "nothing flagged" if expired and not labels else None),
+         {"torn_down": [r.to_dict() for r in results], "kept": failures}, as_json)
     if failures:
         raise typer.Exit(1)
+
+
+TEARDOWN_COLUMNS = ("label", "job", "phase", "files", "bytes", "store commit", "box")
+
+
+def teardown_table(results: Sequence[Outcome], dry_run: bool, caption: str | None) -> Table:
+    """`fleet teardown`'s table, from the teardowns' outcomes alone."""
+    return tables.build("teardown" + (" - dry run" if dry_run else ""), TEARDOWN_COLUMNS,
+                        [teardown_row(r) for r in results], caption=caption)
+
+
+def teardown_row(r: Outcome) -> dict[str, str]:
+    """A teardown's cells: what was read back, and the box destroyed or why it was kept."""
+    return {"label": r.label, "job": r.job or "-", "phase": r.phase or "-",
+            "files": str(r.files), "bytes": str(r.bytes), "store commit": (r.commit or "-")[:12],
+            "box": "destroyed" if r.destroyed else "; ".join(r.steps) or "-"}
 
 
 @store_app.command("push")

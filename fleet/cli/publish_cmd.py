@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -14,9 +15,9 @@ from fleet.core.errors import UsageError
 from fleet.state.registry import check_label
 
 if TYPE_CHECKING:
-    pass
+    from fleet.state.releases import Release
 
-from fleet.cli import common
+from fleet.cli import common, tables
 from fleet.cli.common import app, cfg, emit, err, out, release_app
 
 
@@ -46,29 +47,41 @@ def release_list(as_json: bool = typer.Option(False, "--json")) -> None:
 
     store = cfg().releases
     rels = releases.sorted_releases(releases.load_or_empty(store))
-    t = Table(title=f"releases in {store}")
-    for col in ("version", "node sha16", "igneumd", "igneum-miner", "igneum-prover", "files",
-                "last publish"):
-        t.add_column(col)
-    data = []
+    rows, data = [], []
     for r in rels:
         problems = releases.verify(r)
         try:
             rec = json.loads((r.path / publish_mod.RECORD).read_text())
         except (OSError, ValueError):
             rec = {}
-        last = rec.get("outcome") or "-"
-        if rec.get("updated_at"):
-            last += f" {rec['updated_at']}"
-        t.add_row(r.version, r.node_sha16,
-                  *(f"{r.sha256[n][:16]} {r.sizes.get(n, '?')} B" for n in releases.FILES),
-                  "ok" if not problems else "; ".join(problems), last)
+        rows.append(release_row(r, problems, rec))
         data.append({**r.to_json(), "path": str(r.path), "problems": problems,
                      "last_publish": {k: rec.get(k) for k in ("outcome", "updated_at")}
                      if rec else None})
-    if not rels:
-        t.caption = "no releases yet: fleet release add DIR --version V"
-    emit(t, data, as_json)
+    emit(releases_table(store, rows), data, as_json)
+
+
+RELEASE_COLUMNS = ("version", "node sha16", "igneumd", "igneum-miner", "igneum-prover", "files",
+                   "last publish")
+
+
+def releases_table(store: Path, rows: Sequence[Mapping[str, str]]) -> Table:
+    """`fleet release list`'s table from its rows' cells (`release_row`)."""
+    caption = None if rows else "no releases yet: fleet release add DIR --version V"
+    return tables.build(f"releases in {store}", RELEASE_COLUMNS, rows, caption=caption)
+
+
+def release_row(r: Release, problems: list[str], rec: Mapping[str, Any]) -> dict[str, str]:
+    """A release's cells: its files' digests and sizes, what `releases.verify` found wrong
+    with them, and the outcome of its last publish (`rec`, its publish record, {} if none)."""
+    from fleet.state import releases
+
+    last = rec.get("outcome") or "-"
+    if rec.get("updated_at"):
+        last += f" {rec['updated_at']}"
+    return {"version": r.version, "node sha16": r.node_sha16,
+            **{n: f"{r.sha256[n][:16]} {r.sizes.get(n, '?')} B" for n in releases.FILES},
+            "files": "ok" if not problems else "; ".join(problems), "last publish": last}
 
 
 @app.command("publish")
@@ -111,23 +124,29 @@ def publish_cmd(
     built = build(c, common.providers())
     hosts = pub.select(c, built.groups, built.down, opts)
     res = pub.publish(c, hosts, opts)
-    t = Table(title=f"publish {res.release.version} (node {res.release.node_sha16})"
-              + (" - dry run" if dry_run else ""))
-    for col in pub.COLUMNS:
-        t.add_column(col)
-    for row in res.rows:
-        t.add_row(*pub.cells(row))
     if dry_run:
-        t.caption = "waves: " + (" | ".join(", ".join(w) for w in res.waves) or "none")
+        caption = "waves: " + (" | ".join(", ".join(w) for w in res.waves) or "none")
     else:
         n = len(res.switched_now)
-        t.caption = (f"{n} box{'es' if n != 1 else ''} switched now; record "
-                     f"{res.record.path if res.record else '-'}")
-    emit(t, res.to_dict(), as_json)
+        caption = (f"{n} box{'es' if n != 1 else ''} switched now; record "
+                   f"{res.record.path if res.record else '-'}")
+    emit(publish_table(res.release, res.rows, dry_run, caption), res.to_dict(), as_json)
     if not res.ok:
         err.print(f"error: publish {res.release.version} failed: {res.failure}",
                   highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def publish_table(release: Release, rows: Sequence[dict[str, Any]], dry_run: bool,
+                  caption: str) -> Table:
+    """`fleet publish`'s read-back table: one row per box, as `publish.cells` reads it."""
+    from fleet.ops import publish as pub
+
+    title = f"publish {release.version} (node {release.node_sha16})" + (
+        " - dry run" if dry_run else "")
+    return tables.build(title, pub.COLUMNS,
+                        [dict(zip(pub.COLUMNS, pub.cells(row), strict=True)) for row in rows],
+                        caption=caption)
 
 
 # --- the sandbox: the only commands that know it exists -------------------------------------

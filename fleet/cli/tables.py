@@ -1,0 +1,150 @@
+"""How the CLI prints a table: whole where it fits the console, folded into one block per row
+where it does not, the way a web page folds its table into cards on a narrow screen.
+
+A Rich table squeezed into too few columns cuts its cells (`live-v…`) or folds them into
+slivers ("SSH / did / not / ans…"); a folded table keeps every word and figure of every cell,
+each row's key (its first cell: the box's label) on a line of its own, never cut or wrapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from rich.console import Console, RenderableType
+from rich.measure import Measurement
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+# wide enough that measuring a table at it squeezes no column: its natural width
+UNBOUNDED = 1 << 16
+INDENT = 2  # a folded row's `column: value` lines, under its key
+MISSING = "-"  # what a row given as a dict shows in a column it does not name
+
+
+def build(title: str, columns: Sequence[str], rows: Iterable[Mapping[str, str]],
+          caption: str | None = None) -> Table:
+    """A table of `columns`, each row a dict by column name (a column a row leaves out reads
+    `MISSING`), so a table gains a column with one name here and one key where rows are made.
+    A row naming a column the table lacks is a mistake, not a cell to drop quietly."""
+    t = Table(title=title, caption=caption)
+    for col in columns:
+        t.add_column(col)
+    for row in rows:
+        unknown = set(row) - set(columns)
+        if unknown:
+            raise ValueError(f"row names columns the table {title!r} lacks: {sorted(unknown)}")
+        t.add_row(*(row.get(col, MISSING) for col in columns))
+    return t
+
+
+def natural_width(console: Console, table: Table) -> int:
+    """The width `table` takes with no cell wrapped or cut (Rich caps a measure at the width
+    it is given, so it is measured against a width no table reaches)."""
+    return Measurement.get(console, console.options.update_width(UNBOUNDED), table).maximum
+
+
+def fits(console: Console, table: Table) -> bool:
+    return natural_width(console, table) <= console.width
+
+
+def keep_key(table: Table) -> Table:
+    """The key column never wraps and, should anything squeeze it, folds rather than ending in
+    an ellipsis: a label is read whole or not at all."""
+    if table.columns:
+        table.columns[0].no_wrap = True
+        table.columns[0].overflow = "fold"
+    return table
+
+
+def show(console: Console, table: Table) -> None:
+    """Print `table` whole where its natural width fits the console, otherwise folded."""
+    keep_key(table)
+    if fits(console, table):
+        console.print(table)
+    else:
+        fold(console, table)
+
+
+def fold(console: Console, table: Table) -> None:
+    """The title; then per row its key on a line of its own (printed unwrapped, whatever the
+    width: the terminal may break it, Rich never cuts it) and one `column: value` line per
+    other non-empty cell, values wrapping under themselves; rows apart by a blank line; then
+    the caption. A table without a header is a list of `key: value` lines already: it folds
+    into those, under its title."""
+    printed = False
+
+    def section() -> None:
+        """One blank line between the title, the blocks and the caption, none before."""
+        nonlocal printed
+        if printed:
+            console.print()
+        printed = True
+
+    if table.title:
+        section()
+        console.print(table.title, style=table.title_style or "table.title", overflow="fold",
+                      highlight=False)
+    columns = table.columns
+    rows = _rows(table)
+    if not table.show_header:
+        grid = _grid(table, values=len(columns) - 1, key_wraps=False)
+        for cells in rows:
+            grid.add_row(_named(console, cells[0]), *cells[1:])
+        if rows:
+            section()
+            console.print(grid)
+    else:
+        names = [_named(console, col.header) for col in columns[1:]]
+        width = max((name.cell_len for name in names), default=0)  # the same in every block
+        for cells in rows:
+            section()
+            console.print(cells[0], style="bold", soft_wrap=True, highlight=table.highlight)
+            grid = _grid(table, values=1, key_wraps=True, key_width=width)
+            for name, cell in zip(names, cells[1:], strict=True):
+                if not _empty(console, cell):
+                    grid.add_row(name, cell)
+            if grid.row_count:
+                console.print(Padding.indent(grid, INDENT))
+    if table.caption:
+        section()
+        console.print(table.caption, style=table.caption_style or "table.caption",
+                      overflow="fold", highlight=False)
+
+
+def _rows(table: Table) -> list[list[RenderableType]]:
+    """Each row's cells, in column order (Rich keeps them by column)."""
+    columns = [list(col.cells) for col in table.columns]
+    return [[cells[i] for cells in columns] for i in range(table.row_count)]
+
+
+def _grid(table: Table, values: int, key_wraps: bool, key_width: int = 0) -> Table:
+    """Borderless rows of a name (a header, or a headerless table's key) and `values` cells,
+    each value folding where a word is longer than its room, never cut."""
+    grid = Table.grid(padding=(0, 1))
+    grid.highlight = table.highlight
+    grid.add_column(no_wrap=not key_wraps, overflow="fold", min_width=key_width or None)
+    for _ in range(values):
+        grid.add_column(overflow="fold")
+    return grid
+
+
+def _named(console: Console, header: RenderableType) -> Text:
+    """`header` as the name of a `name: value` line."""
+    if isinstance(header, Text):
+        text = header.copy()
+    elif isinstance(header, str):
+        text = console.render_str(header, highlight=False)
+    else:
+        text = Text(str(header))
+    text.append(":")
+    return text
+
+
+def _empty(console: Console, cell: RenderableType) -> bool:
+    """A cell with no text, left out of its row's block (a renderable is never empty)."""
+    if isinstance(cell, Text):
+        return not cell.plain.strip()
+    if isinstance(cell, str):
+        return not console.render_str(cell).plain.strip()
+    return False
