@@ -58,6 +58,7 @@ type Query {{
   myself: User
   pod(input: PodFilter!): Pod
   gpuTypes(input: GpuTypeFilter): [GpuType!]
+  dataCenters: [DataCenter]
 }}
 
 type Mutation {{
@@ -143,7 +144,8 @@ NO_INSTANCES = ("There are no longer any instances available with the requested 
                 "specifications. Please refresh and try again.")
 NO_SPOT = ("There are no longer any instances available with the request specifications. "
            "Please try again later.")
-PUBLIC_FIELDS = {"gpuTypes", "__typename", "__schema", "__type"}  # answered without a key
+# answered without a key
+PUBLIC_FIELDS = {"gpuTypes", "dataCenters", "__typename", "__schema", "__type"}
 SPOT_SHARE = 0.55  # spot price as a share of on-demand
 
 
@@ -357,6 +359,10 @@ class Root:
     def pod(self, _info: Any, input: dict[str, Any]) -> dict[str, Any] | None:
         inst = self.world.get("runpod", input["podId"])
         return pod_view(self.world, inst) if inst is not None else None
+
+    def dataCenters(self, _info: Any) -> list[dict[str, Any]]:
+        centres = sorted({m.location for m in self.world.machines["runpod"] if m.datacenter})
+        return [{"id": c, "name": c, "listed": True} for c in centres]
 
     def gpuTypes(self, _info: Any, input: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         wanted = set((input or {}).get("ids") or []) | {(input or {}).get("id")} - {None}

@@ -96,6 +96,8 @@ class LoopSettings:
     orphan_grace_s: float = 600.0  # an orphan is destroyed once seen this long
     converge_timeout_s: float = 1800.0  # a deploy or check run longer than this has failed
     ready_timeout_s: float = 1800.0  # a rented box not SSH-ready this long is given up
+    # a box a move rented (`fleet.ops.spread`) not well and synced this long is given up
+    move_timeout_s: float = 6 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -247,7 +249,8 @@ def _wants(role: str, entries: Any, src: str) -> list[Want]:
     return wants
 
 
-_LOOP_SECONDS = ("interval_s", "orphan_grace_s", "converge_timeout_s", "ready_timeout_s")
+_LOOP_SECONDS = ("interval_s", "orphan_grace_s", "converge_timeout_s", "ready_timeout_s",
+                 "move_timeout_s")
 
 
 def _loop(table: dict[str, Any], src: str) -> LoopSettings:
@@ -259,8 +262,9 @@ def _loop(table: dict[str, Any], src: str) -> LoopSettings:
         dead_checks=int(table.get("dead_checks", d.dead_checks)),
         orphan_grace_s=float(table.get("orphan_grace_s", d.orphan_grace_s)),
         converge_timeout_s=float(table.get("converge_timeout_s", d.converge_timeout_s)),
-        ready_timeout_s=float(table.get("ready_timeout_s", d.ready_timeout_s)))
-    for key in ("interval_s", "converge_timeout_s", "ready_timeout_s"):
+        ready_timeout_s=float(table.get("ready_timeout_s", d.ready_timeout_s)),
+        move_timeout_s=float(table.get("move_timeout_s", d.move_timeout_s)))
+    for key in ("interval_s", "converge_timeout_s", "ready_timeout_s", "move_timeout_s"):
         if getattr(loop, key) <= 0:
             raise ConfigError(f"{where}.{key}: must be positive, got {getattr(loop, key):g}")
     if loop.dead_checks < 1:

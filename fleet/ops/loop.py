@@ -154,6 +154,7 @@ class LoopLock:
 
 Converge = Callable[[Config, list[str]], str | None]
 UNFIT_MACHINE_S = 24 * 3600
+MOVE_TRIES = 3  # moves of one crowded box that may end without a move before it stays
 
 
 # what runs after each tick with its verdicts (the CLI writes the fleet page there)
@@ -361,6 +362,9 @@ class Loop:
             if moved is not None and moved.live:
                 self._act(t, f"{label}: it was moving {moved.label}, which stays: no re-rent "
                              "owed")
+            elif moved is not None and any(o.rerent_of == moved.label for o in mem.rerents):
+                self._act(t, f"{label}: it was moving {moved.label}, which died too: one "
+                             "re-rent owed for both")
             elif is_standing(self.cfg, row):
                 mem.rerents.append(Owe(row.role, row.provider, row.card, row.gpu_count,
                                        now_iso(), rerent_of=label, cloud=row.cloud))
@@ -369,49 +373,84 @@ class Loop:
 
     def _finish_moves(self, t: Tick, health: list[Health], failed: set[str]) -> None:
         """Destroy each box a move has taken over from, once the box it moved to is checked
-        well and synced this tick; until then both run (and bill: the move's rent was checked
-        against the budget with both)."""
+        well and synced this tick on a place no other box of the role holds; until then both
+        run (and bill: the move's rent was checked against the budget with both). A move is
+        given up (its new box destroyed, the crowded one kept) when the new box landed on a
+        held place, or is not well and synced `[loop] move_timeout_s` after its rent."""
         done = {h.label for h in health if h.well and h.synced is not False}
         rows = {r.label: r for r in self.reg.rows()}
         for new in rows.values():
             old = rows.get(new.move_of or "")
-            if not new.live or old is None or not old.live:
+            if not new.live or old is None or not old.live or unfinished(new):
+                continue
+            others = spread.holders(rows.values(), new.role, but=old.label)
+            crowd = [lb for lb in others.get(new.place or "", []) if lb != new.label]
+            age = time.time() - _epoch(new.created_at) if new.created_at else 0.0
+            if not new.place or crowd:
+                where = new.place or "a place its provider does not name"
+                held_by = f", held by {', '.join(crowd)}" if crowd else ""
+                self._abandon_move(t, new, old, failed, f"it landed on {where}{held_by}")
                 continue
             if new.label not in done:
-                self._act(t, f"{old.label}: moving to {new.label} ({new.place}); kept until "
-                             f"{new.label} is checked well and synced")
+                if age > self.cfg.loop.move_timeout_s:
+                    self._abandon_move(t, new, old, failed, f"not well and synced {age:.0f} s "
+                                       f"after its rent (move_timeout_s "
+                                       f"{self.cfg.loop.move_timeout_s:.0f})")
+                else:
+                    self._act(t, f"{old.label}: moving to {new.label} ({new.place}); kept "
+                                 f"until {new.label} is checked well and synced")
                 continue
-            if old.provider in failed or not old.provider_id:
-                continue  # its provider is silent this tick: nothing is destroyed blind
-            p = self.providers.get(old.provider)
-            try:
-                if p is None:
-                    raise ProviderError(old.provider, "destroy", "no API key")
-                p.destroy(old.provider_id)
-                if p.box(old.provider_id) is not None:
-                    raise ProviderError(old.provider, "destroy",
-                                        f"box {old.provider_id} is still listed")
-            except ProviderError as e:
-                self._act(t, f"{old.label}: moved to {new.label}, but destroying it failed "
-                             f"({e}); tried again next tick")
-                continue
-            self.reg.update(old.label, status="destroyed", destroyed_at=now_iso(),
-                            note=f"moved to {new.label} ({new.place}), off {old.place}")
-            self._act(t, f"{old.label}: destroyed: moved to {new.label} on {new.place}, "
-                         "checked well and synced")
+            if self._destroy_row(t, old, failed, f"moved to {new.label}"):
+                self.reg.update(old.label, note=f"moved to {new.label} ({new.place}), off "
+                                                f"{old.place}")
+                self._act(t, f"{old.label}: destroyed: moved to {new.label} on {new.place}, "
+                             "checked well and synced")
+
+    def _abandon_move(self, t: Tick, new: Row, old: Row, failed: set[str], why: str) -> None:
+        """Give a move up: its new box is destroyed, the crowded one stays as it is."""
+        if self._destroy_row(t, new, failed, f"the move of {old.label}"):
+            self.reg.update(new.label, note=f"move of {old.label} given up: {why}")
+            self._act(t, f"{new.label}: destroyed: the move of {old.label} given up ({why}); "
+                         f"{old.label} stays")
+
+    def _destroy_row(self, t: Tick, row: Row, failed: set[str], what: str) -> bool:
+        """Destroy the box of a row the registry owns, by its provider id, and mark the row
+        destroyed once its provider no longer lists it; False (said) when that cannot be
+        told this tick."""
+        if row.provider in failed or not row.provider_id:
+            return False  # its provider is silent this tick: nothing is destroyed blind
+        p = self.providers.get(row.provider)
+        try:
+            if p is None:
+                raise ProviderError(row.provider, "destroy", "no API key")
+            p.destroy(row.provider_id)
+            if p.box(row.provider_id) is not None:
+                raise ProviderError(row.provider, "destroy",
+                                    f"box {row.provider_id} is still listed")
+        except ProviderError as e:
+            self._act(t, f"{row.label}: destroying it ({what}) failed ({e}); tried again next "
+                         "tick")
+            return False
+        self.reg.update(row.label, status="destroyed", destroyed_at=now_iso())
+        return True
 
     def _start_moves(self, t: Tick, mem: Memory, failed: set[str]) -> list[str]:
-        """For each spreading role, move its oldest crowded box (one sharing its place with an
-        older box of the role) to a place the role does not hold, where one is offered in
-        the same shape (provider, card, GPU count, tier) within the budget: one move per role
-        at a time. Returns the labels rented, to be converted this tick."""
+        """For each spreading role that owes no box this tick, move its oldest crowded box
+        that can move (one sharing its place with an older box of the role) to a place the
+        role does not hold, where one is offered in the same shape (provider, card, GPU
+        count, tier) within the budget: one move per role at a time. Returns the labels
+        rented, to be converted this tick."""
         rows = self.reg.rows()
-        moving = {r.move_of for r in rows if r.live and r.move_of}
+        by_label = {r.label: r for r in rows}
+        # a move runs while its new box and its crowded box both live
+        moving = {r.move_of for r in rows if r.live and r.move_of
+                  and (old := by_label.get(r.move_of)) is not None and old.live}
+        owing = {o.role for o in t.owed}
         rented: list[str] = []
         for role in self.cfg.roles.values():
             mine = [r for r in rows if r.role == role.name]
-            if any(r.label in moving for r in mine):
-                continue  # one move at a time: the next once this one is done
+            if role.name in owing or any(r.label in moving for r in mine):
+                continue  # what the roster is owed first; one move at a time
             for row in spread.crowded(mine, role):
                 if row.provider in failed or row.label in t.dead or unfinished(row) \
                         or row.provider not in self.providers:
@@ -419,7 +458,7 @@ class Loop:
                 label = self._move(t, role, row, rows, mem.unfit_machines)
                 if label is not None:
                     rented.append(label)
-                break  # the oldest crowded box first; one per role per tick
+                    break  # one per role per tick
         if rented:
             try:
                 rent_mod.wait_ready(self.cfg, self.reg, self.providers, rented)
@@ -430,12 +469,17 @@ class Loop:
     def _move(self, t: Tick, role: Role, row: Row, rows: list[Row],
               unfit: Mapping[str, str]) -> str | None:
         """Rent the box `row` moves to, on a free place; None when none is offered or the
-        rent fails (said, and tried again next tick)."""
+        rent fails (said, and tried again next tick). A place where an earlier move of the
+        box was given up or died is passed over; after MOVE_TRIES such moves, the box stays."""
+        tried = [r for r in rows if r.move_of == row.label and not r.live]
+        if len(tried) >= MOVE_TRIES:
+            return None  # its rows say why each move ended
         p = self.providers[row.provider]
         found, _ = offers_mod.search(role, [p], card=row.card, gpus=row.gpu_count)
         held = spread.holders(rows, role.name)
+        spent = {r.place for r in tried if r.place}
         free = [o for o in spread.free_offers(found, held)
-                if (not row.cloud or o.cloud == row.cloud)
+                if (not row.cloud or o.cloud == row.cloud) and o.place not in spent
                 and f"{o.provider}/{o.machine_id}" not in unfit]
         if not free:
             return None  # its row already says why it shares its place

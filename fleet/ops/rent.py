@@ -105,6 +105,7 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
         raise NoCapacity("fleet", "offers", f"no admissible offer for role {role.name!r}",
                          "try another card or provider, or later")
     last: ProviderError | None = None
+    over: BudgetExceeded | None = None
     # a standing role's boxes go to places it does not hold yet, where any is offered
     held = spread.holders(reg.rows(), role.name, but=label if resume else None)
     offers = spread.order(role, offers, held)[:5]
@@ -116,20 +117,14 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
         what = f"renting a {offer.card} on {offer.provider} for ${offer.usd_per_hour:.3f}/h"
         hours = None if job is None else job[1] / 60
         req = request_for(cfg, role, lab, offer.provider)
-        row = reg.add(Row(
-            label=lab, provider=offer.provider, role=role.name, kind=role.kind, card=offer.card,
-            gpu_count=offer.gpu_count, usd_per_hour=offer.usd_per_hour, driver=offer.driver,
-            cloud=offer.cloud, stopped_usd_per_hour=offer.stopped_usd_per_hour(req),
-            rerent_of=rerent_of, move_of=move_of, node_sha16_wanted=None,
-            place=offer.place, note="; ".join(filter(None, (
-                "resumed after an unfinished rent" if resume else None,
-                spread.note(role, offer, held, offers)))) or None,
-            job=None if job is None else job[0],
-            expires_at=None if hours is None else in_hours(hours)),
-            check=budget.guard(cfg.daily_budget_usd, offer.usd_per_hour, what,
-                               replacing=lab if resume else None, new_hours=hours,
-                               bills=bills.load(cfg.registry)),
-            resume=resume)
+        try:
+            row = _add_row(cfg, reg, role, offer, req, lab, what, hours, rerent_of, move_of,
+                           resume, job, held, offers)
+        except BudgetExceeded as e:
+            # no row was written; the spread's order is not the price's, so a cheaper offer
+            # further on may still fit
+            over = over or e
+            continue
         try:
             box = p.rent(offer, req)
         except BaseException as e:
@@ -152,8 +147,32 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
         lifecycle.record(reg, lab, box)
         row = check_listed(cfg, reg, p, offer, lab, box.box_id, hours)
         return RentOutcome(row, box)
+    if over is not None and last is None:
+        raise over
     assert last is not None
     raise last
+
+
+def _add_row(cfg: Config, reg: Registry, role: Role, offer: Offer, req: RentRequest, lab: str,
+             what: str, hours: float | None, rerent_of: str | None, move_of: str | None,
+             resume: bool, job: tuple[str, int] | None, held: dict[str, list[str]],
+             offers: Sequence[Offer]) -> Row:
+    """The rent's row, written under the registry's lock with the budget's check: raises
+    BudgetExceeded (nothing written) when the offer does not fit."""
+    return reg.add(Row(
+        label=lab, provider=offer.provider, role=role.name, kind=role.kind, card=offer.card,
+        gpu_count=offer.gpu_count, usd_per_hour=offer.usd_per_hour, driver=offer.driver,
+        cloud=offer.cloud, stopped_usd_per_hour=offer.stopped_usd_per_hour(req),
+        rerent_of=rerent_of, move_of=move_of, node_sha16_wanted=None,
+        place=offer.place, note="; ".join(filter(None, (
+            "resumed after an unfinished rent" if resume else None,
+            spread.note(role, offer, held, offers)))) or None,
+        job=None if job is None else job[0],
+        expires_at=None if hours is None else in_hours(hours)),
+        check=budget.guard(cfg.daily_budget_usd, offer.usd_per_hour, what,
+                           replacing=lab if resume else None, new_hours=hours,
+                           bills=bills.load(cfg.registry)),
+        resume=resume)
 
 
 def _refused(e: BaseException) -> bool:

@@ -6,12 +6,12 @@ boxes spread by data center where offers name one; a Community Cloud offer names
 box rented there is noted as placed where the spread cannot see.
 
 The rule, for a standing role whose `spread` is on (fleet.toml, default true): offers on a
-place none of the role's live boxes holds come first, cheapest first (an offer that names no
-place ranks with them: nothing says it is shared); then offers on places already held, the
-least crowded first. A box rented on a held place because nothing else was offered gets a row
-note that says why, and the loop moves it later (`Loop._moves`) once an offer on a free place
-appears: the new box is rented within the budget and the crowded one is destroyed only once
-the new one is checked well and synced.
+place none of the role's live boxes holds come first, cheapest first; then offers that name no
+place (nothing says they are shared, nothing that they are apart); then offers on places
+already held, the least crowded first. A box rented on a held place because nothing else was
+offered gets a row note that says why, and the loop moves it later (`Loop._start_moves`) once
+an offer on a free place appears: the new box is rented within the budget and the crowded one
+is destroyed only once the new one is checked well and synced (`Loop._finish_moves`).
 """
 
 from __future__ import annotations
@@ -40,11 +40,17 @@ def holders(rows: Iterable[Row], role: str, but: str | None = None) -> dict[str,
 
 def order(role: Role, offers: Sequence[Offer], held: dict[str, list[str]]) -> list[Offer]:
     """`offers` (cheapest first) in the order a rent tries them: unchanged where the role does
-    not spread, else free places first, then held ones, least crowded first (stable: cheapest
-    first within each)."""
+    not spread, else free places first, then offers that name no place, then held places,
+    least crowded first (stable: cheapest first within each)."""
     if role.kind != "standing" or not role.spread:
         return list(offers)
-    return sorted(offers, key=lambda o: len(held.get(o.place or "", [])))
+
+    def rank(o: Offer) -> tuple[int, int]:
+        if o.place is None:
+            return 1, 0  # nothing says it is shared, nothing says it is apart
+        crowd = len(held.get(o.place, []))
+        return (0, 0) if not crowd else (2, crowd)
+    return sorted(offers, key=rank)
 
 
 def note(role: Role, offer: Offer, held: dict[str, list[str]],
@@ -80,6 +86,11 @@ def crowded(rows: Iterable[Row], role: Role) -> list[Row]:
 def free_offers(offers: Iterable[Offer], held: dict[str, list[str]]) -> list[Offer]:
     """The offers on a named place the role does not hold: where a crowded box may move."""
     return [o for o in offers if o.place is not None and o.place not in held]
+
+
+def short(place: str) -> str:
+    """A place as a table cell beside its provider's column: `10697`, `EU-RO-1`."""
+    return place.split(" ", 1)[1].removeprefix("machine ").removeprefix("data center ")
 
 
 def per_place(rows: Iterable[Row]) -> dict[str, int]:

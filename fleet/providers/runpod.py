@@ -29,6 +29,8 @@ POD_FIELDS = (
     "runtime { uptimeInSeconds ports { ip isIpPublic privatePort publicPort type } } "
     "machine { gpuDisplayName podHostId dataCenterId }"
 )
+# Secure Cloud types asked per data center, cheapest first (a rent names its card: one)
+PER_CENTRE_TYPES = 3
 _PRICE_FIELDS = "minimumBidPrice uninterruptablePrice stockStatus maxUnreservedGpuCount"
 
 # desiredStatus -> the fleet's status. RUNNING and EXITED need more (see `status_of`).
@@ -143,10 +145,9 @@ class RunPod(Client):
                 price_in["allowedCudaVersions"] = list(cuda)
             if direct_ports and cloud == "COMMUNITY":
                 price_in["supportPublicIp"] = True  # Secure Cloud always has a public IP
-            centres = " dataCenters { id }" if cloud == "SECURE" else ""
             doc = operation(
                 "query", "gpuTypes", type_filter,
-                f"id displayName memoryInGb secureCloud communityCloud{centres} "
+                f"id displayName memoryInGb secureCloud communityCloud "
                 f"lowestPrice(input: {literal(price_in)}) {{ {_PRICE_FIELDS} }}",
             )
             types = self._gql("gpuTypes", doc).get("gpuTypes") or []
@@ -160,26 +161,37 @@ class RunPod(Client):
 
     def _per_centre(self, types: list[dict[str, Any]], price_in: dict[str, Any],
                     gpu_count: int) -> dict[str, list[Offer]]:
-        """Secure Cloud offers of the types in stock, one per data center that has the type
-        in stock (one more query, a `lowestPrice` per data center, aliased), by type id."""
-        stocked = [t for t in types if (t.get("lowestPrice") or {}).get("stockStatus")
-                   and t.get("secureCloud") is not False]
-        centres = sorted({str(c["id"]) for t in stocked for c in t.get("dataCenters") or []
-                          if isinstance(c, dict) and c.get("id")})
-        if not centres:
+        """Secure Cloud offers per data center, by type id, for the cheapest `PER_CENTRE_TYPES`
+        types in stock: the listed data centers (root `dataCenters`; a type's own
+        `nodeGroupDatacenters` is known to come back empty), then one query per type with a
+        `lowestPrice(dataCenterId)` per data center, aliased. Where RunPod refuses either,
+        the offers stay as they were, naming no data center: a rent still works, unspread."""
+        stocked = sorted((t for t in types if t.get("secureCloud") is not False
+                          and (t.get("lowestPrice") or {}).get("uninterruptablePrice")
+                          and (t.get("lowestPrice") or {}).get("stockStatus")),
+                         key=lambda t: float(t["lowestPrice"]["uninterruptablePrice"]))
+        if not stocked:
             return {}
-        fields = " ".join(
-            f"dc{i}: lowestPrice(input: {literal(price_in | {'dataCenterId': c})}) "
-            f"{{ {_PRICE_FIELDS} }}" for i, c in enumerate(centres))
-        doc = operation("query", "gpuTypes", {"input": {"ids": [t["id"] for t in stocked]}},
-                        f"id secureCloud {fields}")
         out: dict[str, list[Offer]] = {}
-        for t in self._gql("gpuTypes", doc).get("gpuTypes") or []:
-            for i, c in enumerate(centres):
-                offer = self._offer(t | {"lowestPrice": t.get(f"dc{i}")}, "SECURE", gpu_count,
-                                    centre=c)
-                if offer is not None:
-                    out.setdefault(t["id"], []).append(offer)
+        try:
+            listed = self._gql("dataCenters", operation("query", "dataCenters", None,
+                                                         "id listed")).get("dataCenters")
+            centres = sorted({str(c["id"]) for c in listed or [] if isinstance(c, dict)
+                              and c.get("id") and c.get("listed") is not False})
+            for t in stocked[:PER_CENTRE_TYPES] if centres else []:
+                fields = " ".join(
+                    f"dc{i}: lowestPrice(input: {literal(price_in | {'dataCenterId': c})}) "
+                    f"{{ {_PRICE_FIELDS} }}" for i, c in enumerate(centres))
+                doc = operation("query", "gpuTypes", {"input": {"id": t["id"]}},
+                                f"id secureCloud {fields}")
+                for got in self._gql("gpuTypes", doc).get("gpuTypes") or []:
+                    for i, c in enumerate(centres):
+                        offer = self._offer(got | {"lowestPrice": got.get(f"dc{i}")}, "SECURE",
+                                            gpu_count, centre=c)
+                        if offer is not None:
+                            out.setdefault(str(got["id"]), []).append(offer)
+        except ProviderError:
+            return {}
         return out
 
     def _offer(self, t: dict[str, Any], cloud: str, gpu_count: int,

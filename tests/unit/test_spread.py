@@ -250,3 +250,20 @@ def test_a_box_rented_before_places_were_recorded_gets_its_place_from_the_listin
     lp.tick()
     assert lp.reg.get(row.label).place == row.place  # type: ignore[union-attr]
     assert row.place and row.place.startswith("vast machine ")
+
+
+def test_the_roster_names_each_box_s_machine_and_how_many_boxes_it_holds() -> None:
+    from fleet.cli.boxes_cmd import roster_row
+
+    def row(label: str, place: str | None) -> Row:
+        return Row(label=label, provider="vast", role="live", kind="standing", card="RTX 4090",
+                   gpu_count=1, usd_per_hour=0.3, status="running", place=place)
+    rows = [row("a", "vast machine 10697"), row("b", "vast machine 10697"),
+            row("c", "vast machine 10654"), row("d", None),
+            Row("e", "runpod", "live", "standing", "RTX 4090", 1, 0.69, "running",
+                place="runpod data center EU-RO-1")]
+    places = spread.per_place(rows)
+    assert places == {"vast machine 10697": 2, "vast machine 10654": 1,
+                      "runpod data center EU-RO-1": 1}
+    assert [roster_row(r, "running", places)["machine"] for r in rows] == [
+        "10697 (2 boxes)", "10697 (2 boxes)", "10654", "-", "EU-RO-1"]

@@ -99,6 +99,7 @@ class FakeRunPod(Recorder):
              "lowestPrice": {"minimumBidPrice": 1.5, "uninterruptablePrice": 2.69,
                              "stockStatus": None, "maxUnreservedGpuCount": 0}},
         ]
+        self.data_centers: list[dict[str, Any]] = []  # root `dataCenters`: none listed
         self.terminate_removes = True
         self._n = 0
 
@@ -130,6 +131,8 @@ class FakeRunPod(Recorder):
 
     def handle(self, kind: str, name: str, args: dict[str, Any]) -> httpx.Response:
         inp = args.get("input") or {}
+        if name == "dataCenters":
+            return httpx.Response(200, json={"data": {"dataCenters": self.data_centers}})
         if name == "gpuTypes":
             types = [t for t in self.gpu_types if not inp or t["id"] == inp.get("id")]
             return httpx.Response(200, json={"data": {"gpuTypes": types}})

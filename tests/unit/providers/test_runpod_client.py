@@ -27,7 +27,10 @@ def test_offers_ask_lowest_price_per_cloud_and_price_the_whole_box(rp: Fix) -> N
     client, fake = rp
     got = client.offers(card="RTX 4090", gpu_count=2, cuda=("12.8",), direct_ports=1)
     sent = [gql_request(r) for r in fake.requests]
-    assert [(k, f) for k, f, _, _ in sent] == [("query", "gpuTypes")] * 2
+    # the data centers are asked for once a Secure Cloud type is in stock (none listed here)
+    assert [(k, f) for k, f, _, _ in sent] == [("query", "gpuTypes"), ("query", "dataCenters"),
+                                               ("query", "gpuTypes")]
+    sent = [s for s in sent if s[1] == "gpuTypes"]
     assert sent[0][2] == {"input": {"id": "NVIDIA GeForce RTX 4090"}}
     lowest = [next(s for s in root.selection_set.selections  # type: ignore[union-attr]
                    if s.name.value == "lowestPrice") for _, _, _, root in sent]
@@ -39,6 +42,15 @@ def test_offers_ask_lowest_price_per_cloud_and_price_the_whole_box(rp: Fix) -> N
         ("RTX 4090", "COMMUNITY", 2, 1.38, "High", None),
         ("RTX 4090", "SECURE", 2, 1.38, "High", None),
     ]
+
+
+def test_a_refused_data_center_query_leaves_the_offers_unplaced(rp: Fix) -> None:
+    client, fake = rp
+    fake.data_centers = [{"id": "EU-RO-1", "listed": True}]
+    # the Secure query passes, the per-data-center one is refused
+    fake.queue("gpuTypes", ("before", None), ("before", gql_error("gpuTypes", "query too complex")))
+    got = client.offers(card="RTX 4090")
+    assert [(o.cloud, o.data_center) for o in got] == [("COMMUNITY", None), ("SECURE", None)]
 
 
 def test_offers_drop_types_without_stock(rp: Fix) -> None:
