@@ -69,20 +69,26 @@ def _say(line: str) -> None:
 
 
 def page_after_tick(c: Config, target: Path) -> AfterTick:
-    """The loop's after-tick hook: the fleet page from the tick's verdicts, its owed boxes and
-    the bills the tick refreshed, with the one-shot boxes watched now."""
+    """The loop's after-tick hook: the tick saved beside the registry (last_tick.json: its
+    number and time, every verdict, the owed boxes), which a page drawn without provider keys
+    shows; then the fleet page from the tick's verdicts, its owed boxes and the bills the tick
+    refreshed, with the one-shot boxes watched now."""
     from fleet import page
     from fleet.ops import watchdog
-    from fleet.state import bills
+    from fleet.state import bills, last_tick
 
     def write(t: Tick, health: list[Health]) -> None:
+        owed = [o.for_page() for o in t.owed]
+        last_tick.save(c.registry, t.number, t.started_at, health, owed, t.provider_errors)
         reg = Registry(c.registry)
         now = datetime.now(UTC)
         rows = reg.rows()
+        cached = bills.load(c.registry)
         data = page.build(c, rows, health, watchdog.watch(c, reg), now,
-                          billed=bills.billed(rows, bills.load(c.registry), now),
-                          owed=[o.for_page() for o in t.owed], interval_s=c.loop.interval_s,
-                          check_error="; ".join(t.provider_errors) or None)
+                          billed=bills.billed(rows, cached, now),
+                          owed=owed, interval_s=c.loop.interval_s,
+                          check_error="; ".join(t.provider_errors) or None,
+                          bills_at=cached.read_at if cached else None)
         page.write(target, data)
 
     return write

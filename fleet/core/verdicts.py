@@ -3,7 +3,8 @@ watch (the meter watchdog). Judged in `fleet.ops`, drawn by the page and the CLI
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 # a box's verdict on the page and in the CLI, worst first
@@ -33,6 +34,33 @@ class Health:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "well": self.well}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Health:
+        """A Health as `to_dict` wrote it. `well` is derived again from the problems, never
+        read, and a field of the wrong type is a ValueError: a damaged file must never read as
+        a box without problems."""
+        out: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name not in d:
+                if f.name in ("label", "provider"):
+                    raise ValueError(f"a box's health without its {f.name}")
+                continue
+            v = d[f.name]
+            if f.name == "problems":
+                if not isinstance(v, list) or not all(isinstance(p, str) for p in v):
+                    raise ValueError("a box's health: problems is not a list of texts")
+                v = list(v)
+            elif not isinstance(v, _HEALTH_TYPES[str(f.type)]):
+                raise ValueError(f"a box's health: {f.name} is {type(v).__name__}")
+            out[f.name] = v
+        return cls(**out)
+
+
+# Health's field types (as written in its annotations) -> what from_dict accepts
+_HEALTH_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,), "bool": (bool,), "bool | None": (bool, type(None)),
+    "int | None": (int, type(None)), "str | None": (str, type(None)), "list[str]": (list,)}
 
 
 @dataclass

@@ -99,4 +99,4 @@ def per_place(rows: Iterable[Row]) -> dict[str, int]:
     for r in rows:
         if r.live and r.place:
             counts[r.place] = counts.get(r.place, 0) + 1
-    return counts
+    return dict(sorted(counts.items()))  # the same rows give the same bytes

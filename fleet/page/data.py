@@ -1,10 +1,15 @@
 """The page's data: the `fleet.json` document, built from an allow-list of fields.
 
 `build` turns the registry's rows, `fleet check`'s verdicts and the meter watchdog's into the
-page's data. It never carries a key, an SSH endpoint, an IP address or a host key: the data is
-assembled field by field from the rows (never by copying a row), and every free text (problems,
-refusals, reasons) goes through `Scrubber`, which removes the registry's endpoints and anything
-that reads as an address or a key.
+page's data. Where this machine has no key for a provider, its standing boxes are not checked
+now: their verdicts (and the owed boxes) come from the loop's last tick
+(`fleet.state.last_tick`), each with that tick's time, and the data's `sources` says which parts
+are live and which are not (`sources["note"]`, the page's notice).
+
+It never carries a key, an SSH endpoint, an IP address or a host key: the data is assembled
+field by field from the rows (never by copying a row), and every free text (problems, refusals,
+reasons, the sources' note) goes through `Scrubber`, which removes the registry's endpoints and
+anything that reads as an address or a key.
 """
 
 from __future__ import annotations
@@ -12,18 +17,23 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from fleet.core.boxes import Row, is_standing
+from fleet.core.config import KEY_ENV
 from fleet.core.times import iso, read_iso
 from fleet.core.verdicts import VERDICTS, Health, Owed, Watch
-from fleet.ops import budget
+from fleet.ops import budget, spread
 from fleet.page.chart import chart_data
+from fleet.page.words import age_words, day_time, duration
+from fleet.state.bills import MAX_AGE_S
+from fleet.state.last_tick import STALE_INTERVALS
 
 if TYPE_CHECKING:
     from fleet.core.config import Config
+    from fleet.state.last_tick import LastTick
 
 SCHEMA = 1
 RULE = ("Standing boxes stay up, are never destroyed when a job ends, and are replaced in the "
@@ -81,20 +91,26 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
           now: datetime, history: Sequence[Row] | None = None, *,
           owed: Sequence[Owed | Mapping[str, Any]] = (), checked_at: datetime | None = None,
           check_error: str | None = None, interval_s: float | None = None,
-          billed: Mapping[str, float] | None = None) -> dict[str, Any]:
+          billed: Mapping[str, float] | None = None, keyless: Collection[str] = (),
+          last_tick: LastTick | None = None, bills_at: str | None = None) -> dict[str, Any]:
     """The page's data (the `fleet.json` document), from explicit fields only.
 
     + rows: the registry's rows (destroyed ones too): live ones are listed, all count for money
-    + health: `fleet.check.check`'s verdicts on the standing boxes
+    + health: `fleet.check.check`'s verdicts on the standing boxes checked now
     + watched: `fleet.watchdog.watch`'s verdicts on the one-shot boxes
     + now: the time the page describes (UTC)
     + history: the rows the USD/h chart is drawn from (default: `rows`)
-    + owed: wanted boxes no provider can give yet, with their reasons
+    + owed: wanted boxes no provider can give yet, with their reasons (the loop's memory)
     + checked_at: when `health` and `watched` were read (default: `now`)
     + check_error: why the standing boxes could not be checked (their verdict is unknown)
     + interval_s: how often the page is rewritten (the loop's tick), when it is
     + billed: spent today by label from the providers' bills (`fleet.bills.billed`); other
       rows are estimated from their price
+    + keyless: providers with no API key here. Their standing boxes are not checked now: each
+      shows `last_tick`'s verdict, with that tick's time, and the owed boxes are the tick's
+      too (`owed` is then unused); with no tick on record, both are unknown
+    + last_tick: the loop's last tick (`fleet.state.last_tick.load`), None when none is on record
+    + bills_at: when the cached bills behind `billed` were read, for the page's sources
 
     Example: `build(cfg, reg.rows(), check(cfg, built), watch(cfg, reg), datetime.now(UTC))`
     """
@@ -103,16 +119,28 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
     checked = iso(checked_at or now)
     by_health = {h.label: h for h in health}
     by_watch = {w.label: w for w in watched}
+    live_rows = [r for r in rows if r.live]
+    checked_path = [r for r in live_rows
+                    if is_standing(cfg, r) or r.kind != "oneshot"]  # the check's boxes
+    from_tick = {r.provider for r in checked_path} & set(keyless)
+    tick = last_tick if from_tick else None
     boxes = []
-    for r in rows:
-        if not r.live:
-            continue
+    for r in live_rows:
         standing = is_standing(cfg, r)
-        if standing or r.kind != "oneshot":
-            boxes.append(_standing_box(r, standing, by_health.get(r.label), checked,
-                                       check_error, now, scrub))
+        if r in checked_path and r.provider in from_tick:
+            boxes.append(_tick_box(r, standing, tick, now, scrub))
+        elif r in checked_path:
+            why = f"not checked: {check_error}" if check_error else "not checked"
+            boxes.append(_standing_box(r, standing, by_health.get(r.label), checked, why,
+                                       "live", now, scrub))
         else:
             boxes.append(_oneshot_box(r, by_watch.get(r.label), checked, now, scrub))
+    places = spread.per_place(rows)
+    place_of = {r.label: r.place for r in live_rows}
+    for b in boxes:  # where it runs (`fleet.ops.spread`) and how many live boxes are there
+        where = place_of.get(b["label"])
+        b["place"] = scrub(where) if where else None  # provider text: scrubbed like any
+        b["place_boxes"] = places.get(where, 0) if where else None
     boxes.sort(key=lambda b: (VERDICTS.index(b["verdict"]), b["label"]))
 
     live_h = sum(b["usd_per_hour"] for b in boxes)
@@ -128,15 +156,21 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
              for name in sorted(set(have) | {n for n in wanted
                                              if cfg.roles.get(n) and
                                              cfg.roles[n].kind == "standing"})]
-    money = budget.today(rows, cfg.daily_budget_usd, now, billed)
-    owed_rows = sorted((_owed(o, now, scrub) for o in owed),
+    money = budget.today(rows, cfg.daily_budget_usd, now, billed).to_dict()
+    owed_known: Sequence[Owed | Mapping[str, Any]] | None = owed
+    if from_tick:  # the loop's owed boxes, as of the tick the verdicts come from
+        owed_known = tick.owed if tick is not None else None
+    owed_rows = sorted((_owed(o, now, scrub) for o in owed_known or ()),
                        key=lambda o: (o["since"] or "", o["role"], o["provider"], o["card"]))
+    sources = _sources(cfg, now, boxes, checked_path, sorted(from_tick), sorted(keyless), tick,
+                       owed_known is not None, money, bills_at)
     return {
         "schema": SCHEMA,
         "generated_at": iso(now),
         "checked_at": checked,
         "interval_s": interval_s,
         "check_error": scrub(check_error) if check_error else None,
+        "sources": {**sources, "note": scrub(sources["note"]) if sources["note"] else None},
         "standing": {
             "count": len(standing_boxes),
             "usd_per_hour": round(standing_h, 6),
@@ -149,13 +183,137 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
             "usd_per_hour": round(live_h, 6),
             "usd_per_day": round(live_h * 24, 6),
             "verdicts": {v: sum(1 for b in boxes if b["verdict"] == v) for v in VERDICTS},
-            "owed": len(owed_rows),
+            # the same counts by where each verdict came from: checked now, the loop's last
+            # tick, or nowhere (no key here and no tick on record)
+            "verdicts_from": {src: {v: sum(1 for b in boxes if b["verdict"] == v
+                                           and b["verdict_from"] == src) for v in VERDICTS}
+                              for src in VERDICT_SOURCES},
+            "owed": len(owed_rows) if owed_known is not None else None,
         },
-        "money": money.to_dict(),
+        "money": money,
+        # how many live boxes each place holds: one host failure takes them all
+        "places": places,
         "boxes": boxes,
         "owed": owed_rows,
         "chart": chart_data(history if history is not None else rows, now),
     }
+
+
+# where a box's verdict came from: checked (or watched) now, the loop's last tick, or nowhere
+VERDICT_SOURCES = ("live", "last_tick", "none")
+
+
+# ---------------------------------------------------------------- where the figures come from
+
+def _sources(cfg: Config, now: datetime, boxes: Sequence[Mapping[str, Any]],
+             checked_path: Sequence[Row], from_tick: list[str], keyless: list[str],
+             tick: LastTick | None, owed_known: bool, money: Mapping[str, Any],
+             bills_at: str | None) -> dict[str, Any]:
+    """Which parts of the page are live and which are not, with the times: the facts
+    (`fleet.json`'s `sources`) and the sentence the page puts at its top when anything is not
+    live (`note`, None when everything is)."""
+    live_providers = sorted({r.provider for r in checked_path} - set(from_tick))
+    if not from_tick:
+        standing_from = "live"
+    elif live_providers:
+        standing_from = "mixed"
+    else:
+        standing_from = "last_tick" if tick is not None else "unknown"
+    owed_from = "loop" if not from_tick else ("last_tick" if tick is not None else "unknown")
+    tick_facts = None
+    if tick is not None:
+        age = tick.age_s(now)
+        tick_facts = {"number": tick.number, "at": tick.at, "age_s": round(age, 1),
+                      "stale": tick.stale(now, cfg.loop.interval_s),
+                      "stale_after_s": STALE_INTERVALS * cfg.loop.interval_s}
+    from_bills = money["spent_from_bills"]
+    live = ["registry"]
+    if any(b["job"] is not None for b in boxes):
+        live.append("oneshot_verdicts")
+    if standing_from in ("live", "mixed"):
+        live.append("standing_verdicts")
+    last = [] if tick is None else ["standing_verdicts", "owed"]
+    return {
+        "live": live,
+        "from_last_tick": last,
+        "registry": {"from": "live", "at": iso(now)},
+        "standing_verdicts": {"from": standing_from, "live_providers": live_providers,
+                              "last_tick_providers": from_tick},
+        "owed": {"from": owed_from, "at": tick.at if owed_from == "last_tick" and tick
+                 else None},
+        "money": {"from": "bills" if from_bills["boxes"] else "estimate", "bills_at": bills_at,
+                  "boxes_from_bills": from_bills["boxes"], "of": from_bills["of"]},
+        "keys_missing": keyless,
+        "last_tick": tick_facts,
+        "note": _note(now, from_tick, live_providers, tick_facts, money, bills_at,
+                      any(b["job"] is not None for b in boxes)) if from_tick else None,
+    }
+
+
+def _note(now: datetime, from_tick: list[str], live_providers: list[str],
+          tick: Mapping[str, Any] | None, money: Mapping[str, Any], bills_at: str | None,
+          oneshots: bool) -> str:
+    """The page's top line when a provider's key is missing: what is from the loop's last tick
+    (with its time and age), what is read now, and where the money comes from."""
+    keys = ", ".join(KEY_ENV.get(p, p) for p in from_tick)
+    if live_providers:
+        head = f"No {' or '.join(from_tick)} key here ({keys})"
+        what = (f"the verdicts of {' and '.join(from_tick)}'s standing boxes and the owed boxes")
+    else:
+        head = f"No provider key{'s' if len(from_tick) > 1 else ''} here ({keys})"
+        what = "the standing boxes' verdicts and the owed boxes"
+    if tick is None:
+        out = f"{head} and no loop tick on record: {what} are unknown"
+    else:
+        out = (f"{head}: {what} are from the loop's last tick (tick {tick['number']}, "
+               f"{day_time(tick['at'])}, {age_words(tick['age_s'])}), not checked now")
+    if live_providers:
+        out += f"; {' and '.join(live_providers)}'s standing boxes are checked now"
+    out += f"; {_money_source(now, money, bills_at)}; "
+    out += "the registry is read now" + ("" if not oneshots else
+                                         " and the one-shot boxes watched now") + "."
+    if tick is not None and tick["stale"]:
+        if tick["age_s"] < 0:
+            out += " That tick's time is ahead of this clock: it cannot be trusted."
+        else:
+            out += (f" That tick is stale: older than {STALE_INTERVALS} loop intervals "
+                    f"({duration(tick['stale_after_s'])}); is the loop running?")
+    return out
+
+
+def _money_source(now: datetime, money: Mapping[str, Any], bills_at: str | None) -> str:
+    """Where the page's money comes from, in words: the cached bills (with their time) or the
+    registry's prices, and why the bills count for nothing when they do."""
+    read = read_iso(bills_at)
+    if read is None:
+        return "money estimated from the registry's prices (no cached bills)"
+    when = day_time(bills_at or "", now)
+    n, of = money["spent_from_bills"]["boxes"], money["spent_from_bills"]["of"]
+    age = (now - read).total_seconds()
+    if not 0 <= age <= MAX_AGE_S or read.date() != now.date():
+        return (f"money estimated from the registry's prices (the cached bills of {when} are "
+                "too old to count)")
+    if n == of:
+        return f"money from the cached bills of {when}"
+    return (f"money from the cached bills of {when} for {n} of {of} boxes, the rest "
+            "estimated from their prices")
+
+
+def verdicts_from(data: Mapping[str, Any]) -> str:
+    """Where the page's standing verdicts come from, in a few words (the CLI's summary)."""
+    src = data["sources"]
+    sv, tick = src["standing_verdicts"], src["last_tick"]
+    if sv["from"] == "live":
+        return "checked now"
+    if tick is None:
+        said = "unknown (no tick on record)"
+    else:
+        said = (f"last tick {tick['number']} ({day_time(tick['at'])}, {age_words(tick['age_s'])}"
+                f"{', STALE' if tick['stale'] else ''})")
+    if sv["from"] == "mixed":
+        return (f"{', '.join(sv['live_providers'])} checked now; "
+                f"{', '.join(sv['last_tick_providers'])} {said}")
+    return said
 
 
 def _hours(since: str | None, now: datetime) -> float | None:
@@ -170,14 +328,18 @@ def _common(r: Row, standing: bool, now: datetime) -> dict[str, Any]:
             "uptime_h": _hours(r.created_at, now), "usd_per_hour": r.usd_per_hour}
 
 
-def _standing_box(r: Row, standing: bool, h: Health | None, checked: str,
-                  check_error: str | None, now: datetime, scrub: Scrubber) -> dict[str, Any]:
+def _standing_box(r: Row, standing: bool, h: Health | None, checked: str, unchecked: str,
+                  source: str, now: datetime, scrub: Scrubber) -> dict[str, Any]:
+    """A box `fleet check` judges: its verdict from `h` (checked at `checked`, from `source`:
+    one of VERDICT_SOURCES), or unknown with `unchecked` (why there is no verdict) when `h`
+    is None."""
     box = _common(r, standing, now)
     if h is None:
-        why = f"not checked: {check_error}" if check_error else "not checked"
+        why = unchecked
         box.update(synced=None, blocks=None,
                    release={"running": None, "wanted": r.node_sha16_wanted, "state": "unknown"},
-                   behind=None, checked_at=None, verdict="unknown", problems=[scrub(why)],
+                   behind=None, checked_at=None, verdict="unknown", verdict_from=source,
+                   problems=[scrub(why)],
                    job=None)
         return box
     state = _release_state(h)
@@ -191,9 +353,24 @@ def _standing_box(r: Row, standing: bool, h: Health | None, checked: str,
                release={"running": h.node_sha16,
                         "wanted": h.wanted_sha16 or r.node_sha16_wanted, "state": state},
                behind={"current": False, "ahead": False, "behind": True, "other": True}.get(state),
-               checked_at=checked, verdict=verdict, problems=[scrub(p) for p in h.problems],
+               checked_at=checked, verdict=verdict, verdict_from=source,
+               problems=[scrub(p) for p in h.problems],
                job=None)
     return box
+
+
+def _tick_box(r: Row, standing: bool, tick: LastTick | None, now: datetime,
+              scrub: Scrubber) -> dict[str, Any]:
+    """A box whose provider has no key here: the verdict the loop's last tick gave it, dated
+    by that tick (never by now), or unknown when the tick did not check it or there is none."""
+    if tick is None:
+        why = f"not checked: no {r.provider} key here, and no loop tick on record"
+        return _standing_box(r, standing, None, "", why, "none", now, scrub)
+    why = f"not checked in the loop's last tick (tick {tick.number})"
+    if tick.provider_errors:
+        why += ": " + "; ".join(tick.provider_errors)
+    return _standing_box(r, standing, tick.verdict(r.label), tick.at, why, "last_tick", now,
+                         scrub)
 
 
 def _release_state(h: Health) -> str:
@@ -231,7 +408,7 @@ def _oneshot_box(r: Row, w: Watch | None, checked: str, now: datetime,
     if r.refusal:
         problems.append(scrub(f"refused: {r.refusal}; 0 invocations"))
     box.update(synced=None, blocks=None, release=None, behind=None, checked_at=at,
-               verdict=verdict, problems=problems,
+               verdict=verdict, verdict_from="live", problems=problems,
                job={"name": r.job, "phase": phase or ("staged" if r.job else None),
                     "age_min": age, "ttl_left_min": left})
     return box

@@ -19,6 +19,7 @@ from fleet.core.fileutil import write_atomic
 from fleet.core.times import read_iso
 from fleet.core.verdicts import VERDICTS
 from fleet.page.chart import CHART_DAYS, chart_svg, day_label
+from fleet.page.words import age_words, day_time
 
 FILES = ("index.html", "fleet.json")
 
@@ -90,6 +91,43 @@ def _plural(n: int, one: str, many: str) -> str:
     return one if n == 1 else many
 
 
+def _tick_words(tick: Mapping[str, Any]) -> str:
+    """`tick 42 at 17:03 UTC, 12 min old`: a last tick as the page names it everywhere."""
+    return f"tick {tick['number']} at {day_time(tick['at'])}, {age_words(tick['age_s'])}"
+
+
+def _sources(d: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Each part of the page and where it comes from, in words (the footer's list): live,
+    the loop's last tick (with its time), the loop's memory or the cached bills."""
+    src = d["sources"]
+    tick = src["last_tick"]
+    from_tick = (f"from the loop's last tick ({_tick_words(tick)}"
+                 f"{'; STALE' if tick['stale'] else ''})" if tick else
+                 "unknown: no key here and no loop tick on record")
+    sv = src["standing_verdicts"]
+    checked = f"checked now ({_time(d['checked_at'])})"
+    standing = {"live": checked, "last_tick": from_tick, "unknown": from_tick,
+                "mixed": f"{', '.join(sv['live_providers'])}: {checked}; "
+                         f"{', '.join(sv['last_tick_providers'])}: {from_tick}"}[sv["from"]]
+    owed = {"loop": "from the loop's memory (its latest tick)",
+            "last_tick": from_tick, "unknown": from_tick}[src["owed"]["from"]]
+    m = src["money"]
+    if m["bills_at"] is None:
+        money = "estimated from the registry's prices (no cached bills)"
+    elif m["boxes_from_bills"] == 0:
+        money = (f"estimated from the registry's prices (the cached bills of "
+                 f"{day_time(m['bills_at'])} count for no box)")
+    else:
+        money = (f"{m['boxes_from_bills']} of {m['of']} boxes from the cached bills of "
+                 f"{day_time(m['bills_at'])}")
+        if m["boxes_from_bills"] < m["of"]:
+            money += ", the rest estimated from their prices"
+    return [("Registry", f"read now ({_time(src['registry']['at'])})"),
+            ("Standing boxes' verdicts", standing),
+            ("One-shot boxes' verdicts", "watched now"),
+            ("Owed boxes", owed), ("Money today", money)]
+
+
 _RELEASE_WORD = {"current": "current", "behind": "behind", "ahead": "ahead",
                  "other": "not the wanted one", "unknown": "unknown"}
 
@@ -105,7 +143,7 @@ def render(data: Mapping[str, Any]) -> str:
         d=data, css=_css(), svg=Markup(chart_svg(data["chart"])),
         verdicts=VERDICTS, release_word=_RELEASE_WORD, days=CHART_DAYS, bar=f"{bar:.1f}",
         box_headers=_BOX_HEADERS, owed_headers=_OWED_HEADERS, numeric=_NUMERIC, pill=_pill,
-        plural=_plural)
+        plural=_plural, sources=_sources(data), age=age_words)
 
 
 # ---------------------------------------------------------------- writing

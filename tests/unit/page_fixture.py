@@ -64,9 +64,10 @@ def row(label: str, usd: float, created: timedelta, destroyed: timedelta | None 
 
 def rows() -> list[Row]:
     return [
-        row("live-vast-a1", 0.412, timedelta(days=3, hours=5)),
-        row("live-runpod-b2", 0.39, timedelta(hours=26)),
-        row("live-vast-c3", 0.405, timedelta(days=2), status="exited"),
+        row("live-vast-a1", 0.412, timedelta(days=3, hours=5), place="vast machine 10697"),
+        row("live-runpod-b2", 0.39, timedelta(hours=26), place="runpod data center EU-RO-1"),
+        row("live-vast-c3", 0.405, timedelta(days=2), status="exited",
+            place="vast machine 10697", note="shares vast machine 10697 with live-vast-a1"),
         row("bench-vast-e5", 0.6, timedelta(minutes=20), job="fma",
             expires_at=iso(NOW + timedelta(minutes=40)), job_state="running"),
         row("bench-runpod-f6", 0.74, timedelta(hours=2), gpu_count=2, card="RTX 5090",

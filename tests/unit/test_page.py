@@ -233,7 +233,7 @@ def test_no_key_endpoint_or_address_reaches_either_file(tmp_path: Path,
     assert {frozenset(b) for b in boxes} == {frozenset({
         "label", "role", "kind", "standing", "card", "gpus", "provider", "status",
         "uptime_h", "usd_per_hour", "synced", "blocks", "release", "behind", "checked_at",
-        "verdict", "problems", "job"})}
+        "verdict", "verdict_from", "problems", "job", "place", "place_boxes"})}
 
 
 def test_the_scrubber() -> None:
@@ -323,7 +323,8 @@ def _gathered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: Any) -> An
     for r in F.rows():
         reg.add(r)
     monkeypatch.setattr(common, "_state", {})
-    monkeypatch.setattr(common, "providers", lambda: {})
+    # a key for every provider (the clients are never used: the inventory is replaced)
+    monkeypatch.setattr(common, "providers", lambda: {"runpod": object(), "vast": object()})
     monkeypatch.setattr(inventory, "build", lambda c, ps: None)
     monkeypatch.setattr(check_mod, "check", check)
     monkeypatch.setattr(watchdog, "watch", lambda c, r: F.watched())
@@ -480,3 +481,16 @@ def test_the_browser_check_sees_requests_and_console_errors(browser: Chromium,
     browser.open(bad.as_uri())
     assert browser.requests(start) == [bad.as_uri(), "http://fleet-page-test.invalid/x.png"]
     assert "console.error: boom" in browser.console(start)
+
+
+def test_the_page_names_each_box_s_place_and_how_many_boxes_it_holds(tmp_path: Path) -> None:
+    d = page.build(F.config(), F.rows(), F.health(), F.watched(), F.NOW, owed=F.owed())
+    assert d["places"] == {"vast machine 10697": 2, "runpod data center EU-RO-1": 1}
+    by = {b["label"]: (b["place"], b["place_boxes"]) for b in d["boxes"]}
+    assert by["live-vast-a1"] == by["live-vast-c3"] == ("vast machine 10697", 2)
+    assert by["live-runpod-b2"] == ("runpod data center EU-RO-1", 1)
+    assert by["bench-vast-e5"] == (None, None)
+    page.write(tmp_path, d)
+    html = (tmp_path / "index.html").read_text()
+    assert html.count("vast machine 10697 (2 boxes)") == 2
+    assert "runpod data center EU-RO-1</span>" in html

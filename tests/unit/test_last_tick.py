@@ -1,0 +1,202 @@
+"""The loop's last tick (last_tick.json): saved whole by the loop's after-tick hook, read back
+as it was, and never a crash (nor a box without problems) when the file is missing or damaged;
+the stale rule."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import page_fixture as F
+import pytest
+
+from fleet.cli.loop_cmd import page_after_tick
+from fleet.core import config
+from fleet.core.times import read_iso
+from fleet.core.verdicts import Health, Owed
+from fleet.ops.loop import Loop, Tick
+from fleet.state import last_tick
+from fleet.state.loop_memory import Owe
+from fleet.state.registry import Registry
+
+AT = "2026-12-02T11:48:00Z"
+
+
+def full_health() -> Health:
+    """A Health with every field set, so a field from_dict does not know would show."""
+    return Health("live-vast-a1", "vast", ssh=True, agent=True, synced=True, blocks=12,
+                  exec_tip=11, exec_moving=True, prover="proving", admitted=True,
+                  admission_reason="ok", node_sha16=F.WANTED, wanted_sha16=F.WANTED,
+                  problems=[])
+
+
+def test_save_and_load_give_back_the_tick(tmp_path: Path) -> None:
+    reg = tmp_path / "state" / "boxes.json"
+    health = [full_health(), *F.health()[1:]]
+    saved = last_tick.save(reg, 42, AT, health, F.owed(), ["vast list: HTTP 503"],
+                           now=F.NOW)
+    path = tmp_path / "state" / "last_tick.json"
+    assert path == last_tick.path_for(reg) and path.is_file()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last_tick.json"]  # no temps
+    back = last_tick.load(reg)
+    assert back == saved
+    assert back.number == 42 and back.at == AT and back.saved_at == "2026-12-02T12:00:00Z"
+    assert list(back.health) == health and list(back.owed) == F.owed()
+    assert back.provider_errors == ("vast list: HTTP 503",)
+    assert back.verdict("live-runpod-b2") == F.health()[1]
+    assert back.verdict("no-such-box") is None
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == last_tick.SCHEMA and doc["health"][0]["well"] is True
+
+
+def test_a_missing_file_is_none(tmp_path: Path) -> None:
+    assert last_tick.load(tmp_path / "state" / "boxes.json") is None
+
+
+def _saved(tmp_path: Path) -> dict[str, Any]:
+    reg = tmp_path / "boxes.json"
+    last_tick.save(reg, 42, AT, F.health(), F.owed(), now=F.NOW)
+    d: dict[str, Any] = json.loads(last_tick.path_for(reg).read_text())
+    return d
+
+
+@pytest.mark.parametrize("damage", [
+    "not json", "truncated", "a list", "another schema", "no number", "number is text",
+    "number is a bool", "time unreadable", "health not a list", "health without a label",
+    "problems null", "problems not texts", "ssh is text", "owed gpus text",
+    "owed without reason", "errors not texts", "a folder"])
+def test_a_damaged_file_is_none_never_an_error(tmp_path: Path, damage: str) -> None:
+    d = _saved(tmp_path)
+    path = last_tick.path_for(tmp_path / "boxes.json")
+    text = None
+    if damage == "not json":
+        text = "{not json"
+    elif damage == "truncated":
+        text = path.read_text()[:200]
+    elif damage == "a list":
+        text = "[]"
+    elif damage == "another schema":
+        d["schema"] = 2
+    elif damage == "no number":
+        del d["number"]
+    elif damage == "number is text":
+        d["number"] = "42"
+    elif damage == "number is a bool":
+        d["number"] = True
+    elif damage == "time unreadable":
+        d["at"] = "yesterday"
+    elif damage == "health not a list":
+        d["health"] = 7
+    elif damage == "health without a label":
+        del d["health"][0]["label"]
+    elif damage == "problems null":  # read as "no problems", it would be a well box
+        d["health"][1]["problems"] = None
+    elif damage == "problems not texts":
+        d["health"][1]["problems"] = [1, 2]
+    elif damage == "ssh is text":
+        d["health"][0]["ssh"] = "yes"
+    elif damage == "owed gpus text":
+        d["owed"][0]["gpus"] = "1"
+    elif damage == "owed without reason":
+        del d["owed"][0]["reason"]
+    elif damage == "errors not texts":
+        d["provider_errors"] = [None]
+    if damage == "a folder":
+        path.unlink()
+        path.mkdir()
+    else:
+        path.write_text(text if text is not None else json.dumps(d))
+    assert last_tick.load(tmp_path / "boxes.json") is None
+
+
+def test_health_from_dict_rederives_well_and_refuses_wrong_types() -> None:
+    h = full_health()
+    assert Health.from_dict(h.to_dict()) == h
+    # `well` is never read: a file saying well with problems is a box with problems
+    d = F.health()[1].to_dict() | {"well": True}
+    back = Health.from_dict(d)
+    assert back.well is False and back.problems == F.health()[1].problems
+    with pytest.raises(ValueError, match="provider"):
+        Health.from_dict({"label": "x"})
+    with pytest.raises(ValueError, match="problems"):
+        Health.from_dict({"label": "x", "provider": "vast", "problems": None})
+    with pytest.raises(ValueError, match="blocks"):
+        Health.from_dict({"label": "x", "provider": "vast", "blocks": "12"})
+
+
+@pytest.mark.parametrize(("age_s", "stale"), [
+    (0, False), (119, False), (120, False), (121, True), (3600, True),
+    (-30, False),  # a little ahead of this clock: machines' clocks differ
+    (-61, True),  # more than an interval ahead: cannot be trusted
+])
+def test_a_tick_older_than_two_intervals_is_stale(age_s: float, stale: bool) -> None:
+    tick = last_tick.LastTick(1, AT)
+    now = datetime(2026, 12, 2, 11, 48, tzinfo=UTC) + timedelta(seconds=age_s)
+    assert tick.age_s(now) == age_s
+    assert tick.stale(now, interval_s=60) is stale
+
+
+# ---------------------------------------------------------------- the loop's hook
+
+TOML = """
+[fleet]
+registry = "{tmp}/state/boxes.json"
+ssh_key = "{tmp}/state/ssh/fleet"
+daily_budget_usd = 100
+[roles.live]
+kind = "standing"
+image = "img"
+disk_gb = 20
+"""
+
+
+def _config(tmp_path: Path) -> config.Config:
+    return config.parse(tomllib.loads(TOML.format(tmp=tmp_path)), tmp_path / "fleet.toml")
+
+
+def test_the_loop_hook_saves_the_tick_then_writes_the_page(tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    reg = Registry(cfg.registry)
+    for r in F.rows()[:3]:  # the standing boxes
+        reg.add(r)
+    owe = Owe("live", "runpod", "RTX 4090", 1, "2026-12-02T10:25:00Z", "no capacity",
+              rerent_of="live-runpod-old")
+    t = Tick(42, AT, owed=[owe], provider_errors=["runpod list: HTTP 503"])
+    page_after_tick(cfg, tmp_path / "page")(t, F.health())
+    saved = last_tick.load(cfg.registry)
+    assert saved is not None
+    assert (saved.number, saved.at) == (42, AT)
+    assert list(saved.health) == F.health()
+    assert saved.owed == (Owed("live", "runpod", "RTX 4090", 1,
+                               "no capacity (replaces live-runpod-old)",
+                               "2026-12-02T10:25:00Z"),)
+    assert saved.provider_errors == ("runpod list: HTTP 503",)
+    assert read_iso(saved.saved_at) is not None
+    page = json.loads((tmp_path / "page" / "fleet.json").read_text())
+    # the loop's own page is live: its verdicts are this tick's, checked now
+    assert page["sources"]["note"] is None
+    assert page["sources"]["standing_verdicts"]["from"] == "live"
+    assert {b["verdict_from"] for b in page["boxes"]} == {"live"}
+    assert [o["reason"] for o in page["owed"]] == ["no capacity (replaces live-runpod-old)"]
+
+
+def test_a_loop_tick_leaves_its_last_tick(tmp_path: Path) -> None:
+    cfg = _config(tmp_path)
+    cfg.ssh_key.parent.mkdir(parents=True)
+    cfg.ssh_key.write_text("a key\n")
+    cfg.ssh_key.with_suffix(".pub").write_text("ssh-ed25519 AAAA fleet\n")
+
+    def converge(_cfg: Any, labels: list[str]) -> None:
+        raise AssertionError(f"nothing to converge: {labels}")
+
+    loop = Loop(cfg, {}, after_tick=page_after_tick(cfg, tmp_path / "page"),
+                echo=lambda _: None, check_fn=lambda *_: [], converge_fn=converge)
+    for n in (1, 2):
+        t = loop.tick()
+        saved = last_tick.load(cfg.registry)
+        assert saved is not None and (saved.number, saved.at) == (n, t.started_at)
+        assert saved.health == () and saved.owed == ()
+        assert not any(a.startswith("page: ") for a in t.actions), t.actions
