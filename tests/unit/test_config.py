@@ -63,6 +63,9 @@ def test_good_config(tmp_path: Path) -> None:
         (GOOD.replace("p2p_port = 26611", "p2p_port = 70000"), "is not a TCP port"),
         ("[fleet\n", "not valid TOML"),
         (GOOD.replace('image = "img"\n', ""), "missing key 'image'"),
+        (GOOD.replace("p2p_port = 26611", 'p2p_port = 26611\nspread = "no"'),
+         "roles.live.spread: expected bool, got str"),
+        (GOOD + "[loop]\nmove_timeout_s = 0\n", "loop.move_timeout_s: must be positive"),
     ],
 )
 def test_bad_config_is_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
@@ -70,6 +73,12 @@ def test_bad_config_is_one_clear_line(tmp_path: Path, text: str, message: str) -
         load(write(tmp_path, text))
     assert message in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_spread_is_on_unless_a_role_turns_it_off(tmp_path: Path) -> None:
+    assert load(write(tmp_path, GOOD)).roles["live"].spread is True
+    off = GOOD.replace("p2p_port = 26611", "p2p_port = 26611\nspread = false")
+    assert load(write(tmp_path, off)).roles["live"].spread is False
 
 
 def test_missing_file(tmp_path: Path) -> None:
