@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -28,10 +29,16 @@ SCHEMA = 1
 MAX_TEXT = 64  # a reported string longer than this is cut (status.json and the RESULT line)
 MAX_VALUE = 256  # any one RESULT value (the agent's own reasons included)
 LARGEST_COUNT = 2**63
+MAX_PEER_LIST = 64  # entries of the node's peer_list kept (the node sends at most this many)
 # what each reported figure must be; anything else (a 1 MB string, 2**70, "yes") is unknown
-COUNT, FLAG, TEXT, RATE = "count", "flag", "text", "rate"
+COUNT, FLAG, TEXT, RATE, PEERS = "count", "flag", "text", "rate", "peers"
 NODE_FIELDS = {"version": TEXT, "blocks": COUNT, "daa_score": COUNT, "peers": COUNT,
-               "synced": FLAG, "exec_tip": COUNT, "seed": TEXT}
+               "peers_in": COUNT, "peers_out": COUNT, "synced": FLAG, "exec_tip": COUNT,
+               "seed": TEXT, "peer_list": PEERS}
+PEER_DIRS = ("in", "out")
+# HOST:PORT: a hostname or IPv4 address, or an IPv6 address in brackets; the port 1-65535
+_ENDPOINT = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])"
+                       r":([1-9][0-9]{0,4})")
 
 
 class Source(Protocol):
@@ -177,6 +184,8 @@ def _get(reading: Any, key: str, kind: str) -> Any:
 
 def _typed(value: Any, kind: str) -> Any:
     """The value if it is what the field holds (a string cut to MAX_TEXT), else None."""
+    if kind == PEERS:
+        return _peer_list(value)
     if kind == FLAG:
         return value if isinstance(value, bool) else None
     if kind == TEXT:
@@ -186,6 +195,41 @@ def _typed(value: Any, kind: str) -> Any:
     if kind == COUNT:
         return value if isinstance(value, int) and 0 <= value < LARGEST_COUNT else None
     return value if math.isfinite(value) and 0 <= value < LARGEST_COUNT else None
+
+
+def _peer_list(value: Any) -> list[dict[str, Any]] | None:
+    """The node's peer list, or None when it is not a list (unknown, never "no peers"). Only
+    the first MAX_PEER_LIST entries are looked at (bounded work whatever the node sends); each
+    kept entry is exactly {dir, remote, public}, and one with any of them wrong is dropped."""
+    if not isinstance(value, list):
+        return None
+    kept = []
+    for entry in value[:MAX_PEER_LIST]:
+        peer = _peer(entry)
+        if peer is not None:
+            kept.append(peer)
+    return kept
+
+
+def _peer(entry: Any) -> dict[str, Any] | None:
+    """One peer_list entry, or None. A remote longer than MAX_TEXT is dropped rather than cut:
+    a cut HOST:PORT would name some other endpoint."""
+    if not isinstance(entry, dict):
+        return None
+    direction, remote, public = entry.get("dir"), entry.get("remote"), entry.get("public")
+    if not isinstance(direction, str) or direction not in PEER_DIRS:
+        return None
+    if not isinstance(public, bool) or not _is_endpoint(remote):
+        return None
+    return {"dir": direction, "remote": remote, "public": public}
+
+
+def _is_endpoint(value: Any) -> bool:
+    """Whether value is a short HOST:PORT text with a port from 1 to 65535."""
+    if not isinstance(value, str) or len(value) > MAX_TEXT or not value.isascii():
+        return False
+    match = _ENDPOINT.fullmatch(value)
+    return match is not None and int(match.group(1)) <= 65535
 
 
 def result_line(s: dict[str, Any]) -> str:
@@ -204,6 +248,8 @@ def result_line(s: dict[str, Any]) -> str:
         ("blocks", rpc.get("blocks")),
         ("daa_score", rpc.get("daa_score")),
         ("peers", rpc.get("peers")),
+        ("peers_in", rpc.get("peers_in")),
+        ("peers_out", rpc.get("peers_out")),
         ("synced", rpc.get("synced")),
         ("exec_tip", rpc.get("exec_tip")),
         ("miner_rate", s["miner"].get("hashrate")),

@@ -6,12 +6,13 @@ Usage:
           [--peers-file FILE] --rpc-port R [--knobs FILE]
   igneumd --version
 
-It listens for peers on 0.0.0.0:P (line protocol: `HELLO <version> <blocks>` both ways, then
-`PING <blocks>` every 2 s; a peer silent for 10 s is dropped), dials the peers it is given
-(retrying every second), and serves `GET http://127.0.0.1:R/status` as JSON. The chain is
-simulated: the node syncs from its start height toward the network height, then follows the
-network at `blocks_per_s`. Knobs (JSON, re-read every second) steer it; see docs/sandbox.md.
-Height persists in DIR/state.json, so a restart resumes. SIGTERM saves and exits 0.
+It listens for peers on 0.0.0.0:P (line protocol: `HELLO <version> <blocks> [<public>]` both
+ways, then `PING <blocks>` every 2 s; a peer silent for 10 s is dropped), dials the peers it is
+given (retrying every second), and serves `GET http://127.0.0.1:R/status` as JSON, with every
+live peer's direction and remote endpoint. The chain is simulated: the node syncs from its start
+height toward the network height, then follows the network at `blocks_per_s`. Knobs (JSON,
+re-read every second) steer it; see docs/sandbox.md. Height persists in DIR/state.json, so a
+restart resumes. SIGTERM saves and exits 0.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ import hashlib
 import io
 import json
 import os
+import re
 import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -46,7 +49,11 @@ DEFAULT_KNOBS: dict[str, Any] = {
     "never_sync_versions": [],  # versions (e.g. ["1.5.0"]) that stay one block behind, never synced
 }
 PING_EVERY_S = 2.0
-PEER_SILENT_S = 10.0
+PEER_SILENT_S = 10.0  # read at use time, so a test may shorten it
+MAX_PEER_LIST = 64  # entries of `peer_list` in the status (the counts are never capped)
+MAX_ENDPOINT = 64  # characters of an announced public HOST:PORT
+MAX_COUNT_DIGITS = 20  # a reported height longer than this is not a height
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
 STOP = threading.Event()
 
 
@@ -71,6 +78,32 @@ def parse_addr(text: str) -> tuple[str, int] | None:
     if not sep or not host or not port.isdigit():
         return None
     return host.strip("[]"), int(port)
+
+
+def endpoint(host: str, port: int) -> str:
+    """HOST:PORT as text, an IPv6 host in brackets so the port stays the last `:` field."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def public_endpoint(text: str) -> str | None:
+    """The public HOST:PORT a peer announced, normalised; None for anything else, so a bad
+    4th HELLO field is treated as absent (never stored, logged or echoed as received)."""
+    if len(text) > MAX_ENDPOINT or not text.isascii():
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not _HOST.fullmatch(host) or not port.isdigit() or len(port) > 5:
+        return None
+    if not 1 <= int(port) <= 65535:
+        return None
+    return endpoint(host.strip("[]"), int(port))
+
+
+def count_field(text: str) -> int | None:
+    """A block count from the wire: plain ASCII digits of sane length (int() of a huge or
+    non-ASCII digit string would raise or mean something else), else None."""
+    if not text.isascii() or not text.isdigit() or len(text) > MAX_COUNT_DIGITS:
+        return None
+    return int(text)
 
 
 class Knobs:
@@ -180,19 +213,33 @@ class Chain:
         write_json_atomic(self.state_path, state)
 
 
-class P2P:
-    """Listens, dials, handshakes and keeps a count of live peers."""
+@dataclass
+class Link:
+    """One live, handshaked connection: which side dialed, and who is at the other end."""
 
-    def __init__(self, port: int, public: str | None, blocks: Callable[[], int]) -> None:
+    dir: str  # "in": accepted on our p2p port; "out": we dialed it
+    remote: str  # HOST:PORT: the address dialed, the dialer's announced public, or its socket
+    public: bool  # whether `remote` is an endpoint others can dial (false: a socket's source)
+    blocks: int  # the peer's last reported height
+
+
+class P2P:
+    """Listens, dials, handshakes and keeps the live peers with their direction and endpoint."""
+
+    def __init__(self, port: int, public: str | None, blocks: Callable[[], int],
+                 stop: threading.Event = STOP) -> None:
         self.port = port
         self.public = public
+        self.hello_public = public_endpoint(public) if public else None  # sent as HELLO's 4th
         self.blocks = blocks
+        self.stop = stop  # the process's STOP; a test gives each instance its own
         self.lock = threading.Lock()
-        self.live: dict[int, int] = {}  # connection id -> the peer's last reported blocks
+        self.live: dict[int, Link] = {}  # connection id -> the link
         self.wanted: set[str] = set()
         self.dialing: set[str] = set()
         self._ids = 0
         self.server = socket.create_server(("0.0.0.0", port), reuse_port=False)
+        self.server.settimeout(1.0)  # accept wakes up to notice `stop`
 
     def count(self) -> int:
         with self.lock:
@@ -200,7 +247,26 @@ class P2P:
 
     def best(self) -> int:
         with self.lock:
-            return max(self.live.values(), default=0)
+            return max((link.blocks for link in self.live.values()), default=0)
+
+    def view(self) -> dict[str, Any]:
+        """The status's peer fields, all from one snapshot: the counts cover every live peer,
+        the list the first MAX_PEER_LIST in a stable order."""
+        with self.lock:
+            links = list(self.live.values())
+        entries = sorted((link.dir, link.remote, link.public) for link in links)
+        return {
+            "peers": len(links),
+            "peers_in": sum(1 for link in links if link.dir == "in"),
+            "peers_out": sum(1 for link in links if link.dir == "out"),
+            "peer_list": [{"dir": d, "remote": r, "public": p}
+                          for d, r, p in entries[:MAX_PEER_LIST]],
+        }
+
+    def close(self) -> None:
+        """Stop listening and dialing; live connections end within a second."""
+        self.stop.set()
+        self.server.close()
 
     def is_self(self, addr: str) -> bool:
         parsed = parse_addr(addr)
@@ -219,16 +285,19 @@ class P2P:
             threading.Thread(target=self._dial_loop, args=(addr,), daemon=True).start()
 
     def accept_loop(self) -> None:
-        while not STOP.is_set():
+        while not self.stop.is_set():
             try:
-                conn, _ = self.server.accept()
+                conn, (host, port, *_) = self.server.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(conn, None), daemon=True).start()
+            source = endpoint(str(host), int(port))
+            threading.Thread(target=self._serve, args=(conn, None, source), daemon=True).start()
 
     def _dial_loop(self, addr: str) -> None:
         failed = False
-        while not STOP.is_set():
+        while not self.stop.is_set():
             with self.lock:
                 if addr not in self.wanted:
                     self.dialing.discard(addr)
@@ -242,31 +311,42 @@ class P2P:
                 failed = True
             else:
                 failed = False
-                self._serve(conn, addr)
-            STOP.wait(1.0)
+                self._serve(conn, addr, addr)
+            self.stop.wait(1.0)
 
-    def _serve(self, conn: socket.socket, dialed: str | None) -> None:
-        who = dialed or "inbound"
+    def _serve(self, conn: socket.socket, dialed: str | None, source: str) -> None:
+        """One connection: handshake, then converse until it ends. `source` is the address
+        dialed (outbound) or the TCP source address (inbound)."""
+        who = dialed or f"inbound from {source}"
         with conn:
             conn.settimeout(1.0)
             buf = b""
             try:
                 if dialed:
-                    conn.sendall(self._hello())
+                    conn.sendall(self._hello(announce=True))
                 line, buf = _read_line(conn, buf, deadline=time.monotonic() + 5.0)
-                parts = line.split()
-                if len(parts) != 3 or parts[0] != "HELLO" or not parts[2].isdigit():
+                hello = parse_hello(line)
+                if hello is None:
                     log(f"p2p: {who}: bad handshake {line[:60]!r}")
                     return
-                if not dialed:
-                    conn.sendall(self._hello())
+                version, blocks, announced, fields = hello
+                if not dialed:  # answer in the form the dialer speaks (an old one wants 3)
+                    conn.sendall(self._hello(announce=fields == 4))
             except OSError:
                 return
+            if fields == 4 and announced is None:
+                log(f"p2p: {who}: ignoring a bad public endpoint in its HELLO")
+            if dialed:
+                link = Link("out", dialed, True, blocks)
+            elif announced:
+                link = Link("in", announced, True, blocks)
+            else:
+                link = Link("in", source, False, blocks)
             with self.lock:
                 self._ids += 1
                 cid = self._ids
-                self.live[cid] = int(parts[2])
-            log(f"p2p: peer up ({who}, {parts[1]}, {parts[2]} blocks)")
+                self.live[cid] = link
+            log(f"p2p: peer up ({link.dir} {link.remote}, {version[:32]!r}, {blocks} blocks)")
             try:
                 self._converse(conn, buf, cid, dialed)
             except OSError:
@@ -278,7 +358,7 @@ class P2P:
 
     def _converse(self, conn: socket.socket, buf: bytes, cid: int, dialed: str | None) -> None:
         last_heard = next_ping = time.monotonic()
-        while not STOP.is_set():
+        while not self.stop.is_set():
             now = time.monotonic()
             if now - last_heard > PEER_SILENT_S:
                 return
@@ -296,13 +376,39 @@ class P2P:
             except OSError:
                 return
             last_heard = time.monotonic()
-            parts = line.split()
-            if parts and parts[-1].isdigit() and parts[0] in ("PING", "HELLO"):
+            blocks = _reported_blocks(line)
+            if blocks is not None:
                 with self.lock:
-                    self.live[cid] = int(parts[-1])
+                    if cid in self.live:
+                        self.live[cid].blocks = blocks
 
-    def _hello(self) -> bytes:
-        return f"HELLO {VERSION} {self.blocks()}\n".encode()
+    def _hello(self, announce: bool) -> bytes:
+        """Our HELLO; with our public endpoint as a 4th field when we know one and announce."""
+        tail = f" {self.hello_public}" if announce and self.hello_public else ""
+        return f"HELLO {VERSION} {self.blocks()}{tail}\n".encode()
+
+
+def _reported_blocks(line: str) -> int | None:
+    """The height in a PING (or a repeated HELLO) after the handshake; None for other lines."""
+    parts = line.split()
+    if len(parts) == 2 and parts[0] == "PING":
+        return count_field(parts[1])
+    hello = parse_hello(line)
+    return hello[1] if hello else None
+
+
+def parse_hello(line: str) -> tuple[str, int, str | None, int] | None:
+    """(version, blocks, announced public endpoint or None, field count) of a HELLO line; None
+    when it is not one. The 4th field is optional (older nodes send 3) and a bad one reads as
+    absent rather than failing the handshake."""
+    parts = line.split()
+    if len(parts) not in (3, 4) or parts[0] != "HELLO":
+        return None
+    blocks = count_field(parts[2])
+    if blocks is None:
+        return None
+    announced = public_endpoint(parts[3]) if len(parts) == 4 else None
+    return parts[1], blocks, announced, len(parts)
 
 
 def _read_line(conn: socket.socket, buf: bytes, deadline: float) -> tuple[str, bytes]:
@@ -334,6 +440,14 @@ def read_peers(args: argparse.Namespace) -> list[str]:
             line = line.split("#", 1)[0]
             addrs += [a for a in line.replace(",", " ").split() if a]
     return addrs
+
+
+def node_status(chain: Chain, knobs: Knobs, p2p: P2P) -> dict[str, Any]:
+    """GET /status: the chain's figures plus the peer fields, counts and list from one view."""
+    peers = p2p.view()
+    status = chain.status(knobs.values, peers["peers"])
+    status.update(peers)
+    return status
 
 
 def make_rpc(port: int, status: Callable[[], dict[str, Any]]) -> ThreadingHTTPServer:
@@ -386,10 +500,12 @@ def main(argv: list[str]) -> int:
     chain = Chain(datadir / "state.json", knobs.values)
     try:
         p2p = P2P(args.p2p_port, args.p2p_public, lambda: int(chain.height))
-        rpc = make_rpc(args.rpc_port, lambda: chain.status(knobs.values, p2p.count()))
+        rpc = make_rpc(args.rpc_port, lambda: node_status(chain, knobs, p2p))
     except OSError as exc:
         print(f"igneumd: error: cannot listen: {exc}", file=sys.stderr)
         return 1
+    if args.p2p_public and p2p.hello_public is None:
+        log(f"p2p: --p2p-public {args.p2p_public[:80]!r} is not a HOST:PORT; not announcing it")
     signal.signal(signal.SIGTERM, lambda *_: STOP.set())
     signal.signal(signal.SIGINT, lambda *_: STOP.set())
     threading.Thread(target=p2p.accept_loop, daemon=True).start()

@@ -29,7 +29,8 @@ def test_version_line_of_every_release(store: list[Release]) -> None:
 def test_status_shape_sync_and_growth(procs: Procs) -> None:
     node = procs.node(fast_knobs(seed_every=500))
     status = node.wait("synced past 1,000 blocks", lambda s: s["synced"] and s["blocks"] > 1000)
-    assert set(status) == {"version", "blocks", "daa_score", "peers", "synced", "exec_tip", "seed"}
+    assert set(status) == {"version", "blocks", "daa_score", "peers", "synced", "exec_tip", "seed",
+                           "peers_in", "peers_out", "peer_list"}
     assert status["version"] == procs.release.version
     assert status["peers"] == 0
     assert status["exec_tip"] == status["blocks"] - 2
