@@ -86,11 +86,14 @@ def release(version: str) -> ShippedRelease:
 
 
 def peers_text(self_name: str, hosts: list[tuple[str, dict[str, object]]]) -> str:
-    """HOST:PORT lines of the other standing boxes' public p2p endpoints, sorted."""
+    """HOST:PORT lines of the other standing boxes' public p2p endpoints, sorted: those of
+    `self_name`'s role (a box of another role runs another network's node)."""
+    mine = next((d.get("role") for name, d in hosts if name == self_name), None)
     lines = sorted(
         f"{d['public_ip']}:{d['p2p_public_port']}"
         for name, d in hosts
-        if name != self_name and d.get("public_ip") and d.get("p2p_public_port")
+        if name != self_name and d.get("role") == mine and d.get("public_ip")
+        and d.get("p2p_public_port")
     )
     return "".join(line + "\n" for line in lines)
 

@@ -34,7 +34,7 @@ def loop_cmd(
     summary per tick; with --json, one object per tick."""
     from fleet import page
     from fleet.ops import check, loop
-    from fleet.ops.converge import converge
+    from fleet.ops.converge import converge, write_peers
 
     c = cfg()
     every = c.loop.interval_s if interval is None else interval
@@ -49,7 +49,8 @@ def loop_cmd(
     with loop.LoopLock(c.registry):
         ps = common.providers()  # no key at all: one line naming the variables, exit 2
         lp = loop.Loop(c, ps, destroy_orphans=not no_destroy, check_fn=check.check,
-                       converge_fn=converge, after_tick=page_after_tick(c, target),
+                       converge_fn=converge, peers_fn=write_peers,
+                       after_tick=page_after_tick(c, target),
                        echo=(lambda _line: None) if as_json else _say)
 
         def emit(t: loop.Tick) -> None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 from fleet.core.paths import CHECKS, SHIPPED
 
 DEPLOY = "deploys/standing.py"
+PEERS_DEPLOY = "deploys/peers.py"
 
 
 def checks_argv() -> list[str]:
@@ -56,6 +57,19 @@ def converge(cfg: Config, labels: Sequence[str]) -> str | None:
     if r.returncode != 0:
         failed = [ln for ln in r.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
         return f"the testinfra checks failed: {(failed or [_last_line(r.stdout)])[0]}"
+    return None
+
+
+def write_peers(cfg: Config, labels: Sequence[str]) -> str | None:
+    """The peers deploy on `labels` (each box's peers file: the public p2p endpoints of the
+    other standing boxes of its role); None when it passed, else what failed (one line),
+    bounded like `converge`."""
+    r = _bounded(pyinfra_run.argv(PEERS_DEPLOY, labels), pyinfra_run.env(cfg),
+                 cfg.loop.converge_timeout_s)
+    if isinstance(r, str):
+        return f"the peers deploy {r}"
+    if r.returncode != 0:
+        return f"the peers deploy failed: {_last_line(r.stderr or r.stdout)}"
     return None
 
 

@@ -165,7 +165,8 @@ class Loop:
     def __init__(self, cfg: Config, providers: Mapping[str, Provider], *,
                  destroy_orphans: bool = True, after_tick: AfterTick | None = None,
                  echo: Callable[[str], None] = print, converge_fn: Converge,
-                 check_fn: Callable[[Config, Built], list[Health]]) -> None:
+                 check_fn: Callable[[Config, Built], list[Health]],
+                 peers_fn: Converge | None = None) -> None:
         self.cfg, self.providers = cfg, dict(providers)
         self.reg = Registry(cfg.registry)
         self.memory_path = cfg.registry.parent / "loop.json"
@@ -174,6 +175,7 @@ class Loop:
         self.echo = echo
         self.converge_fn = converge_fn
         self.check_fn = check_fn
+        self.peers_fn = peers_fn  # rewrites peers files (None: this loop leaves them alone)
         self._answered = False  # whether any box answered the fleet's SSH in this tick
 
     # -- one tick -------------------------------------------------------------------------
@@ -206,6 +208,7 @@ class Loop:
         fresh = self._rent_owed(t, mem)
         fresh += self._start_moves(t, mem, failed)
         self._converge(t, resumed + fresh)
+        self._peers(t, mem, v)
         self._orphans(t, mem, v, failed)
         mem.owed = t.owed
         mem.save(self.memory_path)
@@ -255,6 +258,10 @@ class Loop:
                 self.reg.update(row.label, ssh_host=seen.ssh_host, ssh_port=seen.ssh_port)
             if seen.place and seen.place != row.place:  # where its provider says it runs
                 self.reg.update(row.label, place=seen.place)
+            # a restart may map the p2p port anew: the peers files follow (`_peers`)
+            mapped = (seen.public_ip or row.public_ip, seen.p2p_public_port)
+            if seen.p2p_public_port and mapped != (row.public_ip, row.p2p_public_port):
+                self.reg.update(row.label, public_ip=mapped[0], p2p_public_port=mapped[1])
         write_known_hosts(self.cfg.known_hosts, self.reg.rows())
         for row in self._standing_rows():
             if row.provider in failed:
@@ -368,6 +375,43 @@ class Loop:
             elif is_standing(self.cfg, row):
                 mem.rerents.append(Owe(row.role, row.provider, row.card, row.gpu_count,
                                        now_iso(), rerent_of=label, cloud=row.cloud))
+
+    # -- peers files ----------------------------------------------------------------------
+
+    def _peers(self, t: Tick, mem: Memory, v: View) -> None:
+        """Rewrite the peers files of a role's standing boxes when its set of public p2p
+        endpoints changed since they were last written (a box rented, re-rented or gone, a
+        mapping changed on a restart): the peers deploy on every box of the role that
+        answers; the nodes re-read the file, none restarts. A failure is said and tried again
+        next tick (the memory keeps the last set written)."""
+        if self.peers_fn is None:
+            return
+        skip = set(t.dead) | set(v.unsure)
+        for role, rows in sorted(self._by_role().items()):
+            if self.cfg.roles[role].p2p_port is None:
+                continue
+            sig = " ".join(sorted(f"{r.label}={r.public_ip}:{r.p2p_public_port}" for r in rows))
+            if mem.peers.get(role) == sig:
+                continue
+            labels = sorted(r.label for r in rows if r.label not in skip)
+            if not labels:
+                continue
+            failure = self.peers_fn(self.cfg, labels)
+            if failure:
+                self._act(t, f"peers files of role {role}: {failure} (tried again next tick)")
+                continue
+            mem.peers[role] = sig
+            dialable = sum(1 for r in rows if r.public_ip and r.p2p_public_port)
+            self._act(t, f"peers files of role {role} rewritten on {len(labels)} boxes "
+                         f"({dialable} dialable endpoints)")
+
+    def _by_role(self) -> dict[str, list[Row]]:
+        """The converged standing boxes (their agent installed) by role."""
+        out: dict[str, list[Row]] = {}
+        for r in self._standing_rows():
+            if r.standing and r.role in self.cfg.roles:
+                out.setdefault(r.role, []).append(r)
+        return out
 
     # -- moves: a box that shares its place goes to a free one ---------------------------
 

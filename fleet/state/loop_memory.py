@@ -48,6 +48,8 @@ class Memory:
     orphans: dict[str, str] = field(default_factory=dict)  # "provider/id" -> first seen
     # "provider/machine" -> when a box on it was found unfit: its offers are passed over
     unfit_machines: dict[str, str] = field(default_factory=dict)
+    # role -> the endpoints its boxes' peers files were last written with (`Loop._peers`)
+    peers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> Memory:
@@ -55,7 +57,7 @@ class Memory:
             d = json.loads(path.read_text())
             return cls(int(d["tick"]), dict(d["dead"]), [Owe(**o) for o in d["rerents"]],
                        [Owe(**o) for o in d["owed"]], dict(d["orphans"]),
-                       dict(d.get("unfit_machines", {})))
+                       dict(d.get("unfit_machines", {})), dict(d.get("peers", {})))
         except FileNotFoundError:
             return cls()
         except (OSError, ValueError, KeyError, TypeError) as e:

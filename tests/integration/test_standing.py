@@ -199,6 +199,22 @@ def test_conversion_is_idempotent_and_verified(fleet: Fleet, converted: Conversi
     assert converted.host_changed == []  # the boxes wrote nothing onto this machine
 
 
+def test_the_peers_deploy_names_each_box_the_others_and_changes_nothing(
+        fleet: Fleet, converted: Conversion) -> None:
+    """deploys/peers.py (what the loop runs when a role's endpoints change) finds the files
+    the standing deploy wrote current, twice; each lists the other boxes' public mappings."""
+    for _ in range(2):
+        r = fleet.run(str(BIN / "pyinfra"), "-y", "inventory.py", "deploys/peers.py")
+        out = r.stdout + r.stderr
+        total = next(line for line in out.splitlines() if "Grand total" in line).split()
+        assert total[3:5] == ["-", "-"], out[-2000:]
+    rows = fleet.rows()
+    for label in rows:
+        want = sorted(f"{o.public_ip}:{o.p2p_public_port}" for o in rows.values()
+                      if o.label != label and o.public_ip and o.p2p_public_port)
+        assert fleet.ssh(label, "cat /root/fleet/peers.txt").split() == want, label
+
+
 def test_every_box_is_reached_and_nvml_reports_its_machines_driver(
         fleet: Fleet, converted: Conversion) -> None:
     with ControlClient(fleet.env["FLEET_SANDBOX_CONTROL"]) as control:
