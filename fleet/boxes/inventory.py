@@ -51,6 +51,7 @@ def host_data(cfg: Config, row: Row, box: Box) -> dict[str, Any]:
         "role": row.role,
         "kind": row.kind,
         "standing": row.standing,
+        "standing_since": row.standing_since,
         "public_ip": box.public_ip or row.public_ip,
         "p2p_public_port": box.p2p_public_port or row.p2p_public_port,
         "node_sha16_wanted": row.node_sha16_wanted,

@@ -36,8 +36,8 @@ def check_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
         raise typer.Exit(1)
 
 
-STANDING_COLUMNS = ("label", "ssh", "agent", "synced", "blocks", "exec tip", "prover",
-                    "admission", "node", "verdict")
+STANDING_COLUMNS = ("label", "ssh", "agent", "synced", "blocks", "exec tip", "peers in/out",
+                    "prover", "admission", "node", "verdict")
 WATCHDOG_COLUMNS = ("label", "job", "phase", "age", "TTL left", "verdict")
 
 
@@ -57,7 +57,8 @@ def standing_row(h: Health) -> dict[str, str]:
     tip = "-" if h.exec_tip is None else f"{h.exec_tip}{'' if h.exec_moving else ' stuck'}"
     return {"label": h.label, "ssh": "ok" if h.ssh else "DOWN",
             "agent": "up" if h.agent else "DOWN", "synced": str(h.synced),
-            "blocks": str(h.blocks), "exec tip": tip, "prover": h.prover or "-",
+            "blocks": str(h.blocks), "exec tip": tip, "peers in/out": h.peers_word(),
+            "prover": h.prover or "-",
             "admission": "ok" if h.admitted else f"refused: {h.admission_reason}",
             "node": node, "verdict": "well" if h.well else "; ".join(h.problems)}
 

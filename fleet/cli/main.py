@@ -12,6 +12,7 @@ from fleet.cli import (  # noqa: F401  (imported to register their commands)
     boxes_cmd,
     check_cmd,
     loop_cmd,
+    mesh_cmd,
     oneshot_cmd,
     page_cmd,
     publish_cmd,

@@ -27,6 +27,13 @@ class Health:
     node_sha16: str | None = None
     wanted_sha16: str | None = None
     problems: list[str] = field(default_factory=list)
+    # the p2p mesh, from a fresh node reading (None: unknown, never 0)
+    peers_in: int | None = None
+    peers_out: int | None = None
+    peer_list: list[dict[str, Any]] = field(default_factory=list)  # {dir, remote, public}
+    # fewer inbound peers than the mesh needs, one loop interval after conversion (None:
+    # cannot be told yet)
+    star_only: bool | None = None
 
     @property
     def well(self) -> bool:
@@ -34,6 +41,14 @@ class Health:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "well": self.well}
+
+    def peers_word(self) -> str:
+        """`in/out` as a cell, `?` for a count not known, and `star-only` where the node is
+        dialled by fewer peers than the mesh needs (`fleet.ops.check.star_only`)."""
+        def n(v: int | None) -> str:
+            return "?" if v is None else str(v)
+        return f"{n(self.peers_in)}/{n(self.peers_out)}" + (" star-only" if self.star_only
+                                                               else "")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Health:
@@ -51,6 +66,10 @@ class Health:
                 if not isinstance(v, list) or not all(isinstance(p, str) for p in v):
                     raise ValueError("a box's health: problems is not a list of texts")
                 v = list(v)
+            elif f.name == "peer_list":
+                if not isinstance(v, list) or not all(isinstance(p, dict) for p in v):
+                    raise ValueError("a box's health: peer_list is not a list of peers")
+                v = [dict(p) for p in v]
             elif not isinstance(v, _HEALTH_TYPES[str(f.type)]):
                 raise ValueError(f"a box's health: {f.name} is {type(v).__name__}")
             out[f.name] = v
@@ -60,7 +79,8 @@ class Health:
 # Health's field types (as written in its annotations) -> what from_dict accepts
 _HEALTH_TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,), "bool": (bool,), "bool | None": (bool, type(None)),
-    "int | None": (int, type(None)), "str | None": (str, type(None)), "list[str]": (list,)}
+    "int | None": (int, type(None)), "str | None": (str, type(None)), "list[str]": (list,),
+    "list[dict[str, Any]]": (list,)}
 
 
 @dataclass

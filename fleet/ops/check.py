@@ -20,7 +20,7 @@ from facts.box import AgentStatus
 from fleet.boxes import boxssh
 from fleet.core.errors import ConfigError
 from fleet.core.fileutil import write_atomic
-from fleet.core.times import seconds_between
+from fleet.core.times import now_iso, seconds_between
 from fleet.core.verdicts import Health
 from fleet.state import releases
 
@@ -72,6 +72,8 @@ def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
         h.problems.append(f"node: reading is {reading_age} s old (unknown)")
         rpc = {}
     h.synced, h.blocks, h.exec_tip = rpc.get("synced"), rpc.get("blocks"), rpc.get("exec_tip")
+    h.peers_in, h.peers_out = _count(rpc.get("peers_in")), _count(rpc.get("peers_out"))
+    h.peer_list = [p for p in rpc.get("peer_list") or [] if isinstance(p, dict)][:64]
     h.node_sha16 = node.get("sha16")
     prog = (status.get("programs") or {}).get(NODE) or {}
     if prog.get("state") != "running":
@@ -96,6 +98,23 @@ def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
         if p.get("degraded"):
             h.problems.append(f"{name}: degraded ({p.get('reason')})")
     return h
+
+
+def _count(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+MESH_IN = 2  # inbound peers a node of a mesh needs (fewer where its role has fewer boxes)
+
+
+def star_only(h: Health, mates: int, standing_s: float | None, interval_s: float) -> bool | None:
+    """Whether `h`'s node is dialled by fewer of its role's `mates` (the other standing boxes
+    of the role) than the mesh needs, min(MESH_IN, mates): it only dials out, like the spoke of
+    a star. Told once the box has been standing one loop interval; None while it cannot be
+    (no fresh reading, too early, or a role of one box)."""
+    if h.peers_in is None or mates == 0 or standing_s is None or standing_s < interval_s:
+        return None
+    return h.peers_in < min(MESH_IN, mates)
 
 
 def _wrong_node(running: str | None, wanted: str, known: Sequence[releases.Release]) -> str:
@@ -175,9 +194,15 @@ def check(cfg: Config, built: Built) -> list[Health]:
         else:
             by_name[name] = read.value  # None: SSH did not answer
     out = []
+    roles = [str(data.get("role")) for _, data in hosts]
+    now = now_iso()
     for name, data in hosts:
         status = by_name.get(name) if name in by_name else None
         h = judge(name, data, status, _wanted(cfg, data), history.get(name), known)
+        since = data.get("standing_since")
+        h.star_only = star_only(h, roles.count(str(data.get("role"))) - 1,
+                                seconds_between(since, now) if since else None,
+                                cfg.loop.interval_s)
         if name in unreadable:  # its agent is converged again, like a missing one
             h.problems = [f"agent: status unreadable ({unreadable[name][:200]})"]
         if name in late:  # SSH answered: not a death, and no deploy on a box this slow

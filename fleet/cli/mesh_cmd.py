@@ -1,0 +1,82 @@
+"""`fleet mesh`: who dials whom among the standing boxes, as their nodes report it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.table import Table
+
+from fleet.cli import common, tables
+from fleet.cli.common import app, cfg, out, registry
+
+if TYPE_CHECKING:
+    from fleet.core.boxes import Row
+    from fleet.core.verdicts import Health
+
+PEER_COLUMNS = ("dir", "remote", "box")
+
+
+@app.command("mesh")
+def mesh_cmd(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Each standing box's inbound and outbound peers, with the box behind each remote
+    endpoint (the fleet's boxes by their public p2p mapping), one table per box; a node
+    dialled by fewer peers than the mesh needs is flagged star-only."""
+    import json
+    import sys
+
+    from fleet.boxes.inventory import build
+    from fleet.ops import check as check_mod
+
+    c = cfg()
+    results = check_mod.check(c, build(c, common.providers()))
+    data = mesh_data(results, registry().rows())
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=1) + "\n")
+        return
+    for box in data["boxes"]:
+        tables.show(out, peer_table(box))
+    out.print(summary_line(data), soft_wrap=True, highlight=False, markup=False)
+
+
+def endpoints(rows: Sequence[Row]) -> dict[str, str]:
+    """`ip:port` of each live box's public p2p mapping -> its label."""
+    return {f"{r.public_ip}:{r.p2p_public_port}": r.label for r in rows
+            if r.live and r.public_ip and r.p2p_public_port}
+
+
+def mesh_data(results: Sequence[Health], rows: Sequence[Row]) -> dict[str, Any]:
+    """The mesh as the nodes report it: per box its counts and peers (each remote named by the
+    box it is, where it is one of the fleet's), and the degree distribution (how many nodes
+    have each inbound count; unknown counts apart)."""
+    by_endpoint = endpoints(rows)
+    boxes = []
+    for h in results:
+        peers = [{"dir": str(p.get("dir")), "remote": str(p.get("remote")),
+                  "box": by_endpoint.get(str(p.get("remote")))} for p in h.peer_list]
+        boxes.append({"label": h.label, "peers_in": h.peers_in, "peers_out": h.peers_out,
+                      "star_only": h.star_only, "peers": peers, "cell": h.peers_word()})
+    degrees: dict[str, int] = {}
+    for b in boxes:
+        key = "unknown" if b["peers_in"] is None else str(b["peers_in"])
+        degrees[key] = degrees.get(key, 0) + 1
+    known = [b for b in boxes if b["peers_in"] is not None]
+    dialable = sum(1 for b in known if b["peers_in"])
+    return {"boxes": boxes, "in_degrees": dict(sorted(degrees.items())),
+            "dialable": dialable, "known": len(known), "star_only": sorted(
+                b["label"] for b in boxes if b["star_only"])}
+
+
+def peer_table(box: Mapping[str, Any]) -> Table:
+    rows = [{"dir": p["dir"], "remote": p["remote"], "box": p["box"] or "-"}
+            for p in box["peers"]]
+    return tables.build(f"{box['label']}: in/out {box['cell']}", PEER_COLUMNS, rows,
+                        caption=None if rows else "no peers reported")
+
+
+def summary_line(data: Mapping[str, Any]) -> str:
+    degrees = ", ".join(f"{n} with {k} in" for k, n in data["in_degrees"].items()) or "none"
+    star = ", ".join(data["star_only"]) or "none"
+    return (f"{data['dialable']} of {data['known']} nodes dialled by a peer; in-degrees: "
+            f"{degrees}; star-only: {star}")
