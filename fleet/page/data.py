@@ -193,10 +193,26 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
         "money": money,
         # how many live boxes each place holds: one host failure takes them all
         "places": places,
+        "mesh": _mesh(standing_boxes),
         "boxes": boxes,
         "owed": owed_rows,
         "chart": chart_data(history if history is not None else rows, now),
     }
+
+
+def _mesh(boxes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The p2p mesh over the standing boxes: how many nodes have each inbound count (unknown
+    apart), how many of those known are dialled by a peer, and which are star-only."""
+    degrees: dict[str, int] = {}
+    for b in boxes:
+        n = (b.get("peers") or {}).get("in")
+        key = "unknown" if n is None else str(n)
+        degrees[key] = degrees.get(key, 0) + 1
+    known = [b for b in boxes if (b.get("peers") or {}).get("in") is not None]
+    return {"in_degrees": dict(sorted(degrees.items())), "known": len(known),
+            "dialable": sum(1 for b in known if b["peers"]["in"]),
+            "star_only": sorted(b["label"] for b in boxes
+                                if (b.get("peers") or {}).get("star_only"))}
 
 
 # where a box's verdict came from: checked (or watched) now, the loop's last tick, or nowhere
@@ -336,7 +352,8 @@ def _standing_box(r: Row, standing: bool, h: Health | None, checked: str, unchec
     box = _common(r, standing, now)
     if h is None:
         why = unchecked
-        box.update(synced=None, blocks=None,
+        box.update(synced=None, blocks=None, peers={"in": None, "out": None,
+                                                    "star_only": None},
                    release={"running": None, "wanted": r.node_sha16_wanted, "state": "unknown"},
                    behind=None, checked_at=None, verdict="unknown", verdict_from=source,
                    problems=[scrub(why)],
@@ -350,6 +367,7 @@ def _standing_box(r: Row, standing: bool, h: Health | None, checked: str, unchec
     else:
         verdict = "problem"
     box.update(synced=h.synced, blocks=h.blocks,
+               peers={"in": h.peers_in, "out": h.peers_out, "star_only": h.star_only},
                release={"running": h.node_sha16,
                         "wanted": h.wanted_sha16 or r.node_sha16_wanted, "state": state},
                behind={"current": False, "ahead": False, "behind": True, "other": True}.get(state),
@@ -407,7 +425,7 @@ def _oneshot_box(r: Row, w: Watch | None, checked: str, now: datetime,
         verdict = "well" if w.well else "problem"
     if r.refusal:
         problems.append(scrub(f"refused: {r.refusal}; 0 invocations"))
-    box.update(synced=None, blocks=None, release=None, behind=None, checked_at=at,
+    box.update(synced=None, blocks=None, peers=None, release=None, behind=None, checked_at=at,
                verdict=verdict, verdict_from="live", problems=problems,
                job={"name": r.job, "phase": phase or ("staged" if r.job else None),
                     "age_min": age, "ttl_left_min": left})

@@ -85,10 +85,11 @@ def health() -> list[Health]:
     return [
         Health("live-vast-a1", "vast", ssh=True, agent=True, synced=True, blocks=1_284_311,
                exec_tip=1_284_309, exec_moving=True, prover="proving", admitted=True,
-               node_sha16=WANTED, wanted_sha16=WANTED),
+               node_sha16=WANTED, wanted_sha16=WANTED, peers_in=2, peers_out=1,
+               star_only=False),
         Health("live-runpod-b2", "runpod", ssh=True, agent=True, synced=True, blocks=1_284_305,
                exec_tip=1_284_300, exec_moving=True, prover="proving", admitted=True,
-               node_sha16=OLD, wanted_sha16=WANTED,
+               node_sha16=OLD, wanted_sha16=WANTED, peers_in=0, peers_out=2, star_only=True,
                problems=[f"node: behind: runs 1.3.0 ({OLD}), wanted 1.4.0 ({WANTED})"]),
         Health("live-vast-c3", "vast", problems=["provider: box is exited"]),
     ]

@@ -233,7 +233,7 @@ def test_no_key_endpoint_or_address_reaches_either_file(tmp_path: Path,
     assert {frozenset(b) for b in boxes} == {frozenset({
         "label", "role", "kind", "standing", "card", "gpus", "provider", "status",
         "uptime_h", "usd_per_hour", "synced", "blocks", "release", "behind", "checked_at",
-        "verdict", "verdict_from", "problems", "job", "place", "place_boxes"})}
+        "verdict", "verdict_from", "problems", "job", "place", "place_boxes", "peers"})}
 
 
 def test_the_scrubber() -> None:
@@ -414,7 +414,11 @@ def test_the_page_in_headless_chromium(browser: Chromium, tmp_path: Path) -> Non
             assert cells["Job"].startswith(b["job"]["name"]) and b["job"]["phase"] in \
                 cells["Job"]
         else:
-            assert cells["Synced"] == {True: "yes", False: "no", None: "unknown"}[b["synced"]]
+            synced, _, peers = cells["Synced"].partition("\n")
+            assert synced == {True: "yes", False: "no", None: "unknown"}[b["synced"]]
+            n = {k: "?" if v is None else str(v) for k, v in b["peers"].items()}
+            assert peers.startswith(f"peers {n['in']} in · {n['out']} out")
+            assert peers.endswith("star-only") == bool(b["peers"]["star_only"])
             assert cells["Blocks"] == ("unknown" if b["blocks"] is None
                                        else f"{b['blocks']:,}")
             assert (b["release"]["running"] or "unknown") in cells["Release"]
@@ -494,3 +498,19 @@ def test_the_page_names_each_box_s_place_and_how_many_boxes_it_holds(tmp_path: P
     html = (tmp_path / "index.html").read_text()
     assert html.count("vast machine 10697 (2 boxes)") == 2
     assert "runpod data center EU-RO-1</span>" in html
+
+
+def test_the_page_shows_each_node_s_peers_and_the_mesh(tmp_path: Path) -> None:
+    d = page.build(F.config(), F.rows(), F.health(), F.watched(), F.NOW, owed=F.owed())
+    by = {b["label"]: b["peers"] for b in d["boxes"]}
+    assert by["live-vast-a1"] == {"in": 2, "out": 1, "star_only": False}
+    assert by["live-runpod-b2"] == {"in": 0, "out": 2, "star_only": True}
+    assert by["live-vast-c3"] == {"in": None, "out": None, "star_only": None}  # unknown
+    assert by["bench-vast-e5"] is None  # a one-shot box runs no node
+    assert d["mesh"] == {"in_degrees": {"0": 1, "2": 1, "unknown": 1}, "known": 2,
+                         "dialable": 1, "star_only": ["live-runpod-b2"]}
+    page.write(tmp_path, d)
+    html = (tmp_path / "index.html").read_text()
+    assert "Mesh: 1 of 2 nodes dialled by a peer (1 unknown)" in html
+    assert "peers\n2 in · 1 out" in html and "peers\n? in · ? out" in html
+    assert html.count("star-only") == 2  # the box's tag and the mesh line's
