@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from fleet.cli import common, tables
 from fleet.cli.common import app, cfg, emit, err, registry
@@ -60,27 +61,28 @@ def run_cmd(role: str, job_file: Path = typer.Argument(..., metavar="JOB.toml"),
 def job_table(s: Summary) -> Table:
     """What `fleet run` did, one `what: value` line each: a table with no key column, so a
     narrow console gets those lines without the frame (`tables.fold`)."""
-    t = Table(title=f"job {s.job} on {s.label}", show_header=False)
+    t = Table(title=Text(f"job {s.job} on {s.label}"), show_header=False)
     t.add_column("what")
     t.add_column("value")
-    t.add_row("box", f"{s.label}: {s.card} on {s.provider}, ${s.usd_per_hour:.3f}/h")
-    t.add_row("admission", f"refused: {s.refusal}" if s.refusal else (s.admission or "-"))
-    t.add_row("verdict", s.verdict)
-    t.add_row("invocations", str(s.invocations if s.invocations is not None else 0))
+    tables.add(t, "box", f"{s.label}: {s.card} on {s.provider}, ${s.usd_per_hour:.3f}/h")
+    tables.add(t, "admission", f"refused: {s.refusal}" if s.refusal else (s.admission or "-"))
+    tables.add(t, "verdict", s.verdict)
+    tables.add(t, "invocations", str(s.invocations if s.invocations is not None else 0))
     if s.toolchain:
         warm = "warm, nothing fetched" if s.toolchain.get("warm") else \
             f"{s.toolchain.get('bytes_fetched', 0)} bytes fetched"
-        t.add_row("toolchain", f"{s.toolchain.get('repo')}@"
+        tables.add(t, "toolchain", f"{s.toolchain.get('repo')}@"
                   f"{str(s.toolchain.get('revision'))[:12]}: {warm}")
     for g in s.gates:
-        t.add_row(f"gate {g.get('name')}", f"exit {g.get('exit_code')}, {g.get('passed')} passed")
-    t.add_row("exit", "-" if s.exit_code is None else str(s.exit_code))
-    t.add_row("outputs", f"{s.outputs_files} files, {s.outputs_bytes} bytes")
-    t.add_row("store commit", s.store_commit or "-")
-    t.add_row("box", "destroyed" if s.destroyed else f"KEPT: {s.kept}" if s.kept else "kept")
-    t.add_row("cost", f"${s.cost_usd:.4f}")
+        tables.add(t, f"gate {g.get('name')}",
+                   f"exit {g.get('exit_code')}, {g.get('passed')} passed")
+    tables.add(t, "exit", "-" if s.exit_code is None else str(s.exit_code))
+    tables.add(t, "outputs", f"{s.outputs_files} files, {s.outputs_bytes} bytes")
+    tables.add(t, "store commit", s.store_commit or "-")
+    tables.add(t, "box", "destroyed" if s.destroyed else f"KEPT: {s.kept}" if s.kept else "kept")
+    tables.add(t, "cost", f"${s.cost_usd:.4f}")
     if s.problem:
-        t.add_row("problem", s.problem)
+        tables.add(t, "problem", s.problem)
     return t
 
 

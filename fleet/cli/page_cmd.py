@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from fleet.cli import common
+from fleet.cli import common, tables
 from fleet.cli.common import app, cfg, emit, registry
 from fleet.core.config import PROVIDERS
 from fleet.core.errors import AuthFailed, FleetError
@@ -104,12 +105,12 @@ def _summary(html_path: Path, data: dict[str, Any]) -> Table:
     """The one-line table: counts, money, and where the standing verdicts come from."""
     from fleet import page
 
-    t = Table(title=f"fleet page: {html_path}")
+    t = Table(title=Text(f"fleet page: {html_path}"))
     for col in ("boxes", "USD/h", "USD/day", "standing", "down", "problem", "unknown", "well",
                 "owed", "spent today", "budget", "verdicts"):
         t.add_column(col)
     tot, money = data["totals"], data["money"]
-    t.add_row(str(tot["boxes"]), f"{tot['usd_per_hour']:.3f}", f"{tot['usd_per_day']:.2f}",
+    tables.add(t, str(tot["boxes"]), f"{tot['usd_per_hour']:.3f}", f"{tot['usd_per_day']:.2f}",
               str(data["standing"]["count"]),
               *(str(tot["verdicts"][v]) for v in VERDICTS),
               "unknown" if tot["owed"] is None else str(tot["owed"]),

@@ -27,15 +27,21 @@ def build(title: str, columns: Sequence[str], rows: Iterable[Mapping[str, str]],
     """A table of `columns`, each row a dict by column name (a column a row leaves out reads
     `MISSING`), so a table gains a column with one name here and one key where rows are made.
     A row naming a column the table lacks is a mistake, not a cell to drop quietly."""
-    t = Table(title=title, caption=caption)
+    t = Table(title=Text(title), caption=None if caption is None else Text(caption))
     for col in columns:
         t.add_column(col)
     for row in rows:
         unknown = set(row) - set(columns)
         if unknown:
             raise ValueError(f"row names columns the table {title!r} lacks: {sorted(unknown)}")
-        t.add_row(*(row.get(col, MISSING) for col in columns))
+        add(t, *(row.get(col, MISSING) for col in columns))
     return t
+
+
+def add(table: Table, *cells: str) -> None:
+    """A row of plain text: a label, a problem or a path is printed as it is, never read as
+    Rich markup (`[nvidia-smi]` is no style, `[/tmp]` no closing tag, `:fire:` no emoji)."""
+    table.add_row(*(Text(c) for c in cells))
 
 
 def natural_width(console: Console, table: Table) -> int:
@@ -97,10 +103,12 @@ def fold(console: Console, table: Table) -> None:
     else:
         names = [_named(console, col.header) for col in columns[1:]]
         width = max((name.cell_len for name in names), default=0)  # the same in every block
+        for name in names:  # padded, not a minimum width: Rich would crop the values by one
+            name.pad_right(width - name.cell_len)
         for cells in rows:
             section()
             console.print(cells[0], style="bold", soft_wrap=True, highlight=table.highlight)
-            grid = _grid(table, values=1, key_wraps=True, key_width=width)
+            grid = _grid(table, values=1, key_wraps=True)
             for name, cell in zip(names, cells[1:], strict=True):
                 if not _empty(console, cell):
                     grid.add_row(name, cell)
@@ -118,12 +126,12 @@ def _rows(table: Table) -> list[list[RenderableType]]:
     return [[cells[i] for cells in columns] for i in range(table.row_count)]
 
 
-def _grid(table: Table, values: int, key_wraps: bool, key_width: int = 0) -> Table:
+def _grid(table: Table, values: int, key_wraps: bool) -> Table:
     """Borderless rows of a name (a header, or a headerless table's key) and `values` cells,
     each value folding where a word is longer than its room, never cut."""
     grid = Table.grid(padding=(0, 1))
     grid.highlight = table.highlight
-    grid.add_column(no_wrap=not key_wraps, overflow="fold", min_width=key_width or None)
+    grid.add_column(no_wrap=not key_wraps, overflow="fold")
     for _ in range(values):
         grid.add_column(overflow="fold")
     return grid
