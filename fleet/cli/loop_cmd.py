@@ -14,7 +14,7 @@ from fleet.cli.common import app, cfg
 from fleet.core.config import Config, grace_problem
 from fleet.core.errors import UsageError
 from fleet.core.verdicts import Health
-from fleet.ops.loop import AfterTick, Tick
+from fleet.ops.loop import AfterTick, AfterTickNote, Tick
 from fleet.state.registry import Registry
 
 
@@ -80,7 +80,12 @@ def page_after_tick(c: Config, target: Path) -> AfterTick:
 
     def write(t: Tick, health: list[Health]) -> None:
         owed = [o.for_page() for o in t.owed]
-        last_tick.save(c.registry, t.number, t.started_at, health, owed, t.provider_errors)
+        try:
+            last_tick.save(c.registry, t.number, t.started_at, health, owed, t.provider_errors)
+        except OSError as e:  # a full disk: the page is still worth writing
+            unsaved: OSError | None = e
+        else:
+            unsaved = None
         reg = Registry(c.registry)
         now = datetime.now(UTC)
         rows = reg.rows()
@@ -91,5 +96,7 @@ def page_after_tick(c: Config, target: Path) -> AfterTick:
                           check_error="; ".join(t.provider_errors) or None,
                           bills_at=cached.read_at if cached else None)
         page.write(target, data)
+        if unsaved is not None:
+            raise AfterTickNote(f"written, but not the last tick ({unsaved})")
 
     return write

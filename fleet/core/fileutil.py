@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,26 @@ def write_atomic(path: Path, data: str | bytes, mode: int = 0o644) -> None:
         raise
     # the rename is durable only once the directory entry is
     fsync_dir(path.parent)
+
+
+def read_small(path: Path, limit: int = 4 << 20) -> str:
+    """The text of a small regular file the fleet wrote itself, read without following it
+    anywhere it could hang or flood: a FIFO (opened without blocking), a device or a folder is
+    an OSError, and so is a file over `limit` bytes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if st.st_size > limit:
+            raise OSError(f"{path} is {st.st_size} bytes, over {limit}")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(f"{path} grew over {limit} bytes while read")
+    return data.decode()
 
 
 def fsync_dir(folder: Path) -> None:

@@ -19,7 +19,12 @@ def iso(t: datetime) -> str:
 def parse_iso(ts: str) -> datetime:
     """An aware UTC datetime (a naive one is read as UTC); ValueError when `ts` is not a time."""
     t = datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
+    if not t.tzinfo:
+        return t.replace(tzinfo=UTC)
+    try:  # in UTC whatever offset it was written with: every time the fleet shows is UTC
+        return t.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:00-02:00 has no UTC time
+        raise ValueError(f"{ts!r} has no UTC time") from None
 
 
 def read_iso(ts: str | None) -> datetime | None:

@@ -55,11 +55,12 @@ class Health:
         """A Health as `to_dict` wrote it. `well` is derived again from the problems, never
         read, and a field of the wrong type is a ValueError: a damaged file must never read as
         a box without problems."""
+        for name in ("label", "provider", "problems", "ssh", "agent"):
+            if name not in d:
+                raise ValueError(f"a box's health without its {name}")
         out: dict[str, Any] = {}
         for f in fields(cls):
             if f.name not in d:
-                if f.name in ("label", "provider"):
-                    raise ValueError(f"a box's health without its {f.name}")
                 continue
             v = d[f.name]
             if f.name == "problems":
@@ -73,6 +74,8 @@ class Health:
             elif not isinstance(v, _HEALTH_TYPES[str(f.type)]):
                 raise ValueError(f"a box's health: {f.name} is {type(v).__name__}")
             out[f.name] = v
+        if not out["problems"] and not (out["ssh"] and out["agent"]):
+            raise ValueError("a box's health with no problem though SSH or its agent is down")
         return cls(**out)
 
 

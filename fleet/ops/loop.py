@@ -161,6 +161,10 @@ MOVE_TRIES = 3  # moves of one crowded box that may end without a move before it
 AfterTick = Callable[["Tick", list[Health]], None]
 
 
+class AfterTickNote(FleetError):
+    """Raised by an after-tick hook that did its main work (the page) but not all of it."""
+
+
 class Loop:
     def __init__(self, cfg: Config, providers: Mapping[str, Provider], *,
                  destroy_orphans: bool = True, after_tick: AfterTick | None = None,
@@ -215,6 +219,8 @@ class Loop:
         if self.after_tick is not None:
             try:
                 self.after_tick(t, health)
+            except AfterTickNote as e:  # the hook did its main work: what it could not do
+                self._act(t, f"page: {e}")
             except (OSError, FleetError) as e:  # the fleet matters more than its picture
                 self._act(t, f"page: not written ({e})")
         t.took_s = round(time.monotonic() - started, 2)

@@ -43,7 +43,8 @@ RULE = ("Standing boxes stay up, are never destroyed when a job ends, and are re
 
 # ---------------------------------------------------------------- free text
 
-_IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])")
+# an address may end a sentence ("no route to 198.18.0.9."), never run on into a version
+_IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?!\w|\.\w)")
 _IPV6 = re.compile(r"(?<![\w:])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])")
 _KEYS = re.compile(r"\b(?:ssh-(?:ed25519|rsa|dss)|ecdsa-sha2-\S+|sk-\S+)\s+[A-Za-z0-9+/=]{16,}"
                    r"|\bhf_[A-Za-z0-9]{16,}|-----BEGIN [A-Z ]+-----")
@@ -163,7 +164,7 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
     owed_rows = sorted((_owed(o, now, scrub) for o in owed_known or ()),
                        key=lambda o: (o["since"] or "", o["role"], o["provider"], o["card"]))
     sources = _sources(cfg, now, boxes, checked_path, sorted(from_tick), sorted(keyless), tick,
-                       owed_known is not None, money, bills_at)
+                       owed_known is not None, money, bills_at, check_error)
     return {
         "schema": SCHEMA,
         "generated_at": iso(now),
@@ -192,7 +193,7 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
         },
         "money": money,
         # how many live boxes each place holds: one host failure takes them all
-        "places": places,
+        "places": {scrub(k): n for k, n in places.items()},
         "mesh": _mesh(standing_boxes),
         "boxes": boxes,
         "owed": owed_rows,
@@ -224,12 +225,19 @@ VERDICT_SOURCES = ("live", "last_tick", "none")
 def _sources(cfg: Config, now: datetime, boxes: Sequence[Mapping[str, Any]],
              checked_path: Sequence[Row], from_tick: list[str], keyless: list[str],
              tick: LastTick | None, owed_known: bool, money: Mapping[str, Any],
-             bills_at: str | None) -> dict[str, Any]:
+             bills_at: str | None, check_error: str | None = None) -> dict[str, Any]:
     """Which parts of the page are live and which are not, with the times: the facts
     (`fleet.json`'s `sources`) and the sentence the page puts at its top when anything is not
     live (`note`, None when everything is)."""
     live_providers = sorted({r.provider for r in checked_path} - set(from_tick))
-    if not from_tick:
+    # a check that failed with no box checked now: nothing on the page is "checked now"
+    failed = bool(check_error) and not any(
+        b["standing"] and b["verdict_from"] == "live" and b["checked_at"] for b in boxes)
+    if failed:
+        live_providers = []
+    if failed and not from_tick:
+        standing_from = "unknown"
+    elif not from_tick:
         standing_from = "live"
     elif live_providers:
         standing_from = "mixed"
@@ -262,7 +270,9 @@ def _sources(cfg: Config, now: datetime, boxes: Sequence[Mapping[str, Any]],
         "keys_missing": keyless,
         "last_tick": tick_facts,
         "note": _note(now, from_tick, live_providers, tick_facts, money, bills_at,
-                      any(b["job"] is not None for b in boxes)) if from_tick else None,
+                      any(b["job"] is not None for b in boxes)) if from_tick else (
+            f"The standing boxes could not be checked now ({check_error}): their verdicts "
+            "are unknown." if failed else None),
     }
 
 
@@ -321,6 +331,8 @@ def verdicts_from(data: Mapping[str, Any]) -> str:
     sv, tick = src["standing_verdicts"], src["last_tick"]
     if sv["from"] == "live":
         return "checked now"
+    if sv["from"] == "unknown" and not sv["last_tick_providers"]:
+        return "unknown (the check failed)"
     if tick is None:
         said = "unknown (no tick on record)"
     else:
@@ -387,8 +399,28 @@ def _tick_box(r: Row, standing: bool, tick: LastTick | None, now: datetime,
     why = f"not checked in the loop's last tick (tick {tick.number})"
     if tick.provider_errors:
         why += ": " + "; ".join(tick.provider_errors)
-    return _standing_box(r, standing, tick.verdict(r.label), tick.at, why, "last_tick", now,
-                         scrub)
+    h = tick.verdict(r.label)
+    stale = _not_this_box(r, h, tick.at)
+    if stale:
+        h, why = None, f"the loop's last tick (tick {tick.number}) {stale}"
+    return _standing_box(r, standing, h, tick.at, why, "last_tick", now, scrub)
+
+
+def _not_this_box(r: Row, h: Health | None, at: str) -> str | None:
+    """Why a tick's verdict under `r`'s label cannot be this box's (it is then unknown): the
+    tick judged another provider's box, or ran before this box was rented or before the
+    registry saw it stop. None when it may stand."""
+    if h is None:
+        return None
+    tick_at = read_iso(at)
+    created, stopped = read_iso(r.created_at), read_iso(r.stopped_at)
+    if h.provider != r.provider:
+        return f"judged a {h.provider} box under this label, not this {r.provider} one"
+    if tick_at is None or (created is not None and created > tick_at):
+        return "ran before this box was rented"
+    if stopped is not None and stopped > tick_at:
+        return "ran before this box was seen stopped"
+    return None
 
 
 def _release_state(h: Health) -> str:

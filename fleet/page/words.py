@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from fleet.core.times import read_iso
 
@@ -12,6 +12,7 @@ def day_time(ts: str, now: datetime | None = None) -> str:
     t = read_iso(ts)
     if t is None:
         return "an unknown time"
+    t = t.astimezone(UTC)  # a time written with another offset is named in UTC
     return f"{t:%H:%M} UTC" if now is not None and t.date() == now.date() else \
         f"{t:%Y-%m-%d %H:%M} UTC"
 

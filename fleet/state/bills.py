@@ -37,7 +37,7 @@ from typing import Any
 
 from fleet.core.boxes import Row
 from fleet.core.errors import ProviderError
-from fleet.core.fileutil import write_atomic
+from fleet.core.fileutil import read_small, write_atomic
 from fleet.core.times import iso, parse_iso
 
 MAX_AGE_S = 900.0  # an older bill says nothing about now
@@ -165,11 +165,11 @@ def refresh(registry: Path, providers: Mapping[str, Any], now: datetime | None =
 def load(registry: Path) -> Bills | None:
     """The last bills read, or None (none yet, or unreadable: then everything is estimated)."""
     try:
-        d = json.loads(path_for(registry).read_text())
+        d = json.loads(read_small(path_for(registry)))
         return Bills(str(d["read_at"]), {k: {str(i): float(u) for i, u in v.items()}
                                          for k, v in d["charges"].items()}, dict(d["errors"]),
                      dict(d.get("covered") or {}), str(d.get("since") or ""))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
 
 

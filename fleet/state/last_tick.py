@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fleet.core.fileutil import write_atomic
+from fleet.core.fileutil import read_small, write_atomic
 from fleet.core.times import iso, parse_iso
 from fleet.core.verdicts import Health, Owed
 
@@ -85,9 +85,9 @@ def load(registry: Path) -> LastTick | None:
     """The last tick saved beside the registry, or None: none yet, or a file that cannot be
     read whole (damaged, another schema, a wrong type anywhere). Never raises for the file."""
     try:
-        d = json.loads(path_for(registry).read_text())
+        d = json.loads(read_small(path_for(registry)))
         return _read(d)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
 
 

@@ -122,9 +122,17 @@ def test_health_from_dict_rederives_well_and_refuses_wrong_types() -> None:
     with pytest.raises(ValueError, match="provider"):
         Health.from_dict({"label": "x"})
     with pytest.raises(ValueError, match="problems"):
-        Health.from_dict({"label": "x", "provider": "vast", "problems": None})
+        Health.from_dict({"label": "x", "provider": "vast", "ssh": True, "agent": True,
+                          "problems": None})
     with pytest.raises(ValueError, match="blocks"):
-        Health.from_dict({"label": "x", "provider": "vast", "blocks": "12"})
+        Health.from_dict({"label": "x", "provider": "vast", "ssh": True, "agent": True,
+                          "problems": [], "blocks": "12"})
+    # a partial or hand-edited entry never reads as a box without problems
+    with pytest.raises(ValueError, match="problems"):
+        Health.from_dict({"label": "x", "provider": "vast", "ssh": True, "agent": True})
+    with pytest.raises(ValueError, match="SSH or its agent is down"):
+        Health.from_dict({"label": "x", "provider": "vast", "ssh": False, "agent": False,
+                          "problems": [], "well": False})
 
 
 @pytest.mark.parametrize(("age_s", "stale"), [

@@ -58,7 +58,8 @@ def test_star_only_is_told_once_the_box_has_stood_one_interval() -> None:
 
 
 def test_health_round_trips_its_peers_and_refuses_a_damaged_list() -> None:
-    h = Health("a", "vast", peers_in=2, peers_out=1, peer_list=PEERS[:2], star_only=False)
+    h = Health("a", "vast", ssh=True, agent=True, peers_in=2, peers_out=1,
+               peer_list=PEERS[:2], star_only=False)
     assert Health.from_dict(h.to_dict()) == h
     with pytest.raises(ValueError):
         Health.from_dict({**h.to_dict(), "peer_list": ["10.77.1.2:40002"]})
@@ -89,4 +90,4 @@ def test_the_mesh_names_the_box_behind_each_remote_and_counts_the_degrees() -> N
         "1 of 2 nodes dialled by a peer; in-degrees: 1 with 0 in, 1 with 3 in, 1 with "
         "unknown in; star-only: live-b")
     table = mesh_cmd.peer_table(a)
-    assert table.title == "live-a: in/out 3/1"
+    assert str(table.title) == "live-a: in/out 3/1"
