@@ -509,11 +509,7 @@ class Loop:
                 if label is not None:
                     rented.append(label)
                     break  # one per role per tick
-        if rented:
-            try:
-                rent_mod.wait_ready(self.cfg, self.reg, self.providers, rented)
-            except FleetError as e:
-                self._act(t, f"waiting for SSH on {', '.join(rented)}: {e}")
+        self._wait_ready(t, rented)
         return rented
 
     def _move(self, t: Tick, role: Role, row: Row, rows: list[Row],
@@ -593,12 +589,18 @@ class Loop:
                 mem.rerents.remove(o)
                 t.replaced[o.rerent_of] = label
             mem.save(self.memory_path)  # the registry row is the truth; the memory follows it
-        if rented:
-            try:
-                rent_mod.wait_ready(self.cfg, self.reg, self.providers, rented)
-            except FleetError as e:
-                self._act(t, f"waiting for SSH on {', '.join(rented)}: {e}")
+        self._wait_ready(t, rented)
         return rented
+
+    def _wait_ready(self, t: Tick, rented: list[str]) -> None:
+        """Pin the host keys of the boxes rented this tick once SSH answers; those not ready
+        in time are resumed next tick (`_resume_unfinished`)."""
+        if not rented:
+            return
+        try:
+            rent_mod.wait_ready(self.cfg, self.reg, self.providers, rented)
+        except FleetError as e:
+            self._act(t, f"waiting for SSH on {', '.join(rented)}: {e}")
 
     def _try_rent(self, t: Tick, o: Owe, unfit: Mapping[str, str]) -> str | None:
         """Rent one owed box; None (and `o.reason` set) when it cannot be rented now. Offers
