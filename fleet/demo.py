@@ -78,17 +78,17 @@ def main() -> int:
         time.sleep(5)
     rc = run(["fleet", "check"], env)
 
-    step("5. the roster")
-    run(["fleet", "roster"], env)
-
-    if oneshot(env) != 0:
-        return 1
-
-    step("8. one tick of the fleet loop: every standing box checked, the page written")
+    step("5. one tick of the fleet loop: every standing box checked, the page written")
     if run(["fleet", "loop", "--once"], env) != 0:
         return 1
     page = cfg.registry.parent / "page" / "index.html"
     console.print(f"the fleet page: {page} (open it in a browser; fleet.json beside it)")
+
+    step("6. the roster: each node's p2p peers in/out, as the loop's tick read them")
+    run(["fleet", "roster"], env)
+
+    if oneshot(env) != 0:
+        return 1
 
     step("where to look next")
     console.print(
@@ -105,14 +105,14 @@ def main() -> int:
 def oneshot(env: dict[str, str]) -> int:
     """A one-shot job end to end, then a copy that does not match keeping its box."""
     job = "examples/bench/job.toml"
-    step("6. a one-shot job: its toolchain into the store, then fleet run")
+    step("7. a one-shot job: its toolchain into the store, then fleet run")
     if run(["fleet", "store", "push", "examples/bench/toolchain", "--repo",
             "fleet/toolchains"], env) != 0:
         return 1
     if run(["fleet", "run", "bench", job], env) != 0:
         return 1
 
-    step("7. a copy that does not match keeps the box: the store returns wrong bytes")
+    step("8. a copy that does not match keeps the box: the store returns wrong bytes")
     console.print(f"[dim]$ fleet run bench {job} --keep --json[/dim]")
     kept = subprocess.run(["fleet", "run", "bench", job, "--keep", "--json"], cwd=REPO, env=env,
                           capture_output=True, text=True)

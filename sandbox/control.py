@@ -9,9 +9,11 @@
     POST   /instances                  {provider, count, label_prefix?, image?, gpu_count?,
                                         disk_gb?, tcp_ports?, env?}: rent many at once
     GET    /machines                   the machines, with free GPUs and drivers
-    POST   /machines                   {provider, machine_id, price_per_gpu?, other_tenants?}:
-                                       shape the market (a machine's price; how many of its
-                                       GPUs other tenants hold: its free GPUs go or come back)
+    POST   /machines                   {provider, machine_id, price_per_gpu?, other_tenants?,
+                                        direct_port_count?}: shape the market (a machine's
+                                       price; how many of its GPUs other tenants hold: its
+                                       free GPUs go or come back; its direct ports: a box on
+                                       it maps its ports only while they all fit)
     GET    /clock, POST /clock         {advance: seconds} moves the world clock forward
     GET    /config, POST /config       {boot_delay?, notice_delay?}
     GET    /host-keys                  {box_id: "ssh-ed25519 ..."} for running boxes
@@ -138,6 +140,11 @@ class ControlApp:
                 if not price > 0:
                     raise ValueError(f"price_per_gpu must be positive, got {price}")
                 m.price = price
+            if "direct_port_count" in body:  # a host's port range: its boxes map what fits
+                count = int(body["direct_port_count"])
+                if count < 0:
+                    raise ValueError(f"direct_port_count must be 0 or more, got {count}")
+                m.direct_port_count = count
             if "other_tenants" in body:
                 self.world.set_other_tenants(m, int(body["other_tenants"]))
             return machine_view(m)

@@ -53,7 +53,8 @@ class ControlClient:
         return self._call("GET", "/machines")["machines"]
 
     def shape_machine(self, provider: str, machine_id: str, **change: Any) -> dict[str, Any]:
-        """Set a machine's `price_per_gpu` and/or how many GPUs `other_tenants` hold."""
+        """Set a machine's `price_per_gpu`, how many GPUs `other_tenants` hold and/or its
+        `direct_port_count`."""
         return self._call("POST", "/machines",
                           {"provider": provider, "machine_id": machine_id, **change})
 

@@ -34,6 +34,7 @@ class Built:
 
 def host_data(cfg: Config, row: Row, box: Box) -> dict[str, Any]:
     role = cfg.roles.get(row.role)
+    public_ip, p2p_public_port = box.p2p_endpoint((row.public_ip, row.p2p_public_port))
     data: dict[str, Any] = {
         "ssh_hostname": box.ssh_host or row.ssh_host,
         "ssh_port": box.ssh_port or row.ssh_port,
@@ -52,8 +53,8 @@ def host_data(cfg: Config, row: Row, box: Box) -> dict[str, Any]:
         "kind": row.kind,
         "standing": row.standing,
         "standing_since": row.standing_since,
-        "public_ip": box.public_ip or row.public_ip,
-        "p2p_public_port": box.p2p_public_port or row.p2p_public_port,
+        "public_ip": public_ip,
+        "p2p_public_port": p2p_public_port,
         "node_sha16_wanted": row.node_sha16_wanted,
         "job_name": row.job,  # a one-shot box's job (the job *file* comes as --data job=...)
     }

@@ -14,10 +14,13 @@ from fleet.core.boxes import Row, is_standing, unread
 from fleet.core.config import PROVIDERS, Config
 from fleet.core.errors import AuthFailed, FleetError, ProviderError, UsageError
 from fleet.core.times import now_iso
+from fleet.core.verdicts import Health
 from fleet.ops import budget, spread
 from fleet.ops import offers as offers_mod
 from fleet.ops import rent as rent_mod
 from fleet.providers.base import Box, Offer, Provider
+from fleet.state import last_tick
+from fleet.state.last_tick import LastTick
 from fleet.state.registry import Registry, check_label
 
 if TYPE_CHECKING:
@@ -175,6 +178,7 @@ def roster_cmd(
     live = {row.label: box for row, box in v.matched}
     rows = [r for r in reg.rows() if all_rows or r.live]
     places = spread.per_place(reg.rows())
+    tick = _fresh_tick(c, reg)
     cells: list[dict[str, str]] = []
     data = []
     total = 0.0
@@ -183,21 +187,27 @@ def roster_cmd(
         status = box.status if box else ("gone" if r in v.gone else r.status)
         if r.live:
             total += r.usd_per_hour
-        cells.append(roster_row(r, status, places))
-        data.append({**r.to_dict(), "live_status": status})
+        h = tick.verdict(r.label) if tick is not None else None
+        cells.append(roster_row(r, status, places, h))
+        data.append({**r.to_dict(), "live_status": status,
+                     "peers": None if h is None else {"in": h.peers_in, "out": h.peers_out,
+                                                      "star_only": h.star_only,
+                                                      "port_owed": h.port_owed}})
     cells += [orphan_row(b) for b in v.orphans]
     owed = _owed(reg)
     cells += [owed_row(o) for o in owed]
     money = _money(c, reg, ps)
-    t = roster_table(cells, roster_caption(total, money))
+    t = roster_table(cells, roster_caption(total, money) + "; " + peers_caption(tick))
     emit(t, {"boxes": data, "orphans": [b.to_dict() for b in v.orphans],
              "owed": [o.for_page().to_dict() | {"rerent_of": o.rerent_of} for o in owed],
              "usd_per_hour": total, "usd_per_day": total * 24, "money": money,
-             "places": places}, as_json)
+             "places": places,
+             "peers_from": None if tick is None else {"tick": tick.number, "at": tick.at}},
+         as_json)
 
 
 ROSTER_COLUMNS = ("label", "role", "kind", "provider", "card", "machine", "USD/h", "uptime",
-                  "status", "job")
+                  "status", "in/out", "job")
 
 
 def roster_table(rows: Sequence[Mapping[str, str]], caption: str) -> Table:
@@ -206,16 +216,19 @@ def roster_table(rows: Sequence[Mapping[str, str]], caption: str) -> Table:
     return tables.build("roster", ROSTER_COLUMNS, rows, caption=caption)
 
 
-def roster_row(r: Row, status: str, places: Mapping[str, int] | None = None) -> dict[str, str]:
+def roster_row(r: Row, status: str, places: Mapping[str, int] | None = None,
+               h: Health | None = None) -> dict[str, str]:
     """A registry row's cells; `status` is what its provider lists now (or the registry's);
-    `places`: how many live boxes each place holds (`spread.per_place`)."""
+    `places`: how many live boxes each place holds (`spread.per_place`); `h`: the loop's
+    last check of it (its p2p peers in/out), where a fresh tick checked it."""
     held = (places or {}).get(r.place or "", 0)
     where = "-" if not r.place else spread.short(r.place) + (f" ({held} boxes)" if held > 1
                                                             else "")
     return {"label": r.label, "role": r.role, "kind": r.kind, "provider": r.provider,
             "card": r.card, "machine": where, "USD/h": f"{r.usd_per_hour:.3f}",
             "uptime": uptime(r.created_at) if r.live else "-",
-            "status": status + (" (standing)" if r.standing else ""), "job": _job_cell(r)}
+            "status": status + (" (standing)" if r.standing else ""),
+            "in/out": h.peers_word() if h is not None else "-", "job": _job_cell(r)}
 
 
 def orphan_row(b: Box) -> dict[str, str]:
@@ -237,6 +250,18 @@ def roster_caption(total: float, money: Mapping[str, Any]) -> str:
             f"bills), committed until midnight ${money['committed_until_midnight_usd']:.2f}"
             f", run rate ${money['run_rate_usd_per_day']:.2f}/day, budget "
             f"${money['daily_budget_usd']:.2f}")
+
+
+def _fresh_tick(c: Config, reg: Registry) -> LastTick | None:
+    """The loop's last tick, where it is fresh (`LastTick.stale`): the peers it read."""
+    tick = last_tick.load(reg.path)
+    return None if tick is None or tick.stale(datetime.now(UTC), c.loop.interval_s) else tick
+
+
+def peers_caption(tick: LastTick | None) -> str:
+    if tick is None:
+        return "in/out: no fresh loop tick on record (fleet check reads the peers now)"
+    return f"in/out: the p2p peers of the loop's tick {tick.number} at {tick.at}"
 
 
 def _money(c: Config, reg: Registry, ps: dict[str, Provider]) -> dict[str, Any]:

@@ -56,7 +56,8 @@ def mesh_data(results: Sequence[Health], rows: Sequence[Row]) -> dict[str, Any]:
         peers = [{"dir": str(p.get("dir")), "remote": str(p.get("remote")),
                   "box": by_endpoint.get(str(p.get("remote")))} for p in h.peer_list]
         boxes.append({"label": h.label, "peers_in": h.peers_in, "peers_out": h.peers_out,
-                      "star_only": h.star_only, "peers": peers, "cell": h.peers_word()})
+                      "star_only": h.star_only, "port_owed": h.port_owed, "peers": peers,
+                      "cell": h.peers_word()})
     degrees: dict[str, int] = {}
     for b in boxes:
         key = "unknown" if b["peers_in"] is None else str(b["peers_in"])
@@ -65,7 +66,8 @@ def mesh_data(results: Sequence[Health], rows: Sequence[Row]) -> dict[str, Any]:
     dialable = sum(1 for b in known if b["peers_in"])
     return {"boxes": boxes, "in_degrees": dict(sorted(degrees.items())),
             "dialable": dialable, "known": len(known), "star_only": sorted(
-                b["label"] for b in boxes if b["star_only"])}
+                b["label"] for b in boxes if b["star_only"]),
+            "owed_port": {b["label"]: b["port_owed"] for b in boxes if b["port_owed"]}}
 
 
 def peer_table(box: Mapping[str, Any]) -> Table:
@@ -78,5 +80,6 @@ def peer_table(box: Mapping[str, Any]) -> Table:
 def summary_line(data: Mapping[str, Any]) -> str:
     degrees = ", ".join(f"{n} with {k} in" for k, n in data["in_degrees"].items()) or "none"
     star = ", ".join(data["star_only"]) or "none"
+    owed = "; ".join(f"{k} ({why})" for k, why in data["owed_port"].items()) or "none"
     return (f"{data['dialable']} of {data['known']} nodes dialled by a peer; in-degrees: "
-            f"{degrees}; star-only: {star}")
+            f"{degrees}; star-only: {star}; owed a port: {owed}")

@@ -40,6 +40,7 @@ class Row:
     rerent_of: str | None = None
     # the live box this one takes over from: it is destroyed once this one is checked well
     move_of: str | None = None
+    move_for: str | None = None  # why it moves: "place" (the spread) or "port" (owed a port)
     created_at: str = ""
     destroyed_at: str | None = None
     # money while stopped: storage only (None: unknown, estimated at full price), and since when

@@ -34,6 +34,8 @@ class Health:
     # fewer inbound peers than the mesh needs, one loop interval after conversion (None:
     # cannot be told yet)
     star_only: bool | None = None
+    # why the box is owed a replacement that maps a p2p port (`fleet.ops.ports`); None: not
+    port_owed: str | None = None
 
     @property
     def well(self) -> bool:
@@ -44,11 +46,12 @@ class Health:
 
     def peers_word(self) -> str:
         """`in/out` as a cell, `?` for a count not known, and `star-only` where the node is
-        dialled by fewer peers than the mesh needs (`fleet.ops.check.star_only`)."""
+        dialled by fewer peers than the mesh needs (`fleet.ops.check.star_only`), `owed a
+        port` where it is owed a replacement that maps one (`fleet.ops.ports`)."""
         def n(v: int | None) -> str:
             return "?" if v is None else str(v)
-        return f"{n(self.peers_in)}/{n(self.peers_out)}" + (" star-only" if self.star_only
-                                                               else "")
+        return f"{n(self.peers_in)}/{n(self.peers_out)}" + \
+            (" star-only" if self.star_only else "") + (" owed a port" if self.port_owed else "")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Health:

@@ -22,6 +22,7 @@ from fleet.core.errors import ConfigError
 from fleet.core.fileutil import write_atomic
 from fleet.core.times import now_iso, seconds_between
 from fleet.core.verdicts import Health
+from fleet.ops import ports
 from fleet.state import releases
 
 if TYPE_CHECKING:
@@ -214,5 +215,6 @@ def check(cfg: Config, built: Built) -> list[Health]:
                              "rpc_at": (status.get("node") or {}).get("rpc_at"),
                              "at": time.time()}
         out.append(h)
+    ports.judge(hosts, out)
     write_atomic(history_path, json.dumps(history, indent=1) + "\n")
     return out + down

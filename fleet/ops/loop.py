@@ -74,6 +74,7 @@ from fleet.core.verdicts import Health
 from fleet.ops import offers as offers_mod
 from fleet.ops import rent as rent_mod
 from fleet.ops import spread
+from fleet.ops.check import MESH_IN
 from fleet.providers.sync import View, view
 from fleet.state import bills
 from fleet.state.loop_memory import Memory, Owe
@@ -105,6 +106,7 @@ class Tick:
     replaced: dict[str, str] = field(default_factory=dict)  # old label -> new label
     converged: list[str] = field(default_factory=list)
     owed: list[Owe] = field(default_factory=list)
+    owed_ports: dict[str, str] = field(default_factory=dict)  # label -> why it is owed a port
     orphans: list[str] = field(default_factory=list)
     provider_errors: list[str] = field(default_factory=list)
     converge_s: float = 0.0  # of took_s: the deploy and checks of what was converged
@@ -118,7 +120,8 @@ class Tick:
     def summary(self) -> str:
         return (f"tick {self.number}: {len(self.well)} well, {len(self.problems)} with "
                 f"problems, {len(self.dead)} dead, {len(self.replaced)} replaced, "
-                f"{len(self.owed)} owed, {len(self.orphans)} orphans, "
+                f"{len(self.owed)} owed, {len(self.owed_ports)} owed a port, "
+                f"{len(self.orphans)} orphans, "
                 f"{len(self.provider_errors)} provider errors ({self.took_s:.1f} s)")
 
 
@@ -210,7 +213,7 @@ class Loop:
         mem.save(self.memory_path)  # the destroys and the re-rents they owe, before any rent
         self._forget_unfit(mem)
         fresh = self._rent_owed(t, mem)
-        fresh += self._start_moves(t, mem, failed)
+        fresh += self._start_moves(t, mem, failed, health)
         self._converge(t, resumed + fresh)
         self._peers(t, mem, v)
         self._orphans(t, mem, v, failed)
@@ -264,9 +267,10 @@ class Loop:
                 self.reg.update(row.label, ssh_host=seen.ssh_host, ssh_port=seen.ssh_port)
             if seen.place and seen.place != row.place:  # where its provider says it runs
                 self.reg.update(row.label, place=seen.place)
-            # a restart may map the p2p port anew: the peers files follow (`_peers`)
-            mapped = (seen.public_ip or row.public_ip, seen.p2p_public_port)
-            if seen.p2p_public_port and mapped != (row.public_ip, row.p2p_public_port):
+            # a restart may map the p2p port anew, or a host stop mapping it: the peers files
+            # follow (`_peers`), and a box left without one is owed a port (`fleet.ops.ports`)
+            mapped = seen.p2p_endpoint((row.public_ip, row.p2p_public_port))
+            if mapped != (row.public_ip, row.p2p_public_port):
                 self.reg.update(row.label, public_ip=mapped[0], p2p_public_port=mapped[1])
         write_known_hosts(self.cfg.known_hosts, self.reg.rows())
         for row in self._standing_rows():
@@ -423,10 +427,13 @@ class Loop:
 
     def _finish_moves(self, t: Tick, health: list[Health], failed: set[str]) -> None:
         """Destroy each box a move has taken over from, once the box it moved to is checked
-        well and synced this tick on a place no other box of the role holds; until then both
-        run (and bill: the move's rent was checked against the budget with both). A move is
-        given up (its new box destroyed, the crowded one kept) when the new box landed on a
-        held place, or is not well and synced `[loop] move_timeout_s` after its rent."""
+        well and synced this tick: on a place no other box of the role holds (a move for the
+        place), or with a mapped p2p port that enough of its mates dial (a move for a port,
+        `_ported`); until then both run (and bill: the move's rent was checked against the
+        budget with both). A move is given up (its new box destroyed, the old one kept) when
+        the new box landed on a held place (for the place) or maps no port either (for a
+        port), or is not done `[loop] move_timeout_s` after its rent."""
+        checks = {h.label: h for h in health}
         done = {h.label for h in health if h.well and h.synced is not False}
         rows = {r.label: r for r in self.reg.rows()}
         for new in rows.values():
@@ -436,6 +443,28 @@ class Loop:
             others = spread.holders(rows.values(), new.role, but=old.label)
             crowd = [lb for lb in others.get(new.place or "", []) if lb != new.label]
             age = time.time() - _epoch(new.created_at) if new.created_at else 0.0
+            if new.move_for == "port":
+                h = checks.get(new.label)
+                if h is not None and (h.port_owed or "").startswith("no mapped"):
+                    self._abandon_move(t, new, old, failed,
+                                       f"it is owed a port too ({h.port_owed})")
+                    continue
+                why = self._ported(new, h)
+                if why is None and new.label in done:
+                    if self._destroy_row(t, old, failed, f"replaced by {new.label} for a port"):
+                        self.reg.update(old.label, note=f"replaced by {new.label}, which maps "
+                                                        f"a p2p port {new.public_ip}:"
+                                                        f"{new.p2p_public_port}")
+                        self._act(t, f"{old.label}: destroyed: replaced by {new.label} for a "
+                                     "port, checked well, synced and dialled")
+                    continue
+                if age > self.cfg.loop.move_timeout_s:
+                    self._abandon_move(t, new, old, failed, f"not done {age:.0f} s after its rent "
+                                       f"(move_timeout_s {self.cfg.loop.move_timeout_s:.0f})")
+                else:
+                    self._act(t, f"{old.label}: kept until {new.label} is checked well, synced "
+                                 f"and dialled ({why or 'not yet well and synced'})")
+                continue
             if not new.place or crowd:
                 where = new.place or "a place its provider does not name"
                 held_by = f", held by {', '.join(crowd)}" if crowd else ""
@@ -456,8 +485,22 @@ class Loop:
                 self._act(t, f"{old.label}: destroyed: moved to {new.label} on {new.place}, "
                              "checked well and synced")
 
+    def _ported(self, new: Row, h: Health | None) -> str | None:
+        """What a box rented for a port still lacks before its old box may go: a mapped p2p
+        port, and as many inbound peers as the mesh needs, min(MESH_IN, its mates); None when
+        it has both (its being well and synced is the caller's)."""
+        if not (new.public_ip and new.p2p_public_port):
+            return "no mapped p2p port listed yet"
+        mates = len([r for r in self._by_role().get(new.role, []) if r.label != new.label])
+        need = min(MESH_IN, mates)
+        if h is None or h.peers_in is None:
+            return "its inbound peers not read yet"
+        if h.peers_in < need:
+            return f"{h.peers_in} inbound peers of {need}"
+        return None
+
     def _abandon_move(self, t: Tick, new: Row, old: Row, failed: set[str], why: str) -> None:
-        """Give a move up: its new box is destroyed, the crowded one stays as it is."""
+        """Give a move up: its new box is destroyed, the old one stays as it is."""
         if self._destroy_row(t, new, failed, f"the move of {old.label}"):
             self.reg.update(new.label, note=f"move of {old.label} given up: {why}")
             self._act(t, f"{new.label}: destroyed: the move of {old.label} given up ({why}); "
@@ -484,63 +527,103 @@ class Loop:
         self.reg.update(row.label, status="destroyed", destroyed_at=now_iso())
         return True
 
-    def _start_moves(self, t: Tick, mem: Memory, failed: set[str]) -> list[str]:
-        """For each spreading role that owes no box this tick, move its oldest crowded box
-        that can move (one sharing its place with an older box of the role) to a place the
-        role does not hold, where one is offered in the same shape (provider, card, GPU
-        count, tier) within the budget: one move per role at a time. Returns the labels
-        rented, to be converted this tick."""
+    def _start_moves(self, t: Tick, mem: Memory, failed: set[str],
+                     health: list[Health]) -> list[str]:
+        """For each role that owes no box this tick, one move at a time: first its oldest box
+        owed a port (`fleet.ops.ports`), to an offer in its shape (provider, card, GPU count)
+        that maps one; else its oldest crowded box (one sharing its place with an older box
+        of a spreading role), to a place the role does not hold in the same shape and tier.
+        Each within the budget. Every box owed a port is said, each tick, with what keeps it
+        waiting. Returns the labels rented, to be converted this tick."""
         rows = self.reg.rows()
         by_label = {r.label: r for r in rows}
-        # a move runs while its new box and its crowded box both live
-        moving = {r.move_of for r in rows if r.live and r.move_of
-                  and (old := by_label.get(r.move_of)) is not None and old.live}
+        # a move runs while its new box and its old box both live
+        moves = {r.move_of: r.label for r in rows if r.live and r.move_of
+                 and (old := by_label.get(r.move_of)) is not None and old.live}
         owing = {o.role for o in t.owed}
+        # checked before this tick's destroys: a box destroyed since (one a move replaced) is
+        # owed nothing
+        t.owed_ports = {h.label: h.port_owed for h in health if h.port_owed
+                        and h.label in by_label and by_label[h.label].live
+                        and h.label not in moves.values()}
         rented: list[str] = []
         for role in self.cfg.roles.values():
             mine = [r for r in rows if r.role == role.name]
-            if role.name in owing or any(r.label in moving for r in mine):
-                continue  # what the roster is owed first; one move at a time
-            for row in spread.crowded(mine, role):
-                if row.provider in failed or row.label in t.dead or unfinished(row) \
-                        or row.provider not in self.providers:
-                    continue
-                label = self._move(t, role, row, rows, mem.unfit_machines)
-                if label is not None:
-                    rented.append(label)
-                    break  # one per role per tick
+            running = next((m for m in mine if m.label in moves), None)
+            owed_port = sorted((r for r in mine if r.label in t.owed_ports),
+                               key=lambda r: r.created_at)
+            if role.name in owing or running is not None:
+                for r in owed_port:  # what the roster is owed first; one move at a time
+                    wait = (f"its replacement {moves[r.label]} is on its way" if
+                            r.label in moves else f"waits: a move of {running.label} runs"
+                            if running is not None else "waits: the role is owed a box first")
+                    self._act(t, f"{r.label}: owed a port ({t.owed_ports[r.label]}); {wait}")
+                continue
+            label = None
+            for row in owed_port:
+                label = self._movable(t, row, failed) and self._move(
+                    t, role, row, rows, mem.unfit_machines, "port", t.owed_ports[row.label])
+                if label:
+                    break
+            for row in [] if label else spread.crowded(mine, role):
+                label = self._movable(t, row, failed) and self._move(
+                    t, role, row, rows, mem.unfit_machines, "place", None)
+                if label:
+                    break
+            if label:
+                rented.append(label)  # one per role per tick
         self._wait_ready(t, rented)
         return rented
 
-    def _move(self, t: Tick, role: Role, row: Row, rows: list[Row],
-              unfit: Mapping[str, str]) -> str | None:
-        """Rent the box `row` moves to, on a free place; None when none is offered or the
-        rent fails (said, and tried again next tick). A place where an earlier move of the
-        box was given up or died is passed over; after MOVE_TRIES such moves, the box stays."""
+    def _movable(self, t: Tick, row: Row, failed: set[str]) -> bool:
+        return row.live and not (row.provider in failed or row.label in t.dead or unfinished(row)
+                    or row.provider not in self.providers)
+
+    def _move(self, t: Tick, role: Role, row: Row, rows: list[Row], unfit: Mapping[str, str],
+              move_for: str, owed_why: str | None) -> str | None:
+        """Rent the box `row` moves to: for a "place", on a place the role does not hold, in
+        the same tier; for a "port", from an offer that maps the p2p port (free places
+        first, like any rent). None when none is offered or the rent fails (said for a port,
+        and for a failed rent; tried again next tick). An offer on a place where an earlier
+        move of the box ended is passed over; after MOVE_TRIES such moves, the box stays."""
         tried = [r for r in rows if r.move_of == row.label and not r.live]
+        said = f"{row.label}: owed a port ({owed_why}); " if move_for == "port" else ""
         if len(tried) >= MOVE_TRIES:
-            return None  # its rows say why each move ended
+            if said:
+                self._act(t, f"{said}it stays: {len(tried)} replacements ended without one "
+                             "(their rows say why)")
+            return None
         p = self.providers[row.provider]
-        found, _ = offers_mod.search(role, [p], card=row.card, gpus=row.gpu_count)
+        found, errors = offers_mod.search(role, [p], card=row.card, gpus=row.gpu_count,
+                                          portless=False)
         held = spread.holders(rows, role.name)
         spent = {r.place for r in tried if r.place}
-        free = [o for o in spread.free_offers(found, held)
-                if (not row.cloud or o.cloud == row.cloud) and o.place not in spent
-                and f"{o.provider}/{o.machine_id}" not in unfit]
-        if not free:
-            return None  # its row already says why it shares its place
+        fit = [o for o in found if (o.place is None or o.place not in spent)
+               and f"{o.provider}/{o.machine_id}" not in unfit]
+        if move_for == "place":
+            fit = [o for o in spread.free_offers(fit, held)
+                   if not row.cloud or o.cloud == row.cloud]
+        if not fit:
+            if said:
+                asked = "; ".join(str(e) for e in errors) or \
+                    f"{row.provider} offers no {row.card} x{row.gpu_count} that maps one"
+                self._act(t, f"{said}it stays, tried again next tick: {asked}")
+            return None  # a crowded box's row already says why it shares its place
         label = labels.rerent_label(row.label, {r.label for r in rows})
         try:
-            res = rent_mod.rent(self.cfg, self.reg, role, free, self.providers,
+            res = rent_mod.rent(self.cfg, self.reg, role, fit, self.providers,
                                 label=label if len(label) <= labels.MAX_LEN else None,
-                                move_of=row.label)
+                                move_of=row.label, move_for=move_for)
         except (BudgetExceeded, ProviderError, UsageError) as e:
-            self._act(t, f"{row.label}: shares {row.place}; a move to another place failed: "
-                         f"{e}")
+            what = "a replacement that maps one" if said else \
+                f"shares {row.place}; a move to another place"
+            self._act(t, f"{said or row.label + ': '}{what} failed: {e}")
             return None
+        why = f"replace {row.label}, owed a port" if said else \
+            f"move {row.label} off {row.place}"
         self._act(t, f"{res.row.label}: rented {res.row.card} x{res.row.gpu_count} on "
-                     f"{res.row.place} at ${res.row.usd_per_hour:.3f}/h to move {row.label} "
-                     f"off {row.place}")
+                     f"{res.row.place or res.row.provider} at ${res.row.usd_per_hour:.3f}/h "
+                     f"to {why}")
         return res.row.label
 
     # -- the owed roster --------------------------------------------------------------------

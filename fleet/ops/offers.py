@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from fleet.core.errors import ProviderError
+from fleet.ops import ports
 
 if TYPE_CHECKING:
     from fleet.core.config import Role
@@ -32,16 +34,32 @@ def disks(role: Role, provider: str) -> tuple[int, int]:
 
 
 def search(role: Role, providers: Iterable[Provider], card: str | None = None,
-           gpus: int = 1) -> tuple[list[Offer], list[ProviderError]]:
+           gpus: int = 1, portless: bool = True) -> tuple[list[Offer], list[ProviderError]]:
     """Cheapest admissible offers for `role`; a provider that fails is reported, not fatal.
     Each provider is asked for offers priced for the storage the rent will ask it for (Vast
-    counts the disk in its price)."""
+    counts the disk in its price).
+
+    A role with a p2p port is offered boxes that map it (`ports.DIRECT`) first. Where no
+    provider offers one, and `portless` allows, the offers that map none are searched and
+    marked `portless`: a node that only dials out still serves, and the loop owes its box a
+    port (`fleet.ops.ports`) until an offer maps one. Never while a provider did not answer
+    (it may offer one), nor with `portless` off (a replacement for a port)."""
+    direct = ports.direct(role)
+    found, failures = _search(role, providers, card, gpus, direct)
+    if found or failures or not direct or not portless:
+        return found, failures  # a provider that did not answer may offer a port
+    found, failures = _search(role, providers, card, gpus, 0)
+    return [replace(o, portless=True) for o in found], failures
+
+
+def _search(role: Role, providers: Iterable[Provider], card: str | None, gpus: int,
+            direct: int) -> tuple[list[Offer], list[ProviderError]]:
     found: list[Offer] = []
     failures: list[ProviderError] = []
     for p in providers:
         try:
             got = p.offers(card=card, gpu_count=gpus, driver=role.admitted_driver,
-                           direct_ports=1 if role.p2p_port else 0, cuda=role.allowed_cuda,
+                           direct_ports=direct, cuda=role.allowed_cuda,
                            disk_gb=sum(disks(role, p.name)))
         except ProviderError as e:
             failures.append(e)

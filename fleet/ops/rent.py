@@ -39,7 +39,7 @@ from fleet.core.errors import (
 )
 from fleet.core.labels import new_label
 from fleet.core.times import in_hours, now_iso
-from fleet.ops import budget, spread
+from fleet.ops import budget, ports, spread
 from fleet.ops import offers as offers_mod
 from fleet.providers.base import Box, Offer, Provider, RentRequest
 from fleet.state import bills
@@ -83,14 +83,16 @@ class RentOutcome:
 def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
          providers: dict[str, Provider], label: str | None = None,
          rerent_of: str | None = None, resume: bool = False,
-         job: tuple[str, int] | None = None, move_of: str | None = None) -> RentOutcome:
+         job: tuple[str, int] | None = None, move_of: str | None = None,
+         move_for: str | None = None) -> RentOutcome:
     """Rent the cheapest offer that still has capacity; refuse if the budget would break.
 
     + label: the box's label (default: generated); after an offer that went, the next one
       gets a generated label (the first one's row is kept, `failed`)
     + rerent_of: the label of the box this one replaces
     + move_of: the label of the live box this one takes over from (the loop's move of a box
-      that shares its place: `fleet.ops.spread`)
+      that shares its place, `fleet.ops.spread`, or of one owed a port, `fleet.ops.ports`)
+    + move_for: why it moves: "place" or "port"
     + resume: `label` holds an unfinished rent's row whose box the provider does not list
       (see `find_unfinished`): the new row replaces it, and its budget check counts the old
       row's cost until now but not beside the new box
@@ -118,8 +120,8 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
         hours = None if job is None else job[1] / 60
         req = request_for(cfg, role, lab, offer.provider)
         try:
-            row = _add_row(cfg, reg, role, offer, req, lab, what, hours, rerent_of, move_of,
-                           resume, job, held, offers)
+            row = _add_row(cfg, reg, role, offer, req, lab, what, hours, rerent_of,
+                           (move_of, move_for), resume, job, held, offers)
         except BudgetExceeded as e:
             # no row was written; the spread's order is not the price's, so a cheaper offer
             # further on may still fit
@@ -154,8 +156,9 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
 
 
 def _add_row(cfg: Config, reg: Registry, role: Role, offer: Offer, req: RentRequest, lab: str,
-             what: str, hours: float | None, rerent_of: str | None, move_of: str | None,
-             resume: bool, job: tuple[str, int] | None, held: dict[str, list[str]],
+             what: str, hours: float | None, rerent_of: str | None,
+             move: tuple[str | None, str | None], resume: bool,
+             job: tuple[str, int] | None, held: dict[str, list[str]],
              offers: Sequence[Offer]) -> Row:
     """The rent's row, written under the registry's lock with the budget's check: raises
     BudgetExceeded (nothing written) when the offer does not fit."""
@@ -163,10 +166,10 @@ def _add_row(cfg: Config, reg: Registry, role: Role, offer: Offer, req: RentRequ
         label=lab, provider=offer.provider, role=role.name, kind=role.kind, card=offer.card,
         gpu_count=offer.gpu_count, usd_per_hour=offer.usd_per_hour, driver=offer.driver,
         cloud=offer.cloud, stopped_usd_per_hour=offer.stopped_usd_per_hour(req),
-        rerent_of=rerent_of, move_of=move_of, node_sha16_wanted=None,
-        place=offer.place, note="; ".join(filter(None, (
+        rerent_of=rerent_of, move_of=move[0], move_for=move[1] if move[0] else None,
+        node_sha16_wanted=None, place=offer.place, note="; ".join(filter(None, (
             "resumed after an unfinished rent" if resume else None,
-            spread.note(role, offer, held, offers)))) or None,
+            ports.rent_note(role, offer), spread.note(role, offer, held, offers)))) or None,
         job=None if job is None else job[0],
         expires_at=None if hours is None else in_hours(hours)),
         check=budget.guard(cfg.daily_budget_usd, offer.usd_per_hour, what,

@@ -203,7 +203,8 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
 
 def _mesh(boxes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The p2p mesh over the standing boxes: how many nodes have each inbound count (unknown
-    apart), how many of those known are dialled by a peer, and which are star-only."""
+    apart), how many of those known are dialled by a peer, which are star-only and which are
+    owed a port."""
     degrees: dict[str, int] = {}
     for b in boxes:
         n = (b.get("peers") or {}).get("in")
@@ -213,7 +214,9 @@ def _mesh(boxes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"in_degrees": dict(sorted(degrees.items())), "known": len(known),
             "dialable": sum(1 for b in known if b["peers"]["in"]),
             "star_only": sorted(b["label"] for b in boxes
-                                if (b.get("peers") or {}).get("star_only"))}
+                                if (b.get("peers") or {}).get("star_only")),
+            "owed_port": sorted(b["label"] for b in boxes
+                                if (b.get("peers") or {}).get("port_owed"))}
 
 
 # where a box's verdict came from: checked (or watched) now, the loop's last tick, or nowhere
@@ -365,7 +368,7 @@ def _standing_box(r: Row, standing: bool, h: Health | None, checked: str, unchec
     if h is None:
         why = unchecked
         box.update(synced=None, blocks=None, peers={"in": None, "out": None,
-                                                    "star_only": None},
+                                                    "star_only": None, "port_owed": None},
                    release={"running": None, "wanted": r.node_sha16_wanted, "state": "unknown"},
                    behind=None, checked_at=None, verdict="unknown", verdict_from=source,
                    problems=[scrub(why)],
@@ -379,7 +382,8 @@ def _standing_box(r: Row, standing: bool, h: Health | None, checked: str, unchec
     else:
         verdict = "problem"
     box.update(synced=h.synced, blocks=h.blocks,
-               peers={"in": h.peers_in, "out": h.peers_out, "star_only": h.star_only},
+               peers={"in": h.peers_in, "out": h.peers_out, "star_only": h.star_only,
+                      "port_owed": scrub(h.port_owed) if h.port_owed else None},
                release={"running": h.node_sha16,
                         "wanted": h.wanted_sha16 or r.node_sha16_wanted, "state": state},
                behind={"current": False, "ahead": False, "behind": True, "other": True}.get(state),

@@ -41,6 +41,8 @@ class Offer:
     data_center: str | None = None  # RunPod Secure Cloud: the data center a rent asks for
     # what its kept storage costs while the box is stopped, USD per GB per month (None: unknown)
     stopped_usd_per_gb_month: float | None = None
+    # found only once no offer mapping the role's p2p port was: its box is owed a port
+    portless: bool = False
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -82,6 +84,14 @@ class Box:
     @property
     def ssh_ready(self) -> bool:
         return self.status == "running" and bool(self.ssh_host) and bool(self.ssh_port)
+
+    def p2p_endpoint(self, known: tuple[str | None, int | None]) -> tuple[str | None, int | None]:
+        """The box's public p2p endpoint (ip, port). A box listed running with its SSH mapped
+        is listed whole: a port it no longer maps is gone (None), never the `known` one. A box
+        still starting (or a listing that says less) keeps what is `known` where it is silent."""
+        if self.ssh_ready:
+            return self.public_ip or known[0], self.p2p_public_port
+        return self.public_ip or known[0], self.p2p_public_port or known[1]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

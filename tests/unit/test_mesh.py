@@ -88,6 +88,6 @@ def test_the_mesh_names_the_box_behind_each_remote_and_counts_the_degrees() -> N
     assert (data["dialable"], data["known"], data["star_only"]) == (1, 2, ["live-b"])
     assert mesh_cmd.summary_line(data) == (
         "1 of 2 nodes dialled by a peer; in-degrees: 1 with 0 in, 1 with 3 in, 1 with "
-        "unknown in; star-only: live-b")
+        "unknown in; star-only: live-b; owed a port: none")
     table = mesh_cmd.peer_table(a)
     assert str(table.title) == "live-a: in/out 3/1"

@@ -503,12 +503,13 @@ def test_the_page_names_each_box_s_place_and_how_many_boxes_it_holds(tmp_path: P
 def test_the_page_shows_each_node_s_peers_and_the_mesh(tmp_path: Path) -> None:
     d = page.build(F.config(), F.rows(), F.health(), F.watched(), F.NOW, owed=F.owed())
     by = {b["label"]: b["peers"] for b in d["boxes"]}
-    assert by["live-vast-a1"] == {"in": 2, "out": 1, "star_only": False}
-    assert by["live-runpod-b2"] == {"in": 0, "out": 2, "star_only": True}
-    assert by["live-vast-c3"] == {"in": None, "out": None, "star_only": None}  # unknown
+    assert by["live-vast-a1"] == {"in": 2, "out": 1, "star_only": False, "port_owed": None}
+    assert by["live-runpod-b2"] == {"in": 0, "out": 2, "star_only": True, "port_owed": None}
+    assert by["live-vast-c3"] == {"in": None, "out": None, "star_only": None,
+                                  "port_owed": None}  # unknown
     assert by["bench-vast-e5"] is None  # a one-shot box runs no node
     assert d["mesh"] == {"in_degrees": {"0": 1, "2": 1, "unknown": 1}, "known": 2,
-                         "dialable": 1, "star_only": ["live-runpod-b2"]}
+                         "dialable": 1, "star_only": ["live-runpod-b2"], "owed_port": []}
     page.write(tmp_path, d)
     html = (tmp_path / "index.html").read_text()
     assert "Mesh: 1 of 2 nodes dialled by a peer (1 unknown)" in html

@@ -1,0 +1,120 @@
+"""The mesh after a replacement: from the new box's conversion to every peers file naming it
+and its node dialled by two peers.
+
+    .venv/bin/python bench/mesh_replace.py [--interval 10] [--rounds 3]   (root: sandbox boxes)
+
+A fresh sandbox, a roster of four standing RTX 4090 boxes (two per provider), settled by the
+loop; then `fleet loop --interval N --json` runs while a Vast box's host dies, once per round.
+The new box's conversion is the moment its row was marked standing (`standing_since`, written
+when the standing deploy and the testinfra checks passed). From there the script polls every
+box over SSH (about once a second: the figures' resolution): every other live box's
+`peers.txt` holding the new box's public p2p endpoint, and the new box's node holding two
+inbound TCP connections on its p2p port (`ss`, as the sandbox test counts them). Target: both
+within one loop interval of the conversion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+from loop import BIN, Sandbox, _epoch  # noqa: E402
+
+from fleet.boxes import boxssh  # noqa: E402
+from fleet.core.boxes import Row  # noqa: E402
+from fleet.core.config import load  # noqa: E402
+from fleet.state.registry import Registry  # noqa: E402
+
+P2P = 26611  # the live role's p2p port (sandbox/fleet_toml.py)
+
+
+def ssh(cfg: Any, row: Row, command: str) -> str:
+    r = boxssh.run(cfg, row, command)
+    return r.stdout if r.returncode == 0 else ""
+
+
+def inbound(cfg: Any, row: Row) -> int:
+    lines = ssh(cfg, row, "ss -Htn state established").splitlines()
+    return sum(1 for ln in lines if ln.split() and ln.split()[-2].endswith(f":{P2P}"))
+
+
+def one_round(sb: Sandbox, base: Path, interval: float) -> dict[str, Any]:
+    cfg = load(base / "fleet.toml")
+    reg = Registry(cfg.registry)
+    victim = next(r for r in reg.rows() if r.live and r.provider == "vast" and r.standing)
+    log = base / "loop.jsonl"
+    with log.open("w") as f:
+        loop = subprocess.Popen([str(BIN / "fleet"), "loop", "--interval", str(interval),
+                                 "--json"], cwd=REPO, env=sb.env, stdout=f,
+                                stderr=subprocess.DEVNULL)
+    try:
+        sb.fleet("sandbox", "fault", "host_death", victim.label)
+        deadline = time.monotonic() + 1800
+        new = None
+        while time.monotonic() < deadline:
+            new = next((r for r in Registry(cfg.registry).rows() if r.rerent_of == victim.label
+                        and r.live and r.standing_since), None)
+            if new is not None:
+                break
+            time.sleep(0.2)
+        if new is None:
+            raise SystemExit("no replacement converted within 30 minutes")
+        converted = _epoch(new.standing_since or "")
+        endpoint = f"{new.public_ip}:{new.p2p_public_port}"
+        peers_at = dialled_at = None
+        while (peers_at is None or dialled_at is None) and time.monotonic() < deadline:
+            now = time.time()
+            others = [r for r in Registry(cfg.registry).rows()
+                      if r.live and r.standing and r.label != new.label]
+            if peers_at is None and others and all(
+                    endpoint in ssh(cfg, r, "cat /root/fleet/peers.txt").split()
+                    for r in others):
+                peers_at = now
+            if dialled_at is None and inbound(cfg, new) >= 2:
+                dialled_at = now
+            time.sleep(0.2)
+    finally:
+        loop.send_signal(signal.SIGTERM)
+        loop.wait(timeout=300)
+    if peers_at is None or dialled_at is None:
+        raise SystemExit("the replacement never joined the mesh within 30 minutes")
+    return {"victim": victim.label, "replacement": new.label,
+            "peers_files_s": round(peers_at - converted, 1),
+            "two_inbound_s": round(dialled_at - converted, 1),
+            "within_one_interval": max(peers_at, dialled_at) - converted <= interval}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--interval", type=float, default=10.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("sandbox boxes need root (namespaces)")
+    out: dict[str, Any] = {"date": datetime.now(UTC).date().isoformat(),
+                           "machine": f"{os.cpu_count()} cores, {platform.platform()}",
+                           "interval_s": args.interval, "rounds": []}
+    with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp, \
+            Sandbox(Path(tmp), 4, args.interval) as sb:
+        sb.settle(4)
+        for _ in range(args.rounds):
+            out["rounds"].append(one_round(sb, Path(tmp), args.interval))
+            print(json.dumps(out["rounds"][-1]), file=sys.stderr, flush=True)
+            sb.settle(4)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

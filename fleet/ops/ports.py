@@ -1,0 +1,67 @@
+"""Owed ports: a standing box of a p2p role that the other nodes cannot dial.
+
+A role with a `p2p_port` wants a mesh: every node dialled by its mates through its provider's
+public mapping of that port. A box is *owed a port* when
+
+- its provider lists no public mapping of the port (a Vast host with too few direct ports, an
+  offer rented when none mapped one): nothing can dial it; or
+- its mapping is measured undialable: the node has stood one loop interval, none of its mates
+  dials it, and some of them are dialled (the mesh works, this box's mapping does not).
+
+The loop then rents a replacement from an offer that maps one, within the budget, and destroys
+the old box only once the new node is checked well, synced and dialled (`Loop._finish_moves`);
+while no offer maps one, the box stays and the loop says why on every tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fleet.core.config import Role
+    from fleet.core.verdicts import Health
+    from fleet.providers.base import Offer
+
+
+def direct(role: Role) -> int:
+    """Direct ports an offer needs for its box to map the role's p2p port: on Vast the direct
+    SSH takes one of the host's direct ports too, and a host with fewer than asked maps none
+    (shared/research/providers.md: "direct_port_count too small means no ports entries").
+    0 for a role without a p2p port."""
+    return len(role.tcp_ports) if role.p2p_port else 0
+
+
+def rent_note(role: Role, offer: Offer) -> str | None:
+    """What the row of a box rented from a portless offer (`offers.search`) says."""
+    if not offer.portless:
+        return None
+    return (f"owed a port: no offer mapped the p2p port {role.p2p_port} when it was rented; "
+            "the loop replaces it once one does")
+
+
+def owed(data: Mapping[str, Any], h: Health, mates: Sequence[Health]) -> str | None:
+    """Why the box of host data `data`, checked as `h`, is owed a port; None when it is not
+    (or its role has no p2p port). `mates`: the checks of the other standing boxes of its
+    role, this tick."""
+    port = data.get("p2p_port")
+    if not port:
+        return None
+    ip, public = data.get("public_ip"), data.get("p2p_public_port")
+    if not ip or not public:
+        return f"no mapped p2p port: {data.get('provider')} lists no public mapping of port {port}"
+    if h.star_only and h.peers_in == 0:
+        dialled = sum(1 for m in mates if (m.peers_in or 0) > 0)
+        if dialled:
+            return (f"its mapping {ip}:{public} is dialled by none of its {len(mates)} mates, "
+                    f"while {dialled} of them are dialled")
+    return None
+
+
+def judge(hosts: Sequence[tuple[str, Mapping[str, Any]]], checks: Sequence[Health]) -> None:
+    """Set `port_owed` on each check of `hosts` (name, host data; one check each, in order)
+    whose box answered: its mates are the other boxes of its role checked with it."""
+    for (_, data), h in zip(hosts, checks, strict=True):
+        mates = [m for (_, d), m in zip(hosts, checks, strict=True)
+                 if m is not h and d.get("role") == data.get("role")]
+        h.port_owed = owed(data, h, mates) if h.ssh else None
