@@ -5,12 +5,13 @@ and its node dialled by two peers.
 
 A fresh sandbox, a roster of four standing RTX 4090 boxes (two per provider), settled by the
 loop; then `fleet loop --interval N --json` runs while a Vast box's host dies, once per round.
-The new box's conversion is the moment its row was marked standing (`standing_since`, written
-when the standing deploy and the testinfra checks passed). From there the script polls every
-box over SSH (about once a second: the figures' resolution): every other live box's
+From the moment the new box's row is marked standing (by the standing deploy) the script polls
+every box over SSH (about once a second: the figures' resolution): every other live box's
 `peers.txt` holding the new box's public p2p endpoint, and the new box's node holding two
-inbound TCP connections on its p2p port (`ss`, as the sandbox test counts them). Target: both
-within one loop interval of the conversion.
+inbound TCP connections on its p2p port (`ss`, as the sandbox test counts them). The
+conversion's end is the loop's own (its tick's start, to the second, plus
+`converged_after_s`: the standing deploy and the testinfra checks passed). Target: both
+within one loop interval of the conversion's end.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ def inbound(cfg: Any, row: Row) -> int:
     return sum(1 for ln in lines if ln.split() and ln.split()[-2].endswith(f":{P2P}"))
 
 
+def ticks_in(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(ln) for ln in log.read_text().splitlines() if ln.startswith("{")]
+
+
 def one_round(sb: Sandbox, base: Path, interval: float) -> dict[str, Any]:
     cfg = load(base / "fleet.toml")
     reg = Registry(cfg.registry)
@@ -71,7 +76,6 @@ def one_round(sb: Sandbox, base: Path, interval: float) -> dict[str, Any]:
             time.sleep(0.2)
         if new is None:
             raise SystemExit("no replacement converted within 30 minutes")
-        converted = _epoch(new.standing_since or "")
         endpoint = f"{new.public_ip}:{new.p2p_public_port}"
         peers_at = dialled_at = None
         while (peers_at is None or dialled_at is None) and time.monotonic() < deadline:
@@ -85,12 +89,18 @@ def one_round(sb: Sandbox, base: Path, interval: float) -> dict[str, Any]:
             if dialled_at is None and inbound(cfg, new) >= 2:
                 dialled_at = now
             time.sleep(0.2)
+        while not any(new.label in t["converged"] for t in ticks_in(log)) \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)  # the tick that converted it is printed once it ends
     finally:
         loop.send_signal(signal.SIGTERM)
         loop.wait(timeout=300)
     if peers_at is None or dialled_at is None:
         raise SystemExit("the replacement never joined the mesh within 30 minutes")
+    tick = next(t for t in ticks_in(log) if new.label in t["converged"])
+    converted = _epoch(tick["started_at"]) + tick["converged_after_s"]
     return {"victim": victim.label, "replacement": new.label,
+            "conversion_s": tick["converge_s"],
             "peers_files_s": round(peers_at - converted, 1),
             "two_inbound_s": round(dialled_at - converted, 1),
             "within_one_interval": max(peers_at, dialled_at) - converted <= interval}

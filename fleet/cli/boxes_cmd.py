@@ -187,7 +187,7 @@ def roster_cmd(
         status = box.status if box else ("gone" if r in v.gone else r.status)
         if r.live:
             total += r.usd_per_hour
-        h = tick.verdict(r.label) if tick is not None else None
+        h = _peers_of(tick, r)
         cells.append(roster_row(r, status, places, h))
         data.append({**r.to_dict(), "live_status": status,
                      "peers": None if h is None else {"in": h.peers_in, "out": h.peers_out,
@@ -256,6 +256,16 @@ def _fresh_tick(c: Config, reg: Registry) -> LastTick | None:
     """The loop's last tick, where it is fresh (`LastTick.stale`): the peers it read."""
     tick = last_tick.load(reg.path)
     return None if tick is None or tick.stale(datetime.now(UTC), c.loop.interval_s) else tick
+
+
+def _peers_of(tick: LastTick | None, r: Row) -> Health | None:
+    """The tick's check of `r`, where it is this box's: a live standing box of the same
+    provider, checked after its rent and not since seen stopped (the page's rule)."""
+    h = tick.verdict(r.label) if tick is not None and r.live and r.standing else None
+    if h is None or tick is None or h.provider != r.provider or r.stopped_at is not None \
+            or not r.created_at or tick.at < r.created_at:
+        return None
+    return h
 
 
 def peers_caption(tick: LastTick | None) -> str:

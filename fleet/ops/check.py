@@ -215,6 +215,6 @@ def check(cfg: Config, built: Built) -> list[Health]:
                              "rpc_at": (status.get("node") or {}).get("rpc_at"),
                              "at": time.time()}
         out.append(h)
-    ports.judge(hosts, out)
+    ports.judge(hosts, out, cfg.loop.interval_s)
     write_atomic(history_path, json.dumps(history, indent=1) + "\n")
     return out + down

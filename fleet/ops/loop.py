@@ -110,6 +110,7 @@ class Tick:
     orphans: list[str] = field(default_factory=list)
     provider_errors: list[str] = field(default_factory=list)
     converge_s: float = 0.0  # of took_s: the deploy and checks of what was converged
+    converged_after_s: float | None = None  # from the tick's start to the conversion's end
     took_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -184,6 +185,7 @@ class Loop:
         self.check_fn = check_fn
         self.peers_fn = peers_fn  # rewrites peers files (None: this loop leaves them alone)
         self._answered = False  # whether any box answered the fleet's SSH in this tick
+        self._started = time.monotonic()  # the tick's start
 
     # -- one tick -------------------------------------------------------------------------
 
@@ -191,7 +193,7 @@ class Loop:
         mem = Memory.load(self.memory_path)
         mem.tick += 1
         t = Tick(mem.tick, now_iso())
-        started = time.monotonic()
+        started = self._started = time.monotonic()
         v = view(self.reg, self.providers)
         failed = set()
         for e in v.failures:
@@ -400,7 +402,7 @@ class Loop:
         for role, rows in sorted(self._by_role().items()):
             if self.cfg.roles[role].p2p_port is None:
                 continue
-            sig = " ".join(sorted(f"{r.label}={r.public_ip}:{r.p2p_public_port}" for r in rows))
+            sig = _peers_sig(rows)
             if mem.peers.get(role) == sig:
                 continue
             labels = sorted(r.label for r in rows if r.label not in skip)
@@ -445,10 +447,6 @@ class Loop:
             age = time.time() - _epoch(new.created_at) if new.created_at else 0.0
             if new.move_for == "port":
                 h = checks.get(new.label)
-                if h is not None and (h.port_owed or "").startswith("no mapped"):
-                    self._abandon_move(t, new, old, failed,
-                                       f"it is owed a port too ({h.port_owed})")
-                    continue
                 why = self._ported(new, h)
                 if why is None and new.label in done:
                     if self._destroy_row(t, old, failed, f"replaced by {new.label} for a port"):
@@ -470,14 +468,19 @@ class Loop:
                 held_by = f", held by {', '.join(crowd)}" if crowd else ""
                 self._abandon_move(t, new, old, failed, f"it landed on {where}{held_by}")
                 continue
-            if new.label not in done:
+            # a p2p role's move keeps its mesh: the new box mapped and dialled like a port's
+            ported = self._ported(new, checks.get(new.label)) \
+                if self.cfg.roles.get(new.role, None) and self.cfg.roles[new.role].p2p_port \
+                else None
+            if new.label not in done or ported is not None:
                 if age > self.cfg.loop.move_timeout_s:
                     self._abandon_move(t, new, old, failed, f"not well and synced {age:.0f} s "
                                        f"after its rent (move_timeout_s "
                                        f"{self.cfg.loop.move_timeout_s:.0f})")
                 else:
                     self._act(t, f"{old.label}: moving to {new.label} ({new.place}); kept "
-                                 f"until {new.label} is checked well and synced")
+                                 f"until {new.label} is checked well and synced"
+                                 + (f" and dialled ({ported})" if ported else ""))
                 continue
             if self._destroy_row(t, old, failed, f"moved to {new.label}"):
                 self.reg.update(old.label, note=f"moved to {new.label} ({new.place}), off "
@@ -543,9 +546,16 @@ class Loop:
         owing = {o.role for o in t.owed}
         # checked before this tick's destroys: a box destroyed since (one a move replaced) is
         # owed nothing
+        # an undialable mapping is the mesh's verdict only once its mates' peers files have
+        # held the role's endpoints since the last tick (a mapping changed on a restart is
+        # not yet dialled: the fleet's own lag, never the box's fault)
+        current = {role: mem.peers.get(role) == _peers_sig(rs)
+                   for role, rs in self._by_role().items()}
         t.owed_ports = {h.label: h.port_owed for h in health if h.port_owed
                         and h.label in by_label and by_label[h.label].live
-                        and h.label not in moves.values()}
+                        and h.label not in moves.values()
+                        and (h.port_owed.startswith("no mapped")
+                             or current.get(by_label[h.label].role, False))}
         rented: list[str] = []
         for role in self.cfg.roles.values():
             mine = [r for r in rows if r.role == role.name]
@@ -598,6 +608,8 @@ class Loop:
                                           portless=False)
         held = spread.holders(rows, role.name)
         spent = {r.place for r in tried if r.place}
+        # a port is sought elsewhere: the box's own host mapped none that worked
+        spent |= {row.place} if move_for == "port" and row.place else set()
         fit = [o for o in found if (o.place is None or o.place not in spent)
                and f"{o.provider}/{o.machine_id}" not in unfit]
         if move_for == "place":
@@ -888,6 +900,7 @@ class Loop:
         started = time.monotonic()
         failure = self.converge_fn(self.cfg, ready)
         t.converge_s = round(time.monotonic() - started, 2)
+        t.converged_after_s = round(time.monotonic() - self._started, 2)
         if failure:
             self._act(t, f"converging {', '.join(ready)}: {failure} (tried again next tick)")
             return
@@ -953,6 +966,11 @@ class Loop:
         # a provider that did not answer keeps its orphans' first-seen times
         mem.orphans = seen | {k: v for k, v in mem.orphans.items()
                               if k.split("/", 1)[0] in failed}
+
+
+def _peers_sig(rows: list[Row]) -> str:
+    """A role's set of public p2p endpoints, as the peers files were last written for it."""
+    return " ".join(sorted(f"{r.label}={r.public_ip}:{r.p2p_public_port}" for r in rows))
 
 
 def _epoch(iso: str) -> float:

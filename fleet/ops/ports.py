@@ -1,12 +1,13 @@
 """Owed ports: a standing box of a p2p role that the other nodes cannot dial.
 
 A role with a `p2p_port` wants a mesh: every node dialled by its mates through its provider's
-public mapping of that port. A box is *owed a port* when
+public mapping of that port. A box is *owed a port*, once it has stood one loop interval, when
 
-- its provider lists no public mapping of the port (a Vast host with too few direct ports, an
-  offer rented when none mapped one): nothing can dial it; or
-- its mapping is measured undialable: the node has stood one loop interval, none of its mates
-  dials it, and some of them are dialled (the mesh works, this box's mapping does not).
+- its provider has never listed a public mapping of the port (a Vast host with too few direct
+  ports, an offer rented when none mapped one): nothing can dial it; or
+- its mapping is measured undialable: none of its mates dials it, and some of them are
+  dialled (the mesh works, this box's mapping does not). The loop acts on this only once the
+  mates' peers files have held the mapping since the last tick (`Loop._start_moves`).
 
 The loop then rents a replacement from an offer that maps one, within the budget, and destroys
 the old box only once the new node is checked well, synced and dialled (`Loop._finish_moves`);
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from fleet.core.times import now_iso, seconds_between
 
 if TYPE_CHECKING:
     from fleet.core.config import Role
@@ -40,12 +43,14 @@ def rent_note(role: Role, offer: Offer) -> str | None:
             "the loop replaces it once one does")
 
 
-def owed(data: Mapping[str, Any], h: Health, mates: Sequence[Health]) -> str | None:
+def owed(data: Mapping[str, Any], h: Health, mates: Sequence[Health],
+         stood: bool) -> str | None:
     """Why the box of host data `data`, checked as `h`, is owed a port; None when it is not
-    (or its role has no p2p port). `mates`: the checks of the other standing boxes of its
-    role, this tick."""
+    (or its role has no p2p port, or it has not `stood` one loop interval since its
+    conversion: a mapping may be listed late). `mates`: the checks of the other standing
+    boxes of its role, this tick."""
     port = data.get("p2p_port")
-    if not port:
+    if not port or not stood:
         return None
     ip, public = data.get("public_ip"), data.get("p2p_public_port")
     if not ip or not public:
@@ -58,10 +63,15 @@ def owed(data: Mapping[str, Any], h: Health, mates: Sequence[Health]) -> str | N
     return None
 
 
-def judge(hosts: Sequence[tuple[str, Mapping[str, Any]]], checks: Sequence[Health]) -> None:
+def judge(hosts: Sequence[tuple[str, Mapping[str, Any]]], checks: Sequence[Health],
+          interval_s: float) -> None:
     """Set `port_owed` on each check of `hosts` (name, host data; one check each, in order)
     whose box answered: its mates are the other boxes of its role checked with it."""
+    now = now_iso()
     for (_, data), h in zip(hosts, checks, strict=True):
         mates = [m for (_, d), m in zip(hosts, checks, strict=True)
                  if m is not h and d.get("role") == data.get("role")]
-        h.port_owed = owed(data, h, mates) if h.ssh else None
+        since = data.get("standing_since")
+        stood = seconds_between(since, now) if since else None
+        h.port_owed = owed(data, h, mates, stood is not None and stood >= interval_s) \
+            if h.ssh else None

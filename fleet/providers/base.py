@@ -86,11 +86,10 @@ class Box:
         return self.status == "running" and bool(self.ssh_host) and bool(self.ssh_port)
 
     def p2p_endpoint(self, known: tuple[str | None, int | None]) -> tuple[str | None, int | None]:
-        """The box's public p2p endpoint (ip, port). A box listed running with its SSH mapped
-        is listed whole: a port it no longer maps is gone (None), never the `known` one. A box
-        still starting (or a listing that says less) keeps what is `known` where it is silent."""
-        if self.ssh_ready:
-            return self.public_ip or known[0], self.p2p_public_port
+        """The box's public p2p endpoint (ip, port): what the listing maps, else what is
+        `known`. A listing without a mapping proves nothing (Vast lists running boxes with
+        `ports` null for minutes): a mapping that truly went is found by the nodes that no
+        longer reach it (`fleet.ops.ports`)."""
         return self.public_ip or known[0], self.p2p_public_port or known[1]
 
     def to_dict(self) -> dict[str, Any]:

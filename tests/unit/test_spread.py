@@ -178,7 +178,7 @@ def moving_loop(tmp_path: Path, sbx: Sandbox, monkeypatch: pytest.MonkeyPatch,
 
     def check(_cfg: Any, built: Any) -> list[Health]:
         return [verdicts.get(label) or Health(label, "vast", ssh=True, agent=True,
-                                              synced=True)
+                                              synced=True, peers_in=2)
                 for label, _ in built.groups["standing"]]
 
     def converge(_cfg: Any, labels: list[str]) -> None:
