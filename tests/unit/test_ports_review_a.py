@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from test_ports import porting_loop, rent_one, standing
-from test_spread import client, vast_machines, wait_running
+from test_spread import vast_machines, wait_running
 
 from fleet.core.verdicts import Health
 from fleet.ops.loop import Loop
@@ -191,4 +191,5 @@ def test_review_a_place_move_does_not_trade_a_mapped_box_for_a_portless_one(
     lp.reg.update(mover.label, standing=True)
     t = lp.tick()
     assert lp.reg.get(b.label).live, (  # type: ignore[union-attr]
-        "the mapped, dialled box was destroyed for a portless mover", "\n".join(t.actions), t.owed_ports)
+        "the mapped, dialled box was destroyed for a portless mover", "\n".join(t.actions),
+        t.owed_ports)
