@@ -116,14 +116,20 @@ def main() -> None:
     out: dict[str, Any] = {"date": datetime.now(UTC).date().isoformat(),
                            "machine": f"{os.cpu_count()} cores, {platform.platform()}",
                            "interval_s": args.interval, "rounds": []}
-    with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp, \
-            Sandbox(Path(tmp), 4, args.interval) as sb:
-        sb.settle(4)
-        for _ in range(args.rounds):
-            out["rounds"].append(one_round(sb, Path(tmp), args.interval))
-            print(json.dumps(out["rounds"][-1]), file=sys.stderr, flush=True)
-            sb.settle(4)
+    with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
+        sb = Sandbox(Path(tmp), 4, args.interval)
+        sb.machines = 64  # each round's host death takes a machine out of the market
+        with sb:
+            rounds(sb, Path(tmp), args.interval, args.rounds, out)
     print(json.dumps(out, indent=1))
+
+
+def rounds(sb: Sandbox, base: Path, interval: float, n: int, out: dict[str, Any]) -> None:
+    sb.settle(4)
+    for _ in range(n):
+        out["rounds"].append(one_round(sb, base, interval))
+        print(json.dumps(out["rounds"][-1]), file=sys.stderr, flush=True)
+        sb.settle(4)
 
 
 if __name__ == "__main__":

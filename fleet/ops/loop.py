@@ -72,8 +72,8 @@ from fleet.core.errors import (
 from fleet.core.times import now_iso, parse_iso
 from fleet.core.verdicts import Health
 from fleet.ops import offers as offers_mod
+from fleet.ops import ports, spread
 from fleet.ops import rent as rent_mod
-from fleet.ops import spread
 from fleet.ops.check import MESH_IN
 from fleet.providers.sync import View, view
 from fleet.state import bills
@@ -412,7 +412,7 @@ class Loop:
             if failure:
                 self._act(t, f"peers files of role {role}: {failure} (tried again next tick)")
                 continue
-            mem.peers[role] = sig
+            mem.peers[role], mem.peers_at[role] = sig, now_iso()
             dialable = sum(1 for r in rows if r.public_ip and r.p2p_public_port)
             self._act(t, f"peers files of role {role} rewritten on {len(labels)} boxes "
                          f"({dialable} dialable endpoints)")
@@ -547,9 +547,10 @@ class Loop:
         # checked before this tick's destroys: a box destroyed since (one a move replaced) is
         # owed nothing
         # an undialable mapping is the mesh's verdict only once its mates' peers files have
-        # held the role's endpoints since the last tick (a mapping changed on a restart is
-        # not yet dialled: the fleet's own lag, never the box's fault)
+        # held the role's endpoints for longer than a reading may be old (a mapping changed
+        # on a restart, a box just joined: not yet dialled, the fleet's own lag)
         current = {role: mem.peers.get(role) == _peers_sig(rs)
+                   and _age_s(mem.peers_at.get(role)) > ports.SETTLE_S
                    for role, rs in self._by_role().items()}
         t.owed_ports = {h.label: h.port_owed for h in health if h.port_owed
                         and h.label in by_label and by_label[h.label].live
@@ -971,6 +972,11 @@ class Loop:
 def _peers_sig(rows: list[Row]) -> str:
     """A role's set of public p2p endpoints, as the peers files were last written for it."""
     return " ".join(sorted(f"{r.label}={r.public_ip}:{r.p2p_public_port}" for r in rows))
+
+
+def _age_s(iso: str | None) -> float:
+    """Seconds since `iso`; 0 when it is unknown (nothing can be told to be old)."""
+    return time.time() - _epoch(iso) if iso else 0.0
 
 
 def _epoch(iso: str) -> float:

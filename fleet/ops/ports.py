@@ -7,7 +7,7 @@ public mapping of that port. A box is *owed a port*, once it has stood one loop 
   ports, an offer rented when none mapped one): nothing can dial it; or
 - its mapping is measured undialable: none of its mates dials it, and some of them are
   dialled (the mesh works, this box's mapping does not). The loop acts on this only once the
-  mates' peers files have held the mapping since the last tick (`Loop._start_moves`).
+  mates' peers files have held the mapping for SETTLE_S (`Loop._start_moves`).
 
 The loop then rents a replacement from an offer that maps one, within the budget, and destroys
 the old box only once the new node is checked well, synced and dialled (`Loop._finish_moves`);
@@ -25,6 +25,12 @@ if TYPE_CHECKING:
     from fleet.core.config import Role
     from fleet.core.verdicts import Health
     from fleet.providers.base import Offer
+
+
+# how long the peers files must have held a mapping before no mate dialling it is the
+# mapping's fault: a node's reading may be three agent ticks old (`check.STALE_TICKS`, 15 s
+# each) and dialling takes a few seconds more
+SETTLE_S = 60.0
 
 
 def direct(role: Role) -> int:

@@ -50,6 +50,7 @@ class Memory:
     unfit_machines: dict[str, str] = field(default_factory=dict)
     # role -> the endpoints its boxes' peers files were last written with (`Loop._peers`)
     peers: dict[str, str] = field(default_factory=dict)
+    peers_at: dict[str, str] = field(default_factory=dict)  # role -> when they were written
 
     @classmethod
     def load(cls, path: Path) -> Memory:
@@ -57,7 +58,8 @@ class Memory:
             d = json.loads(path.read_text())
             return cls(int(d["tick"]), dict(d["dead"]), [Owe(**o) for o in d["rerents"]],
                        [Owe(**o) for o in d["owed"]], dict(d["orphans"]),
-                       dict(d.get("unfit_machines", {})), dict(d.get("peers", {})))
+                       dict(d.get("unfit_machines", {})), dict(d.get("peers", {})),
+                       dict(d.get("peers_at", {})))
         except FileNotFoundError:
             return cls()
         except (OSError, ValueError, KeyError, TypeError) as e:

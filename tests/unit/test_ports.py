@@ -184,6 +184,15 @@ def porting_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     return lp
 
 
+def peers_settled(lp: Loop) -> None:
+    """The peers files as written long enough ago for every reading to postdate them."""
+    from fleet.state.loop_memory import Memory
+
+    mem = Memory.load(lp.memory_path)
+    mem.peers_at = {role: "2026-01-01T00:00:00Z" for role in mem.peers}
+    mem.save(lp.memory_path)
+
+
 def standing(lp: Loop, *rows: Row) -> None:
     for r in rows:
         lp.reg.update(r.label, host_key="ssh-ed25519 AAAA", standing=True,
@@ -343,3 +352,26 @@ def test_the_roster_shows_the_peers_of_the_loop_s_last_tick_while_it_is_fresh(
     last_tick.save(cfg.registry, 6, iso(old), [h])  # a loop that stopped: its peers say nothing
     assert boxes_cmd._fresh_tick(cfg, reg) is None
     assert boxes_cmd.peers_caption(None).startswith("in/out: no fresh loop tick on record")
+
+
+def test_an_undialable_mapping_is_acted_on_only_once_the_peers_files_settled(
+        sbx: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A box just joined (or remapped): its mates' peers files were rewritten moments ago,
+    and a node's reading may be older than that. No mate dialling it is the fleet's own lag
+    until SETTLE_S has passed; then it is the mapping's fault."""
+    verdicts: dict[str, Health] = {}
+    lp = porting_loop(tmp_path, monkeypatch, verdicts)
+    a, b = rent_one(lp.cfg, lp.reg, "live-s-aaaaaa"), rent_one(lp.cfg, lp.reg, "live-s-bbbbbb")
+    wait_running(sbx)
+    standing(lp, a, b)
+    verdicts[a.label] = Health(a.label, "vast", ssh=True, agent=True, synced=True,
+                               peers_in=0, star_only=True)
+    assert lp.tick().owed_ports == {}  # the peers files are written at this tick's end
+    t = lp.tick()
+    assert t.owed_ports == {} and not [r for r in lp.reg.rows() if r.move_of], t.actions
+    peers_settled(lp)
+    t = lp.tick()
+    a = lp.reg.get(a.label)  # type: ignore[assignment]
+    assert t.owed_ports == {a.label: f"its mapping {a.public_ip}:{a.p2p_public_port} is "
+                                     "dialled by none of its 1 mates, while 1 of them are "
+                                     "dialled"}, t.actions

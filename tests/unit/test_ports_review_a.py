@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_ports import porting_loop, rent_one, standing
+from test_ports import peers_settled, porting_loop, rent_one, standing
 from test_spread import vast_machines, wait_running
 
 from fleet.core.verdicts import Health
@@ -153,6 +153,7 @@ def test_review_a_port_move_for_an_undialable_mapping_does_not_land_on_the_same_
                                  peers_in=0, star_only=True, problems=["node: star-only"])
     t = lp.tick()  # the mates' peers files are written at this tick's end: no verdict yet
     assert old.label not in t.owed_ports, t.actions
+    peers_settled(lp)
     t = lp.tick()
     assert old.label in t.owed_ports, t.actions
     new = next((r for r in lp.reg.rows() if r.move_of == old.label), None)
