@@ -1,4 +1,4 @@
-"""`python -m agent run|status|gpu|admit|ports|manifest DIR|stop|readback|switch|job ...`.
+"""`python -m agent run|status|gpu|admit|ports|manifest DIR|stop|readback|storage|switch|job ...`.
 
 Every command but `run` prints one JSON document on stdout (the pyinfra facts parse these) and
 exits 0. A user's mistake (bad config, bad argument) is one line `error: ...` on stderr and
@@ -44,6 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     with_config("ports", "print the p2p port mapping the provider gave")
     with_config("stop", "stop the programs and the agent")
     with_config("readback", "print what runs: digests read from /proc, the node's own RPC")
+    st = with_config("storage", "review what fills the box (changes nothing), or clean what a "
+                                "saved review listed as regenerable")
+    st.add_argument("action", nargs="?", choices=["review", "clean"], default="review")
+    st.add_argument("--from", dest="source", metavar="FILE",
+                    help="clean: the saved review (- for stdin)")
+    st.add_argument("--dry-run", action="store_true", help="clean: delete nothing")
     sw = with_config("switch", "point the node at a release, wait until it runs synced, "
                                "revert on failure")
     sw.add_argument("--node", required=True, help="absolute path of the node binary")
@@ -145,6 +151,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         from agent.commands.readback import readback
 
         return _print(readback(cfg))
+    if args.command == "storage":
+        from agent.commands import storage
+
+        if args.action == "review":
+            if args.source or args.dry_run:
+                raise usage_error("--from and --dry-run are for `storage clean`")
+            return _print(storage.review(cfg))
+        if not args.source:
+            raise usage_error("storage clean needs --from REVIEW.json (a saved review): "
+                              "nothing is deleted without one")
+        return _print(storage.clean(cfg, args.source, args.dry_run))
     if args.command == "switch":
         from agent.base.pointer import HEX64
         from agent.commands.switch import switch

@@ -27,6 +27,7 @@ JOBS = "jobs"
 STANDING_LOG = f"{OUT}/standing.log"
 POINTER = "standing.node"
 POINTER_DIGEST = "standing.node.sha256"
+POINTER_PREVIOUS = "standing.node.previous"  # what `agent switch` moved away from (kept)
 STATUS = f"{RUN}/status.json"
 AGENT_PID = f"{RUN}/agent.pid"
 BOOT_LOG = f"{LOGS}/boot.log"

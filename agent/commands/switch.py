@@ -28,7 +28,7 @@ from agent.base.lock import AgentLock
 from agent.base.pointer import read_pointer
 from agent.commands.readback import readback
 from agent.commands.stop import live_agent
-from agent.contract import NODE, SWITCH_EXIT, Layout
+from agent.contract import NODE, POINTER_PREVIOUS, SWITCH_EXIT, Layout
 
 POLL_S = 0.25
 LOCK_WAIT_S = 900.0  # a switch waits this long for another to end (its deadline and revert)
@@ -67,6 +67,20 @@ def _acquire(lock: AgentLock, wait_s: float) -> bool:
     return True
 
 
+def _record_previous(layout: Layout, previous: dict[str, str]) -> None:
+    """What the switch moves away from, kept by every storage clean (agent/base/space.py). A
+    record that cannot be written is removed, so that no older one names a wrong release (the
+    clean then keeps the newest other release in its place); neither failure stops a switch."""
+    path = layout.root / POINTER_PREVIOUS
+    try:
+        atomic_write(path, f"{previous['target']}\n{previous['sha256']}\n", durable=True)
+    except OSError:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
 def _switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: float
             ) -> tuple[dict[str, Any], int]:
     layout = cfg.layout
@@ -86,6 +100,8 @@ def _switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: 
     if pointed and _healthy(cfg, sha256):
         return result("unchanged", None)
     if not pointed:
+        if previous is not None:
+            _record_previous(layout, previous)
         write_pointer(layout, target, sha256)
         _nudge(cfg)
     deadline = time.monotonic() + deadline_s
