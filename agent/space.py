@@ -1,8 +1,10 @@
-"""What fills a box, by what the agent knows it wrote, and what a cleanup may delete.
+"""What fills a box, by what the agent knows it wrote, and what a cleanup may delete: part of
+the agent's contract (it imports nothing but agent.contract), so the operator's side reviews
+its own files (`fleet.ops.storage`) with the same review and clean.
 
 The rules live here once: the review (`python -m agent storage`) and the clean (`python -m
-agent storage clean`) ask the same `Rules.category` of every path, so a clean never deletes
-what the rules keep, whatever a review file says. Regenerable:
+agent storage clean`) ask the same `category` of every path, so a clean never deletes what
+the rules keep, whatever a review file says. A box's rules (`Rules`), regenerable:
 
 - releases/<d>: a release no pointer, agent.toml or previous-release record names (the
   previous release is the one `agent switch` moved away from; where none is recorded, the
@@ -28,7 +30,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agent.contract import (
     CONFIG,
@@ -63,6 +65,26 @@ CATEGORIES: dict[str, tuple[bool, str]] = {
     "toolchain cache in use": (False, "a job runs now, or a job's state cannot be read"),
     "fleet files": (False, "the agent, its environment, the node's data and the rest"),
 }
+
+
+class Classifier(Protocol):
+    """What a review and a clean ask of the rules: the categories (name -> (regenerable,
+    why), in the order a review lists them), the folders to read, and each path's category
+    (None: not ours, never touched)."""
+
+    @property
+    def root(self) -> Path: ...
+
+    @property
+    def categories(self) -> dict[str, tuple[bool, str]]: ...
+
+    def tops(self) -> list[Path]: ...
+
+    def category(self, path: Path) -> str | None: ...
+
+    def keeps(self, path: Path) -> bool:
+        """A folder the clean never removes, even emptied."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -118,9 +140,15 @@ class Rules:
             return "snapshots in use" if self.recovery_running else "recovery snapshots"
         return "fleet files"
 
-    def regenerable(self, path: Path) -> bool:
-        name = self.category(path)
-        return name is not None and CATEGORIES[name][0]
+    @property
+    def categories(self) -> dict[str, tuple[bool, str]]:
+        return CATEGORIES
+
+    def tops(self) -> list[Path]:
+        return [self.root] + [d for _, d in self.caches]
+
+    def keeps(self, path: Path) -> bool:
+        return path in {c for _, c in self.caches} or path == self.root / RELEASES
 
 
 def _under(path: Path, top: Path) -> bool:
@@ -229,21 +257,22 @@ def disk(root: Path) -> dict[str, int | None]:
     return {"total_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
 
 
-def review(rules: Rules) -> dict[str, Any]:
+def review(rules: Classifier) -> dict[str, Any]:
     """Every category with its size, file count and oldest file; the regenerable ones with
     each file (path, size, mtime_ns, allocated bytes) for a clean to check. Reads only."""
+    table = rules.categories
     cats: dict[str, Category] = {}
-    for top in [rules.root] + [d for _, d in rules.caches]:
+    for top in rules.tops():
         for path, st in walk(top):
             name = rules.category(path)
             if name is None:
                 continue
             cat = cats.setdefault(name, Category(name))
-            cat.add(path, st, CATEGORIES[name][0])
+            cat.add(path, st, table[name][0])
     space = disk(rules.root)
-    freeable = sum(c.bytes for c in cats.values() if CATEGORIES[c.name][0])
+    freeable = sum(c.bytes for c in cats.values() if table[c.name][0])
     out = []
-    for name, (regen, why) in CATEGORIES.items():
+    for name, (regen, why) in table.items():
         c = cats.get(name)
         if c is None:
             continue
@@ -255,7 +284,7 @@ def review(rules: Rules) -> dict[str, Any]:
             "free_after_bytes": None if free is None else free + freeable}
 
 
-def clean(rules: Rules, reviewed: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
     """Delete what the review `reviewed` listed as regenerable, file by file, only where the
     rules still call it regenerable (else refused) and it still has the size and mtime the
     review recorded (else skipped). Empty directories it leaves under a regenerable path
@@ -272,8 +301,8 @@ def clean(rules: Rules, reviewed: dict[str, Any], dry_run: bool = False) -> dict
         for entry in cat.get("paths") or []:
             path, size, mtime_ns = Path(str(entry[0])), int(entry[1]), int(entry[2])
             now = rules.category(path)
-            if now is None or not CATEGORIES[now][0]:
-                why = "not the fleet's" if now is None else f"{now}: {CATEGORIES[now][1]}"
+            if now is None or not rules.categories[now][0]:
+                why = "not the fleet's" if now is None else f"{now}: {rules.categories[now][1]}"
                 refused.append({"path": str(path), "why": f"preserved ({why})"})
                 continue
             try:
@@ -299,11 +328,11 @@ def clean(rules: Rules, reviewed: dict[str, Any], dry_run: bool = False) -> dict
             "free_before_bytes": before, "free_after_bytes": disk(rules.root)["free_bytes"]}
 
 
-def _prune(d: Path, rules: Rules) -> None:
-    """Remove `d` and its parents while they are empty and regenerable (never a cache's or
-    the releases' own top)."""
-    tops = {c for _, c in rules.caches} | {rules.root / RELEASES}
-    while d not in tops and rules.regenerable(d):
+def _prune(d: Path, rules: Classifier) -> None:
+    """Remove `d` and its parents while they are empty and regenerable (never a folder the
+    rules keep: a cache's or the releases' own top)."""
+    while not rules.keeps(d) and (name := rules.category(d)) is not None \
+            and rules.categories[name][0]:
         try:
             d.rmdir()
         except OSError:

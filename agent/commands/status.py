@@ -41,13 +41,16 @@ FULL_BELOW_BYTES = 1 << 20  # less than this free under run/ or out/ reads as a 
 
 
 def disk_space(layout: Layout) -> dict[str, Any]:
-    """Free bytes where the agent writes (run/ and out/); `full` when either is nearly out."""
+    """Free and total bytes where the agent writes (run/ and out/); `full` when either is
+    nearly out."""
     free: dict[str, int | None] = {}
+    total: dict[str, int | None] = {}
     for name, path in (("run", layout.run), ("out", layout.out)):
         try:
             st = os.statvfs(path)
-            free[name] = st.f_bavail * st.f_frsize
+            free[name], total[name] = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
         except OSError:
-            free[name] = None
+            free[name] = total[name] = None
     known = [v for v in free.values() if v is not None]
-    return {"free_bytes": free, "full": bool(known) and min(known) < FULL_BELOW_BYTES}
+    return {"free_bytes": free, "total_bytes": total,
+            "full": bool(known) and min(known) < FULL_BELOW_BYTES}

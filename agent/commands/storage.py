@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.base import space
+from agent import space
 from agent.base.config import Config
 from agent.base.errors import usage_error
 

@@ -68,7 +68,7 @@ def _acquire(lock: AgentLock, wait_s: float) -> bool:
 
 
 def _record_previous(layout: Layout, previous: dict[str, str]) -> None:
-    """What the switch moves away from, kept by every storage clean (agent/base/space.py). A
+    """What the switch moves away from, kept by every storage clean (agent/space.py). A
     record that cannot be written is removed, so that no older one names a wrong release (the
     clean then keeps the newest other release in its place); neither failure stops a switch."""
     path = layout.root / POINTER_PREVIOUS

@@ -142,13 +142,14 @@ def _read_once(argv: list[str], fact: FactBase[Any], deadline_s: float) -> FactR
         return FactRead(answered=True, error=str(e))
 
 
-def run(cfg: Config, row: Row, command: str,
-        timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """Run `command` on the box; stdout and stderr captured as text."""
+def run(cfg: Config, row: Row, command: str, timeout: float = 120.0,
+        stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `command` on the box, `stdin` (text) as its input; stdout and stderr captured."""
     try:
         # a box's shell may print bytes that are not UTF-8 (a motd, a locale): replaced
         return subprocess.run(argv(cfg, row, command), capture_output=True, text=True,
-                              errors="replace", timeout=timeout, stdin=subprocess.DEVNULL)
+                              errors="replace", timeout=timeout, input=stdin,
+                              stdin=subprocess.DEVNULL if stdin is None else None)
     except subprocess.TimeoutExpired:
         raise FleetError(f"{row.label}: `{command.split()[0]} ...` did not answer within "
                          f"{timeout:.0f}s") from None

@@ -36,6 +36,10 @@ class Health:
     star_only: bool | None = None
     # why the box is owed a replacement that maps a p2p port (`fleet.ops.ports`); None: not
     port_owed: str | None = None
+    # the disk where the agent writes, from the status: its fullest of run/ and out/ (None:
+    # unknown)
+    disk_free: int | None = None
+    disk_total: int | None = None
 
     @property
     def well(self) -> bool:

@@ -48,6 +48,7 @@ def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
         h.problems.append("agent: not installed")
         return h
     disk = status.get("disk") or {}
+    h.disk_free, h.disk_total = _fullest(disk)
     if disk.get("full"):
         free = disk.get("free_bytes") or {}
         h.problems.append("disk full: " + ", ".join(
@@ -99,6 +100,14 @@ def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
         if p.get("degraded"):
             h.problems.append(f"{name}: degraded ({p.get('reason')})")
     return h
+
+
+def _fullest(disk: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(free, total) bytes of the fullest disk the agent writes to; (None, None) unknown."""
+    free, total = disk.get("free_bytes") or {}, disk.get("total_bytes") or {}
+    known = [(f, total.get(k)) for k, f in free.items() if _count(f) is not None
+             and _count(total.get(k))]
+    return min(known, key=lambda ft: ft[0] / ft[1]) if known else (None, None)
 
 
 def _count(v: Any) -> int | None:

@@ -219,6 +219,19 @@ def _mesh(boxes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                                 if (b.get("peers") or {}).get("port_owed"))}
 
 
+LOW_DISK_SHARE = 0.15  # a disk with less free than this is flagged: a full disk stops a node
+
+
+def disk_of(h: Health | None) -> dict[str, Any]:
+    """The free space where a box's agent writes, as a share of its disk, and whether it is
+    low (None throughout when the check could not read it)."""
+    if h is None or h.disk_free is None or not h.disk_total:
+        return {"free_bytes": None, "total_bytes": None, "free_share": None, "low": None}
+    share = h.disk_free / h.disk_total
+    return {"free_bytes": h.disk_free, "total_bytes": h.disk_total,
+            "free_share": round(share, 3), "low": share < LOW_DISK_SHARE}
+
+
 # where a box's verdict came from: checked (or watched) now, the loop's last tick, or nowhere
 VERDICT_SOURCES = ("live", "last_tick", "none")
 
@@ -369,6 +382,7 @@ def _standing_box(r: Row, standing: bool, h: Health | None, checked: str, unchec
         why = unchecked
         box.update(synced=None, blocks=None, peers={"in": None, "out": None,
                                                     "star_only": None, "port_owed": None},
+                   disk=disk_of(None),
                    release={"running": None, "wanted": r.node_sha16_wanted, "state": "unknown"},
                    behind=None, checked_at=None, verdict="unknown", verdict_from=source,
                    problems=[scrub(why)],
@@ -384,6 +398,7 @@ def _standing_box(r: Row, standing: bool, h: Health | None, checked: str, unchec
     box.update(synced=h.synced, blocks=h.blocks,
                peers={"in": h.peers_in, "out": h.peers_out, "star_only": h.star_only,
                       "port_owed": scrub(h.port_owed) if h.port_owed else None},
+               disk=disk_of(h),
                release={"running": h.node_sha16,
                         "wanted": h.wanted_sha16 or r.node_sha16_wanted, "state": state},
                behind={"current": False, "ahead": False, "behind": True, "other": True}.get(state),
@@ -461,7 +476,8 @@ def _oneshot_box(r: Row, w: Watch | None, checked: str, now: datetime,
         verdict = "well" if w.well else "problem"
     if r.refusal:
         problems.append(scrub(f"refused: {r.refusal}; 0 invocations"))
-    box.update(synced=None, blocks=None, peers=None, release=None, behind=None, checked_at=at,
+    box.update(synced=None, blocks=None, peers=None, disk=None, release=None, behind=None,
+               checked_at=at,
                verdict=verdict, verdict_from="live", problems=problems,
                job={"name": r.job, "phase": phase or ("staged" if r.job else None),
                     "age_min": age, "ttl_left_min": left})

@@ -233,7 +233,7 @@ def test_no_key_endpoint_or_address_reaches_either_file(tmp_path: Path,
     assert {frozenset(b) for b in boxes} == {frozenset({
         "label", "role", "kind", "standing", "card", "gpus", "provider", "status",
         "uptime_h", "usd_per_hour", "synced", "blocks", "release", "behind", "checked_at",
-        "verdict", "verdict_from", "problems", "job", "place", "place_boxes", "peers"})}
+        "verdict", "verdict_from", "problems", "job", "place", "place_boxes", "peers", "disk"})}
 
 
 def test_the_scrubber() -> None:

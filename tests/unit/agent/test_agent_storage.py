@@ -1,4 +1,4 @@
-"""The storage review and clean on a box's root (agent/base/space.py, `python -m agent storage`):
+"""The storage review and clean on a box's root (agent/space.py, `python -m agent storage`):
 the review lists each category and changes nothing; the clean frees what it promised, skips a
 file changed since the review, refuses what the rules keep whatever the review says, and never
 touches the running, previous or wanted release, current logs or job outputs."""
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent.base import space
+from agent import space
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -1,0 +1,164 @@
+"""`fleet storage review` and `fleet storage clean`: what fills the standing boxes and the
+operator's own state, and a cleanup of regenerable files only, by a saved review.
+
+The review changes nothing anywhere: one SSH command a box through its agent (`python -m agent
+storage`, whose rules, `agent.space`, know what the agent wrote), and the same review of the
+operator's state folder with its own rules (`LocalRules`). The clean sends each box its part
+of a saved review (`python -m agent storage clean --from -`); the agent deletes only what the
+rules still call regenerable and what still has the size and mtime the review recorded, so a
+hand-edited review can name a kept file and it is refused for that file.
+
+A review file (`--json`, saved by the operator):
+
+    {"schema": 1, "at": "2026-12-04T17:00:00Z",
+     "boxes": {label: {"provider_id": ..., agent review: root, disk, categories, ...}},
+     "errors": {label: why},               boxes whose review could not be read
+     "local": {review of the state folder} (with --archive)
+     "freeable_bytes": n}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent import space
+from agent.contract import ROOT, VENV_PYTHON
+from fleet.boxes import boxssh
+from fleet.core.boxes import Row
+from fleet.core.config import Config
+from fleet.core.errors import FleetError, UsageError
+from fleet.core.times import now_iso
+
+SCHEMA = 1
+REVIEW = f"cd {ROOT} && {VENV_PYTHON} -m agent storage --json"
+CLEAN = f"cd {ROOT} && {VENV_PYTHON} -m agent storage clean --from -"
+REVIEW_DEADLINE_S = 300.0  # walking a box's disk; a clean deletes as long
+
+LOCAL_CATEGORIES: dict[str, tuple[bool, str]] = {
+    "build cache": (True, "agent bundles and release tarballs the deploys build again"),
+    "archive": (False, "outputs read back from the boxes: anything under the store's archive"),
+    "release store": (False, "the releases the fleet publishes"),
+    "fleet state": (False, "the registry, the loop's memory, the page and the rest"),
+}
+
+
+@dataclass(frozen=True)
+class LocalRules:
+    """The operator's state folder (beside the registry), its build cache, archive and
+    release store, with the same review and clean as a box's (`agent.space`)."""
+
+    root: Path
+    cache: Path
+    archive: Path
+    releases: Path
+
+    @classmethod
+    def of(cls, cfg: Config, archive: Path) -> LocalRules:
+        state = cfg.registry.parent
+        return cls(state, state / "cache", archive, cfg.releases)
+
+    @property
+    def categories(self) -> dict[str, tuple[bool, str]]:
+        return LOCAL_CATEGORIES
+
+    def tops(self) -> list[Path]:
+        tops: list[Path] = []
+        for t in (self.root, self.archive, self.releases):
+            if not any(t == o or o in t.parents for o in tops):
+                tops.append(t)
+        return tops
+
+    def category(self, path: Path) -> str | None:
+        for name, top in (("archive", self.archive), ("release store", self.releases),
+                          ("build cache", self.cache), ("fleet state", self.root)):
+            if path == top or top in path.parents:
+                return name
+        return None
+
+    def keeps(self, path: Path) -> bool:
+        return path in (self.root, self.cache, self.archive, self.releases)
+
+
+def review(cfg: Config, rows: Sequence[Row], local: LocalRules | None) -> dict[str, Any]:
+    """The review of `rows` (their boxes, in parallel) and of the local state (with
+    `local`). A box whose review cannot be read is named in `errors`, never guessed."""
+    def one(row: Row) -> dict[str, Any] | str:
+        try:
+            r = boxssh.run(cfg, row, REVIEW, timeout=REVIEW_DEADLINE_S)
+        except FleetError as e:
+            return str(e)
+        if r.returncode != 0:
+            return f"the agent's storage review failed: {(r.stderr or r.stdout).strip()[-300:]}"
+        try:
+            doc = json.loads(r.stdout)
+        except ValueError:
+            return "the agent's storage review is not JSON"
+        return doc if isinstance(doc, dict) else "the agent's storage review is not a review"
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        reads = list(pool.map(one, rows))
+    boxes: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for row, got in zip(rows, reads, strict=True):
+        if isinstance(got, str):
+            errors[row.label] = got
+        else:
+            boxes[row.label] = {"provider_id": row.provider_id, **got}
+    out: dict[str, Any] = {"schema": SCHEMA, "at": now_iso(), "boxes": boxes, "errors": errors}
+    if local is not None:
+        out["local"] = space.review(local)
+    out["freeable_bytes"] = sum(int(b.get("freeable_bytes") or 0) for b in boxes.values()) + \
+        int((out.get("local") or {}).get("freeable_bytes") or 0)
+    return out
+
+
+def load_review(path: Path) -> dict[str, Any]:
+    """A saved review, or a UsageError that says why it is not one."""
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as e:
+        raise UsageError(f"review {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise UsageError(f"review {path} is not JSON: {e}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA \
+            or not isinstance(doc.get("boxes"), dict):
+        raise UsageError(f"review {path} is not a fleet storage review (schema {SCHEMA})")
+    return doc
+
+
+def clean(cfg: Config, reviewed: dict[str, Any], rows: dict[str, Row],
+          local: LocalRules | None, dry_run: bool) -> dict[str, Any]:
+    """Each reviewed box cleaned by its part of the review (only while the registry still
+    holds that very box, live), and the local state with `local`."""
+    boxes: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for label, part in sorted(reviewed["boxes"].items()):
+        row = rows.get(label)
+        if row is None or not row.live or row.provider_id != part.get("provider_id"):
+            errors[label] = "not the live box the review read: nothing deleted"
+            continue
+        command = CLEAN + (" --dry-run" if dry_run else "")
+        try:
+            r = boxssh.run(cfg, row, command, timeout=REVIEW_DEADLINE_S,
+                           stdin=json.dumps(part))
+        except FleetError as e:
+            errors[label] = str(e)
+            continue
+        try:
+            boxes[label] = json.loads(r.stdout) if r.returncode == 0 else None
+        except ValueError:
+            boxes[label] = None
+        if boxes[label] is None:
+            del boxes[label]
+            errors[label] = f"the agent's clean failed: {(r.stderr or r.stdout).strip()[-300:]}"
+    out: dict[str, Any] = {"dry_run": dry_run, "boxes": boxes, "errors": errors}
+    if local is not None and isinstance(reviewed.get("local"), dict):
+        if reviewed["local"].get("root") != str(local.root):
+            errors["local"] = f"the review's local state is not {local.root}: nothing deleted"
+        else:
+            out["local"] = space.clean(local, reviewed["local"], dry_run)
+    return out

@@ -1,0 +1,118 @@
+"""The operator's side of the storage review and clean (fleet/ops/storage.py,
+fleet/cli/storage_cmd.py), the disk on `fleet check` and the page. The box's side (the agent's
+rules) is tests/unit/agent/test_agent_storage.py; real boxes are
+tests/integration/test_storage_sandbox.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import page_fixture as F
+import pytest
+from test_cli import fleet
+
+from fleet.core.errors import UsageError
+from fleet.core.verdicts import Health
+from fleet.ops import check
+from fleet.ops import storage as storage_ops
+from fleet.page import data as page_data
+from fleet.page import html as page_html
+
+
+def put(path: Path, size: int = 4096) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(os.urandom(size))
+    return path
+
+
+def local_rules(tmp: Path) -> storage_ops.LocalRules:
+    state = tmp / "state"
+    return storage_ops.LocalRules(state, state / "cache", state / "archive",
+                                  state / "releases")
+
+
+def test_the_local_review_keeps_the_archive_and_releases_and_offers_the_build_cache(
+        tmp_path: Path) -> None:
+    from agent import space
+
+    rules = local_rules(tmp_path)
+    put(rules.cache / "bundle-abc.tar", 64 << 10)
+    put(rules.cache / "release-def.tar", 64 << 10)
+    put(rules.archive / "bench-1" / "fma" / "outputs" / "result.bin")
+    put(rules.releases / "1.4.0" / "igneumd")
+    put(rules.root / "boxes.json")
+    r = space.review(rules)
+    cats = {c["name"]: c for c in r["categories"]}
+    assert cats["build cache"]["regenerable"] and cats["build cache"]["files"] == 2
+    for kept in ("archive", "release store", "fleet state"):
+        assert not cats[kept]["regenerable"] and cats[kept]["files"] == 1, kept
+    done = space.clean(rules, r)
+    assert done["categories"]["build cache"]["freed"] == cats["build cache"]["bytes"] > 0
+    assert rules.cache.is_dir() and not any(rules.cache.iterdir())  # its top stays
+    assert (rules.archive / "bench-1" / "fma" / "outputs" / "result.bin").exists()
+    assert (rules.releases / "1.4.0" / "igneumd").exists()
+
+
+def test_a_saved_review_that_is_not_one_is_refused_with_why(tmp_path: Path) -> None:
+    bad = tmp_path / "review.json"
+    for text, said in (("{torn", "is not JSON"), ('{"schema": 9, "boxes": {}}',
+                                                  "is not a fleet storage review")):
+        bad.write_text(text)
+        with pytest.raises(UsageError, match=said):
+            storage_ops.load_review(bad)
+    with pytest.raises(UsageError, match="No such file"):
+        storage_ops.load_review(tmp_path / "absent.json")
+
+
+@pytest.mark.parametrize("args,said", [
+    (["storage", "clean"], "error: fleet storage clean needs --from REVIEW.json"),
+    (["storage", "clean", "--from", "nope.json"], "error: review nope.json: No such file"),
+    (["storage", "review", "live-nope"], "error: no live standing box live-nope"),
+])
+def test_bad_storage_input_is_one_line_and_status_2(tmp_path: Path, args: list[str],
+                                                     said: str) -> None:
+    r = fleet(tmp_path, *args)
+    assert r.returncode == 2 and r.stderr.startswith(said), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_clean_by_a_review_of_another_box_under_the_label_deletes_nothing(
+        tmp_path: Path) -> None:
+    """A box re-rented under the label since the review is not the box the review read."""
+    from fleet.core.boxes import Row
+
+    row = Row("live-a", "vast", "live", "standing", "RTX 4090", 1, 0.3, "running",
+              provider_id="222", ssh_host="h", ssh_port=22, host_key="k")
+    reviewed = {"schema": 1, "boxes": {"live-a": {"provider_id": "111", "categories": []},
+                                       "live-b": {"provider_id": "9", "categories": []}}}
+    done = storage_ops.clean(F.config(tmp_path), reviewed, {"live-a": row}, None, False)
+    assert done["boxes"] == {}
+    assert done["errors"] == {"live-a": "not the live box the review read: nothing deleted",
+                              "live-b": "not the live box the review read: nothing deleted"}
+
+
+def test_the_check_reads_the_fullest_disk_the_agent_writes_to() -> None:
+    disk = {"free_bytes": {"run": 50, "out": 10}, "total_bytes": {"run": 100, "out": 100}}
+    assert check._fullest(disk) == (10, 100)
+    assert check._fullest({"free_bytes": {"run": 5}}) == (None, None)  # no total: unknown
+    assert check._fullest({}) == (None, None)
+
+
+def test_the_page_shows_each_box_s_free_disk_and_flags_it_under_15_percent(
+        tmp_path: Path) -> None:
+    low = Health("x", "vast", ssh=True, agent=True, disk_free=14, disk_total=100)
+    ok = Health("y", "vast", ssh=True, agent=True, disk_free=15, disk_total=100)
+    assert page_data.disk_of(low)["low"] is True and page_data.disk_of(ok)["low"] is False
+    assert page_data.disk_of(Health("z", "vast"))["low"] is None  # unknown, never "fine"
+    health = F.health()
+    health[0].disk_free, health[0].disk_total = 10 << 30, 100 << 30
+    d = page_data.build(F.config(), F.rows(), health, F.watched(), F.NOW, owed=F.owed())
+    by = {b["label"]: b for b in d["boxes"]}
+    assert by[health[0].label]["disk"] == {"free_bytes": 10 << 30, "total_bytes": 100 << 30,
+                                           "free_share": 0.1, "low": True}
+    page_html.write(tmp_path, d)
+    text = (tmp_path / "index.html").read_text()
+    assert "disk 10% free" in text and "low disk" in text
+    assert json.loads((tmp_path / "fleet.json").read_text())["boxes"]
