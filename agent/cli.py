@@ -50,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--from", dest="source", metavar="FILE",
                     help="clean: the saved review (- for stdin)")
     st.add_argument("--dry-run", action="store_true", help="clean: delete nothing")
+    st.add_argument("--lock-wait-s", type=float, default=600.0, metavar="S",
+                    help="clean: how long to wait for a running switch (default 600)")
     sw = with_config("switch", "point the node at a release, wait until it runs synced, "
                                "revert on failure")
     sw.add_argument("--node", required=True, help="absolute path of the node binary")
@@ -161,7 +163,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if not args.source:
             raise usage_error("storage clean needs --from REVIEW.json (a saved review): "
                               "nothing is deleted without one")
-        return _print(storage.clean(cfg, args.source, args.dry_run))
+        return _print(storage.clean(cfg, args.source, args.dry_run, args.lock_wait_s))
     if args.command == "switch":
         from agent.base.pointer import HEX64
         from agent.commands.switch import switch

@@ -28,7 +28,7 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -80,6 +80,10 @@ class Classifier(Protocol):
 
     def tops(self) -> list[Path]: ...
 
+    def now(self) -> Classifier:
+        """The rules as the files say now (a switch may have moved the pointer meanwhile)."""
+        ...
+
     def category(self, path: Path) -> str | None: ...
 
     def keeps(self, path: Path) -> bool:
@@ -111,7 +115,12 @@ class Rules:
         """The category of `path` (a file, link or directory), or None when it is neither
         under the root nor under a cache: not the fleet's, never touched."""
         for name, cache in self.caches:
+            if path == cache:
+                return None  # the cache's own folder (or a link to one) is not ours to delete
             if _under(path, cache):
+                if name == "apt cache" and not (path.suffix == ".deb" or
+                                                path.parent.name == "partial"):
+                    return None  # apt's lock and the rest: apt's own
                 return name
         if not _under(path, self.root):
             return None
@@ -147,6 +156,11 @@ class Rules:
     def tops(self) -> list[Path]:
         return [self.root] + [d for _, d in self.caches]
 
+    def now(self) -> Rules:
+        return replace(self, kept_releases=kept_releases(self.root),
+                       recovery_running=recovery_running(self.root),
+                       jobs_active=jobs_active(self.root))
+
     def keeps(self, path: Path) -> bool:
         return path in {c for _, c in self.caches} or path == self.root / RELEASES
 
@@ -156,22 +170,31 @@ def _under(path: Path, top: Path) -> bool:
 
 
 def kept_releases(root: Path) -> frozenset[str]:
-    """The release directories a cleanup never deletes: those the pointer, agent.toml or the
-    previous-release record names, and, where no previous release is recorded, the newest
-    other one. A file that cannot be read keeps every release (nothing can be told)."""
+    """The release directories a cleanup never deletes: those the pointer, agent.toml, the
+    previous-release record or the node binary the agent recorded running names, and, where
+    no previous release is recorded, the newest other one. No pointer, or a file that cannot
+    be read, keeps every release (nothing can be told)."""
     names: set[str] = set()
     try:
         dirs = [d for d in (root / RELEASES).iterdir() if d.is_dir()]
     except OSError:
         return frozenset()
+    every = frozenset(d.name for d in dirs)
     texts = []
-    for f in (POINTER, CONFIG, POINTER_PREVIOUS):
+    for f in (POINTER, CONFIG, POINTER_PREVIOUS, f"{RUN}/state.json"):
         try:
             texts.append((root / f).read_text(errors="replace"))
         except FileNotFoundError:
             texts.append("")
         except OSError:
-            return frozenset(d.name for d in dirs)
+            return every
+    if not texts[0].strip():
+        return every  # no pointer: the node runs what the agent adopted, or nothing is known
+    try:  # what the node runs now, as the agent recorded it (a pointer may be pending)
+        state = json.loads(texts[3]) if texts[3].strip() else {}
+        texts[3] = json.dumps(state.get("node_binary"))
+    except (ValueError, AttributeError):
+        return every
     for d in dirs:
         if any(f"{RELEASES}/{d.name}" in t for t in texts):
             names.add(d.name)
@@ -237,6 +260,8 @@ def walk(top: Path) -> Iterator[tuple[Path, os.stat_result]]:
         st = top.lstat()
     except OSError:
         return
+    if stat.S_ISLNK(st.st_mode):
+        return  # a folder that is a link leads somewhere the rules never looked
     if not stat.S_ISDIR(st.st_mode):
         yield top, st
         return
@@ -289,18 +314,25 @@ def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) ->
     rules still call it regenerable (else refused) and it still has the size and mtime the
     review recorded (else skipped). Empty directories it leaves under a regenerable path
     go too. Returns what was freed per category against what the review promised."""
+    problem = invalid(reviewed)
+    if problem:
+        raise ValueError(f"not a storage review: {problem}")
     done: dict[str, dict[str, int]] = {}
     skipped: list[dict[str, str]] = []
     refused: list[dict[str, str]] = []
     emptied: set[Path] = set()
     before = disk(rules.root)["free_bytes"]
-    for cat in reviewed.get("categories") or []:
+    for cat in reviewed["categories"]:
         name = str(cat.get("name"))
-        tally = done.setdefault(name, {"promised": int(cat.get("bytes") or 0) if
-                                       cat.get("regenerable") else 0, "freed": 0, "files": 0})
-        for entry in cat.get("paths") or []:
-            path, size, mtime_ns = Path(str(entry[0])), int(entry[1]), int(entry[2])
-            now = rules.category(path)
+        tally = done.setdefault(name, {"promised": cat["bytes"] if cat.get("regenerable")
+                                       else 0, "freed": 0, "files": 0})
+        for entry in cat["paths"]:
+            path, size, mtime_ns = Path(entry[0]), entry[1], entry[2]
+            crooked = _crooked(entry[0])
+            if crooked:
+                refused.append({"path": entry[0], "why": f"preserved ({crooked})"})
+                continue
+            now = rules.now().category(path)  # read again: a switch may have landed
             if now is None or not rules.categories[now][0]:
                 why = "not the fleet's" if now is None else f"{now}: {rules.categories[now][1]}"
                 refused.append({"path": str(path), "why": f"preserved ({why})"})
@@ -326,6 +358,40 @@ def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) ->
         _prune(d, rules)
     return {"dry_run": dry_run, "categories": done, "skipped": skipped, "refused": refused,
             "free_before_bytes": before, "free_after_bytes": disk(rules.root)["free_bytes"]}
+
+
+def invalid(reviewed: Any) -> str | None:
+    """Why `reviewed` is not a review a clean can act on (checked whole, before anything is
+    deleted), or None."""
+    if not isinstance(reviewed, dict) or not isinstance(reviewed.get("categories"), list):
+        return "no list of categories"
+    for cat in reviewed["categories"]:
+        if not isinstance(cat, dict) or not isinstance(cat.get("paths", []), list):
+            return "a category that is not an object with a list of paths"
+        cat.setdefault("paths", [])
+        if not _count(cat.get("bytes", 0)):
+            return f"category {str(cat.get('name'))[:40]!r}: bytes is not a count"
+        cat.setdefault("bytes", 0)
+        for p in cat["paths"]:
+            if not (isinstance(p, list) and len(p) >= 3 and isinstance(p[0], str)
+                    and "\0" not in p[0] and _count(p[1]) and _count(p[2])):
+                return "a path that is not [path, size, mtime_ns, ...]"
+    return None
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _crooked(text: str) -> str | None:
+    """Why a reviewed path is not one the clean may follow: not absolute, not normal (`..`,
+    `.`, doubled or trailing slashes), or through a link (its folder is not where it says)."""
+    if not os.path.isabs(text) or os.path.normpath(text) != text or text.startswith("//"):
+        return "not a plain absolute path"
+    parent = os.path.dirname(text)
+    if os.path.realpath(parent) != parent:
+        return "its folder is reached through a link"
+    return None
 
 
 def _prune(d: Path, rules: Classifier) -> None:

@@ -1,21 +1,23 @@
 """`python -m agent storage [--json]` and `python -m agent storage clean --from FILE|- [--dry-run]`.
 
-The review reads only: every category of what fills the box (agent/base/space.py), with its
+The review reads only: every category of what fills the box (agent/space.py), with its
 size, file count and oldest file, and what a cleanup would free. The clean deletes only what
 a saved review listed as regenerable, file by file, where the rules still say so and the file
-still has the size and mtime the review recorded.
+still has the size and mtime the review recorded, holding the switch lock throughout.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from agent import space
 from agent.base.config import Config
-from agent.base.errors import usage_error
+from agent.base.errors import AgentError, usage_error
+from agent.base.lock import AgentLock
 
 MAX_REVIEW_BYTES = 256 << 20  # a review file larger than this is not one
 
@@ -24,7 +26,8 @@ def review(cfg: Config) -> dict[str, Any]:
     return space.review(space.Rules.of(cfg.root, cfg.log_keep))
 
 
-def clean(cfg: Config, source: str, dry_run: bool) -> dict[str, Any]:
+def clean(cfg: Config, source: str, dry_run: bool, lock_wait_s: float = 600.0
+          ) -> dict[str, Any]:
     """Clean by the review in `source` (a path, or - for stdin); a review that is not one is
     a usage error and deletes nothing."""
     try:
@@ -38,14 +41,32 @@ def clean(cfg: Config, source: str, dry_run: bool) -> dict[str, Any]:
         reviewed = json.loads(text)
     except ValueError as e:
         raise usage_error(f"review {source} is not JSON: {e}") from None
-    if not isinstance(reviewed, dict) or not isinstance(reviewed.get("categories"), list) \
-            or reviewed.get("root") != str(cfg.root):
+    problem = space.invalid(reviewed)
+    if problem:
+        raise usage_error(f"review {source} is not a storage review: {problem}")
+    if reviewed.get("root") != str(cfg.root):
         raise usage_error(f"review {source} is not a storage review of {cfg.root}")
-    for cat in reviewed["categories"]:
-        paths = cat.get("paths") if isinstance(cat, dict) else None
-        if not isinstance(paths, list) or not all(
-                isinstance(p, list) and len(p) >= 3 and isinstance(p[0], str)
-                and all(isinstance(v, int) for v in p[1:3]) for p in paths):
-            raise usage_error(f"review {source}: a category's paths are not [path, size, "
-                              "mtime_ns, ...] lists")
-    return space.clean(space.Rules.of(cfg.root, cfg.log_keep), reviewed, dry_run)
+    # no switch lands while files go: the pointer the rules read stays the pointer
+    lock = AgentLock(cfg.layout.switch_lock)
+    try:
+        held = _acquire(lock, lock_wait_s)
+    except OSError as e:  # a full disk cannot create the lock file: then no switch holds it
+        if cfg.layout.switch_lock.exists():
+            raise AgentError(f"cannot take {cfg.layout.switch_lock}: {e.strerror}") from None
+        held = True
+    if not held:
+        raise AgentError(f"a switch has held {cfg.layout.switch_lock} for {lock_wait_s:.0f} s: "
+                         "nothing deleted; clean again once it ended")
+    try:
+        return space.clean(space.Rules.of(cfg.root, cfg.log_keep), reviewed, dry_run)
+    finally:
+        lock.release()
+
+
+def _acquire(lock: AgentLock, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while not lock.acquire():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True

@@ -186,6 +186,7 @@ class Loop:
         self.peers_fn = peers_fn  # rewrites peers files (None: this loop leaves them alone)
         self._answered = False  # whether any box answered the fleet's SSH in this tick
         self._started = time.monotonic()  # the tick's start
+        self._started_wall = time.time()
 
     # -- one tick -------------------------------------------------------------------------
 
@@ -194,6 +195,7 @@ class Loop:
         mem.tick += 1
         t = Tick(mem.tick, now_iso())
         started = self._started = time.monotonic()
+        self._started_wall = time.time()  # the checks' readings are no older than this
         v = view(self.reg, self.providers)
         failed = set()
         for e in v.failures:
@@ -412,6 +414,11 @@ class Loop:
             if failure:
                 self._act(t, f"peers files of role {role}: {failure} (tried again next tick)")
                 continue
+            if len(labels) < len(rows):
+                # a box this tick could not reach keeps an old file: written again next tick
+                self._act(t, f"peers files of role {role} rewritten on {len(labels)} of "
+                             f"{len(rows)} boxes (the others again next tick)")
+                continue
             mem.peers[role], mem.peers_at[role] = sig, now_iso()
             dialable = sum(1 for r in rows if r.public_ip and r.p2p_public_port)
             self._act(t, f"peers files of role {role} rewritten on {len(labels)} boxes "
@@ -446,7 +453,12 @@ class Loop:
             crowd = [lb for lb in others.get(new.place or "", []) if lb != new.label]
             age = time.time() - _epoch(new.created_at) if new.created_at else 0.0
             if new.move_for == "port":
-                h = checks.get(new.label)
+                h, was = checks.get(new.label), checks.get(old.label)
+                if was is not None and was.ssh and not was.port_owed:
+                    # a mapping listed late, a passing verdict: the old box is well again
+                    self._abandon_move(t, new, old, failed, f"{old.label} owes no port any "
+                                       "more")
+                    continue
                 why = self._ported(new, h)
                 if why is None and new.label in done:
                     if self._destroy_row(t, old, failed, f"replaced by {new.label} for a port"):
@@ -456,7 +468,7 @@ class Loop:
                         self._act(t, f"{old.label}: destroyed: replaced by {new.label} for a "
                                      "port, checked well, synced and dialled")
                     continue
-                if age > self.cfg.loop.move_timeout_s:
+                if age > self.cfg.loop.move_timeout_s and h is not None:  # never on a blind tick
                     self._abandon_move(t, new, old, failed, f"not done {age:.0f} s after its rent "
                                        f"(move_timeout_s {self.cfg.loop.move_timeout_s:.0f})")
                 else:
@@ -473,7 +485,7 @@ class Loop:
                 if self.cfg.roles.get(new.role, None) and self.cfg.roles[new.role].p2p_port \
                 else None
             if new.label not in done or ported is not None:
-                if age > self.cfg.loop.move_timeout_s:
+                if age > self.cfg.loop.move_timeout_s and new.label in checks:
                     self._abandon_move(t, new, old, failed, f"not well and synced {age:.0f} s "
                                        f"after its rent (move_timeout_s "
                                        f"{self.cfg.loop.move_timeout_s:.0f})")
@@ -550,7 +562,8 @@ class Loop:
         # held the role's endpoints for longer than a reading may be old (a mapping changed
         # on a restart, a box just joined: not yet dialled, the fleet's own lag)
         current = {role: mem.peers.get(role) == _peers_sig(rs)
-                   and _age_s(mem.peers_at.get(role)) > ports.SETTLE_S
+                   and self._started_wall - _epoch(mem.peers_at.get(role) or now_iso())
+                   > ports.SETTLE_S
                    for role, rs in self._by_role().items()}
         t.owed_ports = {h.label: h.port_owed for h in health if h.port_owed
                         and h.label in by_label and by_label[h.label].live
@@ -597,7 +610,8 @@ class Loop:
         first, like any rent). None when none is offered or the rent fails (said for a port,
         and for a failed rent; tried again next tick). An offer on a place where an earlier
         move of the box ended is passed over; after MOVE_TRIES such moves, the box stays."""
-        tried = [r for r in rows if r.move_of == row.label and not r.live]
+        tried = [r for r in rows if r.move_of == row.label and not r.live
+                 and (r.move_for or "place") == move_for]
         said = f"{row.label}: owed a port ({owed_why}); " if move_for == "port" else ""
         if len(tried) >= MOVE_TRIES:
             if said:
@@ -972,11 +986,6 @@ class Loop:
 def _peers_sig(rows: list[Row]) -> str:
     """A role's set of public p2p endpoints, as the peers files were last written for it."""
     return " ".join(sorted(f"{r.label}={r.public_ip}:{r.p2p_public_port}" for r in rows))
-
-
-def _age_s(iso: str | None) -> float:
-    """Seconds since `iso`; 0 when it is unknown (nothing can be told to be old)."""
-    return time.time() - _epoch(iso) if iso else 0.0
 
 
 def _epoch(iso: str) -> float:

@@ -5,8 +5,8 @@ public mapping of that port. A box is *owed a port*, once it has stood one loop 
 
 - its provider has never listed a public mapping of the port (a Vast host with too few direct
   ports, an offer rented when none mapped one): nothing can dial it; or
-- its mapping is measured undialable: none of its mates dials it, and some of them are
-  dialled (the mesh works, this box's mapping does not). The loop acts on this only once the
+- its mapping is measured undialable: none of its mates dials it, while some of them dial
+  others (the mesh works, this box's mapping does not). The loop acts on this only once the
   mates' peers files have held the mapping for SETTLE_S (`Loop._start_moves`).
 
 The loop then rents a replacement from an offer that maps one, within the budget, and destroys
@@ -62,10 +62,11 @@ def owed(data: Mapping[str, Any], h: Health, mates: Sequence[Health],
     if not ip or not public:
         return f"no mapped p2p port: {data.get('provider')} lists no public mapping of port {port}"
     if h.star_only and h.peers_in == 0:
-        dialled = sum(1 for m in mates if (m.peers_in or 0) > 0)
-        if dialled:
+        # evidence only from mates that do dial out: a mate that dials no one says nothing
+        dialling = sum(1 for m in mates if (m.peers_out or 0) > 0)
+        if dialling:
             return (f"its mapping {ip}:{public} is dialled by none of its {len(mates)} mates, "
-                    f"while {dialled} of them are dialled")
+                    f"while {dialling} of them dial others")
     return None
 
 

@@ -83,6 +83,9 @@ class LocalRules:
     def keeps(self, path: Path) -> bool:
         return path in (self.root, self.cache, self.archive, self.releases)
 
+    def now(self) -> LocalRules:
+        return self  # the local rules are fixed paths
+
 
 def review(cfg: Config, rows: Sequence[Row], local: LocalRules | None) -> dict[str, Any]:
     """The review of `rows` (their boxes, in parallel) and of the local state (with
@@ -138,6 +141,10 @@ def clean(cfg: Config, reviewed: dict[str, Any], rows: dict[str, Row],
     errors: dict[str, str] = {}
     for label, part in sorted(reviewed["boxes"].items()):
         row = rows.get(label)
+        problem = space.invalid(part)
+        if problem:
+            errors[label] = f"its part of the review is not one ({problem}): nothing deleted"
+            continue
         if row is None or not row.live or row.provider_id != part.get("provider_id"):
             errors[label] = "not the live box the review read: nothing deleted"
             continue
@@ -156,8 +163,11 @@ def clean(cfg: Config, reviewed: dict[str, Any], rows: dict[str, Row],
             del boxes[label]
             errors[label] = f"the agent's clean failed: {(r.stderr or r.stdout).strip()[-300:]}"
     out: dict[str, Any] = {"dry_run": dry_run, "boxes": boxes, "errors": errors}
-    if local is not None and isinstance(reviewed.get("local"), dict):
-        if reviewed["local"].get("root") != str(local.root):
+    if local is not None and "local" in reviewed:
+        problem = space.invalid(reviewed["local"])
+        if problem:
+            errors["local"] = f"the review's local part is not one ({problem}): nothing deleted"
+        elif reviewed["local"].get("root") != str(local.root):
             errors["local"] = f"the review's local state is not {local.root}: nothing deleted"
         else:
             out["local"] = space.clean(local, reviewed["local"], dry_run)

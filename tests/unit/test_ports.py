@@ -134,14 +134,14 @@ def test_a_box_without_a_mapping_is_owed_a_port_whatever_its_peers() -> None:
     assert ports.owed(data(None), h, [], False) is None  # a mapping may be listed late
 
 
-def test_a_mapping_no_mate_dials_is_owed_only_where_the_mates_are_dialled() -> None:
+def test_a_mapping_no_mate_dials_is_owed_only_where_the_mates_dial_others() -> None:
     h = Health("a", "vast", ssh=True, agent=True, peers_in=0, star_only=True)
-    dialled = Health("b", "vast", ssh=True, agent=True, peers_in=1)
-    lonely = Health("c", "vast", ssh=True, agent=True, peers_in=0)
+    dialled = Health("b", "vast", ssh=True, agent=True, peers_in=1, peers_out=1)
+    lonely = Health("c", "vast", ssh=True, agent=True, peers_in=1, peers_out=0)
     assert ports.owed(data(40001), h, [dialled, lonely], True) == (
-        "its mapping 10.77.1.2:40001 is dialled by none of its 2 mates, while 1 of them are "
-        "dialled")
-    assert ports.owed(data(40001), h, [lonely], True) is None  # no one is dialled
+        "its mapping 10.77.1.2:40001 is dialled by none of its 2 mates, while 1 of them dial "
+        "others")
+    assert ports.owed(data(40001), h, [lonely], True) is None  # it dials no one: no evidence
     early = Health("a", "vast", ssh=True, agent=True, peers_in=0, star_only=None)
     assert ports.owed(data(40001), early, [dialled], True) is None  # not one interval yet
     one = Health("a", "vast", ssh=True, agent=True, peers_in=1, star_only=True)
@@ -172,7 +172,7 @@ def porting_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     def check(_cfg: Any, built: Any) -> list[Health]:
         hosts = built.groups["standing"]
         out = [verdicts.get(label) or Health(label, "vast", ssh=True, agent=True, synced=True,
-                                             peers_in=2) for label, _ in hosts]
+                                             peers_in=2, peers_out=2) for label, _ in hosts]
         ports.judge(hosts, out, cfg.loop.interval_s)  # the real rule on the listing's data
         return out
 
@@ -373,5 +373,5 @@ def test_an_undialable_mapping_is_acted_on_only_once_the_peers_files_settled(
     t = lp.tick()
     a = lp.reg.get(a.label)  # type: ignore[assignment]
     assert t.owed_ports == {a.label: f"its mapping {a.public_ip}:{a.p2p_public_port} is "
-                                     "dialled by none of its 1 mates, while 1 of them are "
-                                     "dialled"}, t.actions
+                                     "dialled by none of its 1 mates, while 1 of them dial "
+                                     "others"}, t.actions

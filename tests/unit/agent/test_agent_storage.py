@@ -168,7 +168,7 @@ def cli(root: Path, *args: str, stdin: str | None = None) -> subprocess.Complete
     (["clean", "--from", "-"], '{"root": "/elsewhere", "categories": []}',
      "is not a storage review of"),
     (["clean", "--from", "-"], '{"root": "ROOT", "categories": [{"paths": [["x", "1", 2]]}]}',
-     "a category's paths are not"),
+     "a path that is not [path, size, mtime_ns, ...]"),
     (["--dry-run"], None, "--from and --dry-run are for `storage clean`"),
 ])
 def test_a_bad_clean_is_one_line_and_status_2_and_deletes_nothing(
@@ -208,3 +208,24 @@ def test_the_toolchain_cache_is_kept_while_a_job_runs_or_its_state_cannot_be_rea
     assert cats["toolchain cache in use"]["files"] == 1 and cats["huggingface cache"]["files"] == 1
     (root / "jobs" / "bench" / "state.json").write_text("{torn")
     assert "toolchain cache in use" in by_name(space.review(rules(root, home, apt)))
+
+
+def test_no_clean_runs_while_a_switch_holds_its_lock(tmp_path: Path) -> None:
+    """A switch holds run/switch.lock for its whole life: a clean waits, then refuses."""
+    import fcntl
+
+    root = tmp_path / "fleet"
+    put(root / "releases" / "old" / "igneumd", 32 << 10)
+    put(root / "releases" / "new" / "igneumd")
+    (root / "standing.node").write_text(f"{root}/releases/new/igneumd\n")
+    (root / "standing.node.previous").write_text(f"{root}/releases/new/igneumd\n")
+    saved = tmp_path / "review.json"
+    saved.write_text(cli(root).stdout)
+    (root / "run").mkdir()
+    with open(root / "run" / "switch.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        r = cli(root, "clean", "--from", str(saved), "--lock-wait-s", "0.5")
+    assert r.returncode == 1 and "a switch has held" in r.stderr and "nothing deleted" in r.stderr
+    assert (root / "releases" / "old" / "igneumd").exists()
+    assert cli(root, "clean", "--from", str(saved)).returncode == 0  # once it ended
+    assert not (root / "releases" / "old").exists()
