@@ -255,7 +255,8 @@ class Category:
 
 
 def walk(top: Path) -> Iterator[tuple[Path, os.stat_result]]:
-    """Every file and link under `top` (never following a link), with its lstat."""
+    """Every file and link under `top` (never following a link, never crossing into another
+    filesystem mounted below it), with its lstat."""
     try:
         st = top.lstat()
     except OSError:
@@ -266,12 +267,20 @@ def walk(top: Path) -> Iterator[tuple[Path, os.stat_result]]:
         yield top, st
         return
     for base, dirs, files in os.walk(top, followlinks=False):
+        dirs[:] = [d for d in dirs if _same_device(os.path.join(base, d), st.st_dev)]
         for name in files + [d for d in dirs if os.path.islink(os.path.join(base, d))]:
             p = Path(base, name)
             try:
                 yield p, p.lstat()
             except OSError:
                 continue
+
+
+def _same_device(path: str, dev: int) -> bool:
+    try:
+        return os.lstat(path).st_dev == dev
+    except OSError:
+        return False
 
 
 def disk(root: Path) -> dict[str, int | None]:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 from fleet.cli.common import cfg, out, sandbox_app
 
 
-def _sandbox_dir() -> Path:
+def sandbox_dir() -> Path:
+    """The sandbox's folder (FLEET_SANDBOX_DIR, default `.sandbox`)."""
     return Path(os.environ.get("FLEET_SANDBOX_DIR", ".sandbox"))
 
 
@@ -33,7 +34,7 @@ def sandbox_up(
     """Start the fake provider APIs (and boxes), write .sandbox/env, rent BOXES boxes."""
     from fleet.cli import sandbox_setup
 
-    sandbox_setup.up(cfg(), _sandbox_dir(), boxes=boxes, role=role, backend=backend, seed=seed,
+    sandbox_setup.up(cfg(), sandbox_dir(), boxes=boxes, role=role, backend=backend, seed=seed,
                    machines=machines, console=out)
 
 
@@ -42,7 +43,7 @@ def sandbox_down() -> None:
     """Destroy the sandbox's boxes and stop everything it started."""
     from fleet.cli import sandbox_setup
 
-    sandbox_setup.down(cfg(), _sandbox_dir(), console=out)
+    sandbox_setup.down(cfg(), sandbox_dir(), console=out)
 
 
 @sandbox_app.command("status")
@@ -50,7 +51,7 @@ def sandbox_status(as_json: bool = typer.Option(False, "--json")) -> None:
     """Is the sandbox up, where, and with what."""
     from fleet.cli import sandbox_setup
 
-    data = sandbox_setup.status(_sandbox_dir())
+    data = sandbox_setup.status(sandbox_dir())
     if as_json:
         sys.stdout.write(json.dumps(data, indent=1, default=str) + "\n")
     else:
@@ -74,6 +75,6 @@ def sandbox_fault(kind: str,
 
     if driver is not None and kind != "driver_drift":
         raise UsageError("--driver goes with driver_drift only")
-    res = sandbox_setup.fault(cfg(), _sandbox_dir(), kind, target, count,
+    res = sandbox_setup.fault(cfg(), sandbox_dir(), kind, target, count,
                             **({"driver": driver} if driver else {}))
     out.print(json.dumps(res))

@@ -49,11 +49,22 @@ def _standing(labels: list[str]) -> list[Row]:
 
 
 def _local(archive: bool) -> Any:
+    """The local state's rules; the sandbox's folder counts as leftovers only while the
+    sandbox provably runs no more (a status that cannot be read keeps it)."""
+    from fleet.cli import sandbox_setup
+    from fleet.cli.sandbox_cmd import sandbox_dir
     from fleet.ops.storage import LocalRules
     from fleet.ops.teardown import archive_dir
 
+    if not archive:
+        return None
     c = cfg()
-    return LocalRules.of(c, archive_dir(c)) if archive else None
+    box_dir = sandbox_dir().resolve()
+    try:
+        running = bool(sandbox_setup.status(box_dir).get("running", True))
+    except Exception:  # noqa: BLE001 (whatever the reason, it is not provably stopped)
+        running = True
+    return LocalRules.of(c, archive_dir(c), box_dir if box_dir.is_dir() else None, running)
 
 
 @storage_app.command("review")

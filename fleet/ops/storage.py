@@ -44,6 +44,8 @@ LOCAL_CATEGORIES: dict[str, tuple[bool, str]] = {
     "archive": (False, "outputs read back from the boxes: anything under the store's archive"),
     "release store": (False, "the releases the fleet publishes"),
     "fleet state": (False, "the registry, the loop's memory, the page and the rest"),
+    "sandbox leftovers": (True, "a stopped sandbox's files: `fleet sandbox up` makes them again"),
+    "sandbox in use": (False, "the sandbox runs (or whether it runs cannot be told)"),
 }
 
 
@@ -56,11 +58,14 @@ class LocalRules:
     cache: Path
     archive: Path
     releases: Path
+    sandbox: Path | None = None  # the sandbox's folder, where it has one
+    sandbox_running: bool = True
 
     @classmethod
-    def of(cls, cfg: Config, archive: Path) -> LocalRules:
+    def of(cls, cfg: Config, archive: Path, sandbox: Path | None = None,
+           sandbox_running: bool = True) -> LocalRules:
         state = cfg.registry.parent
-        return cls(state, state / "cache", archive, cfg.releases)
+        return cls(state, state / "cache", archive, cfg.releases, sandbox, sandbox_running)
 
     @property
     def categories(self) -> dict[str, tuple[bool, str]]:
@@ -68,20 +73,22 @@ class LocalRules:
 
     def tops(self) -> list[Path]:
         tops: list[Path] = []
-        for t in (self.root, self.archive, self.releases):
+        for t in (self.root, self.archive, self.releases, *filter(None, [self.sandbox])):
             if not any(t == o or o in t.parents for o in tops):
                 tops.append(t)
         return tops
 
     def category(self, path: Path) -> str | None:
+        sandbox = "sandbox in use" if self.sandbox_running else "sandbox leftovers"
         for name, top in (("archive", self.archive), ("release store", self.releases),
-                          ("build cache", self.cache), ("fleet state", self.root)):
-            if path == top or top in path.parents:
+                          (sandbox, self.sandbox), ("build cache", self.cache),
+                          ("fleet state", self.root)):
+            if top is not None and (path == top or top in path.parents):
                 return name
         return None
 
     def keeps(self, path: Path) -> bool:
-        return path in (self.root, self.cache, self.archive, self.releases)
+        return path in (self.root, self.cache, self.archive, self.releases, self.sandbox)
 
     def now(self) -> LocalRules:
         return self  # the local rules are fixed paths

@@ -116,3 +116,44 @@ def test_the_page_shows_each_box_s_free_disk_and_flags_it_under_15_percent(
     text = (tmp_path / "index.html").read_text()
     assert "disk 10% free" in text and "low disk" in text
     assert json.loads((tmp_path / "fleet.json").read_text())["boxes"]
+
+
+def test_a_stopped_sandbox_s_folder_is_leftovers_and_a_running_one_is_kept(
+        tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from agent import space
+
+    rules = replace(local_rules(tmp_path), sandbox=tmp_path / "sbx", sandbox_running=False)
+    put(rules.sandbox / "boxes" / "vast-1" / "log" / "sshd.log")  # type: ignore[operator]
+    put(rules.sandbox / "hub" / "objects" / "abc")  # type: ignore[operator]
+    cats = {c["name"]: c for c in space.review(rules)["categories"]}
+    assert cats["sandbox leftovers"]["regenerable"] and cats["sandbox leftovers"]["files"] == 2
+    running = replace(rules, sandbox_running=True)
+    cats = {c["name"]: c for c in space.review(running)["categories"]}
+    assert not cats["sandbox in use"]["regenerable"] and "sandbox leftovers" not in cats
+    done = space.clean(running, space.review(rules))  # reviewed stopped, running by the clean
+    assert [x["path"] for x in done["refused"]] and not done["categories"][
+        "sandbox leftovers"]["freed"]
+    assert (rules.sandbox / "hub" / "objects" / "abc").exists()  # type: ignore[operator]
+
+
+def test_the_review_never_crosses_into_a_filesystem_mounted_below(tmp_path: Path) -> None:
+    """A leftover box disk (or overlay of the host's root) mounted under the folder is
+    another filesystem: never read, never cleaned."""
+    import subprocess
+
+    from agent import space
+
+    rules = local_rules(tmp_path)
+    put(rules.cache / "bundle.tar")
+    mnt = rules.cache / "leftover-mount"
+    mnt.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], check=True)
+    try:
+        put(mnt / "inside", 1024)
+        paths = [p[0] for c in space.review(rules)["categories"] for p in c["paths"]]
+        assert str(rules.cache / "bundle.tar") in paths
+        assert not any(p.startswith(str(mnt)) for p in paths)
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
