@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -16,11 +14,7 @@ if TYPE_CHECKING:
     pass
 
 from fleet.cli.common import cfg, out, sandbox_app
-
-
-def sandbox_dir() -> Path:
-    """The sandbox's folder (FLEET_SANDBOX_DIR, default `.sandbox`)."""
-    return Path(os.environ.get("FLEET_SANDBOX_DIR", ".sandbox"))
+from fleet.core.paths import sandbox_dir
 
 
 @sandbox_app.command("up")

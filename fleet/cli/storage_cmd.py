@@ -52,7 +52,7 @@ def _local(archive: bool) -> Any:
     """The local state's rules; the sandbox's folder counts as leftovers only while the
     sandbox provably runs no more (a status that cannot be read keeps it)."""
     from fleet.cli import sandbox_setup
-    from fleet.cli.sandbox_cmd import sandbox_dir
+    from fleet.core.paths import sandbox_dir
     from fleet.ops.storage import LocalRules
     from fleet.ops.teardown import archive_dir
 

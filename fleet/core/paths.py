@@ -8,6 +8,7 @@ checkout itself, for what only a checkout has (the demo's fleet.toml)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 SHIPPED = Path(__file__).resolve().parents[1] / "shipped"
@@ -16,3 +17,8 @@ CHECKS = SHIPPED / "checks"
 BOX_FILES = SHIPPED / "boxfiles"
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def sandbox_dir() -> Path:
+    """The sandbox's folder (FLEET_SANDBOX_DIR, default `.sandbox`)."""
+    return Path(os.environ.get("FLEET_SANDBOX_DIR", ".sandbox"))
