@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 
 
@@ -25,6 +26,15 @@ class AgentLock:
             os.close(fd)
             return False
         self._fd = fd
+        return True
+
+    def acquire_within(self, wait_s: float, poll_s: float = 0.2) -> bool:
+        """Take the lock within `wait_s`, polled (a blocking flock has no timeout)."""
+        deadline = time.monotonic() + wait_s
+        while not self.acquire():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_s)
         return True
 
     def release(self) -> None:

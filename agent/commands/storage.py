@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,7 @@ def clean(cfg: Config, source: str, dry_run: bool, lock_wait_s: float = 600.0
     # no switch lands while files go: the pointer the rules read stays the pointer
     lock = AgentLock(cfg.layout.switch_lock)
     try:
-        held = _acquire(lock, lock_wait_s)
+        held = lock.acquire_within(lock_wait_s)
     except OSError as e:  # a full disk cannot create the lock file: then no switch holds it
         if cfg.layout.switch_lock.exists():
             raise AgentError(f"cannot take {cfg.layout.switch_lock}: {e.strerror}") from None
@@ -62,11 +61,3 @@ def clean(cfg: Config, source: str, dry_run: bool, lock_wait_s: float = 600.0
     finally:
         lock.release()
 
-
-def _acquire(lock: AgentLock, wait_s: float) -> bool:
-    deadline = time.monotonic() + wait_s
-    while not lock.acquire():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.2)
-    return True

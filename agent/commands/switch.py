@@ -46,7 +46,7 @@ def switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: f
     layout = cfg.layout
     layout.run.mkdir(parents=True, exist_ok=True)
     lock = AgentLock(layout.switch_lock)
-    if not _acquire(lock, LOCK_WAIT_S):
+    if not lock.acquire_within(LOCK_WAIT_S, POLL_S):
         reason = (f"another switch has held run/switch.lock for {LOCK_WAIT_S:.0f} s; nothing "
                   "changed (try again once it has ended)")
         return {"outcome": "refused", "reason": reason, "previous": None,
@@ -55,16 +55,6 @@ def switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: f
         return _switch(cfg, target, sha256, stable_s, deadline_s)
     finally:
         lock.release()
-
-
-def _acquire(lock: AgentLock, wait_s: float) -> bool:
-    """The lock within wait_s (polled: a blocking flock has no timeout)."""
-    deadline = time.monotonic() + wait_s
-    while not lock.acquire():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(POLL_S)
-    return True
 
 
 def _record_previous(layout: Layout, previous: dict[str, str]) -> None:

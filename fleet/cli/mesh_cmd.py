@@ -10,6 +10,7 @@ from rich.table import Table
 
 from fleet.cli import common, tables
 from fleet.cli.common import app, cfg, out, registry
+from fleet.core.verdicts import mesh_summary
 
 if TYPE_CHECKING:
     from fleet.core.boxes import Row
@@ -58,16 +59,9 @@ def mesh_data(results: Sequence[Health], rows: Sequence[Row]) -> dict[str, Any]:
         boxes.append({"label": h.label, "peers_in": h.peers_in, "peers_out": h.peers_out,
                       "star_only": h.star_only, "port_owed": h.port_owed, "peers": peers,
                       "cell": h.peers_word()})
-    degrees: dict[str, int] = {}
-    for b in boxes:
-        key = "unknown" if b["peers_in"] is None else str(b["peers_in"])
-        degrees[key] = degrees.get(key, 0) + 1
-    known = [b for b in boxes if b["peers_in"] is not None]
-    dialable = sum(1 for b in known if b["peers_in"])
-    return {"boxes": boxes, "in_degrees": dict(sorted(degrees.items())),
-            "dialable": dialable, "known": len(known), "star_only": sorted(
-                b["label"] for b in boxes if b["star_only"]),
-            "owed_port": {b["label"]: b["port_owed"] for b in boxes if b["port_owed"]}}
+    return {"boxes": boxes,
+            **mesh_summary([(h.label, h.peers_in, h.star_only) for h in results]),
+            "owed_port": {h.label: h.port_owed for h in results if h.port_owed}}
 
 
 def peer_table(box: Mapping[str, Any]) -> Table:

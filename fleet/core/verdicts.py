@@ -3,7 +3,7 @@ watch (the meter watchdog). Judged in `fleet.ops`, drawn by the page and the CLI
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -84,6 +84,20 @@ class Health:
         if not out["problems"] and not (out["ssh"] and out["agent"]):
             raise ValueError("a box's health with no problem though SSH or its agent is down")
         return cls(**out)
+
+
+def mesh_summary(boxes: Sequence[tuple[str, int | None, bool | None]]) -> dict[str, Any]:
+    """The p2p mesh over boxes given as (label, inbound peers, star-only): how many nodes have
+    each inbound count (unknown apart), how many are known, how many of those a peer dials,
+    and which are star-only."""
+    degrees: dict[str, int] = {}
+    for _, n, _ in boxes:
+        key = "unknown" if n is None else str(n)
+        degrees[key] = degrees.get(key, 0) + 1
+    known = [n for _, n, _ in boxes if n is not None]
+    return {"in_degrees": dict(sorted(degrees.items())), "known": len(known),
+            "dialable": sum(1 for n in known if n),
+            "star_only": sorted(label for label, _, star in boxes if star)}
 
 
 # Health's field types (as written in its annotations) -> what from_dict accepts

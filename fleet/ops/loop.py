@@ -440,8 +440,9 @@ class Loop:
         place), or with a mapped p2p port that enough of its mates dial (a move for a port,
         `_ported`); until then both run (and bill: the move's rent was checked against the
         budget with both). A move is given up (its new box destroyed, the old one kept) when
-        the new box landed on a held place (for the place) or maps no port either (for a
-        port), or is not done `[loop] move_timeout_s` after its rent."""
+        the new box landed on a held place (for the place), when the old box owes no port
+        any more (for a port), or when a tick that checked the new box finds it not done
+        `[loop] move_timeout_s` after its rent."""
         checks = {h.label: h for h in health}
         done = {h.label for h in health if h.well and h.synced is not False}
         rows = {r.label: r for r in self.reg.rows()}
@@ -481,9 +482,9 @@ class Loop:
                 self._abandon_move(t, new, old, failed, f"it landed on {where}{held_by}")
                 continue
             # a p2p role's move keeps its mesh: the new box mapped and dialled like a port's
+            role = self.cfg.roles.get(new.role)
             ported = self._ported(new, checks.get(new.label)) \
-                if self.cfg.roles.get(new.role, None) and self.cfg.roles[new.role].p2p_port \
-                else None
+                if role is not None and role.p2p_port else None
             if new.label not in done or ported is not None:
                 if age > self.cfg.loop.move_timeout_s and new.label in checks:
                     self._abandon_move(t, new, old, failed, f"not well and synced {age:.0f} s "
@@ -561,9 +562,7 @@ class Loop:
         # an undialable mapping is the mesh's verdict only once its mates' peers files have
         # held the role's endpoints for longer than a reading may be old (a mapping changed
         # on a restart, a box just joined: not yet dialled, the fleet's own lag)
-        current = {role: mem.peers.get(role) == _peers_sig(rs)
-                   and self._started_wall - _epoch(mem.peers_at.get(role) or now_iso())
-                   > ports.SETTLE_S
+        current = {role: self._peers_settled(mem, role, rs)
                    for role, rs in self._by_role().items()}
         t.owed_ports = {h.label: h.port_owed for h in health if h.port_owed
                         and h.label in by_label and by_label[h.label].live
@@ -583,21 +582,23 @@ class Loop:
                             if running is not None else "waits: the role is owed a box first")
                     self._act(t, f"{r.label}: owed a port ({t.owed_ports[r.label]}); {wait}")
                 continue
-            label = None
-            for row in owed_port:
-                label = self._movable(t, row, failed) and self._move(
-                    t, role, row, rows, mem.unfit_machines, "port", t.owed_ports[row.label])
-                if label:
-                    break
-            for row in [] if label else spread.crowded(mine, role):
-                label = self._movable(t, row, failed) and self._move(
-                    t, role, row, rows, mem.unfit_machines, "place", None)
-                if label:
-                    break
-            if label:
-                rented.append(label)  # one per role per tick
+            wanted = [(r, "port", t.owed_ports[r.label]) for r in owed_port] + \
+                [(r, "place", None) for r in spread.crowded(mine, role)]
+            for row, move_for, why in wanted:
+                label = self._move(t, role, row, rows, mem.unfit_machines, move_for, why) \
+                    if self._movable(t, row, failed) else None
+                if label is not None:
+                    rented.append(label)
+                    break  # one per role per tick
         self._wait_ready(t, rented)
         return rented
+
+    def _peers_settled(self, mem: Memory, role: str, rows: list[Row]) -> bool:
+        """Whether the role's peers files hold its endpoints as they are now, written more
+        than `ports.SETTLE_S` before this tick started (never: not settled)."""
+        at = mem.peers_at.get(role)
+        return mem.peers.get(role) == _peers_sig(rows) and at is not None \
+            and self._started_wall - _epoch(at) > ports.SETTLE_S
 
     def _movable(self, t: Tick, row: Row, failed: set[str]) -> bool:
         return row.live and not (row.provider in failed or row.label in t.dead or unfinished(row)

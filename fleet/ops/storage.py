@@ -163,12 +163,13 @@ def clean(cfg: Config, reviewed: dict[str, Any], rows: dict[str, Row],
             errors[label] = str(e)
             continue
         try:
-            boxes[label] = json.loads(r.stdout) if r.returncode == 0 else None
+            report = json.loads(r.stdout) if r.returncode == 0 else None
         except ValueError:
-            boxes[label] = None
-        if boxes[label] is None:
-            del boxes[label]
+            report = None
+        if report is None:
             errors[label] = f"the agent's clean failed: {(r.stderr or r.stdout).strip()[-300:]}"
+        else:
+            boxes[label] = report
     out: dict[str, Any] = {"dry_run": dry_run, "boxes": boxes, "errors": errors}
     if local is not None and "local" in reviewed:
         problem = space.invalid(reviewed["local"])

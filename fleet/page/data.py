@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from fleet.core.boxes import Row, is_standing
 from fleet.core.config import KEY_ENV
 from fleet.core.times import iso, read_iso
-from fleet.core.verdicts import VERDICTS, Health, Owed, Watch
+from fleet.core.verdicts import VERDICTS, Health, Owed, Watch, mesh_summary
 from fleet.ops import budget, spread
 from fleet.page.chart import chart_data
 from fleet.page.words import age_words, day_time, duration
@@ -205,18 +205,9 @@ def _mesh(boxes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The p2p mesh over the standing boxes: how many nodes have each inbound count (unknown
     apart), how many of those known are dialled by a peer, which are star-only and which are
     owed a port."""
-    degrees: dict[str, int] = {}
-    for b in boxes:
-        n = (b.get("peers") or {}).get("in")
-        key = "unknown" if n is None else str(n)
-        degrees[key] = degrees.get(key, 0) + 1
-    known = [b for b in boxes if (b.get("peers") or {}).get("in") is not None]
-    return {"in_degrees": dict(sorted(degrees.items())), "known": len(known),
-            "dialable": sum(1 for b in known if b["peers"]["in"]),
-            "star_only": sorted(b["label"] for b in boxes
-                                if (b.get("peers") or {}).get("star_only")),
-            "owed_port": sorted(b["label"] for b in boxes
-                                if (b.get("peers") or {}).get("port_owed"))}
+    peers = [(b["label"], b.get("peers") or {}) for b in boxes]
+    return {**mesh_summary([(label, p.get("in"), p.get("star_only")) for label, p in peers]),
+            "owed_port": sorted(label for label, p in peers if p.get("port_owed"))}
 
 
 LOW_DISK_SHARE = 0.15  # a disk with less free than this is flagged: a full disk stops a node

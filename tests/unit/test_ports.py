@@ -5,13 +5,12 @@ loopback); tests/integration/test_ports_sandbox.py does the same with real boxes
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_spread import client, make_cfg, vast_machines, wait_running
+from test_spread import client, make_cfg, rent_standing, vast_machines, wait_running
 
 from fleet.boxes import lifecycle
 from fleet.core.boxes import Row
@@ -20,21 +19,12 @@ from fleet.core.errors import ProviderError
 from fleet.core.verdicts import Health
 from fleet.ops import loop as loop_mod
 from fleet.ops import offers as offers_mod
-from fleet.ops import ports, rent
+from fleet.ops import ports
 from fleet.ops.loop import Loop
 from fleet.providers.base import Box
 from fleet.state.registry import Registry
 from sandbox.control_client import ControlClient
 from sandbox.daemon import Sandbox
-from sandbox.frozen import frozen_sandbox
-
-
-@pytest.fixture
-def sbx(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
-    with frozen_sandbox(seed=0, machines_per_provider=64) as s:
-        for k, v in s.env().items():
-            monkeypatch.setenv(k, v)
-        yield s
 
 
 def portless_market(sbx: Sandbox, cfg: Config, *but: Row) -> list[dict[str, Any]]:
@@ -59,13 +49,6 @@ def full(sbx: Sandbox, row: Row) -> None:
         c.shape_machine("vast", host, other_tenants=free)
 
 
-def rent_one(cfg: Config, reg: Registry, label: str) -> Row:
-    vast = client("vast")
-    found, failures = offers_mod.search(cfg.role("live"), [vast], card="RTX 4090")
-    assert found and not failures
-    return rent.rent(cfg, reg, cfg.role("live"), found, {"vast": vast}, label=label).row
-
-
 # -- offers and the rent's row ----------------------------------------------------------------
 
 
@@ -86,7 +69,7 @@ def test_with_no_offer_that_maps_a_port_the_box_is_rented_portless_and_its_row_s
     none, _ = offers_mod.search(cfg.role("live"), [client("vast")], card="RTX 4090",
                                 portless=False)
     assert none == []
-    row = rent_one(cfg, Registry(cfg.registry), "live-p-aaaaaa")
+    row = rent_standing(cfg, Registry(cfg.registry), "live-p-aaaaaa")
     assert row.note == ("owed a port: no offer mapped the p2p port 26611 when it was rented; "
                         "the loop replaces it once one does")
     wait_running(sbx)
@@ -200,6 +183,32 @@ def standing(lp: Loop, *rows: Row) -> None:
         lifecycle.record(lp.reg, r.label, client("vast").box(r.provider_id or ""))  # type: ignore[arg-type]
 
 
+def portless_box(sbx: Sandbox, lp: Loop, label: str) -> tuple[Row, list[dict[str, Any]]]:
+    """A standing box rented while no Vast host maps a port; returns it and those hosts."""
+    machines = portless_market(sbx, lp.cfg)
+    old = rent_standing(lp.cfg, lp.reg, label)
+    wait_running(sbx)
+    standing(lp, old)
+    return old, machines
+
+
+def offer_port(sbx: Sandbox, machine: dict[str, Any]) -> None:
+    with ControlClient(sbx.control.url) as c:
+        c.shape_machine("vast", machine["machine_id"], direct_port_count=100)
+
+
+def replacing(sbx: Sandbox, lp: Loop, label: str) -> tuple[Row, Row]:
+    """A portless standing box and the replacement the loop rents once a host maps a port,
+    up and standing (not yet checked): (old, new)."""
+    old, machines = portless_box(sbx, lp, label)
+    offer_port(sbx, machines[-1])
+    lp.tick()
+    new = next(r for r in lp.reg.rows() if r.move_of == old.label)
+    wait_running(sbx)
+    lp.reg.update(new.label, standing=True)
+    return old, new
+
+
 def test_a_box_owed_a_port_is_replaced_once_an_offer_maps_one_and_kept_until_it_is_dialled(
         sbx: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     verdicts: dict[str, Health] = {}
@@ -207,10 +216,10 @@ def test_a_box_owed_a_port_is_replaced_once_an_offer_maps_one_and_kept_until_it_
     machines = vast_machines(sbx, lp.cfg)
     with ControlClient(sbx.control.url) as c:  # the cheapest host maps no port; one more does
         c.shape_machine("vast", machines[0]["machine_id"], price_per_gpu=0.01)
-    mate = rent_one(lp.cfg, lp.reg, "live-q-mmmmmm")
+    mate = rent_standing(lp.cfg, lp.reg, "live-q-mmmmmm")
     machines = portless_market(sbx, lp.cfg, mate)
     full(sbx, mate)
-    old = rent_one(lp.cfg, lp.reg, "live-q-oooooo")
+    old = rent_standing(lp.cfg, lp.reg, "live-q-oooooo")
     assert old.note and old.note.startswith("owed a port")
     wait_running(sbx)
     standing(lp, mate, old)
@@ -265,13 +274,9 @@ def test_a_box_owed_a_port_is_replaced_once_an_offer_maps_one_and_kept_until_it_
 def test_a_replacement_over_the_budget_is_not_rented_and_the_box_stays(
         sbx: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     lp = porting_loop(tmp_path, monkeypatch, {})
-    machines = portless_market(sbx, lp.cfg)
-    old = rent_one(lp.cfg, lp.reg, "live-b-oooooo")
-    wait_running(sbx)
-    standing(lp, old)
+    old, machines = portless_box(sbx, lp, "live-b-oooooo")
     lp.cfg = replace(lp.cfg, daily_budget_usd=old.usd_per_hour * 24 + 0.01)  # the one box only
-    with ControlClient(sbx.control.url) as c:
-        c.shape_machine("vast", machines[-1]["machine_id"], direct_port_count=100)
+    offer_port(sbx, machines[-1])
     t = lp.tick()
     assert [r.label for r in lp.reg.rows() if r.live] == [old.label], t.actions
     assert any(a.startswith(f"{old.label}: owed a port") and "failed" in a
@@ -281,13 +286,9 @@ def test_a_replacement_over_the_budget_is_not_rented_and_the_box_stays(
 def test_a_replacement_that_maps_no_port_by_its_deadline_is_given_up_and_the_box_stays(
         sbx: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     lp = porting_loop(tmp_path, monkeypatch, {})
-    machines = portless_market(sbx, lp.cfg)
-    old = rent_one(lp.cfg, lp.reg, "live-n-oooooo")
-    wait_running(sbx)
-    standing(lp, old)
+    old, machines = portless_box(sbx, lp, "live-n-oooooo")
     port_host = machines[-1]
-    with ControlClient(sbx.control.url) as c:
-        c.shape_machine("vast", port_host["machine_id"], direct_port_count=100)
+    offer_port(sbx, port_host)
     lp.tick()
     new = next(r for r in lp.reg.rows() if r.move_of == old.label)
     with ControlClient(sbx.control.url) as c:  # the host's ports go before the box is up
@@ -310,7 +311,7 @@ def test_a_mapping_the_listing_drops_is_kept_and_owes_nothing_by_itself(
         sbx: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the nodes that stop reaching it tell that a mapping went (the undialable rule)."""
     lp = porting_loop(tmp_path, monkeypatch, {})
-    row = rent_one(lp.cfg, lp.reg, "live-d-aaaaaa")
+    row = rent_standing(lp.cfg, lp.reg, "live-d-aaaaaa")
     wait_running(sbx)
     standing(lp, row)
     mapped = lp.reg.get(row.label).p2p_public_port  # type: ignore[union-attr]
@@ -361,7 +362,8 @@ def test_an_undialable_mapping_is_acted_on_only_once_the_peers_files_settled(
     until SETTLE_S has passed; then it is the mapping's fault."""
     verdicts: dict[str, Health] = {}
     lp = porting_loop(tmp_path, monkeypatch, verdicts)
-    a, b = rent_one(lp.cfg, lp.reg, "live-s-aaaaaa"), rent_one(lp.cfg, lp.reg, "live-s-bbbbbb")
+    a = rent_standing(lp.cfg, lp.reg, "live-s-aaaaaa")
+    b = rent_standing(lp.cfg, lp.reg, "live-s-bbbbbb")
     wait_running(sbx)
     standing(lp, a, b)
     verdicts[a.label] = Health(a.label, "vast", ssh=True, agent=True, synced=True,

@@ -3,26 +3,16 @@ hold; a failing one is a finding."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_ports import peers_settled, porting_loop, rent_one, standing
-from test_spread import vast_machines, wait_running
+from test_ports import peers_settled, porting_loop, replacing, standing
+from test_spread import offer_free_place, rent_standing, vast_machines, wait_running
 
 from fleet.core.verdicts import Health
 from fleet.ops.loop import Loop
 from sandbox.control_client import ControlClient
 from sandbox.daemon import Sandbox
-from sandbox.frozen import frozen_sandbox
-
-
-@pytest.fixture
-def sbx(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
-    with frozen_sandbox(seed=0, machines_per_provider=64) as s:
-        for k, v in s.env().items():
-            monkeypatch.setenv(k, v)
-        yield s
 
 
 def blank_ports(lp: Loop, box_ids: set[str]) -> dict[str, bool]:
@@ -51,8 +41,8 @@ def test_review_one_running_listing_without_ports_rents_no_replacement_of_a_mapp
     replacement rented in that same tick; the move then runs to the end and destroys the
     healthy box, though the next listing maps the port again."""
     lp = porting_loop(tmp_path, monkeypatch, {})
-    mate = rent_one(lp.cfg, lp.reg, "live-x-mmmmmm")
-    old = rent_one(lp.cfg, lp.reg, "live-x-oooooo")
+    mate = rent_standing(lp.cfg, lp.reg, "live-x-mmmmmm")
+    old = rent_standing(lp.cfg, lp.reg, "live-x-oooooo")
     wait_running(sbx)
     standing(lp, mate, old)
     mapped = lp.reg.get(old.label).p2p_public_port  # type: ignore[union-attr]
@@ -74,19 +64,7 @@ def test_review_a_port_replacement_listed_before_its_ports_appear_is_not_given_u
     too'), burning one of the MOVE_TRIES, instead of waiting (`_ported` already has a 'no
     mapped p2p port listed yet' wait, never reached)."""
     lp = porting_loop(tmp_path, monkeypatch, {})
-    machines = vast_machines(sbx, lp.cfg)
-    with ControlClient(sbx.control.url) as c:  # the old box lands on a host that maps none
-        for m in machines:
-            c.shape_machine("vast", m["machine_id"], direct_port_count=1)
-    old = rent_one(lp.cfg, lp.reg, "live-y-oooooo")
-    wait_running(sbx)
-    standing(lp, old)
-    with ControlClient(sbx.control.url) as c:
-        c.shape_machine("vast", machines[-1]["machine_id"], direct_port_count=100)
-    lp.tick()
-    new = next(r for r in lp.reg.rows() if r.move_of == old.label)
-    wait_running(sbx)
-    lp.reg.update(new.label, standing=True)
+    old, new = replacing(sbx, lp, "live-y-oooooo")  # the old box on a host that maps none
     switch = blank_ports(lp, {new.provider_id or ""})
     t = lp.tick()  # the new box is running, its ports not listed yet
     switch["on"] = False
@@ -103,9 +81,9 @@ def test_review_a_restart_that_remaps_the_port_rents_no_replacement_before_the_p
     verdict on the box's mapping."""
     verdicts: dict[str, Health] = {}
     lp = porting_loop(tmp_path, monkeypatch, verdicts)
-    a = rent_one(lp.cfg, lp.reg, "live-z-aaaaaa")
-    b = rent_one(lp.cfg, lp.reg, "live-z-bbbbbb")
-    c = rent_one(lp.cfg, lp.reg, "live-z-cccccc")
+    a = rent_standing(lp.cfg, lp.reg, "live-z-aaaaaa")
+    b = rent_standing(lp.cfg, lp.reg, "live-z-bbbbbb")
+    c = rent_standing(lp.cfg, lp.reg, "live-z-cccccc")
     wait_running(sbx)
     standing(lp, a, b, c)
     t = lp.tick()
@@ -140,9 +118,9 @@ def test_review_a_port_move_for_an_undialable_mapping_does_not_land_on_the_same_
     cheap = next(m for m in machines if m["free_gpus"] >= 2)
     with ControlClient(sbx.control.url) as ctl:
         ctl.shape_machine("vast", cheap["machine_id"], price_per_gpu=0.01)
-    old = rent_one(lp.cfg, lp.reg, "live-w-oooooo")
+    old = rent_standing(lp.cfg, lp.reg, "live-w-oooooo")
     assert old.place == f"vast machine {cheap['machine_id']}"
-    mate = rent_one(lp.cfg, lp.reg, "live-w-mmmmmm")
+    mate = rent_standing(lp.cfg, lp.reg, "live-w-mmmmmm")
     with ControlClient(sbx.control.url) as ctl:  # every other host maps no port
         for m in machines:
             if f"vast machine {m['machine_id']}" not in (old.place, mate.place):
@@ -174,15 +152,12 @@ def test_review_a_place_move_does_not_trade_a_mapped_box_for_a_portless_one(
     lp = porting_loop(tmp_path, monkeypatch, verdicts)
     machines = vast_machines(sbx, lp.cfg)
     cheap = crowd(sbx, machines, keep=0)
-    a = rent_one(lp.cfg, lp.reg, "live-v-aaaaaa")
-    b = rent_one(lp.cfg, lp.reg, "live-v-bbbbbb")
+    a = rent_standing(lp.cfg, lp.reg, "live-v-aaaaaa")
+    b = rent_standing(lp.cfg, lp.reg, "live-v-bbbbbb")
     wait_running(sbx)
     standing(lp, a, b)
     assert lp.reg.get(b.label).p2p_public_port  # type: ignore[union-attr]
-    tier = next(m["datacenter"] for m in machines if m["machine_id"] == cheap)
-    free = next(m for m in machines if m["machine_id"] != cheap and m["datacenter"] == tier)
-    with ControlClient(sbx.control.url) as c:
-        c.shape_machine("vast", free["machine_id"], other_tenants=0)
+    free = offer_free_place(sbx, machines, cheap)
     t = lp.tick()
     mover = next((r for r in lp.reg.rows() if r.move_of == b.label), None)
     assert mover is not None and mover.move_for == "place", t.actions

@@ -5,30 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_ports import porting_loop, portless_market, rent_one, standing
-from test_ports_review_a import sbx  # noqa: F401
-from test_spread import wait_running
+from test_ports import porting_loop, replacing
 
 from fleet.core.errors import ProviderError
 from fleet.core.verdicts import Health
-from sandbox.control_client import ControlClient
 from sandbox.daemon import Sandbox
 
 
 def test_review_held_old_kept_while_the_listing_fails_or_the_reading_is_stale(
-        sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     verdicts: dict[str, Health] = {}
     lp = porting_loop(tmp_path, monkeypatch, verdicts)
-    machines = portless_market(sbx, lp.cfg)
-    old = rent_one(lp.cfg, lp.reg, "live-h-oooooo")
-    wait_running(sbx)
-    standing(lp, old)
-    with ControlClient(sbx.control.url) as c:
-        c.shape_machine("vast", machines[-1]["machine_id"], direct_port_count=100)
-    lp.tick()
-    new = next(r for r in lp.reg.rows() if r.move_of == old.label)
-    wait_running(sbx)
-    lp.reg.update(new.label, standing=True)
+    old, new = replacing(sbx, lp, "live-h-oooooo")
     # a stale reading: peers unknown, not synced known
     verdicts[new.label] = Health(new.label, "vast", ssh=True, agent=True, synced=None,
                                  peers_in=None, problems=["node: reading is 900 s old"])

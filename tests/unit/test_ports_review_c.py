@@ -9,9 +9,9 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from test_ports import porting_loop, portless_market, rent_one, standing
-from test_ports_review_a import blank_ports, sbx  # noqa: F401
-from test_spread import wait_running
+from test_ports import porting_loop, portless_market, replacing, standing
+from test_ports_review_a import blank_ports
+from test_spread import rent_standing, wait_running
 
 from fleet.core.verdicts import Health
 from fleet.ops import loop as loop_mod
@@ -30,7 +30,7 @@ def well(label: str, peers_in: int | None = 2, **kw: Any) -> Health:
 
 
 def test_review_c_a_box_skipped_by_the_peers_deploy_gets_its_file_once_it_answers(
-        sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The role's endpoints change (a box joins, a mapping moves) on a tick where one box's SSH
     does not answer (one missed check, far from dead). `_peers` deploys on the others only
     (`skip`) but records the new set as written for the whole role (`mem.peers[role] = sig`).
@@ -41,7 +41,7 @@ def test_review_c_a_box_skipped_by_the_peers_deploy_gets_its_file_once_it_answer
     lp = porting_loop(tmp_path, monkeypatch, verdicts)
     calls: list[list[str]] = []
     lp.peers_fn = lambda _c, labels: calls.append(list(labels))  # type: ignore[assignment,misc,func-returns-value]
-    a, b, c = (rent_one(lp.cfg, lp.reg, f"live-k-{x * 6}") for x in "abc")
+    a, b, c = (rent_standing(lp.cfg, lp.reg, f"live-k-{x * 6}") for x in "abc")
     wait_running(sbx)
     standing(lp, a, b, c)
     lp.tick()
@@ -62,7 +62,7 @@ def test_review_c_a_box_skipped_by_the_peers_deploy_gets_its_file_once_it_answer
 
 
 def test_review_c_the_settle_gate_counts_from_the_readings_not_from_a_slow_tick_s_end(
-        sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The peers files were written 30 s before this tick's checks: the readings the checks
     took (up to 45 s old on the box) may predate them, so no mate dialling a box tells nothing
     yet. But `_start_moves` measures the peers files' age with the clock of its own call:
@@ -71,7 +71,8 @@ def test_review_c_the_settle_gate_counts_from_the_readings_not_from_a_slow_tick_
     and a replacement is rented."""
     verdicts: dict[str, Health] = {}
     lp = porting_loop(tmp_path, monkeypatch, verdicts)
-    a, b = rent_one(lp.cfg, lp.reg, "live-g-aaaaaa"), rent_one(lp.cfg, lp.reg, "live-g-bbbbbb")
+    a = rent_standing(lp.cfg, lp.reg, "live-g-aaaaaa")
+    b = rent_standing(lp.cfg, lp.reg, "live-g-bbbbbb")
     wait_running(sbx)
     standing(lp, a, b)
     verdicts[a.label] = well(a.label, peers_in=0, star_only=True)
@@ -105,7 +106,7 @@ def _iso(epoch: float) -> str:
 
 
 def test_review_c_a_move_past_its_deadline_is_not_given_up_on_a_blind_tick(
-        sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The port replacement is well and synced, its mates start dialling it just as its
     move_timeout_s passes, and that tick the fleet is blind (its SSH key unreadable, or the
     breaker open): no check at all. `_finish_moves` reads 'not done' from the missing check
@@ -113,16 +114,7 @@ def test_review_c_a_move_past_its_deadline_is_not_given_up_on_a_blind_tick(
     should be judged only on a tick that read the new box."""
     verdicts: dict[str, Health] = {}
     lp = porting_loop(tmp_path, monkeypatch, verdicts)
-    machines = portless_market(sbx, lp.cfg)
-    old = rent_one(lp.cfg, lp.reg, "live-t-oooooo")
-    wait_running(sbx)
-    standing(lp, old)
-    with ControlClient(sbx.control.url) as c:
-        c.shape_machine("vast", machines[-1]["machine_id"], direct_port_count=100)
-    lp.tick()
-    new = next(r for r in lp.reg.rows() if r.move_of == old.label)
-    wait_running(sbx)
-    lp.reg.update(new.label, standing=True)
+    old, new = replacing(sbx, lp, "live-t-oooooo")
     verdicts[new.label] = well(new.label, peers_in=0)  # synced, not dialled yet
     t = lp.tick()
     assert lp.reg.get(old.label).live and lp.reg.get(new.label).live, t.actions  # type: ignore[union-attr]
@@ -153,7 +145,7 @@ def test_review_c_a_mate_that_dials_no_one_does_not_make_a_mapping_undialable() 
 
 
 def test_review_c_a_port_move_is_not_finished_once_the_old_box_owes_no_port(
-        sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A box whose mapping Vast lists late (ports null past one interval after conversion, an
     API gap) is judged 'no mapped p2p port' and a replacement is rented at once (no SETTLE_S
     for this verdict). The next listing maps the port and every mate dials the old box: it
@@ -161,8 +153,8 @@ def test_review_c_a_port_move_is_not_finished_once_the_old_box_owes_no_port(
     dialled, for the new one: the fleet's transient blindness decided a destroy."""
     verdicts: dict[str, Health] = {}
     lp = porting_loop(tmp_path, monkeypatch, verdicts)
-    mate = rent_one(lp.cfg, lp.reg, "live-l-mmmmmm")
-    old = rent_one(lp.cfg, lp.reg, "live-l-oooooo")
+    mate = rent_standing(lp.cfg, lp.reg, "live-l-mmmmmm")
+    old = rent_standing(lp.cfg, lp.reg, "live-l-oooooo")
     wait_running(sbx)
     standing(lp, mate, old)
     mapped = lp.reg.get(old.label).p2p_public_port  # type: ignore[union-attr]
@@ -186,14 +178,14 @@ def test_review_c_a_port_move_is_not_finished_once_the_old_box_owes_no_port(
 
 
 def test_review_c_ended_place_moves_do_not_use_up_a_box_s_port_replacements(
-        sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three moves of a crowded box ended (each landed crowded): `_move` counts every ended
     move of the box, place or port, against MOVE_TRIES. When the box is later owed a port and
     an offer maps one, it 'stays: 3 replacements ended without one' forever, though no
     replacement for a port was ever tried."""
     lp = porting_loop(tmp_path, monkeypatch, {})
     machines = portless_market(sbx, lp.cfg)
-    old = rent_one(lp.cfg, lp.reg, "live-m-oooooo")
+    old = rent_standing(lp.cfg, lp.reg, "live-m-oooooo")
     wait_running(sbx)
     standing(lp, old)
     for i in range(3):  # three ended place moves, as the registry keeps them

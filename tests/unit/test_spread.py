@@ -6,7 +6,6 @@ with real boxes, the real deploy and the real checks."""
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from fleet.providers.http import RetryPolicy
 from fleet.state.registry import Registry
 from sandbox.control_client import ControlClient
 from sandbox.daemon import Sandbox
-from sandbox.frozen import frozen_sandbox
 
 TOML = """
 [fleet]
@@ -51,14 +49,6 @@ def make_cfg(tmp_path: Path, spread_on: bool = True) -> Config:
     ensure_key(tmp_path / "key")
     text = TOML.format(tmp=tmp_path, spread="" if spread_on else "spread = false")
     return config.parse(tomllib.loads(text), tmp_path / "fleet.toml")
-
-
-@pytest.fixture
-def sbx(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
-    with frozen_sandbox(seed=0, machines_per_provider=64) as s:
-        for k, v in s.env().items():
-            monkeypatch.setenv(k, v)
-        yield s
 
 
 def client(name: str) -> Any:
@@ -84,6 +74,16 @@ def crowd(sbx: Sandbox, machines: list[dict[str, Any]], keep: int | None = None)
         for m in others[keep:] if keep is not None else []:
             c.shape_machine("vast", m["machine_id"], other_tenants=m["free_gpus"])
     return str(big["machine_id"])
+
+
+def offer_free_place(sbx: Sandbox, machines: list[dict[str, Any]], cheap: str
+                     ) -> dict[str, Any]:
+    """Another machine in the cheap one's tier, its GPUs freed: a free place is offered."""
+    tier = next(m["datacenter"] for m in machines if m["machine_id"] == cheap)
+    free = next(m for m in machines if m["machine_id"] != cheap and m["datacenter"] == tier)
+    with ControlClient(sbx.control.url) as c:
+        c.shape_machine("vast", free["machine_id"], other_tenants=0)
+    return free
 
 
 def rent_standing(cfg: Config, reg: Registry, label: str) -> Row:
@@ -214,10 +214,7 @@ def test_the_loop_moves_a_crowded_box_once_a_free_place_is_offered_and_its_mover
     assert spread.crowded(lp.reg.rows(), lp.cfg.role("live"))[0].label == b.label
     t = lp.tick()  # no free place offered: nothing moves
     assert [r.label for r in lp.reg.rows() if r.live] == [a.label, b.label], t.actions
-    tier = next(m["datacenter"] for m in machines if m["machine_id"] == cheap)
-    free = next(m for m in machines if m["machine_id"] != cheap and m["datacenter"] == tier)
-    with ControlClient(sbx.control.url) as c:
-        c.shape_machine("vast", free["machine_id"], other_tenants=0)
+    free = offer_free_place(sbx, machines, cheap)
     t = lp.tick()
     mover = next((r for r in lp.reg.rows() if r.move_of == b.label), None)
     assert mover is not None, (t.actions, t.dead, t.problems)

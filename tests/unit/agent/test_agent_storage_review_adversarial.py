@@ -11,15 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from test_agent_storage import put
+
 from agent import space
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def put(path: Path, size: int = 4096) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(os.urandom(size))
-    return path
 
 
 def box(tmp: Path) -> tuple[Path, Path, Path]:
