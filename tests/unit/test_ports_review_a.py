@@ -8,11 +8,14 @@ from typing import Any
 import pytest
 from test_ports import peers_settled, porting_loop, replacing, standing
 from test_spread import offer_free_place, rent_standing, vast_machines, wait_running
+from test_spread import sbx as sandbox_fixture
 
 from fleet.core.verdicts import Health
 from fleet.ops.loop import Loop
 from sandbox.control_client import ControlClient
 from sandbox.daemon import Sandbox
+
+sbx = sandbox_fixture  # the in-process sandbox, one per test
 
 
 def blank_ports(lp: Loop, box_ids: set[str]) -> dict[str, bool]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from test_spread import client, crowd, moving_loop, rent_standing, vast_machines, wait_running
+from test_spread import sbx as sandbox_fixture
 
 from fleet.boxes import lifecycle
 from fleet.core import config
@@ -18,6 +19,8 @@ from fleet.ops import loop as loop_mod
 from fleet.ops import spread
 from fleet.providers.base import Offer
 from sandbox.control_client import ControlClient
+
+sbx = sandbox_fixture  # the in-process sandbox, one per test
 
 
 def setup(sbx, tmp_path, monkeypatch, n, verdicts=None, free=1):
