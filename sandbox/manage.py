@@ -88,15 +88,24 @@ def _spawn(state_dir: Path, seed: int, backend: str, boot_delay: float,
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SandboxError(f"sandbox daemon exited with status {proc.returncode}; "
-                               f"see {state_dir / LOG_FILE}")
+            raise SandboxError(f"sandbox daemon exited with status {proc.returncode}: "
+                               f"{_log_tail(state_dir)} (whole log: {state_dir / LOG_FILE})")
         info = _info(state_dir)
         if info is not None and info["pid"] == proc.pid and _healthy(info["control_url"]):
             return info
         time.sleep(0.05)
     _terminate(proc.pid)
-    raise SandboxError(f"sandbox daemon not healthy after {timeout:g}s; see "
-                       f"{state_dir / LOG_FILE}")
+    raise SandboxError(f"sandbox daemon not healthy after {timeout:g}s: "
+                       f"{_log_tail(state_dir)} (whole log: {state_dir / LOG_FILE})")
+
+
+def _log_tail(state_dir: Path, lines: int = 5) -> str:
+    """The daemon's last words, so its own error is in the message (it may be a traceback)."""
+    try:
+        text = (state_dir / LOG_FILE).read_text(errors="replace").strip()
+    except OSError:
+        text = ""
+    return " | ".join(text.splitlines()[-lines:]) or "(its log is empty)"
 
 
 def _terminate(pid: int, timeout: float = 60.0) -> bool:

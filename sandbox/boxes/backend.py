@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from sandbox.backend import BoxEndpoints, BoxSpec, GpuSpec
-from sandbox.boxes import config, disks, layout
+from sandbox.boxes import config, disks, layout, sshd
 from sandbox.boxes.errors import BoxError
 from sandbox.boxes.forward import Forwarder, Mapping, PortAllocator, bind
 from sandbox.boxes.host import BOX_PYTHON, preflight
@@ -327,6 +327,7 @@ class NamespaceBackend:
                        "work": str(paths.work)},
             "volume": volume,
             "hide": self._hidden,
+            "run_dirs": list(sshd.RUN_DIRS),
             "hook": f"{config.SANDBOX_DIR}/start-hook.sh" if spec.start_hook else None,
             "hook_log": config.HOOK_LOG,
             "notify": f"{config.SANDBOX_DIR}/{NOTIFY}",

@@ -114,7 +114,8 @@ def build_filesystem(cfg: dict[str, Any], fds: dict[str, int]) -> None:
     mount("overlay", root, "overlay", 0,
           f"lowerdir={layers['image']}:/,upperdir={layers['upper']},workdir={layers['work']}")
     mount("tmpfs", f"{root}/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755")
-    os.mkdir(f"{root}/run/sshd", 0o755)  # sshd's privilege separation directory
+    for path in cfg["run_dirs"]:  # sshd's privilege separation directory (sandbox/boxes/sshd.py)
+        os.mkdir(f"{root}{path}", 0o755)
     os.mkdir(f"{root}/run/sandbox", 0o755)
     bind(fds[cfg["sys"]], f"{root}/run/sandbox", readonly=True)
     volume = cfg["volume"]

@@ -4,10 +4,10 @@ of a box that answers SSH but not with a status."""
 
 from __future__ import annotations
 
-import shutil
+import os
 import socket
+import stat
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +18,8 @@ from facts.box import AgentStatus
 from fleet.boxes import boxssh
 from fleet.boxes.sshkeys import fetch_host_key
 from fleet.core.errors import FleetError
-
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"  # openssh-server: ./run.sh test installs it
+from sandbox.boxes.errors import BoxError
+from sandbox.boxes.sshd import HostSshd, prepare
 
 
 def _free_port() -> int:
@@ -36,33 +36,25 @@ class Sshd:
                             str(tmp / name)], check=True)
         (tmp / "authorized").write_text((tmp / "client.pub").read_text())
         self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.server: HostSshd | None = None
 
     def start(self, force_command: str | None = None) -> None:
         self.stop()
         self.port = _free_port()
-        config = [f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {self.tmp / 'host'}",
-                  f"PidFile {self.tmp / 'sshd.pid'}", "UsePAM no", "StrictModes no",
-                  "PermitRootLogin yes", f"AuthorizedKeysFile {self.tmp / 'authorized'}"]
+        config = [f"HostKey {self.tmp / 'host'}", f"PidFile {self.tmp / 'sshd.pid'}",
+                  "UsePAM no", "StrictModes no", "PermitRootLogin yes",
+                  f"AuthorizedKeysFile {self.tmp / 'authorized'}"]
         if force_command:
             config.append(f"ForceCommand {force_command}")
-        (self.tmp / "sshd_config").write_text("\n".join(config) + "\n")
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.tmp / "sshd_config")],
-                                     stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:  # bounded: until it listens
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    break
-            time.sleep(0.05)
+        self.server = HostSshd(self.tmp, config, self.port)
+        self.server.start()  # raises with sshd's own words when it does not listen
         key = fetch_host_key("127.0.0.1", self.port, 5)
         (self.tmp / "known").write_text(f"[127.0.0.1]:{self.port} {key}\n")
 
     def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
 
     def data(self, **extra: Any) -> dict[str, Any]:
         return {"ssh_hostname": "127.0.0.1", "ssh_port": self.port, "ssh_user": "root",
@@ -78,6 +70,24 @@ def sshd(tmp_path: Path) -> Iterator[Sshd]:
         yield s
     finally:
         s.stop()
+
+
+def test_sshds_runtime_directory_is_made_where_no_ssh_service_ran(tmp_path: Path) -> None:
+    old = os.umask(0o077)  # a strict umask never makes it unusable for sshd's privsep child
+    try:
+        prepare(str(tmp_path))
+    finally:
+        os.umask(old)
+    made = tmp_path / "run" / "sshd"
+    assert made.is_dir() and stat.S_IMODE(made.stat().st_mode) == 0o755
+    prepare(str(tmp_path))  # again: nothing to do, no error
+
+
+def test_an_sshd_that_cannot_start_fails_at_once_in_its_own_words(tmp_path: Path) -> None:
+    server = HostSshd(tmp_path, ["NoSuchOption yes"], _free_port())
+    with pytest.raises(BoxError, match="exited before it listened: .*NoSuchOption"):
+        server.start(timeout=600)  # had it waited for the port, this would take ten minutes
+    assert server.proc is None
 
 
 def test_the_host_key_is_the_one_the_server_holds(sshd: Sshd) -> None:
