@@ -1,10 +1,10 @@
 """Restart latency, memory and idle CPU: the fleet agent beside supervisord 4.3, in one run.
 
-Both supervise the same three stand-in programs (bench/agent/prog.sh: note pid and start
-time, then idle) at the same time on the same machine. Each program is SIGKILLed only after
-it has been up `stable_s`; the latency is from the kill to the new instance's own start stamp.
-Then both sit idle for `idle_s` while their CPU time and RSS (the supervisor process alone,
-not its children) are read.
+Both supervise the same three stand-in programs (bench/agent/prog.c: note pid and start
+time, then idle as the same process) at the same time on the same machine. Each program is
+SIGKILLed only after it has been up `stable_s`; the latency is from the kill to the new
+instance's own start stamp. Then both sit idle for `idle_s` while their CPU time and RSS (the
+supervisor process alone, not its children) are read.
 
     python bench/agent_vs_supervisord.py [--kills 51] [--stable-s 10] [--idle-s 60]
 
@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import _smoke
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ sys.path.insert(0, str(REPO))
 from sandbox.backend import GpuDevice, GpuSpec  # noqa: E402
 from sandbox.nvml import build_library, write_config  # noqa: E402
 
-PROG = REPO / "bench" / "agent" / "prog.sh"
+PROG_SOURCE = REPO / "bench" / "agent" / "prog.c"
 PROGRAMS = ("node", "miner", "prover")
 DRIVER = "580.95.05"
 POLL_S = 0.0005
@@ -77,10 +78,18 @@ def wait_until(condition, what: str, timeout: float = 120.0):  # type: ignore[no
         time.sleep(POLL_S)
 
 
-def setup_agent(work: Path, stable_s: float, nvml_dir: Path) -> tuple[list[str], dict[str, str]]:
+def build_program(work: Path) -> Path:
+    """The stand-in program, compiled for this run (gcc: ./run.sh installs it)."""
+    prog = work / "prog"
+    subprocess.run(["gcc", "-O2", "-Wall", "-o", str(prog), str(PROG_SOURCE)], check=True)
+    return prog
+
+
+def setup_agent(work: Path, stable_s: float, nvml_dir: Path, prog: Path
+                ) -> tuple[list[str], dict[str, str]]:
     root = work / "agent-root"
     (root / "releases").mkdir(parents=True)
-    node = PROG.read_bytes()
+    node = prog.read_bytes()
     sha = hashlib.sha256(node).hexdigest()
     binary = root / "releases" / sha[:16] / "node"
     binary.parent.mkdir()
@@ -98,12 +107,12 @@ command = ["{{node_bin}}", "{markers}/agent-node"]
 status_url = "http://127.0.0.1:9/status"
 
 [programs.miner]
-command = ["{PROG}", "{markers}/agent-miner"]
+command = ["{prog}", "{markers}/agent-miner"]
 needs_gpu = true
 status_file = "{{root}}/run/miner.json"
 
 [programs.prover]
-command = ["{PROG}", "{markers}/agent-prover"]
+command = ["{prog}", "{markers}/agent-prover"]
 needs_gpu = true
 status_file = "{{root}}/run/prover.json"
 '''
@@ -118,7 +127,7 @@ status_file = "{{root}}/run/prover.json"
     return argv, env
 
 
-def setup_supervisord(work: Path) -> list[str]:
+def setup_supervisord(work: Path, prog: Path) -> list[str]:
     """supervisord 4.3 with its defaults (startsecs=1: every kill lands on a RUNNING
     process, so each exit is an ordinary autorestart) and process-group stopping."""
     logs = work / "supervisord"
@@ -131,7 +140,7 @@ childlogdir={logs}
 """]
     for name in PROGRAMS:
         sections.append(f"""[program:{name}]
-command={PROG} {work}/markers/sv-{name}
+command={prog} {work}/markers/sv-{name}
 autorestart=true
 startsecs=1
 stopasgroup=true
@@ -199,14 +208,16 @@ def main() -> None:
                     help="kill only after this long up (the agent's default stable_s)")
     ap.add_argument("--idle-s", type=float, default=60.0)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
-    args = ap.parse_args()
+    args = _smoke.parse(ap, kills=3, stable_s=3.0, idle_s=3.0)
     out_dir = REPO / "bench" / "out"
     out_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="agent-vs-supervisord-", dir=out_dir))
+    work = Path(tempfile.mkdtemp(prefix="agent-vs-supervisord-",
+                                 dir=None if args.smoke else out_dir))
     (work / "markers").mkdir()
     nvml_dir = build_library(work / "nvml").parent
-    agent_argv, agent_env = setup_agent(work, args.stable_s, nvml_dir)
-    sv_argv = setup_supervisord(work)
+    prog = build_program(work)
+    agent_argv, agent_env = setup_agent(work, args.stable_s, nvml_dir, prog)
+    sv_argv = setup_supervisord(work, prog)
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         procs["agent"] = subprocess.Popen(agent_argv, env=agent_env, stdout=subprocess.DEVNULL,
@@ -280,7 +291,8 @@ def main() -> None:
     result = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": machine(),
               "command": command, "stable_s": args.stable_s, "idle_s": args.idle_s,
               **figures, "ratios": ratios}
-    (out_dir / "agent_vs_supervisord.json").write_text(json.dumps(result, indent=1) + "\n")
+    if not args.smoke:
+        (out_dir / "agent_vs_supervisord.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"\n{result['date']}, {result['machine']}")
     print(f"`{command}` (stable_s {args.stable_s:g} s, idle {args.idle_s:g} s)\n")
     print("| supervisor | kills | restart median | restart p99 | RSS | idle CPU (% of a core) |")

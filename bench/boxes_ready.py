@@ -36,6 +36,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import _smoke
 import paramiko
 
 from sandbox.backend import BoxSpec, GpuDevice, GpuSpec
@@ -178,7 +179,7 @@ def main() -> None:
                     help="with --api: the world's provisioning time (the sandbox default is 1 s)")
     ap.add_argument("--direct", action=argparse.BooleanOptionalAction, default=True,
                     help="time NamespaceBackend.start directly (--no-direct: only the API)")
-    args = ap.parse_args()
+    args = _smoke.parse(ap, rounds=1, boxes=[2], api=True)
     counts = [1, *args.boxes]
     with tempfile.TemporaryDirectory(prefix="boxes-bench-") as tmp_name:
         tmp = Path(tmp_name)

@@ -1,6 +1,6 @@
 """The README's demo, again and again: every run from a clean start, some with the cores busy.
 
-    .venv/bin/python bench/demo_repeat.py --runs 20 --busy 10
+    .venv/bin/python bench/demo_repeat.py --runs 20 --busy 10   [--smoke: one run]
 
 Each run starts as a fresh clone would (no sandbox up, no state/), runs `./run.sh demo`, then
 takes the sandbox down. A run passes when the demo exits 0, `fleet sandbox down` leaves no
@@ -23,6 +23,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+import _smoke  # noqa: E402
 
 from sandbox.boxes.disks import loops_under, mounts_under  # noqa: E402
 from sandbox.boxes.host import host_snapshot, snapshot_changes  # noqa: E402
@@ -70,7 +72,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--busy", type=int, default=10, help="of the runs, the last N with busy cores")
     ap.add_argument("--logs", type=Path, default=Path("/tmp"))
-    args = ap.parse_args()
+    args = _smoke.parse(ap, runs=1, busy=0)
     results = []
     for n in range(1, args.runs + 1):
         res = one_run(n, n > args.runs - args.busy, args.logs)

@@ -21,6 +21,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import _smoke
 import psutil
 
 from fleet.boxes.inventory import build as build_inventory
@@ -61,7 +62,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--boxes", type=int, default=500, help="boxes per provider")
     ap.add_argument("--rounds", type=int, default=7)
-    args = ap.parse_args()
+    args = _smoke.parse(ap, boxes=30, rounds=2)  # Vast: two pages
 
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp)

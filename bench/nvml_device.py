@@ -9,21 +9,33 @@ driver and UUIDs and on wrong ones, and one admission check through the agent's 
 (`agent.nvmlcheck`). It exits 1 when the agent's reading disagrees with nvidia-smi or a
 verdict is not the expected one. No GPU is needed to build or test the project; this is the
 check that the stand-in NVML (sandbox/nvml) and the real library agree on what the agent uses.
+
+    python3 bench/nvml_device.py --smoke
+
+runs the same checks on a machine without a GPU, against the stand-in NVML (built with gcc),
+whose GPUs stand where nvidia-smi's would: CI's check that this script still runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import _smoke  # noqa: E402
+
 from agent.base import gpu  # noqa: E402
 from agent.daemon.nvmlcheck import AdmissionChecks  # noqa: E402
+
+STANDIN_WORLD = "SANDBOX_NVML_CONFIG"  # set: this process runs on the stand-in NVML
 
 SMI_FIELDS = "driver_version,uuid,name,serial,pci.bus_id,memory.total"
 
@@ -41,10 +53,41 @@ def smi() -> list[dict[str, str]]:
             for line in out.splitlines() if line.strip()]
 
 
+def standin(work: Path) -> list[dict[str, str]]:
+    """Run this script again on the stand-in NVML; return its GPUs as nvidia-smi names them."""
+    from sandbox.backend import GpuDevice, GpuSpec
+    from sandbox.nvml import CONFIG_ENV, build_library, write_config
+
+    world = GpuSpec("580.95.05", 13000, [
+        GpuDevice(f"GPU-00000000-0000-4000-8000-00000000000{i}", "NVIDIA H200",
+                  f"00000000:{0x1B + i:02X}:00.0", 150754820096, f"165000000000{i}")
+        for i in range(2)])
+    write_config(work / "nvml.json", world)
+    lib = build_library(work / "lib").parent
+    env = {**os.environ, CONFIG_ENV: str(work / "nvml.json"),
+           "LD_LIBRARY_PATH": f"{lib}:{os.environ.get('LD_LIBRARY_PATH', '')}".rstrip(":")}
+    os.execve(sys.executable, [sys.executable, __file__, "--smoke"], env)
+
+
+def expected_cards() -> list[dict[str, str]]:
+    """nvidia-smi's GPUs, or on the stand-in the world it was given."""
+    if STANDIN_WORLD not in os.environ:
+        return smi()
+    world = json.loads(Path(os.environ[STANDIN_WORLD]).read_text())
+    return [{"driver_version": world["driver_version"], "uuid": d["uuid"], "name": d["name"]}
+            for d in world["devices"]]
+
+
 def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    args = _smoke.parse(ap)
+    if args.smoke and STANDIN_WORLD not in os.environ:
+        standin(Path(tempfile.mkdtemp(prefix="nvml-smoke-")))  # never returns
     failures: list[str] = []
-    cards = smi()
-    say("nvidia-smi", gpus=cards)
+    cards = expected_cards()
+    if args.smoke and not cards:
+        failures.append("the stand-in reported no GPU")
+    say("stand-in NVML's world" if STANDIN_WORLD in os.environ else "nvidia-smi", gpus=cards)
     timings = []
     facts = gpu.read_gpu()
     for _ in range(3):
@@ -88,6 +131,8 @@ def main() -> int:
     if not (answered and v.admitted and not v.pending):
         failures.append(f"the NVML thread's check: answered={answered}, {v.reason}")
     say("result", ok=not failures, failures=failures)
+    if STANDIN_WORLD in os.environ and args.smoke:  # the stand-in's folder, made by standin()
+        shutil.rmtree(Path(os.environ[STANDIN_WORLD]).parent, ignore_errors=True)
     return 1 if failures else 0
 
 

@@ -1,19 +1,25 @@
 """One-shot boxes: cold against warm toolchain, and the teardown of 1 GiB of outputs.
 
-    .venv/bin/python bench/oneshot.py [--toolchain-mib 256] [--outputs-mib 1024]   (root)
+    .venv/bin/python bench/oneshot.py [--toolchain-mib 256] [--outputs-mib 1024] [--smoke]   (root)
 
 A fresh sandbox (namespaced SSH hosts, the fake providers, the Hub-compatible store), then:
 
 1. Toolchain: a synthetic toolchain of random bytes is pushed to the store; one box is rented
    and `deploys/oneshot.py` runs two jobs on it that pin that commit. Per job: the deploy's wall
    time and what the box's fetch recorded in the job's state.json (bytes fetched, seconds,
-   warm). The second job on the box should fetch nothing.
+   warm). The second job on the box should fetch nothing. Each job is read back before the
+   next is given (`fleet teardown LABEL --keep-box`, as the product requires: a box holding a
+   job not read back is refused another), the last by `fleet teardown LABEL`; each
+   teardown's wall time is recorded too.
 2. Teardown: `fleet run --keep` of a job that writes 1 GiB of random outputs (4 files), then
    `fleet.ops.teardown.teardown` in this process, timed per step, with every sha256/sha1 object in
    this process counted (bytes hashed, by the module that made it): each local copy (the
    archive written from the tar stream, the store's copy downloaded afresh) should be hashed
    once. The box's copy is hashed once on the box by `python -m agent manifest`. The floor is
    `sha256sum` over the same bytes (the archive's files) once on this machine, best of 3.
+
+`--smoke`: 8 MiB of toolchain and 32 MiB of outputs, about a minute: checks the benchmark still
+runs end to end (its figures mean nothing at that size).
 """
 
 from __future__ import annotations
@@ -69,6 +75,8 @@ import time  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import _smoke  # noqa: E402
+
 from sandbox import fleet_toml  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -119,7 +127,7 @@ def toolchain_bench(base: Path, env: dict[str, str], mib: int) -> list[dict[str,
     cfg = load(base / "fleet.toml")
     row = {r.label: r for r in Registry(base / "state" / "boxes.json").rows()}[label]
     out = []
-    for name in ("cold", "warm"):
+    for name, keep in (("cold", ["--keep-box"]), ("warm", [])):
         job = write_job(base / "jobs" / name, name, "ls toolchain/lib > /dev/null", revision)
         t0 = time.perf_counter()
         sh([str(BIN / "pyinfra"), "-y", "--limit", label, "inventory.py", "deploys/oneshot.py",
@@ -127,10 +135,17 @@ def toolchain_bench(base: Path, env: dict[str, str], mib: int) -> list[dict[str,
         wall = time.perf_counter() - t0
         res = boxssh.run(cfg, row, f"cat /root/fleet/jobs/{name}/state.json")
         tc = json.loads(res.stdout)["toolchain"]
+        # read the job back before the box is given another (kept), the last one destroys it
+        t0 = time.perf_counter()
+        sh([str(BIN / "fleet"), "teardown", label, *keep], env)
+        torn = time.perf_counter() - t0
         out.append({"job": name, "deploy_wall_s": round(wall, 2),
                     "bytes_fetched": tc["bytes_fetched"], "fetch_s": tc["seconds"],
-                    "warm": tc["warm"], "files": tc["files"]})
-    sh([str(BIN / "fleet"), "destroy", label], env)
+                    "warm": tc["warm"], "files": tc["files"],
+                    "box": "kept" if keep else "destroyed",
+                    "teardown_wall_s": round(torn, 2)})
+    after = Registry(base / "state" / "boxes.json").get(label)
+    assert after is not None and after.status == "destroyed", after
     return out
 
 
@@ -209,7 +224,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--toolchain-mib", type=int, default=256)
     ap.add_argument("--outputs-mib", type=int, default=1024)
-    args = ap.parse_args()
+    args = _smoke.parse(ap, toolchain_mib=8, outputs_mib=32)
     if os.geteuid() != 0:
         raise SystemExit("sandbox boxes need root (namespaces)")
     from sandbox import manage

@@ -1,6 +1,6 @@
 """Publishing 1.5.0 over 1.4.0 on 1 and 8 sandbox boxes: node downtime, wall time, SSH requests.
 
-    .venv/bin/python bench/publish.py [--sizes 1 8] [--stable-s 5]      (root: sandbox boxes)
+    .venv/bin/python bench/publish.py [--sizes 1 8] [--stable-s 5] [--smoke]   (root: sandbox boxes)
 
 For each size: a fresh sandbox (namespaced SSH hosts), boxes rented on both fake providers and
 converted with release 1.4.0, then `fleet publish 1.5.0 --waves rest --soak 0` (one wave) and
@@ -30,6 +30,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import _smoke
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -237,13 +239,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--stable-s", type=int, default=5)
-    args = ap.parse_args()
+    args = _smoke.parse(ap, sizes=[1], stable_s=1)
     results = [one_size(n, args.stable_s) for n in args.sizes]
     out = {"date": datetime.now(UTC).date().isoformat(),
            "machine": f"{os.cpu_count()} cores, {platform.platform()}",
            "command": "bench/publish.py " + " ".join(sys.argv[1:]), "results": results}
-    (REPO / "bench" / "out").mkdir(exist_ok=True)
-    (REPO / "bench" / "out" / "publish.json").write_text(json.dumps(out, indent=1) + "\n")
+    if not args.smoke:
+        (REPO / "bench" / "out").mkdir(exist_ok=True)
+        (REPO / "bench" / "out" / "publish.json").write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))
     print("\n| boxes | run | wall s | SSH requests per box (max) | boxes switched |")
     print("|---|---|---|---|---|")

@@ -1,6 +1,6 @@
 """Standing conversion of 1, 4 and 8 sandbox boxes: first run and no-change re-run.
 
-    .venv/bin/python bench/standing_convert.py [--sizes 1 4 8]      (root: sandbox boxes)
+    .venv/bin/python bench/standing_convert.py [--sizes 1 4 8] [--smoke]   (root: sandbox boxes)
 
 For each size: a fresh sandbox (namespaced SSH hosts), boxes rented on both fake providers
 through the fleet's own CLI, then `pyinfra -y inventory.py deploys/standing.py` twice. Per run:
@@ -24,6 +24,8 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+import _smoke
 
 from sandbox import fleet_toml
 
@@ -96,7 +98,7 @@ def one_size(n: int) -> dict[str, object]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 8])
-    args = ap.parse_args()
+    args = _smoke.parse(ap, sizes=[1])
     results = [one_size(n) for n in args.sizes]
     print(json.dumps({"date": datetime.now(UTC).date().isoformat(),
                       "machine": f"{os.cpu_count()} cores, {platform.platform()}",
