@@ -1,7 +1,8 @@
 """`fleet loop`: detection to replacement of a dead standing box, and one tick over 8 and 32
 healthy boxes.
 
-    .venv/bin/python bench/loop.py [--sizes 8 32] [--interval 10]      (root: sandbox boxes)
+    .venv/bin/python bench/loop.py [--sizes 8 32] [--interval 10] [--ticks 3] [--smoke]
+                                                                    (root: sandbox boxes)
 
 1. Replacement: a fresh sandbox, a roster of one standing box per provider (RTX 4090),
    converted by one tick; then `fleet loop --interval 10 --json` runs while the Vast box's
@@ -11,9 +12,9 @@ healthy boxes.
 2. Healthy ticks: a fresh sandbox (four machines per wanted box in each provider's
    market) whose roster wants N RTX 4090 boxes (half per provider), filled and
    converted by the loop (a box RunPod placed on another driver is unfit and replaced),
-   then settled; then `fleet loop --once` three times. Per tick: the loop process's CPU
-   (user + system; it starts Python and imports pyinfra each time), and the SSH requests
-   each box's sshd logged (LogLevel VERBOSE: each exec'd command or sftp start is one).
+   then settled; then `fleet loop --once` three times (--ticks). Per tick: the loop
+   process's CPU (user + system; it starts Python and imports pyinfra each time), and the SSH
+   requests each box's sshd logged (LogLevel VERBOSE: each exec'd command or sftp start is one).
    Target: at most one SSH command per healthy box per tick.
 """
 
@@ -32,6 +33,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import _smoke
 
 from sandbox import fleet_toml
 
@@ -169,8 +172,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[8, 32])
     ap.add_argument("--interval", type=float, default=10.0)
+    ap.add_argument("--ticks", type=int, default=3, help="healthy ticks measured per size")
     ap.add_argument("--skip-replacement", action="store_true")
-    args = ap.parse_args()
+    # two boxes: the roster's smallest (one per provider)
+    args = _smoke.parse(ap, sizes=[2], interval=5.0, ticks=1)
     if os.geteuid() != 0:
         raise SystemExit("sandbox boxes need root (namespaces)")
     out: dict[str, Any] = {"date": datetime.now(UTC).date().isoformat(),
@@ -180,7 +185,7 @@ def main() -> None:
         print(json.dumps(out["replacement"]), file=sys.stderr, flush=True)
     out["healthy"] = []
     for n in args.sizes:
-        out["healthy"].append(healthy_ticks(n))
+        out["healthy"].append(healthy_ticks(n, args.ticks))
         print(json.dumps(out["healthy"][-1]), file=sys.stderr, flush=True)
     print(json.dumps(out, indent=1))
 

@@ -1,7 +1,8 @@
 """The mesh after a replacement: from the new box's conversion to every peers file naming it
 and its node dialled by two peers.
 
-    .venv/bin/python bench/mesh_replace.py [--interval 10] [--rounds 3]   (root: sandbox boxes)
+    .venv/bin/python bench/mesh_replace.py [--interval 10] [--rounds 3] [--smoke]
+                                                                    (root: sandbox boxes)
 
 A fresh sandbox, a roster of four standing RTX 4090 boxes (two per provider), settled by the
 loop; then `fleet loop --interval N --json` runs while a Vast box's host dies, once per round.
@@ -28,6 +29,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import _smoke
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
@@ -110,7 +113,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--interval", type=float, default=10.0)
     ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
+    args = _smoke.parse(ap, interval=5.0, rounds=1)
     if os.geteuid() != 0:
         raise SystemExit("sandbox boxes need root (namespaces)")
     out: dict[str, Any] = {"date": datetime.now(UTC).date().isoformat(),
