@@ -73,7 +73,7 @@ def project(rows: list[Row], budget_usd: float, new_usd_per_hour: float = 0.0,
     the larger of it and the estimate from its price (`bills.estimate`), and a `Billed`'s
     `unnamed_usd` (charges for boxes no row names) counts on top."""
     now = now or datetime.now(UTC)
-    billed = billed or {}
+    billed = {} if billed is None else billed  # an empty Billed still has its unnamed_usd
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
     left_h = (midnight + timedelta(days=1) - now).total_seconds() / 3600
     spent = float(getattr(billed, "unnamed_usd", 0.0))
@@ -186,7 +186,7 @@ def today(rows: Sequence[Row], daily_budget_usd: float, now: datetime,
     midnight = iso(now)[:10]
     day_rows = [r for r in rows if r.status != "failed" and (r.destroyed_at is None
                                                              or r.destroyed_at >= midnight)]
+    billed = {} if billed is None else billed
     return Today(project(list(rows), daily_budget_usd, now=now, billed=billed),
-                 len(billed or {}), sum(1 for r in day_rows if r.label in (billed or {})),
-                 len(day_rows))
+                 len(billed), sum(1 for r in day_rows if r.label in billed), len(day_rows))
 

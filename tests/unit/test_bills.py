@@ -285,3 +285,17 @@ def test_charges_no_row_names_and_failed_rows_on_the_bill_count(tmp_path: Path) 
     with pytest.raises(BudgetExceeded, match="spent today \\$18.00"):
         budget.guard(18.0 + 6.0 + 0.5 * 12 - 1, 0.5, "renting a box",
                      bills=bills.load(reg), now=NOW)(rows)
+
+
+def test_charges_no_row_names_count_when_no_row_is_on_the_bill(tmp_path: Path) -> None:
+    reg = tmp_path / "boxes.json"
+    bills.refresh(reg, {"vast": Billing({"stranger": 95.0})}, NOW)
+    rows = [row("new", "1", usd_h=0.01)]  # not on the bill: estimated
+    billed = bills.billed(rows, bills.load(reg), NOW)
+    assert billed == {} and billed.unnamed_usd == pytest.approx(95.0)
+    day = budget.project(rows, 100, now=NOW, billed=billed)
+    assert day.spent_usd == pytest.approx(95.0 + 0.01 * 12)
+    assert budget.today(rows, 100, NOW, billed).to_dict()["spent_today_usd"] == \
+        pytest.approx(95.0 + 0.01 * 12)
+    with pytest.raises(BudgetExceeded, match="spent today \\$95.12"):
+        budget.guard(100, 0.5, "renting a box", bills=bills.load(reg), now=NOW)(rows)
