@@ -11,7 +11,7 @@ import typer
 
 from fleet.cli import common
 from fleet.cli.common import app, cfg
-from fleet.core.config import Config, grace_problem
+from fleet.core.config import LOOP_MAX_S, Config, grace_problem
 from fleet.core.errors import UsageError
 from fleet.core.verdicts import Health
 from fleet.ops.loop import AfterTick, AfterTickNote, Tick
@@ -38,8 +38,10 @@ def loop_cmd(
 
     c = cfg()
     every = c.loop.interval_s if interval is None else interval
-    if not (math.isfinite(every) and every > 0):
-        raise UsageError(f"--interval must be a positive number of seconds, got {interval}")
+    most = LOOP_MAX_S["interval_s"]
+    if not (math.isfinite(every) and 0 < every <= most):
+        raise UsageError(f"--interval must be a positive number of seconds, at most {most:g}, "
+                         f"got {interval}")
     if interval is not None and grace_problem(c.loop.orphan_grace_s, every):
         raise UsageError(
             f"--interval {every:g} leaves [loop] orphan_grace_s ({c.loop.orphan_grace_s:g}) "

@@ -24,6 +24,12 @@ KINDS = ("standing", "oneshot")
 # programs gated by admission unless a role says otherwise (`gpu_programs`)
 GPU_PROGRAMS = (MINER, PROVER)
 NODE_UNHEALTHY_RESTART_S = 300.0
+DAY_S = 86400.0
+# the longest each duration may be: a slip (1e10) is refused at load, not left to overflow a
+# sleep or a deadline, or to make a loop that never looks again
+LOOP_MAX_S = {"interval_s": 3600.0, "orphan_grace_s": DAY_S, "converge_timeout_s": DAY_S,
+              "ready_timeout_s": DAY_S, "move_timeout_s": 7 * DAY_S}
+NODE_UNHEALTHY_RESTART_MAX_S = DAY_S
 READY_TIMEOUT_MIN_S = 300.0
 DRIVER = re.compile(r"^\d+\.\d+\.\d+$")
 CUDA = re.compile(r"^\d+\.\d+$")
@@ -198,6 +204,9 @@ def _role(name: str, table: Any, src: str) -> Role:
     if restart < 0:
         raise ConfigError(
             f"{where}.node_unhealthy_restart_s: must be 0 (report only) or more, got {restart}")
+    if restart > NODE_UNHEALTHY_RESTART_MAX_S:
+        raise ConfigError(f"{where}.node_unhealthy_restart_s: at most "
+                          f"{NODE_UNHEALTHY_RESTART_MAX_S:g} s, got {restart:g}")
     role = Role(
         name=name, kind=table["kind"], image=table["image"], disk_gb=table["disk_gb"],
         programs=programs, p2p_port=port, admitted_driver=table.get("admitted_driver"),
@@ -249,13 +258,12 @@ def _wants(role: str, entries: Any, src: str) -> list[Want]:
     return wants
 
 
-_LOOP_SECONDS = ("interval_s", "orphan_grace_s", "converge_timeout_s", "ready_timeout_s",
-                 "move_timeout_s")
-
-
 def _loop(table: dict[str, Any], src: str) -> LoopSettings:
     where = f"{src}: loop"
-    _check(where, table, {"dead_checks": (int,), **{k: (int, float) for k in _LOOP_SECONDS}})
+    _check(where, table, {"dead_checks": (int,), **{k: (int, float) for k in LOOP_MAX_S}})
+    for key, most in LOOP_MAX_S.items():
+        if table.get(key, 0) > most:
+            raise ConfigError(f"{where}.{key}: at most {most:g} s, got {table[key]:g}")
     d = LoopSettings()
     loop = LoopSettings(
         interval_s=float(table.get("interval_s", d.interval_s)),

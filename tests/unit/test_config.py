@@ -253,6 +253,39 @@ def test_the_orphan_grace_is_at_least_two_intervals(tmp_path: Path, table: str) 
     assert "at least two interval_s" in msg, msg
 
 
+@pytest.mark.parametrize(("table", "key", "most"), [
+    ("interval_s = 1e10\norphan_grace_s = 2e10", "interval_s", "3600 s"),
+    ("interval_s = 3601\norphan_grace_s = 7202", "interval_s", "3600 s"),
+    ("orphan_grace_s = 1e10", "orphan_grace_s", "86400 s"),
+    ("converge_timeout_s = 1e10", "converge_timeout_s", "86400 s"),
+    ("ready_timeout_s = 9223372036854775807", "ready_timeout_s", "86400 s"),
+    ("move_timeout_s = 1e300", "move_timeout_s", "604800 s"),
+])
+def test_a_loop_duration_past_its_bound_is_one_line_naming_the_key(tmp_path: Path, table: str,
+                                                                   key: str, most: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load(write(tmp_path, _loop(table)))
+    msg = str(e.value)
+    assert "\n" not in msg and f"loop.{key}: at most {most}" in msg, msg
+
+
+def test_durations_at_their_bounds_load(tmp_path: Path) -> None:
+    text = _loop("interval_s = 3600\norphan_grace_s = 86400\nconverge_timeout_s = 86400\n"
+                 "ready_timeout_s = 86400\nmove_timeout_s = 604800").replace(
+        "p2p_port = 26611", "p2p_port = 26611\nnode_unhealthy_restart_s = 86400")
+    cfg = load(write(tmp_path, text))
+    assert (cfg.loop.interval_s, cfg.loop.move_timeout_s) == (3600, 604800)
+    assert cfg.roles["live"].node_unhealthy_restart_s == 86400
+
+
+def test_a_node_restart_delay_past_a_day_is_one_line(tmp_path: Path) -> None:
+    text = GOOD.replace("p2p_port = 26611", "p2p_port = 26611\nnode_unhealthy_restart_s = 1e10")
+    with pytest.raises(ConfigError) as e:
+        load(write(tmp_path, text))
+    msg = str(e.value)
+    assert "\n" not in msg and "roles.live.node_unhealthy_restart_s: at most 86400 s" in msg, msg
+
+
 def test_an_orphan_grace_of_exactly_two_intervals_is_fine(tmp_path: Path) -> None:
     loop = load(write(tmp_path, _loop("interval_s = 10\norphan_grace_s = 20"))).loop
     assert (loop.interval_s, loop.orphan_grace_s) == (10, 20)

@@ -29,6 +29,10 @@ from fleet.ops.loop import LoopLock
     ([], "[loop]\ninterval_s = 10\norphan_grace_s = 5\n",
      "loop.orphan_grace_s: must be at least two interval_s"),
     ([], "[loop]\ncolour = 1\n", "loop: unknown key 'colour'"),
+    # a duration too long to sleep or to mean anything: refused before the loop starts
+    ([], "[loop]\ninterval_s = 1e10\norphan_grace_s = 2e10\n", "loop.interval_s: at most"),
+    (["--interval", "1e10"], "[loop]\norphan_grace_s = 86400\n",
+     "error: --interval must be a positive number of seconds, at most 3600"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], extra: str,
                                       message: str) -> None:
