@@ -210,7 +210,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = _smoke.parse(ap, kills=3, stable_s=3.0, idle_s=3.0)
     out_dir = REPO / "bench" / "out"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if not args.smoke:
+        out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="agent-vs-supervisord-",
                                  dir=None if args.smoke else out_dir))
     (work / "markers").mkdir()

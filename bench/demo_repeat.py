@@ -3,7 +3,9 @@
     .venv/bin/python bench/demo_repeat.py --runs 20 --busy 10   [--smoke: one run]
 
 Each run starts as a fresh clone would (no sandbox up, no state/), runs `./run.sh demo`, then
-takes the sandbox down. A run passes when the demo exits 0, `fleet sandbox down` leaves no
+takes the sandbox down. The checkout's own state/ (the registry, key and archive fleet.toml
+names) is moved aside for the runs and put back after, whatever happens: never deleted.
+A run passes when the demo exits 0, `fleet sandbox down` leaves no
 mount or loop device of its boxes, and this machine's `/`, `/opt` and `/usr/local` are as they
 were before it (`sandbox.boxes.host.host_snapshot`). The last `--busy` runs have every core kept
 busy by another process. Prints one JSON line per run and a summary; a failed run keeps its log.
@@ -12,6 +14,7 @@ busy by another process. Prints one JSON line per run and a summary; a failed ru
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -19,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +43,23 @@ def clean() -> None:
     subprocess.run([str(REPO / ".venv" / "bin" / "fleet"), "sandbox", "down"], cwd=REPO,
                    capture_output=True, timeout=600)
     shutil.rmtree(REPO / "state", ignore_errors=True)
+
+
+@contextlib.contextmanager
+def state_kept_aside() -> Iterator[None]:
+    state, aside = REPO / "state", REPO / "state.kept-by-demo-repeat"
+    if aside.exists():
+        raise SystemExit(f"{aside} holds state an earlier run kept aside: move it back to "
+                         f"{state} first")
+    had = state.exists()
+    if had:
+        state.rename(aside)
+    try:
+        yield
+    finally:
+        clean()
+        if had:
+            aside.rename(state)
 
 
 def one_run(n: int, busy: bool, logs: Path) -> dict[str, object]:
@@ -74,10 +95,11 @@ def main() -> int:
     ap.add_argument("--logs", type=Path, default=Path("/tmp"))
     args = _smoke.parse(ap, runs=1, busy=0)
     results = []
-    for n in range(1, args.runs + 1):
-        res = one_run(n, n > args.runs - args.busy, args.logs)
-        print(json.dumps(res), flush=True)
-        results.append(res)
+    with state_kept_aside():
+        for n in range(1, args.runs + 1):
+            res = one_run(n, n > args.runs - args.busy, args.logs)
+            print(json.dumps(res), flush=True)
+            results.append(res)
     passed = sum(1 for r in results if r["ok"])
     walls = {b: [r["wall_s"] for r in results if r["busy"] is b] for b in (False, True)}
     print(json.dumps({"passed": passed, "runs": len(results),

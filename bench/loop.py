@@ -84,6 +84,19 @@ class Sandbox:
                              f"{r.stderr[-3000:]}")
         return r.stdout
 
+    def loop(self, log: Path, *args: str) -> subprocess.Popen[bytes]:
+        """`fleet loop --json` running: its ticks in `log`, its stderr beside it."""
+        with log.open("w") as out, log.with_suffix(".err").open("w") as err:
+            return subprocess.Popen([str(BIN / "fleet"), "loop", *args, "--json"], cwd=REPO,
+                                    env=self.env, stdout=out, stderr=err)
+
+    @staticmethod
+    def alive(loop: subprocess.Popen[bytes], log: Path) -> None:
+        """Stop the benchmark at once, in the loop's own words, if the loop has exited."""
+        if loop.poll() is not None:
+            words = log.with_suffix(".err").read_text(errors="replace")[-3000:]
+            raise SystemExit(f"fleet loop exited ({loop.returncode}) mid-benchmark:\n{words}")
+
     def tick(self) -> dict[str, Any]:
         out = self.fleet("loop", "--once", "--json")
         return json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
@@ -107,9 +120,7 @@ def replacement(interval: float) -> dict[str, Any]:
         rows = json.loads((Path(tmp) / "state" / "boxes.json").read_text())["boxes"]
         victim = next(r["label"] for r in rows if r["provider"] == "vast" and r["standing"])
         log = Path(tmp) / "loop.jsonl"
-        with log.open("w") as f:
-            loop = subprocess.Popen([str(BIN / "fleet"), "loop", "--json"], cwd=REPO,
-                                    env=sb.env, stdout=f, stderr=subprocess.DEVNULL)
+        loop = sb.loop(log)
         try:
             time.sleep(interval / 2)  # the death lands mid-interval
             died = time.time()
@@ -117,6 +128,7 @@ def replacement(interval: float) -> dict[str, Any]:
             deadline = time.monotonic() + 1800
             done = None
             while done is None and time.monotonic() < deadline:
+                sb.alive(loop, log)
                 ticks = [json.loads(ln) for ln in log.read_text().splitlines()
                          if ln.startswith("{")]
                 done = next((t for t in ticks if victim in t["replaced"]), None)

@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ import _smoke
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from loop import BIN, Sandbox, _epoch  # noqa: E402
+from loop import Sandbox, _epoch  # noqa: E402
 
 from fleet.boxes import boxssh  # noqa: E402
 from fleet.core.boxes import Row  # noqa: E402
@@ -63,15 +62,13 @@ def one_round(sb: Sandbox, base: Path, interval: float) -> dict[str, Any]:
     reg = Registry(cfg.registry)
     victim = next(r for r in reg.rows() if r.live and r.provider == "vast" and r.standing)
     log = base / "loop.jsonl"
-    with log.open("w") as f:
-        loop = subprocess.Popen([str(BIN / "fleet"), "loop", "--interval", str(interval),
-                                 "--json"], cwd=REPO, env=sb.env, stdout=f,
-                                stderr=subprocess.DEVNULL)
+    loop = sb.loop(log, "--interval", str(interval))
     try:
         sb.fleet("sandbox", "fault", "host_death", victim.label)
         deadline = time.monotonic() + 1800
         new = None
         while time.monotonic() < deadline:
+            sb.alive(loop, log)
             new = next((r for r in Registry(cfg.registry).rows() if r.rerent_of == victim.label
                         and r.live and r.standing_since), None)
             if new is not None:
@@ -82,6 +79,7 @@ def one_round(sb: Sandbox, base: Path, interval: float) -> dict[str, Any]:
         endpoint = f"{new.public_ip}:{new.p2p_public_port}"
         peers_at = dialled_at = None
         while (peers_at is None or dialled_at is None) and time.monotonic() < deadline:
+            sb.alive(loop, log)
             now = time.time()
             others = [r for r in Registry(cfg.registry).rows()
                       if r.live and r.standing and r.label != new.label]
@@ -94,6 +92,7 @@ def one_round(sb: Sandbox, base: Path, interval: float) -> dict[str, Any]:
             time.sleep(0.2)
         while not any(new.label in t["converged"] for t in ticks_in(log)) \
                 and time.monotonic() < deadline:
+            sb.alive(loop, log)
             time.sleep(0.2)  # the tick that converted it is printed once it ends
     finally:
         loop.send_signal(signal.SIGTERM)

@@ -59,7 +59,7 @@ def standin(work: Path) -> list[dict[str, str]]:
     from sandbox.nvml import CONFIG_ENV, build_library, write_config
 
     world = GpuSpec("580.95.05", 13000, [
-        GpuDevice(f"GPU-00000000-0000-4000-8000-00000000000{i}", "NVIDIA H200",
+        GpuDevice(f"GPU-8c4f2a1e-5b7d-4e2a-9f31-00000000000{i}", "NVIDIA H200",
                   f"00000000:{0x1B + i:02X}:00.0", 150754820096, f"165000000000{i}")
         for i in range(2)])
     write_config(work / "nvml.json", world)

@@ -83,26 +83,30 @@ def _spawn(state_dir: Path, seed: int, backend: str, boot_delay: float,
            str(seed), "--backend", backend, "--boot-delay", str(boot_delay),
            "--machines", str(machines)]
     with open(state_dir / LOG_FILE, "ab") as log:
+        since = log.tell()  # an earlier run's lines are not this one's words
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True)  # outlives the CLI that started it
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SandboxError(f"sandbox daemon exited with status {proc.returncode}: "
-                               f"{_log_tail(state_dir)} (whole log: {state_dir / LOG_FILE})")
+                               f"{_log_tail(state_dir, since)} (whole log: "
+                               f"{state_dir / LOG_FILE})")
         info = _info(state_dir)
         if info is not None and info["pid"] == proc.pid and _healthy(info["control_url"]):
             return info
         time.sleep(0.05)
     _terminate(proc.pid)
     raise SandboxError(f"sandbox daemon not healthy after {timeout:g}s: "
-                       f"{_log_tail(state_dir)} (whole log: {state_dir / LOG_FILE})")
+                       f"{_log_tail(state_dir, since)} (whole log: {state_dir / LOG_FILE})")
 
 
-def _log_tail(state_dir: Path, lines: int = 5) -> str:
-    """The daemon's last words, so its own error is in the message (it may be a traceback)."""
+def _log_tail(state_dir: Path, since: int, lines: int = 5) -> str:
+    """The daemon's last words since byte `since`, so its own error is in the message."""
     try:
-        text = (state_dir / LOG_FILE).read_text(errors="replace").strip()
+        with open(state_dir / LOG_FILE, "rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace").strip()
     except OSError:
         text = ""
     return " | ".join(text.splitlines()[-lines:]) or "(its log is empty)"

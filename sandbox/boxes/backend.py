@@ -30,9 +30,10 @@ from sandbox.boxes.host import BOX_PYTHON, preflight
 from sandbox.boxes.layout import BoxPaths, write_atomic, write_json
 from sandbox.boxes.net import Network
 from sandbox.boxes.proc import (
+    SSHD_EXITED,
     kill_pid,
     listening,
-    notified_ready,
+    notified,
     notify_socket,
     only_child,
     read_line,
@@ -267,7 +268,7 @@ class NamespaceBackend:
         # the box writes its logs into pipes, relayed into files here up to LOG_CAP: a file of
         # the host handed to the box could be reopened through /proc and filled without end
         init_log, sshd_log = relay_log(paths.log / "init.log"), relay_log(paths.log / "sshd.log")
-        box.relays = [init_log.thread, sshd_log.thread]
+        box.relays = [init_log.thread, sshd_log.thread]  # sshd's last: _wait_ready joins it
         try:
             argv = [self._unshare, *_NAMESPACES, BOX_PYTHON, "-I", "-S", str(BOXINIT)]
             box.proc = subprocess.Popen(
@@ -384,8 +385,12 @@ class NamespaceBackend:
         assert box.proc is not None
         table = Path(f"/proc/{box.pid}/net/tcp")
         while time.monotonic() < deadline:
-            if notified_ready(notify, 0.05):
+            said = notified(notify, 0.05)
+            if b"READY=1" in said:
                 return
+            if SSHD_EXITED in said:  # the init lives on: waiting would only wait out the deadline
+                box.relays[-1].join(timeout=2)  # sshd's log, its pipe now closed
+                raise self._boot_error(box, "its sshd exited before it listened")
             if box.proc.poll() is not None:
                 raise self._boot_error(box, "it exited while booting")
             try:

@@ -238,7 +238,7 @@ def spawn(argv: list[str], env: dict[str, str], out: int, setsid: bool = False) 
     return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=setsid)
 
 
-def reap_forever(sshd: int) -> None:
+def reap_forever(sshd: int, notify: str) -> None:
     while True:
         try:
             pid, status = os.wait()
@@ -249,6 +249,20 @@ def reap_forever(sshd: int) -> None:
             continue
         if pid == sshd:
             os.write(2, f"box-init: sshd exited ({status:#x})\n".encode())
+            tell_host(notify, f"SANDBOX_SSHD_EXITED={status:#x}")
+
+
+def tell_host(notify: str, message: str) -> None:
+    """One datagram on the socket the host waits on while the box boots (sandbox/boxes/proc.py):
+    a box whose sshd died fails its start at once, not at the deadline. Nobody listening (the
+    box booted long ago) is fine."""
+    import socket  # only when sshd exits: boots never pay for the import
+
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.sendto(message.encode(), notify)
+    except OSError:
+        pass
 
 
 def main() -> None:
@@ -281,7 +295,7 @@ def main() -> None:
         spawn(["/bin/bash", cfg["hook"]], env, hook_log, setsid=True)
         os.close(hook_log)
     os.close(sshd_log)
-    reap_forever(sshd)
+    reap_forever(sshd, cfg["notify"])
 
 
 if __name__ == "__main__":

@@ -67,9 +67,13 @@ def notify_socket(path: Path) -> Iterator[socket.socket]:
         path.unlink(missing_ok=True)
 
 
-def notified_ready(sock: socket.socket, timeout: float) -> bool:
-    """Whether an sd_notify `READY=1` arrives on `sock` within `timeout` seconds."""
-    return bool(select.select([sock], [], [], timeout)[0]) and b"READY=1" in sock.recv(256)
+SSHD_EXITED = b"SANDBOX_SSHD_EXITED="  # the box's init, on the same socket: sshd is gone
+
+
+def notified(sock: socket.socket, timeout: float) -> bytes:
+    """The sd_notify message that arrives on `sock` within `timeout` seconds, or b"": sshd's
+    `READY=1` once it listens, or the init's `SSHD_EXITED` when sshd exited."""
+    return sock.recv(256) if select.select([sock], [], [], timeout)[0] else b""
 
 
 def listening(table: str, port: int) -> bool:

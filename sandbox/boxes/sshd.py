@@ -3,10 +3,9 @@
 Debian's sshd refuses to start without its privilege separation directory ("Missing privilege
 separation directory: /run/sshd"). Debian's ssh service makes it (the unit's
 RuntimeDirectory), so it is there only on a machine where that service once ran since boot;
-installing the package does not make it. Every sshd the project starts goes through here: a
-box's init makes it on the box's fresh /run from `RUN_DIRS` (its config names them), and an
-sshd run on the operator's own machine (`HostSshd`, the tests' loopback server) calls
-`prepare()` first.
+installing the package does not make it. What sshd needs is listed here once: a box's init
+makes `RUN_DIRS` on the box's fresh /run (its config names them), and an sshd run on the
+operator's own machine (`HostSshd`, the tests' loopback server) calls `prepare()` first.
 """
 
 from __future__ import annotations
@@ -26,10 +25,12 @@ LOG_TAIL = 2000  # characters of sshd's own log quoted in an error
 
 
 def prepare(root: str = "/") -> None:
-    """Make sshd's runtime directories under `root` (0755, as sshd's strict mode wants)."""
+    """Make sshd's runtime directories under `root`: root's own, 0755, as sshd insists."""
     for path in RUN_DIRS:
         target = os.path.join(root, path.lstrip("/"))
         os.makedirs(target, mode=0o755, exist_ok=True)
+        if os.geteuid() == 0:
+            os.chown(target, 0, 0, follow_symlinks=False)
         os.chmod(target, 0o755)  # an umask never weakens it, an old one is made strict
 
 
@@ -48,8 +49,9 @@ class HostSshd:
     def start(self, timeout: float = 20.0) -> None:
         prepare()
         path = self.workdir / "sshd_config"
+        # its pid file in its own folder unless the config names one: never the host's
         path.write_text("\n".join([f"Port {self.port}", "ListenAddress 127.0.0.1",
-                                   *self.config]) + "\n")
+                                   f"PidFile {self.workdir / 'sshd.pid'}", *self.config]) + "\n")
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(path)],
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log)
@@ -60,7 +62,7 @@ class HostSshd:
                 raise BoxError(f"sshd on 127.0.0.1:{self.port} exited before it listened: "
                                f"{self.tail()}")
             with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0 and self.proc.poll() is None:
                     return
             if time.monotonic() > deadline:
                 self.stop()

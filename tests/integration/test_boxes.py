@@ -638,6 +638,20 @@ def test_without_loop_devices_a_disk_is_a_tmpfs_of_its_size(tmp_path, key, monke
     assert not [p for p in state.iterdir() if p.name != "nvml-build"]
 
 
+def test_a_box_whose_sshd_cannot_start_fails_at_once_in_sshds_words(backend, key, monkeypatch):
+    """Its init lives on, so only the init's word says sshd is gone: the start fails then,
+    quoting sshd's own log, not at the deadline with another message."""
+    from sandbox.boxes import sshd
+
+    monkeypatch.setattr(sshd, "RUN_DIRS", ())  # no privilege separation directory in the box
+    monkeypatch.setattr(backend, "ready_timeout", 600.0)  # waiting for the port: ten minutes
+    spec = vast_spec(key.pub, 97)
+    with pytest.raises(BoxError, match="(?s)its sshd exited before it listened.*"
+                                       "Missing privilege separation directory"):
+        backend.start(spec)
+    assert not (backend.state_dir / spec.box_id).exists()  # nothing of it is left
+
+
 # --- lifecycle ---------------------------------------------------------------------------
 
 def test_host_death_leaves_no_process(backend, fresh, key):

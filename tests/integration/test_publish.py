@@ -102,12 +102,24 @@ class Fleet(FleetCli):
         if self.sshd(label) is not None:
             return
         init = json.loads((self.box_dir(label) / "box.json").read_text())["pid"]
-        log = open(self.box_dir(label) / "log" / "sshd.log", "ab")  # noqa: SIM115
-        subprocess.Popen(["nsenter", "-t", str(init), "-m", "-u", "-i", "-n", "-p", "--",
-                          "/usr/sbin/sshd", "-D", "-e", "-f", "/run/sandbox/sshd_config"],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                         start_new_session=True)
-        wait_for(f"{label}: SSH again", lambda: self.ssh(label, "echo up").strip() == "up")
+        path = self.box_dir(label) / "log" / "sshd.log"
+        with open(path, "ab") as log:
+            since = log.tell()
+            sshd = subprocess.Popen(["nsenter", "-t", str(init), "-m", "-u", "-i", "-n", "-p",
+                                     "--", "/usr/sbin/sshd", "-D", "-e", "-f",
+                                     "/run/sandbox/sshd_config"],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    start_new_session=True)
+
+        def answers() -> bool:
+            if sshd.poll() is not None:  # fail now, in sshd's own words
+                with open(path, "rb") as f:
+                    f.seek(since)
+                    words = f.read().decode(errors="replace")
+                pytest.fail(f"{label}: sshd exited ({sshd.returncode}): {words[-2000:]}")
+            return self.ssh(label, "echo up").strip() == "up"
+
+        wait_for(f"{label}: SSH again", answers)
 
 
 @pytest.fixture(scope="module")

@@ -41,9 +41,8 @@ class Sshd:
     def start(self, force_command: str | None = None) -> None:
         self.stop()
         self.port = _free_port()
-        config = [f"HostKey {self.tmp / 'host'}", f"PidFile {self.tmp / 'sshd.pid'}",
-                  "UsePAM no", "StrictModes no", "PermitRootLogin yes",
-                  f"AuthorizedKeysFile {self.tmp / 'authorized'}"]
+        config = [f"HostKey {self.tmp / 'host'}", "UsePAM no", "StrictModes no",
+                  "PermitRootLogin yes", f"AuthorizedKeysFile {self.tmp / 'authorized'}"]
         if force_command:
             config.append(f"ForceCommand {force_command}")
         self.server = HostSshd(self.tmp, config, self.port)

@@ -67,5 +67,9 @@ def test_fault_needs_a_running_sandbox(state_dir: Path) -> None:
 
 
 def test_a_daemon_that_cannot_start_is_reported_in_its_own_words(state_dir: Path) -> None:
-    with pytest.raises(manage.SandboxError, match="exited with status 1: .*ModuleNotFoundError"):
+    state_dir.mkdir(parents=True)
+    (state_dir / "daemon.log").write_text("an earlier run's last words\n")
+    with pytest.raises(manage.SandboxError,
+                       match="exited with status 1: .*ModuleNotFoundError") as refused:
         manage.up(state_dir, backend="no.such.module:Backend", timeout=600)
+    assert "earlier run" not in str(refused.value)
