@@ -175,6 +175,8 @@ def roster_cmd(
     v = view(reg, ps)
     for f in v.failures:
         err.print(f"warning: {f}")
+    for u in v.unreadable:
+        err.print(f"warning: {u}")
     live = {row.label: box for row, box in v.matched}
     rows = [r for r in reg.rows() if all_rows or r.live]
     places = spread.per_place(reg.rows())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -99,6 +100,22 @@ class Box:
 
 
 @dataclass(frozen=True)
+class Unreadable:
+    """A row of a provider's listing that its client could not read (a field missing or of
+    another shape): what could be read of it, and why not the rest. Never a box's death and
+    never an orphan: the rows it may be are not judged while it stays unreadable."""
+
+    provider: str
+    box_id: str | None
+    label: str | None
+    why: str
+
+    def __str__(self) -> str:
+        box = f"{self.provider}/{self.box_id}" if self.box_id else f"a {self.provider} box"
+        return f"{self.label or 'unlabelled'} ({box}): its listing row is unreadable ({self.why})"
+
+
+@dataclass(frozen=True)
 class RentRequest:
     label: str  # unique; the idempotency key
     image: str
@@ -129,7 +146,8 @@ class Provider(Protocol):
 
     def rent(self, offer: Offer, req: RentRequest) -> Box: ...
 
-    def boxes(self) -> list[Box]: ...
+    # every box on the account; a row the client cannot read is an Unreadable, in its place
+    def boxes(self) -> Sequence[Box | Unreadable]: ...
 
     def box(self, box_id: str) -> Box | None: ...
 

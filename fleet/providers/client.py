@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from fleet.core.errors import OutcomeUnknown, ProviderError, RentOutcomeUnknown, UsageError
-from fleet.providers.base import Box, Offer, RentRequest, oldest_first
+from fleet.providers.base import Box, Offer, RentRequest, Unreadable, oldest_first
 
 if TYPE_CHECKING:
     from fleet.providers.http import Http
@@ -47,6 +47,7 @@ class Client:
     """Shared behaviour of the RunPod and Vast clients (see the module docstring)."""
 
     name: str = ""
+    label_field = "label"  # the key of a box's label in the provider's rows
 
     def __init__(
         self,
@@ -88,7 +89,42 @@ class Client:
     def box(self, box_id: str) -> Box | None:
         raise NotImplementedError
 
+    def _box(self, raw: dict[str, Any]) -> Box:
+        """One of the provider's rows as a Box; raises on a row of another shape."""
+        raise NotImplementedError
+
     # -- shared rules -----------------------------------------------------------------------
+
+    def _read(self, raw: Any) -> Box | Unreadable:
+        """One listing row: its Box, or what can be read of it and why not the rest (one odd
+        row must not hide the others)."""
+        try:
+            return self._box(raw)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+            known = raw if isinstance(raw, dict) else {}
+            why = self.http.scrub(f"{type(e).__name__}: {e}"[:200])
+            return Unreadable(self.name, _text(known.get("id")),
+                              _text(known.get(self.label_field)), why)
+
+    def _readable(self, raw: Any, call: str) -> Box:
+        """The Box of an answer about one box; a row that cannot be read is a ProviderError,
+        never "no such box"."""
+        got = self._read(raw)
+        if isinstance(got, Unreadable):
+            raise self.http.error(ProviderError, call, str(got))
+        return got
+
+    def _labelled(self, label: str, rows: Iterable[Box | Unreadable], call: str) -> list[Box]:
+        """The boxes under `label`; an unreadable row that may carry it is a ProviderError (a
+        rent must not take it for no box, nor a lookup for none)."""
+        found = []
+        for b in rows:
+            if isinstance(b, Unreadable):
+                if b.label in (None, label):
+                    raise self.http.error(ProviderError, call, str(b))
+            elif b.label == label:
+                found.append(b)
+        return found
 
     def find_by_label(self, label: str) -> Box | None:
         """The box carrying `label`, or None. Looks only; duplicates are rent's business."""
@@ -180,3 +216,10 @@ class Client:
             self.name, "destroy", f"box {box_id} is still listed {waited:.0f}s after destroy",
             "it may still bill: check the provider's console and destroy it there",
         )
+
+
+def _text(value: Any) -> str | None:
+    """A row's id or label as text, or None where it is missing or not a plain value."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        return None
+    return str(value)

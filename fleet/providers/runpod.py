@@ -13,7 +13,13 @@ from typing import Any
 
 from fleet.core import cards
 from fleet.core.errors import AuthFailed, NoCapacity, ProviderError
-from fleet.providers.base import RUNPOD_STOPPED_VOLUME_GB_MONTH, Box, Offer, RentRequest
+from fleet.providers.base import (
+    RUNPOD_STOPPED_VOLUME_GB_MONTH,
+    Box,
+    Offer,
+    RentRequest,
+    Unreadable,
+)
 from fleet.providers.client import Client, p2p_public_port
 from fleet.providers.gql import Enum, literal, operation
 
@@ -80,6 +86,7 @@ class RunPod(Client):
     """The RunPod GraphQL client. See `Client` for rent and destroy semantics."""
 
     name = "runpod"
+    label_field = "name"  # a pod's label is its name
 
     # -- GraphQL plumbing -------------------------------------------------------------------
 
@@ -256,14 +263,14 @@ class RunPod(Client):
 
     # -- boxes ------------------------------------------------------------------------------
 
-    def boxes(self) -> list[Box]:
+    def boxes(self) -> list[Box | Unreadable]:
         doc = operation("query", "myself", None, f"pods {{ {POD_FIELDS} }}")
         data = self._gql("myself.pods", doc)
         pods = (data.get("myself") or {}).get("pods") or []
-        return [self._box(p) for p in pods]
+        return [self._read(p) for p in pods]
 
     def _by_label(self, label: str) -> list[Box]:
-        return [b for b in self.boxes() if b.label == label]
+        return self._labelled(label, self.boxes(), "myself.pods")
 
     def box(self, box_id: str) -> Box | None:
         doc = operation("query", "pod", {"input": {"podId": box_id}}, POD_FIELDS)
@@ -278,7 +285,7 @@ class RunPod(Client):
         pod = data["pod"]
         if not pod or pod.get("desiredStatus") == "TERMINATED":
             return None
-        return self._box(pod)
+        return self._readable(pod, "pod")
 
     def _box(self, pod: dict[str, Any]) -> Box:
         runtime = pod.get("runtime") or {}

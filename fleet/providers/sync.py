@@ -9,6 +9,10 @@ A registry row whose box the listing leaves out is *gone* only once the provider
 that box's id, says it has no such box: a listing that answers 200 but leaves a box out is
 the fleet's blindness, not the box's death. When that question fails too, the row is
 *unsure*: not judged this tick.
+
+A listing row the client cannot read (`Unreadable`) is neither a box nor an orphan: every
+live row it may be (same id, or same label where the id is unknown) is unsure, and the rest of
+the listing is read as usual.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fleet.core.errors import ProviderError
-from fleet.providers.base import Box, Provider, oldest_first
+from fleet.providers.base import Box, Provider, Unreadable, oldest_first
 
 if TYPE_CHECKING:
     from fleet.core.boxes import Row
@@ -34,6 +38,7 @@ class View:
     # "provider/id" of the orphans that carry a live row's label beside the row's own box
     duplicates: set[str] = field(default_factory=set)
     unsure: dict[str, str] = field(default_factory=dict)  # label -> why it cannot be told
+    unreadable: list[Unreadable] = field(default_factory=list)  # listing rows not understood
 
 
 def view(reg: Registry, providers: Mapping[str, Provider]) -> View:
@@ -46,8 +51,11 @@ def view(reg: Registry, providers: Mapping[str, Provider]) -> View:
             out.failures.append(e)
             continue
         by_label: dict[str, list[Box]] = {}
+        odd = [b for b in boxes if isinstance(b, Unreadable)]
+        out.unreadable.extend(odd)
         for b in boxes:
-            by_label.setdefault(b.label, []).append(b)
+            if isinstance(b, Box):
+                by_label.setdefault(b.label, []).append(b)
         for label, found in by_label.items():
             row = rows.get(label)
             if row is None or row.provider != name or not row.live:
@@ -65,9 +73,21 @@ def view(reg: Registry, providers: Mapping[str, Provider]) -> View:
                     out.duplicates.add(f"{name}/{b.box_id}")
         seen = {row.label for row, _ in out.matched}
         for r in rows.values():
-            if r.live and r.provider == name and r.label not in seen and r.provider_id:
+            if not r.live or r.provider != name or r.label in seen:
+                continue
+            maybe = next((u for u in odd if _may_be(u, r)), None)
+            if maybe is not None:
+                out.unsure[r.label] = str(maybe)
+            elif r.provider_id:
                 _confirm(out, p, r)
     return out
+
+
+def _may_be(u: Unreadable, row: Row) -> bool:
+    """Whether an unreadable listing row may be `row`'s box."""
+    if u.box_id is not None and row.provider_id is not None:
+        return u.box_id == row.provider_id
+    return u.label in (None, row.label)
 
 
 def _confirm(out: View, p: Provider, row: Row) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from fleet.core.errors import NoCapacity, OfferGone, ProviderError, UsageError
-from fleet.providers.base import Box, Offer, RentRequest
+from fleet.providers.base import Box, Offer, RentRequest, Unreadable
 from fleet.providers.client import Client, p2p_public_port
 
 if TYPE_CHECKING:
@@ -227,8 +227,8 @@ class Vast(Client):
             seen.add(token)
             params = {**params, "after_token": str(token)}
 
-    def boxes(self) -> list[Box]:
-        return [self._box(i) for i in self._list({})]
+    def boxes(self) -> list[Box | Unreadable]:
+        return [self._read(i) for i in self._list({})]
 
     # -- billing ----------------------------------------------------------------------------
 
@@ -256,7 +256,7 @@ class Vast(Client):
     def _by_label(self, label: str) -> list[Box]:
         # filter here too: a server that ignored select_filters must not hand back strangers
         rows = self._list({"label": {"eq": label}})
-        return [self._box(i) for i in rows if i.get("label") == label]
+        return self._labelled(label, map(self._read, rows), "GET /api/v1/instances/")
 
     def box(self, box_id: str) -> Box | None:
         call = "GET /api/v0/instances/{id}/"
@@ -265,7 +265,7 @@ class Vast(Client):
         )
         inst = body.get("instances")
         if isinstance(inst, dict):
-            return self._box(inst)
+            return self._readable(inst, call)
         if _gone(body) or ("instances" in body and inst is None):
             return None  # Vast's two ways of saying there is no such instance
         # any other answer says nothing of the box: never read it as gone

@@ -194,3 +194,24 @@ def test_an_answer_without_a_pod_is_never_read_as_no_such_pod(rp: Fix,
     fake.queue("pod", ("before", httpx.Response(200, json=body)))
     with pytest.raises(ProviderError):
         client.box(pid)
+
+
+def test_an_odd_listing_row_is_unreadable_and_the_others_are_read(rp: Fix) -> None:
+    from fleet.providers.base import Unreadable
+
+    client, fake = rp
+    fake.add("a")
+    odd = fake.add("live-abc123-runpod-0b0b0b")
+    fake.pods[odd]["runtime"]["ports"][0]["publicPort"] = "soon"
+    fake.add("c")
+    fake.pods["garbage"] = "not a pod"  # type: ignore[assignment]
+    got = client.boxes()
+    assert [b.label for b in got if not isinstance(b, Unreadable)] == ["a", "c"]
+    u = [b for b in got if isinstance(b, Unreadable)]
+    assert [(x.provider, x.box_id, x.label) for x in u] == [
+        ("runpod", odd, "live-abc123-runpod-0b0b0b"), ("runpod", None, None)]
+    assert "soon" in u[0].why
+    with pytest.raises(ProviderError, match="unreadable"):
+        client.box(odd)
+    with pytest.raises(ProviderError, match="unreadable"):
+        client.find_by_label("live-abc123-runpod-0b0b0b")

@@ -262,3 +262,22 @@ def test_an_answer_without_an_instance_is_never_read_as_no_such_box(vast: Fix) -
         200, json={"success": False, "error": "server_error", "msg": "try again later"})))
     with pytest.raises(ProviderError, match="try again later"):
         client.box("7")
+
+
+def test_an_odd_listing_row_is_unreadable_and_the_others_are_read(vast: Fix) -> None:
+    from fleet.providers.base import Unreadable
+
+    client, fake = vast
+    fake.add("a")
+    odd = fake.add("live-abc123-vast-0b0b0b", ports={"22/tcp": [{"HostIp": "0.0.0.0"}]})
+    fake.add("c")
+    got = client.boxes()
+    assert [b.label for b in got if not isinstance(b, Unreadable)] == ["a", "c"]
+    (u,) = [b for b in got if isinstance(b, Unreadable)]
+    assert (u.provider, u.box_id, u.label) == ("vast", str(odd), "live-abc123-vast-0b0b0b")
+    assert "HostPort" in u.why
+    # asked for alone, or by its label, it is the fleet's blindness: never "no such box"
+    with pytest.raises(ProviderError, match="unreadable.*HostPort"):
+        client.box(str(odd))
+    with pytest.raises(ProviderError, match="unreadable"):
+        client.find_by_label("live-abc123-vast-0b0b0b")
