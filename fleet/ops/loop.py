@@ -4,6 +4,8 @@ Each tick:
 1. Lists every provider's boxes against the registry (`fleet.providers.sync.view`). A provider that
    fails is reported and its boxes are not judged this tick: an API error is never death.
    A box the listing leaves out is gone only once its provider, asked for its id, says so.
+   A listing row that cannot be read is said and skipped: the rows it may be are not judged,
+   moved or destroyed, and it is never an orphan; the rest of the listing goes on.
 2. Resumes the rents that never finished (`_resume_unfinished`): each is looked up, pinned
    once SSH-ready and converted, or given up past `ready_timeout_s`.
 3. Checks every standing box at once (the agent's status through one SSH command each, as
@@ -185,6 +187,7 @@ class Loop:
         self.check_fn = check_fn
         self.peers_fn = peers_fn  # rewrites peers files (None: this loop leaves them alone)
         self._answered = False  # whether any box answered the fleet's SSH in this tick
+        self._unsure: set[str] = set()  # rows whose box this tick cannot tell (`View.unsure`)
         self._started = time.monotonic()  # the tick's start
         self._started_wall = time.time()
 
@@ -204,6 +207,10 @@ class Loop:
             t.provider_errors.append(str(e))
         for label, why in sorted(v.unsure.items()):
             self._act(t, f"{label}: not judged this tick: {why}")
+        for u in v.unreadable:  # those no row is waiting on were not said above
+            if str(u) not in v.unsure.values():
+                self._act(t, f"{u}: skipped this tick (never judged, destroyed or swept)")
+        self._unsure = set(v.unsure)
         self._note_stops(v)
         read = bills.refresh(self.cfg.registry, self.providers)  # for the rents and the page
         for name, why in read.errors.items():
@@ -526,8 +533,8 @@ class Loop:
         """Destroy the box of a row the registry owns, by its provider id, and mark the row
         destroyed once its provider no longer lists it; False (said) when that cannot be
         told this tick."""
-        if row.provider in failed or not row.provider_id:
-            return False  # its provider is silent this tick: nothing is destroyed blind
+        if row.provider in failed or not row.provider_id or row.label in self._unsure:
+            return False  # its provider is silent on it this tick: nothing is destroyed blind
         p = self.providers.get(row.provider)
         try:
             if p is None:
@@ -602,7 +609,7 @@ class Loop:
 
     def _movable(self, t: Tick, row: Row, failed: set[str]) -> bool:
         return row.live and not (row.provider in failed or row.label in t.dead or unfinished(row)
-                    or row.provider not in self.providers)
+                    or row.provider not in self.providers or row.label in self._unsure)
 
     def _move(self, t: Tick, role: Role, row: Row, rows: list[Row], unfit: Mapping[str, str],
               move_for: str, owed_why: str | None) -> str | None:

@@ -52,6 +52,7 @@ class FakeVast:
         self.market: list[Offer] = []
         self.failing = False
         self.destroyed: list[str] = []
+        self.odd: dict[str, Any] = {}  # box id -> the Unreadable its listing row reads as
 
     def offers(self, card: str | None = None, gpu_count: int = 1, driver: str | None = None,
                direct_ports: int = 0, cuda: tuple[str, ...] = (),
@@ -61,15 +62,19 @@ class FakeVast:
     def rent(self, offer: Offer, req: RentRequest) -> Box:
         raise AssertionError("these tests never get as far as a rent")
 
-    def boxes(self) -> list[Box]:
+    def boxes(self) -> list[Any]:
         if self.failing:
             raise ProviderError("vast", "list", "HTTP 503")
-        return list(self.listed.values())
+        return list(self.listed.values()) + list(self.odd.values())
 
     def box(self, box_id: str) -> Box | None:
+        if box_id in self.odd:  # as the clients do: an odd row is never "no such box"
+            raise ProviderError("vast", "show", f"box {box_id} is unreadable")
         return self.listed.get(box_id)
 
     def find_by_label(self, label: str) -> Box | None:
+        if any(u.label == label for u in self.odd.values()):
+            raise ProviderError("vast", "list", f"a box labelled {label} is unreadable")
         return next((b for b in self.listed.values() if b.label == label), None)
 
     def stop(self, box_id: str) -> None:
@@ -103,13 +108,14 @@ def make(tmp_path: Path, budget: float = 100, grace: float = 600) -> tuple[Loop,
     return loop, vast, ssh_answers
 
 
-def standing_box(loop: Loop, vast: FakeVast, label: str = "live-vast-aaaaaa") -> Row:
+def standing_box(loop: Loop, vast: FakeVast, label: str = "live-vast-aaaaaa",
+                 box_id: str = "1") -> Row:
     row = Row(label=label, provider="vast", role="live", kind="standing", card="RTX 4090",
-              gpu_count=1, usd_per_hour=0.3, status="running", provider_id="1",
+              gpu_count=1, usd_per_hour=0.3, status="running", provider_id=box_id,
               host_key="ssh-ed25519 AAAA", ssh_host="10.0.0.1", ssh_port=22, standing=True)
     loop.reg.add(row)
-    vast.listed["1"] = Box("vast", "1", label, "RTX 4090", 1, 0.3, "running",
-                           ssh_host="10.0.0.1", ssh_port=22)
+    vast.listed[box_id] = Box("vast", box_id, label, "RTX 4090", 1, 0.3, "running",
+                              ssh_host="10.0.0.1", ssh_port=22)
     return row
 
 
@@ -186,6 +192,32 @@ def test_orphans_are_destroyed_after_their_grace_and_foreign_boxes_never(
     t = loop.tick()
     assert vast.destroyed == ["7"] and "8" in vast.listed
     assert not Memory.load(loop.memory_path).orphans
+
+
+def test_an_unreadable_listing_row_is_never_dead_destroyed_or_swept(tmp_path: Path) -> None:
+    from fleet.ops.budget import project
+    from fleet.providers.base import Unreadable
+
+    loop, vast, ssh = make(tmp_path, grace=120)
+    odd = standing_box(loop, vast)
+    standing_box(loop, vast, "live-vast-bbbbbb", box_id="2")
+    del vast.listed["1"]
+    vast.odd["1"] = Unreadable("vast", "1", odd.label, "KeyError: 'HostPort'")
+    ours = f"live-{loop.reg.fleet_id()}-vast-0b0b0b"  # no row names it: an orphan, if read
+    vast.odd["7"] = Unreadable("vast", "7", ours, "KeyError: 'HostPort'")
+    for _ in range(4):
+        mem = Memory.load(loop.memory_path)  # past any grace
+        mem.orphans = {k: "2000-01-01T00:00:00Z" for k in ("vast/1", "vast/7")}
+        mem.save(loop.memory_path)
+        t = loop.tick()
+        assert t.well == ["live-vast-bbbbbb"] and not t.dead and not t.orphans, t
+        said = [a for a in t.actions if "unreadable" in a]
+        assert any(odd.label in a and "vast/1" in a and "HostPort" in a for a in said), said
+        assert any(ours in a and "vast/7" in a for a in said), said
+    assert vast.destroyed == [] and not t.owed
+    rows = loop.reg.rows()
+    assert all(r.live for r in rows)
+    assert project(rows, 100).rate_usd == pytest.approx(2 * 0.3 * 24)  # still counted
 
 
 def test_rerent_labels_count_up_from_the_first_box(tmp_path: Path) -> None:
