@@ -243,9 +243,13 @@ def check_listed(cfg: Config, reg: Registry, p: Provider, offer: Offer, label: s
 def wait_ready(cfg: Config, reg: Registry, providers: dict[str, Provider], labels: list[str],
                timeout_s: float = 180.0, poll_s: float = 0.5,
                progress: Callable[[str, str], None] | None = None) -> dict[str, Row]:
-    """Poll until every label's box is running with SSH up, pin its host key, return rows."""
+    """Poll until every label's box is running with SSH up, pin its host key, return rows.
+
+    A box its provider reports exited (its container failed to start, or stopped on its own)
+    is not waited for: the others are, then the error names it in the provider's words."""
     pending = set(labels)
     done: dict[str, Row] = {}
+    exited: dict[str, str] = {}
     deadline = time.monotonic() + timeout_s
     while pending:
         for label in sorted(pending):
@@ -256,6 +260,12 @@ def wait_ready(cfg: Config, reg: Registry, providers: dict[str, Provider], label
             if box is None:
                 raise FleetError(f"{label}: {row.provider} no longer lists box {row.provider_id}")
             row = lifecycle.record(reg, label, box)
+            if box.status == "exited":  # a spot bid waiting for capacity is "stopped", not this
+                said = " | ".join((box.status_note or "no reason given").split("\n"))
+                exited[label] = (f"{label}: {row.provider} reports box {row.provider_id} exited "
+                                 f"before SSH answered: {said}")
+                pending.discard(label)
+                continue
             key = lifecycle.host_key_if_ready(box)
             if key is None:
                 continue
@@ -266,7 +276,10 @@ def wait_ready(cfg: Config, reg: Registry, providers: dict[str, Provider], label
         if pending:
             if time.monotonic() > deadline:
                 late = ", ".join(sorted(pending))
-                raise FleetError(f"not SSH-ready after {timeout_s:.0f}s: {late}")
+                raise FleetError("; ".join([f"not SSH-ready after {timeout_s:.0f}s: {late}",
+                                            *(exited[label] for label in sorted(exited))]))
             time.sleep(poll_s)
     write_known_hosts(cfg.known_hosts, reg.rows())
+    if exited:
+        raise FleetError("; ".join(exited[label] for label in sorted(exited)))
     return done

@@ -301,6 +301,7 @@ class Vast(Client):
             p2p_public_port=p2p_public_port(ports, self.p2p_port),
             ports=ports,
             machine_id=_text(inst.get("machine_id")),
+            status_note=_text(inst.get("status_msg")),
             raw=inst,
         )
 
