@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 import psutil
 from agentbox import PY, Box, gone, wait_for, zombie
@@ -181,10 +182,20 @@ def test_a_program_ignoring_sigterm_is_killed_after_the_grace(box: Box) -> None:
         "command": [PY, f"{box.bin}/prover.py", "prover", "--ignore-term"]}})
     box.start_agent()
     pid = wait_for(lambda: box.pid_of("prover"), "prover running")
+    # running is not yet ignoring: on a busy machine its interpreter may still be starting
+    wait_for(lambda: ignores_sigterm(pid), "prover set SIGTERM aside")
     out = json.loads(box.agent_cli("stop", "--config", str(box.config_path)).stdout)
     assert out["agent"] == "stopped"
     assert gone(pid)
     assert "ignored SIGTERM; sending SIGKILL" in box.journal()
+
+
+def ignores_sigterm(pid: int) -> bool:
+    """Whether the process's SIGTERM disposition is 'ignore' (the SigIgn mask of its status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
 
 
 def test_the_agent_reaps_orphans_of_its_programs(box: Box) -> None:
