@@ -124,8 +124,11 @@ def rent_cmd(role: str, provider: str = typer.Option(None, help="runpod or vast"
         if not found:
             raise FleetError(f"no admissible offer for {role}")
         o = found[0]
-        day = budget.project_new(reg.rows(), c.daily_budget_usd, o.usd_per_hour,
-                                 replacing=old.label if old else None)
+        rows = reg.rows()
+        what = f"renting for role {role!r}"
+        day = budget.project_new(rows, c.daily_budget_usd, o.usd_per_hour,
+                                 replacing=old.label if old else None,
+                                 unowned=budget.unowned_boxes(rows, budget.listed(ps, what), what))
         verdict = "fits" if day.fits else "would be REFUSED"
         resumed = f" under the unfinished label {old.label}" if old else ""
         out.print(f"dry run: would rent {o.card} x{o.gpu_count} on {o.provider} "

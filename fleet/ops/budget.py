@@ -13,6 +13,11 @@ larger of its provider's bill (plus its price for the time the bill does not cov
 one was read (`fleet.state.bills`), and its price times the time it ran; a bill's charges for boxes
 no row names (`Billed.unnamed_usd`) and for failed rents' boxes count too.
 
+The run rate counts the account, not only the registry: every box a provider lists that no
+live row owns (a person's box, another registry's fleet) counts at its listed price from now
+on, each once (`unowned_boxes`). A listing that cannot be read, or a listed box whose price cannot
+be read, refuses the rent: the budget never counts less than it cannot see.
+
 A rent checks the budget and writes its row in one locked step (`guard` run by
 `Registry.add(check=...)`), so two rents at once cannot both fit into the same headroom.
 """
@@ -24,12 +29,16 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from fleet.core.errors import BudgetExceeded
+from fleet.core.errors import BudgetExceeded, ProviderError
 from fleet.core.times import iso, parse_iso
+from fleet.providers.base import Box, Unreadable
 from fleet.state.bills import Bills, billed, estimate
 
 if TYPE_CHECKING:
     from fleet.core.boxes import Row
+    from fleet.providers.base import Provider
+
+Listing = Sequence[Box | Unreadable]  # every box the providers list on the account
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,8 @@ class Projection:
     budget_usd: float
     rate_usd: float = 0.0  # live boxes for the next 24 h (one-shots until their TTL)
     new_rate_usd: float = 0.0  # the box asked for, for 24 h (a one-shot: its TTL)
+    unowned: int = 0  # boxes on the account no live row owns, counted in the two above
+    unowned_rate_usd: float = 0.0  # their part of rate_usd
 
     @property
     def total_usd(self) -> float:
@@ -66,12 +77,15 @@ class Projection:
 
 def project(rows: list[Row], budget_usd: float, new_usd_per_hour: float = 0.0,
             now: datetime | None = None, new_hours: float | None = None,
-            billed: Mapping[str, float] | None = None) -> Projection:
+            billed: Mapping[str, float] | None = None,
+            unowned: Sequence[Box] = ()) -> Projection:
     """The projected day and the run rate; `new_hours` caps the new box's hours (a one-shot
     job's TTL); `billed` is what the providers' bills say a row spent today, by label
     (`fleet.state.bills`: `Spent.billed()`, or `bills.billed` from the cached bills): a row counts
     the larger of it and the estimate from its price (`bills.estimate`), and a `Billed`'s
-    `unnamed_usd` (charges for boxes no row names) counts on top."""
+    `unnamed_usd` (charges for boxes no row names) counts on top. `unowned`: the boxes on the
+    account that no live row owns (`unowned_boxes`), each at its listed price until midnight and for
+    the next 24 h (what they spent today is on the bills, as charges no row names)."""
     now = now or datetime.now(UTC)
     billed = {} if billed is None else billed  # an empty Billed still has its unnamed_usd
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -88,10 +102,13 @@ def project(rows: list[Row], budget_usd: float, new_usd_per_hour: float = 0.0,
             expires = parse_iso(r.expires_at) if r.expires_at else None
             committed += r.usd_per_hour * _hours_left(now, left_h, expires)
             rate += r.usd_per_hour * _hours_left(now, 24.0, expires)
+    others = sum(b.usd_per_hour for b in unowned)
+    committed += others * left_h
+    rate += others * 24.0
     new_h = left_h if new_hours is None else min(left_h, new_hours)
     new_day_h = 24.0 if new_hours is None else min(24.0, new_hours)
     return Projection(spent, committed, new_usd_per_hour * new_h, budget_usd, rate,
-                      new_usd_per_hour * new_day_h)
+                      new_usd_per_hour * new_day_h, len(unowned), others * 24.0)
 
 
 def _hours_left(now: datetime, left_h: float, expires: datetime | None) -> float:
@@ -106,31 +123,73 @@ def _hours_left(now: datetime, left_h: float, expires: datetime | None) -> float
 def project_new(rows: list[Row], budget_usd: float, new_usd_per_hour: float,
                 replacing: str | None = None, now: datetime | None = None,
                 new_hours: float | None = None,
-                billed: Mapping[str, float] | None = None) -> Projection:
+                billed: Mapping[str, float] | None = None,
+                unowned: Sequence[Box] = ()) -> Projection:
     """The projected day with a new box; a live row labelled `replacing` (an unfinished rent
     whose place the new box takes) counts what it has cost until now and nothing after."""
     if replacing is not None:
         end = (now or datetime.now(UTC)).isoformat()
         rows = [replace(r, destroyed_at=end) if r.label == replacing and r.live else r
                 for r in rows]
-    return project(rows, budget_usd, new_usd_per_hour, now, new_hours, billed)
+    return project(rows, budget_usd, new_usd_per_hour, now, new_hours, billed, unowned)
+
+
+def listed(providers: Mapping[str, Provider], what: str) -> list[Box | Unreadable]:
+    """Every box `providers` list on the account, owned by the registry or not, for `guard`:
+    read before the registry's lock, never under it. A listing that fails refuses the rent
+    (BudgetExceeded, one line): what the budget cannot see, it cannot count."""
+    out: list[Box | Unreadable] = []
+    for name, p in providers.items():
+        try:
+            out.extend(p.boxes())
+        except ProviderError as e:
+            raise BudgetExceeded(f"{what} refused: {name}'s listing of the account failed, so "
+                                 f"the budget cannot count its boxes ({e})") from None
+    return out
+
+
+def unowned_boxes(rows: Sequence[Row], boxes: Listing, what: str) -> list[Box]:
+    """The listed boxes no live row owns, which the rows therefore do not count: a row owns
+    the box it names by id, or, while it knows no id (an unfinished rent), one box listed under
+    its label. A listed box whose row is destroyed still bills, so it counts. A listing row
+    that cannot be read (`Unreadable`) and may be no live row's box has no price to count:
+    BudgetExceeded, naming it."""
+    ids = {(r.provider, r.provider_id) for r in rows if r.live and r.provider_id}
+    waiting = {(r.provider, r.label) for r in rows if r.live and not r.provider_id}
+    labels = {(r.provider, r.label) for r in rows if r.live}
+    out: list[Box] = []
+    for b in boxes:
+        if isinstance(b, Unreadable):
+            if (b.provider, b.box_id) in ids or (b.provider, b.label) in labels:
+                continue
+            raise BudgetExceeded(f"{what} refused: the budget cannot count a box on the "
+                                 f"account whose price cannot be read: {b}")
+        if (b.provider, b.box_id) in ids:
+            continue
+        if (b.provider, b.label) in waiting:
+            waiting.discard((b.provider, b.label))  # the row counts this one; a second bills
+            continue
+        out.append(b)
+    return out
 
 
 def guard(budget_usd: float, new_usd_per_hour: float, what: str,
           replacing: str | None = None, new_hours: float | None = None,
-          bills: Bills | None = None, now: datetime | None = None
-          ) -> Callable[[list[Row]], None]:
+          bills: Bills | None = None, now: datetime | None = None, *,
+          account: Listing) -> Callable[[list[Row]], None]:
     """The budget check of one rent, for `Registry.add(check=...)`: it runs under the
     registry's lock with the rows as they stand and raises BudgetExceeded when the box does
     not fit the projected day or the run rate (see `project_new` for `replacing`). `bills`:
     the last bills read (`bills.load(registry)`): the rows a fresh one names count their bill
     (`bills.billed`); never HTTP under the lock. `now`: the moment checked (default: when the
-    check runs)."""
+    check runs). `account`: every box the providers list (`listed`, read before the lock): the
+    ones no row owns count too (`unowned_boxes`)."""
 
     def check(rows: list[Row]) -> None:
         at = now or datetime.now(UTC)
         require_fits(project_new(rows, budget_usd, new_usd_per_hour, replacing, now=at,
-                                 new_hours=new_hours, billed=billed(rows, bills, at)), what)
+                                 new_hours=new_hours, billed=billed(rows, bills, at),
+                                 unowned=unowned_boxes(rows, account, what)), what)
 
     return check
 
@@ -147,9 +206,16 @@ def require_fits(p: Projection, what: str) -> None:
                    f"midnight ${p.committed_usd:.2f}, this box ${p.new_usd:.2f})")
     if not p.fits_rate:
         why.append(f"run rate ${p.run_rate_usd:.2f} a day would pass the daily budget "
-                   f"${p.budget_usd:.2f} (live boxes ${p.rate_usd:.2f} over the next 24 h, "
-                   f"this box ${p.new_rate_usd:.2f})")
+                   f"${p.budget_usd:.2f} (live boxes ${p.rate_usd:.2f} over the next 24 h"
+                   f"{_unowned(p)}, this box ${p.new_rate_usd:.2f})")
     raise BudgetExceeded(f"{what} refused: {'; and '.join(why)}")
+
+
+def _unowned(p: Projection) -> str:
+    if not p.unowned:
+        return ""
+    return (f", of which ${p.unowned_rate_usd:.2f} for {p.unowned} box"
+            f"{'es' if p.unowned > 1 else ''} on the account the registry does not own")
 
 
 @dataclass(frozen=True)

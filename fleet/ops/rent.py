@@ -3,7 +3,8 @@
 The row is written (status `renting`) before the provider is asked, so a crash between the
 provider's answer and our bookkeeping leaves a label the fleet can look up instead of an
 unknown box that bills. The provider clients make the call itself idempotent per label.
-The budget check and the row are one locked step (`Registry.add(check=budget.guard(...))`).
+The budget check and the row are one locked step (`Registry.add(check=budget.guard(...))`);
+the account's listing it counts (every box on it, the registry's or not) is read before.
 Once the box exists, the price its provider lists for it is checked again the same way when it
 is higher than the offer's: a box that no longer fits is destroyed.
 
@@ -84,7 +85,8 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
          providers: dict[str, Provider], label: str | None = None,
          rerent_of: str | None = None, resume: bool = False,
          job: tuple[str, int] | None = None, move_of: str | None = None,
-         move_for: str | None = None) -> RentOutcome:
+         move_for: str | None = None,
+         account: budget.Listing | None = None) -> RentOutcome:
     """Rent the cheapest offer that still has capacity; refuse if the budget would break.
 
     + label: the box's label (default: generated); after an offer that went, the next one
@@ -98,6 +100,8 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
       row's cost until now but not beside the new box
     + job: a one-shot job's (name, TTL minutes): the budget counts the box for its TTL only
       (or until midnight, if sooner) and the row records the job and its deadline
+    + account: every box `providers` list (`budget.listed`), read this tick; default: read
+      now. The budget counts the ones no row owns; a listing that fails refuses the rent
 
     Raises BudgetExceeded before renting, or after when the price the provider lists for the
     box is over the budget (the box is destroyed, its row says so); a ProviderError of a
@@ -111,6 +115,8 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
     # a standing role's boxes go to places it does not hold yet, where any is offered
     held = spread.holders(reg.rows(), role.name, but=label if resume else None)
     offers = spread.order(role, offers, held)[:5]
+    if account is None:
+        account = budget.listed(providers, f"renting for role {role.name!r}")
     for offer in offers:
         p = providers[offer.provider]
         lab = label or new_label(role.name, offer.provider, reg.fleet_id())
@@ -121,7 +127,7 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
         req = request_for(cfg, role, lab, offer.provider)
         try:
             row = _add_row(cfg, reg, role, offer, req, lab, what, hours, rerent_of,
-                           (move_of, move_for), resume, job, held, offers)
+                           (move_of, move_for), resume, job, held, offers, account)
         except BudgetExceeded as e:
             # no row was written; the spread's order is not the price's, so a cheaper offer
             # further on may still fit
@@ -147,7 +153,7 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
                 raise
             box = found
         lifecycle.record(reg, lab, box)
-        row = check_listed(cfg, reg, p, offer, lab, box.box_id, hours)
+        row = check_listed(cfg, reg, p, offer, lab, box.box_id, account, hours)
         return RentOutcome(row, box)
     if over is not None and last is None:
         raise over
@@ -159,7 +165,7 @@ def _add_row(cfg: Config, reg: Registry, role: Role, offer: Offer, req: RentRequ
              what: str, hours: float | None, rerent_of: str | None,
              move: tuple[str | None, str | None], resume: bool,
              job: tuple[str, int] | None, held: dict[str, list[str]],
-             offers: Sequence[Offer]) -> Row:
+             offers: Sequence[Offer], account: budget.Listing) -> Row:
     """The rent's row, written under the registry's lock with the budget's check: raises
     BudgetExceeded (nothing written) when the offer does not fit."""
     return reg.add(Row(
@@ -174,7 +180,7 @@ def _add_row(cfg: Config, reg: Registry, role: Role, offer: Offer, req: RentRequ
         expires_at=None if hours is None else in_hours(hours)),
         check=budget.guard(cfg.daily_budget_usd, offer.usd_per_hour, what,
                            replacing=lab if resume else None, new_hours=hours,
-                           bills=bills.load(cfg.registry)),
+                           bills=bills.load(cfg.registry), account=account),
         resume=resume)
 
 
@@ -192,11 +198,12 @@ def _unknown_note(e: BaseException) -> str:
 
 
 def check_listed(cfg: Config, reg: Registry, p: Provider, offer: Offer, label: str,
-                 box_id: str, hours: float | None = None) -> Row:
+                 box_id: str, account: budget.Listing, hours: float | None = None) -> Row:
     """Record the price `p` lists for the box rented under `label` and, where it is higher than
     the offer's (Vast's listing counts the disk the box got, RunPod's the pod it placed), check
     the budget again at it, under the registry's lock (as `budget.guard` does for a rent; the
-    row counts its cost until now, the box the listed price from now, `hours` as the rent's).
+    row counts its cost until now, the box the listed price from now, `hours` as the rent's,
+    `account` the boxes listed before the rent).
     A box that no longer fits is destroyed, its row marked so with why, and BudgetExceeded is
     raised. A listing that fails, or shows no price, keeps the offer's price."""
     try:
@@ -213,7 +220,7 @@ def check_listed(cfg: Config, reg: Registry, p: Provider, offer: Offer, label: s
     what = (f"keeping {label} ({offer.card} on {offer.provider}) at its listed "
             f"${price:.3f}/h, offered at ${offer.usd_per_hour:.3f}/h,")
     check = budget.guard(cfg.daily_budget_usd, price, what, replacing=label, new_hours=hours,
-                         bills=bills.load(cfg.registry))
+                         bills=bills.load(cfg.registry), account=account)
     over: BudgetExceeded | None = None
     with reg.transaction() as rows:
         try:

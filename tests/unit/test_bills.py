@@ -284,7 +284,7 @@ def test_charges_no_row_names_and_failed_rows_on_the_bill_count(tmp_path: Path) 
     assert bills.billed(rows, bills.load(reg), NOW).unnamed_usd == pytest.approx(7.5)
     with pytest.raises(BudgetExceeded, match="spent today \\$18.00"):
         budget.guard(18.0 + 6.0 + 0.5 * 12 - 1, 0.5, "renting a box",
-                     bills=bills.load(reg), now=NOW)(rows)
+                     bills=bills.load(reg), now=NOW, account=())(rows)
 
 
 def test_charges_no_row_names_count_when_no_row_is_on_the_bill(tmp_path: Path) -> None:
@@ -298,4 +298,5 @@ def test_charges_no_row_names_count_when_no_row_is_on_the_bill(tmp_path: Path) -
     assert budget.today(rows, 100, NOW, billed).to_dict()["spent_today_usd"] == \
         pytest.approx(95.0 + 0.01 * 12)
     with pytest.raises(BudgetExceeded, match="spent today \\$95.12"):
-        budget.guard(100, 0.5, "renting a box", bills=bills.load(reg), now=NOW)(rows)
+        budget.guard(100, 0.5, "renting a box", bills=bills.load(reg), now=NOW,
+                     account=())(rows)

@@ -14,7 +14,7 @@ from fleet.core.config import Config, Role
 from fleet.core.errors import BudgetExceeded
 from fleet.ops import rent
 from fleet.ops.budget import Projection, project, project_new, require_fits
-from fleet.providers.base import Box, Offer, RentRequest
+from fleet.providers.base import Box, Offer, RentRequest, Unreadable
 from fleet.state.registry import Registry
 
 NOON = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -81,6 +81,9 @@ class _Provider:
     def box(self, box_id: str) -> Box | None:
         return None  # not listed yet: the offer's price stands
 
+    def boxes(self) -> list[Box | Unreadable]:
+        return []  # nothing else on the account
+
 
 def _renter(cfg: Config, label: str, start: Any) -> None:
     """One `fleet rent` in its own process; exit 0 rented, 3 refused by the budget."""
@@ -90,10 +93,10 @@ def _renter(cfg: Config, label: str, start: Any) -> None:
 
     def slow(rows: list[Row], budget_usd: float, new_usd_per_hour: float = 0.0,
              now: datetime | None = None, new_hours: float | None = None,
-             billed: Any = None) -> Projection:
+             billed: Any = None, unowned: Any = ()) -> Projection:
         time.sleep(0.3)  # a busy machine: the projection takes a while
         return real(rows, budget_usd, new_usd_per_hour, PAST_NOON, new_hours,  # exact figures
-                    billed)
+                    billed, unowned)
 
     b.project = slow  # type: ignore[assignment]
     role = cfg.role("bench")
@@ -175,5 +178,100 @@ def test_the_guard_refuses_by_the_run_rate(tmp_path: Path) -> None:
 
     rows = [row("a", 48.0, "2026-12-02T10:00:00Z", "2026-12-02T11:00:00Z", "destroyed")]
     with pytest.raises(BudgetExceeded, match="run rate"):
-        guard(100, 600.0, "renting", now=BEFORE_MIDNIGHT)(rows)
-    guard(100, 600.0, "renting", new_hours=5 / 60, now=BEFORE_MIDNIGHT)(rows)  # a 5-min job
+        guard(100, 600.0, "renting", now=BEFORE_MIDNIGHT, account=())(rows)
+    guard(100, 600.0, "renting", new_hours=5 / 60, now=BEFORE_MIDNIGHT,  # a 5-min job
+          account=())(rows)
+
+
+# --- the account: every box a provider lists counts, owned by the registry or not ----------
+
+class _Account(_Provider):
+    """A provider whose account lists `listing` beside the boxes it rented."""
+
+    def __init__(self, listing: list[Box | Unreadable] | None = None) -> None:
+        self.listing = list(listing or [])
+
+    def rent(self, offer: Offer, req: RentRequest) -> Box:
+        box = super().rent(offer, req)
+        self.listing.append(box)
+        return box
+
+    def boxes(self) -> list[Box | Unreadable]:
+        return list(self.listing)
+
+
+def _bench_cfg(tmp_path: Path, budget: float) -> Config:
+    return Config(path=tmp_path / "fleet.toml", registry=tmp_path / "boxes.json",
+                  known_hosts=tmp_path / "known_hosts", ssh_key=ensure_key(tmp_path / "key"),
+                  releases=tmp_path / "releases", daily_budget_usd=budget,
+                  roles={"bench": Role("bench", "oneshot", "img", 20)}, roster=())
+
+
+def _listed(box_id: str, label: str, usd: float) -> Box:
+    return Box("vast", box_id, label, "RTX 4090", 1, usd, "running")
+
+
+def _rent(cfg: Config, p: _Provider, label: str, usd: float = 1.0) -> rent.RentOutcome:
+    return rent.rent(cfg, Registry(cfg.registry), cfg.role("bench"),
+                     [Offer("vast", "1", "RTX 4090", 1, usd)], {"vast": p},  # type: ignore[dict-item]
+                     label=label)
+
+
+def test_boxes_on_the_account_the_registry_does_not_own_count_in_the_run_rate(
+        tmp_path: Path) -> None:
+    # another registry's fleet on the same account: 4 boxes at $1/h, $96 a day of $100
+    cfg = _bench_cfg(tmp_path, 100.0)
+    p = _Account([_listed(str(i), f"bench-3fa9c1-vast-00000{i}", 1.0) for i in range(4)])
+    with pytest.raises(BudgetExceeded) as e:
+        _rent(cfg, p, "bench-a-1")  # $24 more a day
+    text = str(e.value)
+    assert "run rate $120.00" in text and "\n" not in text
+    assert "$96.00 for 4 boxes on the account the registry does not own" in text
+    assert Registry(cfg.registry).rows() == []  # nothing written, nothing rented
+
+
+def test_a_box_both_in_the_registry_and_listed_counts_once(tmp_path: Path) -> None:
+    # a person's $2/h box on the account ($48 a day); each rent $24 a day of $100
+    cfg = _bench_cfg(tmp_path, 100.0)
+    p = _Account([_listed("9", "bench-debug", 2.0)])
+    _rent(cfg, p, "bench-a-1")  # 48 + 24: listed and in the registry from now on
+    _rent(cfg, p, "bench-a-2")  # 48 + 24 + 24 = 96 fits: bench-a-1 counted once, not twice
+    with pytest.raises(BudgetExceeded, match=r"run rate \$108\.00 .*\$48\.00 for 1 box on"):
+        _rent(cfg, p, "bench-a-3", usd=0.5)
+    assert [r.label for r in Registry(cfg.registry).rows()] == ["bench-a-1", "bench-a-2"]
+
+
+def test_a_listing_that_fails_refuses_the_rent(tmp_path: Path) -> None:
+    from fleet.core.errors import ProviderError
+
+    class Blind(_Account):
+        def boxes(self) -> list[Box | Unreadable]:
+            raise ProviderError("vast", "list instances", "HTTP 503")
+
+    cfg = _bench_cfg(tmp_path, 100.0)
+    with pytest.raises(BudgetExceeded) as e:
+        _rent(cfg, Blind(), "bench-a-1")
+    assert "vast's listing of the account failed" in str(e.value) and "HTTP 503" in str(e.value)
+    assert Registry(cfg.registry).rows() == []
+
+
+def test_a_listed_box_whose_price_cannot_be_read_refuses_the_rent(tmp_path: Path) -> None:
+    cfg = _bench_cfg(tmp_path, 100.0)
+    odd = Unreadable("vast", "77", "web1", "no HostPort in its port binding")
+    with pytest.raises(BudgetExceeded, match="price cannot be read: web1 .vast/77.") as e:
+        _rent(cfg, _Account([odd]), "bench-a-1")
+    assert "\n" not in str(e.value) and Registry(cfg.registry).rows() == []
+
+
+def test_an_unfinished_row_owns_one_box_under_its_label_and_a_second_counts() -> None:
+    from fleet.ops.budget import unowned_boxes
+
+    waiting = replace(row("bench-a-1", 1.0, "2026-12-02T11:00:00Z", status="renting"))
+    named = replace(row("bench-a-2", 1.0, "2026-12-02T11:00:00Z"), provider_id="5")
+    gone = replace(row("bench-a-3", 1.0, "2026-12-02T09:00:00Z", "2026-12-02T10:00:00Z",
+                       "destroyed"), provider_id="6")
+    first, second = _listed("3", "bench-a-1", 1.0), _listed("4", "bench-a-1", 1.0)
+    mine, still = _listed("5", "bench-a-2", 1.0), _listed("6", "bench-a-3", 1.0)
+    odd = Unreadable("vast", "5", None, "odd")  # may be bench-a-2's: its row counts it
+    assert unowned_boxes([waiting, named, gone], [first, second, mine, still, odd], "x") == \
+        [second, still]  # a destroyed row's box that is still listed bills

@@ -40,25 +40,28 @@ class Listing:
 
     def __init__(self, listed: float) -> None:
         self.listed = listed
-        self.boxes: dict[str, Box] = {}
+        self.made: dict[str, Box] = {}
         self.destroyed: list[str] = []
 
     def rent(self, offer: Offer, req: RentRequest) -> Box:
-        box = Box("vast", str(100 + len(self.boxes)), req.label, offer.card, offer.gpu_count,
+        box = Box("vast", str(100 + len(self.made)), req.label, offer.card, offer.gpu_count,
                   offer.usd_per_hour, "provisioning")
-        self.boxes[box.box_id] = box
+        self.made[box.box_id] = box
         return box
 
     def box(self, box_id: str) -> Box | None:
-        b = self.boxes.get(box_id)
+        b = self.made.get(box_id)
         return None if b is None else replace(b, usd_per_hour=self.listed)
 
     def find_by_label(self, label: str) -> Box | None:
-        return next((b for b in self.boxes.values() if b.label == label), None)
+        return next((b for b in self.made.values() if b.label == label), None)
+
+    def boxes(self) -> list[Box]:
+        return [replace(b, usd_per_hour=self.listed) for b in self.made.values()]
 
     def destroy(self, box_id: str) -> None:
         self.destroyed.append(box_id)
-        self.boxes.pop(box_id, None)
+        self.made.pop(box_id, None)
 
 
 OFFER = Offer("vast", "1", "RTX 4090", 1, 1.0)  # $24 a day: fits $100
@@ -71,7 +74,7 @@ def test_a_box_listed_over_the_budget_is_destroyed_and_its_row_says_why(tmp_path
         rent.rent(cfg, reg, cfg.role("bench"), [OFFER, replace(OFFER, offer_id="2")],
                   {"vast": p}, label="bench-l-1")  # type: ignore[dict-item]
     assert "listed" in str(e.value) and "$10.000/h" in str(e.value)
-    assert p.destroyed == ["100"] and p.boxes == {}
+    assert p.destroyed == ["100"] and p.made == {}
     (row,) = reg.rows()  # no second offer was tried
     assert row.status == "destroyed" and row.destroyed_at and row.provider_id == "100"
     assert row.usd_per_hour == 10.0 and "over budget at the listed price" in (row.note or "")
@@ -114,7 +117,7 @@ def test_a_listing_without_a_price_never_makes_a_live_box_cheaper(tmp_path: Path
               label="bench-l-4")
     row = reg.get("bench-l-4")
     assert row is not None
-    lifecycle.record(reg, row.label, replace(p.boxes["100"], usd_per_hour=0.0))
+    lifecycle.record(reg, row.label, replace(p.made["100"], usd_per_hour=0.0))
     assert reg.get("bench-l-4").usd_per_hour == 0.3  # type: ignore[union-attr]
     with pytest.raises(BudgetExceeded):
         rent.rent(cfg, reg, cfg.role("bench"), [offer], {"vast": p},  # type: ignore[dict-item]

@@ -48,7 +48,8 @@ def test_a_create_lost_then_refused_keeps_its_row_unfinished_and_rents_nothing_e
     fake.queue("list", ("before", None), *[("before", EMPTY)] * 3)
     reg = Registry(cfg.registry)
     with pytest.raises(RentOutcomeUnknown):
-        rent.rent(cfg, reg, cfg.role("bench"), OFFERS, {"vast": client}, label="bench-u-1")
+        rent.rent(cfg, reg, cfg.role("bench"), OFFERS, {"vast": client}, label="bench-u-1",
+                  account=[])  # the account as listed before: the queued lists are the rent's
     (row,) = reg.rows()  # no second offer under a new label
     assert row.status == "renting" and row.destroyed_at is None and unfinished(row)
     assert "outcome unknown" in (row.note or "") and "looked up again" in (row.note or "")
@@ -77,6 +78,9 @@ class Raising:
 
     def box(self, box_id: str) -> Box | None:
         return None
+
+    def boxes(self) -> list[Box]:
+        return []
 
 
 def refused_4xx() -> ProviderError:
