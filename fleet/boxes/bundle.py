@@ -130,11 +130,17 @@ def wheel_cache() -> Path:
     return Path(base) / "fleet" / "wheels"
 
 
+def fetch_wheels() -> list[Path]:
+    """The agent's wheels in the shared cache, fetched once (`./run.sh test` fetches them before
+    benchmarks run where no route out exists)."""
+    with locked(wheel_cache().parent / ".wheels.lock"):
+        return _download_wheels(wheel_cache())
+
+
 def build(cache: Path) -> Bundle:
     """Pack agent/, the wheels and in/ into cache/agent-<sha16>.tar.gz (reused if unchanged)."""
     with locked(cache / ".bundle.lock"):
-        with locked(wheel_cache().parent / ".wheels.lock"):
-            wheels = _download_wheels(wheel_cache())
+        wheels = fetch_wheels()
         entries: list[Entry] = []
         for p in sorted(AGENT_CODE.rglob("*.py")):
             entries.append(Entry(f"agent/{p.relative_to(AGENT_CODE)}", p.read_bytes()))
