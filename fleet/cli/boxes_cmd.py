@@ -77,7 +77,10 @@ def rent_cmd(role: str, provider: str = typer.Option(None, help="runpod or vast"
              label: str = typer.Option(None, help="label to use (default: generated)"),
              wait: bool = typer.Option(True, help="wait until SSH answers and pin its host key"),
              dry_run: bool = typer.Option(False, "--dry-run"),
-             as_json: bool = typer.Option(False, "--json")) -> None:
+             as_json: bool = typer.Option(False, "--json"),
+             new_fleet: bool = typer.Option(False, "--new-fleet", help="rent into an empty "
+                                            "registry although the account lists another "
+                                            "fleet's boxes")) -> None:
     """Rent one box for ROLE: cheapest admissible offer, within the daily budget.
 
     With the --label of a rent that stopped half-way (a crash while renting or waiting for
@@ -117,6 +120,8 @@ def rent_cmd(role: str, provider: str = typer.Option(None, help="runpod or vast"
         chosen = {provider: lifecycle.provider_for(ps, provider, f"cannot rent on {provider}")}
     else:
         ps = chosen = common.providers()  # no key at all: AuthFailed names the variables
+    if not new_fleet:  # an empty registry beside another fleet: a wrong path, exit 2
+        rent_mod.other_fleets(reg, ps)
     found, failures = offers_mod.search(r, chosen.values(), card=wanted, gpus=gpus)
     for f in failures:
         err.print(f"warning: {f}")

@@ -28,12 +28,14 @@ def loop_cmd(
                                     "destroy them"),
     page_dir: Path = typer.Option(None, "--page", help="folder for the fleet page (default: "
                                   "page/ beside the registry)"),
+    new_fleet: bool = typer.Option(False, "--new-fleet", help="start a new fleet with an empty "
+                                   "registry although the account lists another fleet's boxes"),
 ) -> None:
     """Each tick: check every standing box, replace the dead ones in the same shape, rent what
     the roster is owed, sweep orphans, rewrite the fleet page. One line per action and a
     summary per tick; with --json, one object per tick."""
     from fleet import page
-    from fleet.ops import check, loop
+    from fleet.ops import check, loop, rent
     from fleet.ops.converge import converge, write_peers
 
     c = cfg()
@@ -50,6 +52,8 @@ def loop_cmd(
     target = page.prepare(page_dir if page_dir is not None else c.registry.parent / "page")
     with loop.LoopLock(c.registry):
         ps = common.providers()  # no key at all: one line naming the variables, exit 2
+        if not new_fleet:  # an empty registry beside another fleet: a wrong path, exit 2
+            rent.other_fleets(Registry(c.registry), ps)
         lp = loop.Loop(c, ps, destroy_orphans=not no_destroy, check_fn=check.check,
                        converge_fn=converge, peers_fn=write_peers,
                        after_tick=page_after_tick(c, target),

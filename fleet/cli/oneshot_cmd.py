@@ -36,16 +36,22 @@ def run_cmd(role: str, job_file: Path = typer.Argument(..., metavar="JOB.toml"),
             keep: bool = typer.Option(False, "--keep", help="leave the box up after the job "
                                       "(a refused box is torn down regardless)"),
             verbose: bool = typer.Option(False, "-v", help="show pyinfra's output"),
-            as_json: bool = typer.Option(False, "--json")) -> None:
+            as_json: bool = typer.Option(False, "--json"),
+            new_fleet: bool = typer.Option(False, "--new-fleet", help="rent into an empty "
+                                           "registry although the account lists another "
+                                           "fleet's boxes")) -> None:
     """Rent a one-shot box for ROLE, run JOB.toml on it, read its outputs back, tear it down."""
     from fleet.core import job as job_mod
-    from fleet.ops import oneshot
+    from fleet.ops import oneshot, rent
 
     spec = job_mod.load(job_file)  # a bad job file rents nothing
     c = cfg()
     if not verbose:  # pyinfra's own lines only with -v
         logging.getLogger("fleet.boxes.pyinfra_run").setLevel(logging.WARNING)
-    s = oneshot.run(c, registry(), common.providers(), role, spec, keep=keep)
+    reg, ps = registry(), common.providers()
+    if not new_fleet:  # an empty registry beside another fleet: a wrong path, exit 2
+        rent.other_fleets(reg, ps)
+    s = oneshot.run(c, reg, ps, role, spec, keep=keep)
     emit(job_table(s), s.to_dict(), as_json)
     for fault in (s.problem, s.kept):
         if fault:

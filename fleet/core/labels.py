@@ -39,6 +39,17 @@ def fleet_form(roles: list[str] | tuple[str, ...] | set[str], fleet_id: str) -> 
                       r"(?:-r[1-9][0-9]*)?$")
 
 
+def fleet_id_of(label: str) -> str | None:
+    """The fleet id in `label` where it has the form every fleet makes (any role, any fleet
+    id), else None: a box another registry rented on the same account is told by it."""
+    m = _ANY_FLEET.match(label)
+    return m.group("fleet") if m else None
+
+
+_ANY_FLEET = re.compile(rf"^[a-z0-9][a-z0-9-]*?-(?P<fleet>[0-9a-f]{{6}})-(?:{'|'.join(PROVIDERS)})"
+                        r"-[0-9a-f]{6}(?:-r[1-9][0-9]*)?$")
+
+
 def role_prefixed(label: str, roles: list[str] | tuple[str, ...] | set[str]) -> bool:
     """Whether `label` starts like a label of one of `roles` (ours or not: see `fleet_form`)."""
     return any(label.startswith(f"{r}-") for r in roles)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,7 +38,7 @@ from fleet.core.errors import (
     ProviderError,
     UsageError,
 )
-from fleet.core.labels import new_label
+from fleet.core.labels import fleet_id_of, new_label
 from fleet.core.times import in_hours, now_iso
 from fleet.ops import budget, ports, spread
 from fleet.ops import offers as offers_mod
@@ -59,6 +59,38 @@ ONSTART = {
     "vast": f"{BOOT}; exit 0",
     "runpod": json.dumps({"entrypoint": ["/bin/sh", "-c"], "cmd": [f"{BOOT} & exec /start.sh"]}),
 }
+
+
+def other_fleets(reg: Registry, providers: Mapping[str, Provider]) -> None:
+    """Refuse to rent for a registry that holds no row while the account lists boxes another
+    fleet made (labels of the fleet form with a fleet id): most likely the registry's path is
+    wrong, and renting would put a second roster beside the running fleet. UsageError, one
+    line naming them; the operator starts a new fleet beside them with `--new-fleet`, which
+    skips this check (the budget still counts their boxes). A listing that fails refuses too:
+    whether the account holds another fleet cannot be told."""
+    if reg.rows():
+        return
+    theirs: dict[str, str] = {}  # what names each box -> its fleet id
+    for name, p in providers.items():
+        try:
+            listed = p.boxes()
+        except ProviderError as e:
+            raise FleetError(f"the registry {reg.path} holds no box and {name}'s listing failed, "
+                             f"so whether the account holds another fleet's boxes cannot be "
+                             f"told ({e}); nothing rented (--new-fleet to start a new fleet "
+                             f"anyway)") from None
+        for b in listed:
+            fid = fleet_id_of(b.label or "")
+            if fid is not None:
+                theirs[f"{b.label} ({name}/{b.box_id or '?'})"] = fid
+    if theirs:
+        shown = ", ".join(sorted(theirs)[:10]) + \
+            (f" and {len(theirs) - 10} more" if len(theirs) > 10 else "")
+        raise UsageError(f"the registry {reg.path} holds no box, but the account lists "
+                         f"{len(theirs)} of another fleet (fleet id "
+                         f"{', '.join(sorted(set(theirs.values())))}): {shown}; is the "
+                         f"registry's path right? Nothing rented; --new-fleet starts a new "
+                         f"fleet beside them")
 
 
 def request_for(cfg: Config, role: Role, label: str, provider: str) -> RentRequest:

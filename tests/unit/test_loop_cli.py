@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 from test_cli import CONFIG, fleet
 
 from fleet.ops.loop import LoopLock
+from fleet.providers.base import Box
 
 
 @pytest.mark.parametrize(("args", "extra", "message"), [
@@ -64,3 +66,99 @@ def test_a_second_loop_on_the_same_registry_refuses_to_start(tmp_path: Path) -> 
     assert len(r.stderr.strip().splitlines()) == 1
     with LoopLock(registry):  # released when the first one ends
         pass
+
+
+# --- an empty registry beside another fleet: most likely a wrong path ----------------------
+
+class _Account:
+    """A provider whose account lists `labels`; nothing else is asked of it."""
+
+    name = "vast"
+
+    def __init__(self, *labels: str) -> None:
+        self.labels = labels
+
+    def boxes(self) -> list[Box]:
+        return [Box("vast", str(10 + i), label, "RTX 4090", 1, 0.4, "running")
+                for i, label in enumerate(self.labels)]
+
+
+def run_fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, provider: object,
+              *args: str) -> int:
+    """`fleet ARGS` in this process with `provider` as the only provider: its exit status."""
+    from fleet.cli import common
+    from fleet.cli import main as cli
+
+    (tmp_path / "fleet.toml").write_text(CONFIG)
+    monkeypatch.setattr(common, "_state", {})
+    monkeypatch.setattr(common, "providers", lambda: {"vast": provider})
+    monkeypatch.setattr(sys, "argv", ["fleet", "--config", str(tmp_path / "fleet.toml"), *args])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    return int(e.value.code or 0)
+
+
+THEIRS = ("live-3fa9c1-vast-0b12ef", "live-3fa9c1-vast-0b12ef-r1", "live-debug")
+
+
+@pytest.mark.parametrize("command", [["loop", "--once"], ["rent", "live"]])
+def test_an_empty_registry_beside_another_fleets_boxes_refuses_to_rent_and_names_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        command: list[str]) -> None:
+    from fleet.ops import loop, offers
+
+    monkeypatch.setattr(loop, "run", lambda *a: pytest.fail("the loop started"))
+    monkeypatch.setattr(offers, "search", lambda *a, **k: pytest.fail("offers searched"))
+    code = run_fleet(tmp_path, monkeypatch, _Account(*THEIRS), *command)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: the registry ") and "holds no box" in err
+    assert "2 of another fleet (fleet id 3fa9c1)" in err
+    assert "live-3fa9c1-vast-0b12ef (vast/10)" in err and "-r1 (vast/11)" in err
+    assert "live-debug" not in err and "--new-fleet" in err  # a person's box is no fleet
+    assert not (tmp_path / "state" / "boxes.json").exists()
+    assert not (tmp_path / "state" / "loop.json").exists()
+
+
+def test_new_fleet_starts_the_loop_beside_another_fleet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet.ops import loop
+
+    started: list[object] = []
+    monkeypatch.setattr(loop, "run", lambda *a: started.append(a))
+    code = run_fleet(tmp_path, monkeypatch, _Account(*THEIRS), "loop", "--once",
+                        "--new-fleet")
+    assert code == 0 and len(started) == 1
+
+
+def test_a_registry_with_rows_or_an_account_of_no_other_fleet_starts_the_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet.core.boxes import Row
+    from fleet.ops import loop
+    from fleet.state.registry import Registry
+
+    started: list[object] = []
+    monkeypatch.setattr(loop, "run", lambda *a: started.append(a))
+    assert run_fleet(tmp_path, monkeypatch, _Account("live-debug"), "loop", "--once") == 0
+    Registry(tmp_path / "state" / "boxes.json").add(Row(
+        label="live-aaaaaa-vast-000001", provider="vast", role="live", kind="standing",
+        card="RTX 4090", gpu_count=1, usd_per_hour=0.4, status="destroyed"))
+    assert run_fleet(tmp_path, monkeypatch, _Account(*THEIRS), "loop", "--once") == 0
+    assert len(started) == 2
+
+
+def test_an_empty_registry_whose_account_listing_fails_refuses_to_rent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    from fleet.core.errors import ProviderError
+    from fleet.ops import loop
+
+    class Blind(_Account):
+        def boxes(self) -> list[Box]:
+            raise ProviderError("vast", "list instances", "HTTP 503")
+
+    monkeypatch.setattr(loop, "run", lambda *a: pytest.fail("the loop started"))
+    code = run_fleet(tmp_path, monkeypatch, Blind(), "loop", "--once")
+    err = capsys.readouterr().err
+    assert code != 0 and len(err.strip().splitlines()) == 1 and "HTTP 503" in err, err
+    assert "cannot be told" in err
