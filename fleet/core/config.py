@@ -28,7 +28,7 @@ DAY_S = 86400.0
 # the longest each duration may be: a slip (1e10) is refused at load, not left to overflow a
 # sleep or a deadline, or to make a loop that never looks again
 LOOP_MAX_S = {"interval_s": 3600.0, "orphan_grace_s": DAY_S, "converge_timeout_s": DAY_S,
-              "ready_timeout_s": DAY_S, "move_timeout_s": 7 * DAY_S}
+              "ready_timeout_s": DAY_S, "move_timeout_s": 7 * DAY_S, "restart_timeout_s": DAY_S}
 NODE_UNHEALTHY_RESTART_MAX_S = DAY_S
 READY_TIMEOUT_MIN_S = 300.0
 DRIVER = re.compile(r"^\d+\.\d+\.\d+$")
@@ -104,6 +104,9 @@ class LoopSettings:
     ready_timeout_s: float = 1800.0  # a rented box not SSH-ready this long is given up
     # a box a move rented (`fleet.ops.spread`) not well and synced this long is given up
     move_timeout_s: float = 6 * 3600.0
+    # a box its provider lists as provisioning whose SSH does not answer is restarting on the
+    # provider's side: no death before this long
+    restart_timeout_s: float = 900.0
 
 
 @dataclass(frozen=True)
@@ -271,8 +274,10 @@ def _loop(table: dict[str, Any], src: str) -> LoopSettings:
         orphan_grace_s=float(table.get("orphan_grace_s", d.orphan_grace_s)),
         converge_timeout_s=float(table.get("converge_timeout_s", d.converge_timeout_s)),
         ready_timeout_s=float(table.get("ready_timeout_s", d.ready_timeout_s)),
-        move_timeout_s=float(table.get("move_timeout_s", d.move_timeout_s)))
-    for key in ("interval_s", "converge_timeout_s", "ready_timeout_s", "move_timeout_s"):
+        move_timeout_s=float(table.get("move_timeout_s", d.move_timeout_s)),
+        restart_timeout_s=float(table.get("restart_timeout_s", d.restart_timeout_s)))
+    for key in ("interval_s", "converge_timeout_s", "ready_timeout_s", "move_timeout_s",
+                "restart_timeout_s"):
         if getattr(loop, key) <= 0:
             raise ConfigError(f"{where}.{key}: must be positive, got {getattr(loop, key):g}")
     if loop.dead_checks < 1:

@@ -51,6 +51,8 @@ class Memory:
     # role -> the endpoints its boxes' peers files were last written with (`Loop._peers`)
     peers: dict[str, str] = field(default_factory=dict)
     peers_at: dict[str, str] = field(default_factory=dict)  # role -> when they were written
+    # label -> when its provider was first seen restarting it (provisioning, SSH down)
+    restarting: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> Memory:
@@ -59,7 +61,7 @@ class Memory:
             return cls(int(d["tick"]), dict(d["dead"]), [Owe(**o) for o in d["rerents"]],
                        [Owe(**o) for o in d["owed"]], dict(d["orphans"]),
                        dict(d.get("unfit_machines", {})), dict(d.get("peers", {})),
-                       dict(d.get("peers_at", {})))
+                       dict(d.get("peers_at", {})), dict(d.get("restarting", {})))
         except FileNotFoundError:
             return cls()
         except (OSError, ValueError, KeyError, TypeError) as e:

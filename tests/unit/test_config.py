@@ -66,6 +66,7 @@ def test_good_config(tmp_path: Path) -> None:
         (GOOD.replace("p2p_port = 26611", 'p2p_port = 26611\nspread = "no"'),
          "roles.live.spread: expected bool, got str"),
         (GOOD + "[loop]\nmove_timeout_s = 0\n", "loop.move_timeout_s: must be positive"),
+        (GOOD + "[loop]\nrestart_timeout_s = 0\n", "loop.restart_timeout_s: must be positive"),
     ],
 )
 def test_bad_config_is_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
@@ -260,6 +261,7 @@ def test_the_orphan_grace_is_at_least_two_intervals(tmp_path: Path, table: str) 
     ("converge_timeout_s = 1e10", "converge_timeout_s", "86400 s"),
     ("ready_timeout_s = 9223372036854775807", "ready_timeout_s", "86400 s"),
     ("move_timeout_s = 1e300", "move_timeout_s", "604800 s"),
+    ("restart_timeout_s = 1e10", "restart_timeout_s", "86400 s"),
 ])
 def test_a_loop_duration_past_its_bound_is_one_line_naming_the_key(tmp_path: Path, table: str,
                                                                    key: str, most: str) -> None:
@@ -271,10 +273,12 @@ def test_a_loop_duration_past_its_bound_is_one_line_naming_the_key(tmp_path: Pat
 
 def test_durations_at_their_bounds_load(tmp_path: Path) -> None:
     text = _loop("interval_s = 3600\norphan_grace_s = 86400\nconverge_timeout_s = 86400\n"
-                 "ready_timeout_s = 86400\nmove_timeout_s = 604800").replace(
+                 "ready_timeout_s = 86400\nmove_timeout_s = 604800\n"
+                 "restart_timeout_s = 86400").replace(
         "p2p_port = 26611", "p2p_port = 26611\nnode_unhealthy_restart_s = 86400")
     cfg = load(write(tmp_path, text))
     assert (cfg.loop.interval_s, cfg.loop.move_timeout_s) == (3600, 604800)
+    assert cfg.loop.restart_timeout_s == 86400
     assert cfg.roles["live"].node_unhealthy_restart_s == 86400
 
 
