@@ -3,17 +3,26 @@
 Each tick:
 1. Lists every provider's boxes against the registry (`fleet.providers.sync.view`). A provider that
    fails is reported and its boxes are not judged this tick: an API error is never death.
-   A box the listing leaves out is gone only once its provider, asked for its id, says so.
+   A box the listing leaves out is gone only once its provider, asked for its id, says so,
+   and even then it is probed over SSH before it is judged (step 3).
    A listing row that cannot be read is said and skipped: the rows it may be are not judged,
    moved or destroyed, and it is never an orphan; the rest of the listing goes on.
 2. Resumes the rents that never finished (`_resume_unfinished`): each is looked up, pinned
    once SSH-ready and converted, or given up past `ready_timeout_s`.
 3. Checks every standing box at once (the agent's status through one SSH command each, as
-   `fleet check`), and SSH-probes those the provider cannot vouch for (`unknown`,
-   `provisioning`). A box is *dead* on a check when its provider lists it as exited or
-   stopped, says it has no box of that id, or SSH does not answer. When more than half of
-   the probed boxes (two at least) fail SSH at once, or the fleet's own SSH key is
-   unreadable, a breaker counts no SSH death that tick: that is the fleet's blindness.
+   `fleet check`). A box is *dead* on a check when its provider lists it as exited or
+   stopped, or when SSH does not answer: a box its provider lists in any other status
+   (`unknown`, `provisioning` too) is probed, and so is one its provider says it has no box
+   of that id for, where it last was ("gone by id" is never a death alone). Deaths are judged
+   per provider: when at least two of one provider's boxes, and more than half of those the
+   tick judges there, fail at once in ways it does not confirm (left out of its listing, SSH
+   not answering), that provider's breaker counts none of their deaths this tick and says
+   why; a death it reports (exited, stopped) still counts. No SSH death counts either when
+   the fleet's own SSH key is unreadable or more than half of all the boxes probed (two at
+   least) fail SSH at once: that is the fleet's blindness. A box listed `provisioning` whose
+   SSH does not answer is restarting on its provider's side: no death before `[loop]
+   restart_timeout_s` (15 minutes) from when it was first seen so. A lone box whose SSH fails
+   is still a death: with one box the fleet cannot tell its own path from the box's end.
    Dead on `dead_checks` consecutive ticks (fleet.toml `[loop]`, default 2), it is destroyed
    where the provider still lists it (its row marked destroyed, or vanished when no provider
    has it) and owed for a re-rent in the same shape: provider, card, GPU count and role (so
@@ -77,13 +86,14 @@ from fleet.ops import offers as offers_mod
 from fleet.ops import ports, spread
 from fleet.ops import rent as rent_mod
 from fleet.ops.check import MESH_IN
+from fleet.providers.base import Box
 from fleet.providers.sync import View, view
 from fleet.state import bills
 from fleet.state.loop_memory import Memory, Owe
 from fleet.state.registry import Registry
 
 if TYPE_CHECKING:
-    from fleet.providers.base import Box, Provider
+    from fleet.providers.base import Provider
 
 
 @dataclass
@@ -186,7 +196,8 @@ class Loop:
         self.converge_fn = converge_fn
         self.check_fn = check_fn
         self.peers_fn = peers_fn  # rewrites peers files (None: this loop leaves them alone)
-        self._answered = False  # whether any box answered the fleet's SSH in this tick
+        # the providers whose boxes answered the fleet's SSH this tick, no breaker open
+        self._sees: set[str] = set()
         self._unsure: set[str] = set()  # rows whose box this tick cannot tell (`View.unsure`)
         self._started = time.monotonic()  # the tick's start
         self._started_wall = time.time()
@@ -218,7 +229,7 @@ class Loop:
         self._destroy_wanted(t, failed)
         resumed, late = self._resume_unfinished(t, v, failed)
         health = self._judge(t, mem, v, failed)
-        self._give_up(t, late, sees=self._answered)
+        self._give_up(t, late, sees=self._sees)
         self._replace_dead(t, mem, v)
         self._finish_moves(t, health, failed)
         mem.save(self.memory_path)  # the destroys and the re-rents they owe, before any rent
@@ -261,17 +272,24 @@ class Loop:
     def _judge(self, t: Tick, mem: Memory, v: View, failed: set[str]) -> list[Health]:
         """Dead votes, agents to bring back, problems to report; returns the checks made.
 
-        What the provider vouches for (it lists the box exited or stopped, or says it has no
-        box of that id) is a death. A box it cannot vouch for (`unknown`, `provisioning`) is
-        SSH-probed like a running one: one that answers is alive. A box whose SSH does not
-        answer is dead, unless the fleet cannot tell: when more than half of the boxes probed
-        (two at least) fail at once, or its own SSH key is unreadable, the failure is taken as
-        the fleet's own blindness and no death is counted this tick (`_blind`)."""
+        A death its provider reports (it lists the box exited or stopped) is counted as it is.
+        Every other standing box is SSH-probed: one listed in any other status (`unknown` and
+        `provisioning` too), and one its provider says it has no box of that id for, where it
+        last was ("gone by id" is never a death alone). One that answers is alive. One that
+        does not is dead, unless:
+        + its provider lists it `provisioning`: restarting on the provider's side, no death
+          before `[loop] restart_timeout_s` from when it was first seen so;
+        + its provider's breaker is open (`_breakers`): many of its boxes fail at once in ways
+          it does not confirm, which is more likely the fleet's path to it than deaths;
+        + the fleet is blind: its own SSH key is unreadable, or more than half of all the boxes
+          probed (two at least) fail SSH at once.
+        A box not judged keeps its dead count. A lone box whose SSH fails is still counted dead:
+        with one box the fleet cannot tell its own path from the box's death."""
         listed = {row.label: box for row, box in v.matched}
         gone = {r.label for r in v.gone}
         hosts, checked = [], []
         unjudged = set(v.unsure)
-        vouched: dict[str, str] = {}  # label -> the provider's status, for boxes probed
+        death: dict[str, str] = {}  # label -> why it is dead if its SSH does not answer
         for row, seen in v.matched:  # a restart may map SSH to another port: pin the key there
             if seen.ssh_host and seen.ssh_port and \
                     (seen.ssh_host, seen.ssh_port) != (row.ssh_host, row.ssh_port):
@@ -289,37 +307,53 @@ class Loop:
                 unjudged.add(row.label)
                 continue  # the provider did not answer: nothing can be told, nothing changes
             box = listed.get(row.label)
-            if row.label in gone:
-                t.dead[row.label] = (f"{row.provider} has no box {row.provider_id} any more "
-                                     "(asked by id)")
-            elif box is not None and box.status in ("exited", "stopped"):
+            if box is not None and box.status in ("exited", "stopped"):
                 t.dead[row.label] = f"{row.provider} lists it as {box.status}"
             elif box is not None:
-                vouched[row.label] = box.status
+                death[row.label] = f"SSH does not answer while its provider says {box.status}"
                 hosts.append((row.label, host_data(self.cfg, row, box)))
-        for row in v.gone:  # one-shot and other boxes: marked vanished, never re-rented
-            if row.provider not in failed and not is_standing(self.cfg, row):
-                t.dead[row.label] = "no provider lists it any more"
+            elif row.label in gone:
+                death[row.label] = (f"{row.provider} has no box {row.provider_id} any more "
+                                   "(asked by id), and SSH does not answer")
+                hosts.append((row.label, host_data(self.cfg, row, _last_seen(row))))
         blind = self._blind_key() if hosts else None
-        self._answered = False
         health = self.check_fn(self.cfg, Built(groups={"standing": hosts})) \
             if hosts and blind is None else []
-        unanswered = [h for h in health if not h.ssh]
-        self._answered = len(unanswered) < len(health)
-        if blind is None and len(unanswered) >= 2 and 2 * len(unanswered) > len(hosts):
-            blind = (f"{len(unanswered)} of {len(hosts)} boxes did not answer SSH at once: "
+        down = {h.label for h in health if not h.ssh}
+        if blind is None and len(down) >= 2 and 2 * len(down) > len(hosts):
+            blind = (f"{len(down)} of {len(hosts)} boxes did not answer SSH at once: "
                      "more likely the fleet's own side (its network, an SSH proxy, its key) "
                      "than that many deaths")
         if blind is not None:
-            self._answered = False  # nothing this tick proves the fleet's own SSH works
             self._act(t, f"breaker: no deaths counted this tick ({blind})")
             unjudged.update(label for label, _ in hosts)
+        open_ = self._breakers(t, v, {label for label, _ in hosts}, down)
+        rows = {r.label: r for r in self.reg.rows()}
+        answered = {rows[h.label].provider for h in health if h.ssh and h.label in rows}
+        self._sees = set() if blind is not None else answered - set(open_)
+        for row in v.gone:  # one-shot and other boxes: marked vanished, never re-rented
+            if row.provider in open_:
+                unjudged.add(row.label)
+            elif row.provider not in failed and not is_standing(self.cfg, row):
+                t.dead[row.label] = "no provider lists it any more"
+        restarting = {lb: at for lb, at in mem.restarting.items() if lb in unjudged}
         for h in health:
             if not h.ssh:
-                if blind is None:
-                    said = vouched.get(h.label, "running")
-                    t.dead[h.label] = f"SSH does not answer while its provider says {said}"
+                box = listed.get(h.label)
+                if blind is None and box is not None and box.status == "provisioning":
+                    restarting[h.label] = mem.restarting.get(h.label, now_iso())
+                    if self._restarting(t, h.label, box, restarting[h.label]):
+                        unjudged.add(h.label)
+                        continue
+                if blind is None and rows[h.label].provider in open_:
+                    unjudged.add(h.label)
+                elif blind is None:
+                    t.dead[h.label] = death[h.label]
                 continue
+            if h.label in gone:
+                self._act(t, f"{h.label}: {rows[h.label].provider} has no box "
+                             f"{rows[h.label].provider_id} (asked by id), but it answers SSH: "
+                             "kept")
             checked.append(h)
             if h.well:
                 t.well.append(h.label)
@@ -333,6 +367,7 @@ class Loop:
                 if p.startswith("node: behind"):
                     self._act(t, f"{h.label}: {p[len('node: '):]} (reported; the loop never "
                                  "moves binaries)")
+        mem.restarting = restarting
         for label in list(mem.dead):
             if label not in t.dead and label not in unjudged:
                 del mem.dead[label]  # alive again, or no longer ours to judge
@@ -342,6 +377,39 @@ class Loop:
             self._act(t, f"{label}: {word} ({why}), check {mem.dead[label]} of "
                          f"{self.cfg.loop.dead_checks}")
         return checked
+
+    def _restarting(self, t: Tick, label: str, box: Box, since: str) -> bool:
+        """Whether a box listed provisioning whose SSH does not answer is still within its
+        restart's deadline (`[loop] restart_timeout_s`): then it is said, and no death."""
+        age, limit = time.time() - _epoch(since), self.cfg.loop.restart_timeout_s
+        if age >= limit:
+            return False
+        self._act(t, f"{label}: restarting on {box.provider}'s side (provisioning, SSH down "
+                     f"for {age:.0f} s of {limit:.0f}): no death before its deadline")
+        return True
+
+    def _breakers(self, t: Tick, v: View, probed: set[str], down: set[str]) -> dict[str, str]:
+        """The providers whose breaker is open this tick, each with why (said on the tick):
+        of the boxes the tick judges there (those probed over SSH, and the live rows its
+        listing left out), at least two, and more than half of those it does not report exited
+        or stopped, fail at once in ways it does not confirm (left out of its listing, or not
+        answering SSH). Their deaths that it does not confirm are not counted."""
+        stopped = {row.label for row, box in v.matched if box.status in ("exited", "stopped")}
+        judged = (probed | v.unlisted) - stopped
+        out = {}
+        for name in sorted(self.providers):
+            mine = {r.label for r in self.reg.rows() if r.provider == name and r.label in judged}
+            unlisted, quiet = mine & v.unlisted, mine & down
+            failing = unlisted | quiet
+            if len(failing) < 2 or 2 * len(failing) <= len(mine):
+                continue
+            out[name] = (f"{len(failing)} of {len(mine)} fail at once in ways {name} does not "
+                         f"confirm: {len(unlisted)} left out of its listing, {len(quiet)} not "
+                         "answering SSH")
+            self._act(t, f"breaker {name}: no death of its boxes counted this tick "
+                         f"({out[name]}); more likely the fleet's path to {name}, or {name}'s "
+                         "own trouble, than that many deaths (a death it reports still counts)")
+        return out
 
     def _blind_key(self) -> str | None:
         """Why the fleet's own SSH cannot work this tick (its key unreadable), or None."""
@@ -872,14 +940,16 @@ class Loop:
         self._act(t, f"{row.label}: unfinished rent given up (no box under its label after "
                      f"{age:.0f} s)")
 
-    def _give_up(self, t: Tick, late: list[Late], sees: bool) -> None:
-        """Destroy the unfinished rents' boxes given up this tick; `sees`: whether any box
-        answered the fleet's SSH this tick (else a box the provider calls ready but that
-        never answered may be the fleet's own blindness: kept, and said)."""
+    def _give_up(self, t: Tick, late: list[Late], sees: set[str]) -> None:
+        """Destroy the unfinished rents' boxes given up this tick; `sees`: the providers whose
+        boxes answered the fleet's SSH this tick with no breaker open (else a box the provider
+        calls ready but that never answered may be the fleet's own blindness: kept, and
+        said)."""
         for g in late:
-            if g.sight and not sees:
-                self._act(t, f"{g.row.label}: {g.why}; kept: no box answered the fleet's SSH "
-                             "this tick, so it cannot tell the box from its own blindness")
+            if g.sight and g.row.provider not in sees:
+                self._act(t, f"{g.row.label}: {g.why}; kept: no box of {g.row.provider} "
+                             "answered the fleet's SSH this tick with its breaker closed, so it "
+                             "cannot tell the box from its own blindness")
                 continue
             try:
                 self.providers[g.row.provider].destroy(g.box.box_id)
@@ -994,6 +1064,13 @@ class Loop:
 def _peers_sig(rows: list[Row]) -> str:
     """A role's set of public p2p endpoints, as the peers files were last written for it."""
     return " ".join(sorted(f"{r.label}={r.public_ip}:{r.p2p_public_port}" for r in rows))
+
+
+def _last_seen(row: Row) -> Box:
+    """A box its provider says it no longer has, where its row last saw it: to probe its SSH."""
+    assert row.provider_id is not None
+    return Box(row.provider, row.provider_id, row.label, row.card, row.gpu_count,
+               row.usd_per_hour, "gone", ssh_host=row.ssh_host, ssh_port=row.ssh_port)
 
 
 def _epoch(iso: str) -> float:

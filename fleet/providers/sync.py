@@ -5,10 +5,12 @@ lists whose label the registry lacks (or whose row is no longer live) is an *orp
 deployed to, always reported (it may be billing). A second box under a live row's label is
 an orphan too (a *duplicate*): it bills, and the checks must never judge it for the row's.
 
-A registry row whose box the listing leaves out is *gone* only once the provider, asked for
-that box's id, says it has no such box: a listing that answers 200 but leaves a box out is
-the fleet's blindness, not the box's death. When that question fails too, the row is
-*unsure*: not judged this tick.
+A registry row whose box the listing leaves out is *unlisted*, and *gone* once the provider,
+asked for that box's id, says it has no such box: a listing that answers 200 but leaves a box
+out is the fleet's blindness, not the box's death. Gone is never a death alone: the loop also
+probes the box's SSH where it last was, and counts every unlisted box towards its provider's
+breaker (`fleet.ops.loop`). When the question by id fails too, the row is *unsure*: not judged
+this tick.
 
 A listing row the client cannot read (`Unreadable`) is neither a box nor an orphan: every
 live row it may be (same id, or same label where the id is unknown) is unsure, and the rest of
@@ -33,7 +35,8 @@ if TYPE_CHECKING:
 class View:
     matched: list[tuple[Row, Box]] = field(default_factory=list)
     orphans: list[Box] = field(default_factory=list)  # duplicates among them
-    gone: list[Row] = field(default_factory=list)  # live in the registry, confirmed by id gone
+    gone: list[Row] = field(default_factory=list)  # live in the registry, by id said gone
+    unlisted: set[str] = field(default_factory=set)  # labels of live rows the listing left out
     failures: list[ProviderError] = field(default_factory=list)
     # "provider/id" of the orphans that carry a live row's label beside the row's own box
     duplicates: set[str] = field(default_factory=set)
@@ -93,6 +96,7 @@ def _may_be(u: Unreadable, row: Row) -> bool:
 def _confirm(out: View, p: Provider, row: Row) -> None:
     """A live row the listing left out: ask the provider for its box by id."""
     assert row.provider_id is not None
+    out.unlisted.add(row.label)
     try:
         box = p.box(row.provider_id)
     except ProviderError as e:

@@ -1,0 +1,211 @@
+"""Deaths judged per provider: a breaker per provider holds the deaths its provider does not
+confirm when many of its boxes fail at once; "no such box" by id is never a death without a
+failed SSH check; a restart on the provider's side is no death before its own deadline. The
+fakes are test_loop.py's, with a second provider beside them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_loop import FakeVast, make
+from test_loop_guards import just_past, keyscan_fails
+
+from fleet.core.boxes import Row
+from fleet.core.verdicts import Health
+from fleet.ops import loop as loop_mod
+from fleet.providers.base import Box
+from fleet.state.loop_memory import Memory
+
+LONG_AGO = "2000-01-01T00:00:00Z"
+
+
+class FakeRunpod(FakeVast):
+    name = "runpod"
+
+
+class Blank(FakeVast):
+    """An account that answers, but lists nothing and has no box of any id: the key now
+    points at another account, or an incident on the provider's side."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blank = False
+
+    def boxes(self) -> list[Any]:
+        return [] if self.blank else super().boxes()
+
+    def box(self, box_id: str) -> Box | None:
+        return None if self.blank else super().box(box_id)
+
+
+def add(loop: loop_mod.Loop, p: FakeVast, n: int) -> Row:
+    label = f"live-{loop.reg.fleet_id()}-{p.name}-{n:06x}"
+    row = Row(label=label, provider=p.name, role="live", kind="standing", card="RTX 4090",
+              gpu_count=1, usd_per_hour=0.3, status="running", provider_id=str(n),
+              host_key="ssh-ed25519 AAAA", ssh_host=f"10.0.0.{n}", ssh_port=22, standing=True)
+    loop.reg.add(row)
+    p.listed[str(n)] = Box(p.name, str(n), label, "RTX 4090", 1, 0.3, "running",
+                           ssh_host=f"10.0.0.{n}", ssh_port=22)
+    return row
+
+
+def ssh_down_for(loop: loop_mod.Loop, down: set[str]) -> list[str]:
+    """Checks where the labels in `down` do not answer SSH; returns the labels probed."""
+    probed: list[str] = []
+
+    def check(_cfg: Any, built: Any) -> list[Health]:
+        got = [lb for lb, _ in built.groups["standing"]]
+        probed.extend(got)
+        return [Health(lb, "vast", ssh=lb not in down, agent=lb not in down) for lb in got]
+
+    loop.check_fn = check
+    return probed
+
+
+def two_providers(tmp_path: Path) -> tuple[loop_mod.Loop, FakeVast, FakeRunpod]:
+    loop, vast, _ = make(tmp_path)
+    runpod = FakeRunpod()
+    loop.providers = {"vast": vast, "runpod": runpod}
+    return loop, vast, runpod
+
+
+# -- the breaker is per provider ------------------------------------------------------------
+
+def test_two_of_four_failing_ssh_on_one_provider_are_held_by_its_breaker(
+        tmp_path: Path) -> None:
+    loop, vast, runpod = two_providers(tmp_path)
+    v1, v2 = add(loop, vast, 1), add(loop, vast, 2)
+    r3, r4 = add(loop, runpod, 3), add(loop, runpod, 4)
+    ssh_down_for(loop, {v1.label, v2.label})  # the operator's path to vast's boxes is down
+    for _ in range(4):
+        t = loop.tick()
+        assert t.dead == {} and sorted(t.well) == sorted([r3.label, r4.label]), t
+        assert any(a.startswith("breaker vast: no death of its boxes counted this tick (2 of "
+                                "2 fail at once") for a in t.actions), t.actions
+    assert vast.destroyed == [] and runpod.destroyed == []
+    assert Memory.load(loop.memory_path).dead == {}
+
+
+def test_a_death_the_provider_reports_is_never_held_by_its_breaker(tmp_path: Path) -> None:
+    loop, vast, runpod = two_providers(tmp_path)
+    rows = [add(loop, vast, n) for n in (1, 2, 3)]
+    add(loop, runpod, 4)
+    ssh_down_for(loop, {rows[0].label, rows[1].label})
+    vast.listed["3"].status = "exited"  # its host died, and vast says so
+    loop.tick()
+    t = loop.tick()
+    assert any(a.startswith("breaker vast:") for a in t.actions), t.actions
+    assert vast.destroyed == ["3"] and set(t.dead) == {rows[2].label}, t
+
+
+def test_one_box_failing_among_healthy_ones_of_its_provider_is_still_a_death(
+        tmp_path: Path) -> None:
+    loop, vast, runpod = two_providers(tmp_path)
+    v1 = add(loop, vast, 1)
+    add(loop, vast, 2)
+    add(loop, vast, 3)
+    add(loop, runpod, 4)
+    ssh_down_for(loop, {v1.label})
+    loop.tick()
+    t = loop.tick()
+    assert vast.destroyed == ["1"] and not any("breaker" in a for a in t.actions), t.actions
+
+
+def test_an_unfinished_rent_is_kept_while_its_providers_breaker_is_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loop, vast, runpod = two_providers(tmp_path)
+    v1, v2 = add(loop, vast, 1), add(loop, vast, 2)
+    add(loop, runpod, 3)
+    add(loop, runpod, 4)
+    ssh_down_for(loop, {v1.label, v2.label})  # runpod's boxes answer; vast's path is down
+    label = f"live-{loop.reg.fleet_id()}-vast-00000a"
+    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
+                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3, status="running",
+                     provider_id="5", created_at=just_past(loop)))
+    vast.listed["5"] = Box("vast", "5", label, "RTX 4090", 1, 0.3, "running",
+                           ssh_host="10.0.0.5", ssh_port=22)
+    keyscan_fails(monkeypatch)  # ready at vast, but the fleet's SSH does not reach it
+    t = loop.tick()
+    assert vast.destroyed == [], t.actions
+    assert any(a.startswith(f"{label}: not SSH-ready") and "kept" in a for a in t.actions)
+
+
+# -- "no such box" by id is never a death alone -----------------------------------------------
+
+def test_an_account_that_lists_nothing_and_has_no_box_by_id_loses_no_box(
+        tmp_path: Path) -> None:
+    loop, _, _ = make(tmp_path)
+    vast = Blank()
+    loop.providers = {"vast": vast}
+    rows = [add(loop, vast, n) for n in (1, 2, 3)]
+    vast.blank = True
+    probed = ssh_down_for(loop, set())
+    for _ in range(4):  # the boxes run on and answer SSH: nothing is dead
+        t = loop.tick()
+        assert t.dead == {} and not t.owed, t
+    assert sorted(set(probed)) == sorted(r.label for r in rows)  # probed where they were
+    probed = ssh_down_for(loop, {r.label for r in rows})
+    for _ in range(4):  # and when SSH fails too, the gap trips vast's breaker
+        t = loop.tick()
+        assert t.dead == {} and any(a.startswith("breaker vast:") for a in t.actions), t
+    assert all(r.live for r in loop.reg.rows()) and not t.owed
+    assert vast.destroyed == [] and Memory.load(loop.memory_path).rerents == []
+
+
+def test_a_lone_box_gone_by_id_that_answers_ssh_is_kept(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    row = add(loop, vast, 1)
+    vast.listed.clear()
+    for _ in range(3):
+        t = loop.tick()
+        assert t.dead == {} and t.well == [row.label], t
+    assert loop.reg.get(row.label).live  # type: ignore[union-attr]
+
+
+def test_a_lone_box_gone_by_id_whose_ssh_fails_is_marked_vanished_and_owed(
+        tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    row = add(loop, vast, 1)
+    vast.listed.clear()
+    ssh_down_for(loop, {row.label})
+    t = loop.tick()
+    assert t.dead == {row.label: "vast has no box 1 any more (asked by id), and SSH does "
+                                 "not answer"}, t
+    t = loop.tick()
+    assert loop.reg.get(row.label).status == "vanished" and vast.destroyed == []  # type: ignore[union-attr]
+    assert [o.rerent_of for o in t.owed] == [row.label]
+
+
+# -- a restart on the provider's side ----------------------------------------------------------
+
+def test_a_provider_side_restart_is_no_death_before_its_own_deadline(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    row = add(loop, vast, 1)
+    vast.listed["1"].status = "provisioning"  # restarting: SSH is down meanwhile
+    ssh_down_for(loop, {row.label})
+    for _ in range(loop.cfg.loop.dead_checks + 2):
+        t = loop.tick()
+        assert t.dead == {} and any(a.startswith(f"{row.label}: restarting on vast's side")
+                                    for a in t.actions), t.actions
+    assert vast.destroyed == []
+    mem = Memory.load(loop.memory_path)  # its deadline passes: judged as usual
+    mem.restarting = {row.label: LONG_AGO}
+    mem.save(loop.memory_path)
+    loop.tick()
+    loop.tick()
+    assert vast.destroyed == ["1"]
+
+
+def test_a_restart_deadline_starts_again_after_the_box_ran(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    row = add(loop, vast, 1)
+    ssh_down_for(loop, {row.label})
+    mem = Memory(restarting={row.label: LONG_AGO})  # an old restart, long over
+    mem.save(loop.memory_path)
+    loop.tick()  # running, SSH down: dead check 1
+    vast.listed["1"].status = "provisioning"
+    loop.tick()
+    loop.tick()
+    assert vast.destroyed == [], "a restart begun now has its own deadline"
