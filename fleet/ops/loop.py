@@ -8,7 +8,9 @@ Each tick:
    A listing row that cannot be read is said and skipped: the rows it may be are not judged,
    moved or destroyed, and it is never an orphan; the rest of the listing goes on.
 2. Resumes the rents that never finished (`_resume_unfinished`): each is looked up, pinned
-   once SSH-ready and converted, or given up past `ready_timeout_s`.
+   once SSH-ready and converted, or given up past `ready_timeout_s` (one whose box its
+   provider says it has no more is kept while that provider's listing leaves out most of its
+   boxes at once: `_gap`).
 3. Checks every standing box at once (the agent's status through one SSH command each, as
    `fleet check`). A box is *dead* on a check when its provider lists it as exited or
    stopped, or when SSH does not answer: a box its provider lists in any other status
@@ -275,7 +277,8 @@ class Loop:
         A death its provider reports (it lists the box exited or stopped) is counted as it is.
         Every other standing box is SSH-probed: one listed in any other status (`unknown` and
         `provisioning` too), and one its provider says it has no box of that id for, where it
-        last was ("gone by id" is never a death alone). One that answers is alive. One that
+        last was ("gone by id" is never a death alone; a one-shot box so gone is probed too,
+        and marked vanished only when it does not answer). One that answers is alive. One that
         does not is dead, unless:
         + its provider lists it `provisioning`: restarting on the provider's side, no death
           before `[loop] restart_timeout_s` from when it was first seen so;
@@ -316,6 +319,12 @@ class Loop:
                 death[row.label] = (f"{row.provider} has no box {row.provider_id} any more "
                                    "(asked by id), and SSH does not answer")
                 hosts.append((row.label, host_data(self.cfg, row, _last_seen(row))))
+        others = set()  # one-shot and other boxes gone by id: probed for SSH alone
+        for row in v.gone:
+            if row.host_key and row.ssh_host and not is_standing(self.cfg, row):
+                others.add(row.label)
+                death[row.label] = "no provider lists it any more, and SSH does not answer"
+                hosts.append((row.label, host_data(self.cfg, row, _last_seen(row))))
         blind = self._blind_key() if hosts else None
         health = self.check_fn(self.cfg, Built(groups={"standing": hosts})) \
             if hosts and blind is None else []
@@ -332,9 +341,11 @@ class Loop:
         answered = {rows[h.label].provider for h in health if h.ssh and h.label in rows}
         self._sees = set() if blind is not None else answered - set(open_)
         for row in v.gone:  # one-shot and other boxes: marked vanished, never re-rented
+            if row.label in others:
+                continue  # judged by their SSH below
             if row.provider in open_:
                 unjudged.add(row.label)
-            elif row.provider not in failed and not is_standing(self.cfg, row):
+            elif not is_standing(self.cfg, row):  # never SSH-ready: nothing to probe
                 t.dead[row.label] = "no provider lists it any more"
         restarting = {lb: at for lb, at in mem.restarting.items() if lb in unjudged}
         for h in health:
@@ -354,6 +365,8 @@ class Loop:
                 self._act(t, f"{h.label}: {rows[h.label].provider} has no box "
                              f"{rows[h.label].provider_id} (asked by id), but it answers SSH: "
                              "kept")
+            if h.label in others:
+                continue  # not a standing box: its SSH alone was asked
             checked.append(h)
             if h.well:
                 t.well.append(h.label)
@@ -866,7 +879,8 @@ class Loop:
 
         + no box found: a row without a box id is looked up by its label (a create whose
           outcome was unknown may have landed); past the deadline the row is marked failed
-          (vanished, where it had a box: what that box spent still counts), and the roster
+          (vanished, where it had a box: what that box spent still counts, unless its
+          provider's listing left out most of its boxes at once, `_gap`), and the roster
           rents anew
         + a box found is recorded; one that is SSH-ready has its host key pinned
         + a box its provider lists exited before it was ever ready is given up at once; one
@@ -894,7 +908,12 @@ class Loop:
             try:
                 box = listed.get(row.label) or lifecycle.find_unfinished(p, row)
                 if box is None:
-                    if age > limit:
+                    gap = self._gap(v, row.provider) if row.provider_id else None
+                    if age > limit and gap:
+                        self._act(t, f"{row.label}: {row.provider} has no box "
+                                     f"{row.provider_id} by id, but its listing left out {gap}"
+                                     " at once: kept, not given up this tick")
+                    elif age > limit:
                         self._never_landed(t, row, age)
                     continue
                 row = lifecycle.record(self.reg, row.label, box)
@@ -923,6 +942,17 @@ class Loop:
         if pinned:
             write_known_hosts(self.cfg.known_hosts, self.reg.rows())
         return pinned, late
+
+    def _gap(self, v: View, provider: str) -> str | None:
+        """How many of `provider`'s live boxes its listing left out, where that is at least two
+        and more than half of them: a gap across the provider (another account's key, an
+        incident), in which no "no such box" is believed. None otherwise."""
+        mine = [r.label for r in self.reg.rows()
+                if r.live and r.provider == provider and r.provider_id]
+        out = [lb for lb in mine if lb in v.unlisted]
+        if len(out) < 2 or 2 * len(out) <= len(mine):
+            return None
+        return f"{len(out)} of its {len(mine)} boxes"
 
     def _form(self) -> re.Pattern[str]:
         """The exact form of the labels this fleet makes (`fleet.core.labels`)."""

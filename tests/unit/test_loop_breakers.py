@@ -39,6 +39,9 @@ class Blank(FakeVast):
     def box(self, box_id: str) -> Box | None:
         return None if self.blank else super().box(box_id)
 
+    def find_by_label(self, label: str) -> Box | None:
+        return None if self.blank else super().find_by_label(label)
+
 
 def add(loop: loop_mod.Loop, p: FakeVast, n: int) -> Row:
     label = f"live-{loop.reg.fleet_id()}-{p.name}-{n:06x}"
@@ -154,6 +157,26 @@ def test_an_account_that_lists_nothing_and_has_no_box_by_id_loses_no_box(
     assert vast.destroyed == [] and Memory.load(loop.memory_path).rerents == []
 
 
+def test_an_unfinished_rent_is_not_given_up_on_no_such_box_while_its_provider_lists_nothing(
+        tmp_path: Path) -> None:
+    loop, _, _ = make(tmp_path)
+    vast = Blank()
+    loop.providers = {"vast": vast}
+    add(loop, vast, 1)
+    add(loop, vast, 2)
+    label = f"live-{loop.reg.fleet_id()}-vast-00000a"  # its box landed, never SSH-ready
+    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
+                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3, status="renting",
+                     provider_id="5", created_at=LONG_AGO))
+    vast.listed["5"] = Box("vast", "5", label, "RTX 4090", 1, 0.3, "provisioning")
+    vast.blank = True
+    for _ in range(3):
+        t = loop.tick()
+        assert any(a.startswith(f"{label}: vast has no box 5 by id, but its listing left "
+                                "out 3 of its 3 boxes") for a in t.actions), t.actions
+    assert all(r.live for r in loop.reg.rows()) and vast.destroyed == []
+
+
 def test_a_lone_box_gone_by_id_that_answers_ssh_is_kept(tmp_path: Path) -> None:
     loop, vast, _ = make(tmp_path)
     row = add(loop, vast, 1)
@@ -176,6 +199,26 @@ def test_a_lone_box_gone_by_id_whose_ssh_fails_is_marked_vanished_and_owed(
     t = loop.tick()
     assert loop.reg.get(row.label).status == "vanished" and vast.destroyed == []  # type: ignore[union-attr]
     assert [o.rerent_of for o in t.owed] == [row.label]
+
+
+def test_a_one_shot_box_gone_by_id_is_marked_vanished_only_when_its_ssh_fails(
+        tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    add(loop, vast, 1)
+    row = Row(label=f"bench-{loop.reg.fleet_id()}-vast-000002", provider="vast", role="bench",
+              kind="oneshot", card="RTX 4090", gpu_count=1, usd_per_hour=0.3,
+              status="running", provider_id="2", host_key="ssh-ed25519 AAAA",
+              ssh_host="10.0.0.2", ssh_port=22)
+    loop.reg.add(row)  # its outputs may be unread: a box the fleet stops tracking is swept
+    probed = ssh_down_for(loop, set())
+    for _ in range(3):
+        t = loop.tick()
+        assert t.dead == {} and loop.reg.get(row.label).live, t  # type: ignore[union-attr]
+    assert row.label in probed
+    ssh_down_for(loop, {row.label})
+    loop.tick()
+    loop.tick()
+    assert loop.reg.get(row.label).status == "vanished"  # type: ignore[union-attr]
 
 
 # -- a restart on the provider's side ----------------------------------------------------------
