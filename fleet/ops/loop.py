@@ -84,8 +84,8 @@ from fleet.core.errors import (
 )
 from fleet.core.times import now_iso, parse_iso
 from fleet.core.verdicts import Health
+from fleet.ops import budget, ports, spread
 from fleet.ops import offers as offers_mod
-from fleet.ops import ports, spread
 from fleet.ops import rent as rent_mod
 from fleet.ops.check import MESH_IN
 from fleet.providers.base import Box
@@ -203,6 +203,7 @@ class Loop:
         self._unsure: set[str] = set()  # rows whose box this tick cannot tell (`View.unsure`)
         self._started = time.monotonic()  # the tick's start
         self._started_wall = time.time()
+        self._listing: budget.Listing | BudgetExceeded | None = None  # `_account`, per tick
 
     # -- one tick -------------------------------------------------------------------------
 
@@ -212,6 +213,7 @@ class Loop:
         t = Tick(mem.tick, now_iso())
         started = self._started = time.monotonic()
         self._started_wall = time.time()  # the checks' readings are no older than this
+        self._listing = None
         v = view(self.reg, self.providers)
         failed = set()
         for e in v.failures:
@@ -351,11 +353,19 @@ class Loop:
         for h in health:
             if not h.ssh:
                 box = listed.get(h.label)
-                if blind is None and box is not None and box.status == "provisioning":
-                    restarting[h.label] = mem.restarting.get(h.label, now_iso())
-                    if self._restarting(t, h.label, box, restarting[h.label]):
+                # a restart lasts until SSH answers (a box listed running again may still be
+                # booting), within its deadline
+                if blind is None and box is not None and (
+                        box.status == "provisioning"
+                        or (box.status == "running" and h.label in mem.restarting)):
+                    since = mem.restarting.get(h.label, now_iso())
+                    if self._restarting(t, h.label, box, since):
+                        restarting[h.label] = since
+                        mem.dead.pop(h.label, None)  # the SSH it missed before was the restart's
                         unjudged.add(h.label)
                         continue
+                    if box.status == "provisioning":  # past its deadline, and still says so
+                        restarting[h.label] = since
                 if blind is None and rows[h.label].provider in open_:
                     unjudged.add(h.label)
                 elif blind is None:
@@ -397,7 +407,7 @@ class Loop:
         age, limit = time.time() - _epoch(since), self.cfg.loop.restart_timeout_s
         if age >= limit:
             return False
-        self._act(t, f"{label}: restarting on {box.provider}'s side (provisioning, SSH down "
+        self._act(t, f"{label}: restarting on {box.provider}'s side ({box.status}, SSH down "
                      f"for {age:.0f} s of {limit:.0f}): no death before its deadline")
         return True
 
@@ -729,7 +739,7 @@ class Loop:
         try:
             res = rent_mod.rent(self.cfg, self.reg, role, fit, self.providers,
                                 label=label if len(label) <= labels.MAX_LEN else None,
-                                move_of=row.label, move_for=move_for)
+                                move_of=row.label, move_for=move_for, account=self._account())
         except (BudgetExceeded, ProviderError, UsageError) as e:
             what = "a replacement that maps one" if said else \
                 f"shares {row.place}; a move to another place"
@@ -801,6 +811,20 @@ class Loop:
         except FleetError as e:
             self._act(t, f"waiting for SSH on {', '.join(rented)}: {e}")
 
+    def _account(self) -> budget.Listing:
+        """The account's listing the budget counts, read once a tick, at its first rent: the
+        boxes rented after it are registry rows, which the budget counts anyway. A read that
+        failed refuses every rent of the tick without asking the providers again (a 429 is
+        not answered with more calls)."""
+        if self._listing is None:
+            try:
+                self._listing = budget.listed(self.providers, "renting this tick")
+            except BudgetExceeded as e:
+                self._listing = e
+        if isinstance(self._listing, BudgetExceeded):
+            raise self._listing
+        return self._listing
+
     def _try_rent(self, t: Tick, o: Owe, unfit: Mapping[str, str]) -> str | None:
         """Rent one owed box; None (and `o.reason` set) when it cannot be rented now. Offers
         on a machine where a box was found unfit are passed over."""
@@ -826,7 +850,8 @@ class Loop:
             return None
         try:
             res = rent_mod.rent(self.cfg, self.reg, role, found, self.providers,
-                                label=self._label(o), rerent_of=o.rerent_of)
+                                label=self._label(o), rerent_of=o.rerent_of,
+                                account=self._account())
         except BudgetExceeded as e:
             o.reason = f"over budget: {e}"
         except (NoCapacity, OfferGone) as e:  # every offer tried went or had no machine

@@ -338,3 +338,60 @@ def test_the_loop_notes_when_a_box_was_listed_stopped_and_forgets_it_when_it_run
     vast.listed["1"].status = "running"
     loop.tick()
     assert loop.reg.get(row.label).stopped_at is None  # type: ignore[union-attr]
+
+
+class Renting(FakeVast):
+    """A provider that rents from its market and counts how often its account is listed."""
+
+    def __init__(self, name: str, failing: bool = False) -> None:
+        super().__init__()
+        self.name, self.failing, self.listings = name, failing, 0
+
+    def boxes(self) -> list[Any]:
+        self.listings += 1
+        return super().boxes()
+
+    def rent(self, offer: Offer, req: RentRequest) -> Box:
+        box = Box(self.name, str(100 + len(self.listed)), req.label, offer.card, 1,
+                  offer.usd_per_hour, "provisioning")
+        self.listed[box.box_id] = box
+        return box
+
+
+def renting_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
+                 ) -> tuple[Loop, Renting, Renting]:
+    wants = TOML.replace('card = "RTX 4090"\n', f'card = "RTX 4090"\ncount = {count}\n')
+    monkeypatch.setattr(sys.modules[__name__], "TOML", wants)
+    monkeypatch.setattr("fleet.ops.rent.wait_ready", lambda *_a, **_k: {})
+    loop, _, _ = make(tmp_path, budget=1000)
+    vast, runpod = Renting("vast"), Renting("runpod")
+    vast.market = [Offer("vast", "9", "RTX 4090", 1, 0.2, driver="580.95.05")]
+    loop.providers = {"vast": vast, "runpod": runpod}
+    return loop, vast, runpod
+
+
+def test_a_tick_lists_the_account_for_the_budget_once_however_many_it_rents(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loop, vast, runpod = renting_loop(tmp_path, monkeypatch, count=3)
+    loop.tick()
+    assert len(loop.reg.live_rows()) == 3
+    assert (vast.listings, runpod.listings) == (2, 2)  # the tick's view, then the budget's
+
+
+def test_a_listing_that_failed_for_the_budget_refuses_the_ticks_rents_without_asking_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loop, vast, runpod = renting_loop(tmp_path, monkeypatch, count=3)
+    calls = {"n": 0}
+    seen = runpod.boxes
+
+    def fails_after_the_view() -> list[Any]:  # a 429 from the budget's listing on
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise ProviderError("runpod", "list", "HTTP 429")
+        return seen()
+
+    runpod.boxes = fails_after_the_view  # type: ignore[method-assign]
+    t = loop.tick()
+    assert loop.reg.live_rows() == [] and calls["n"] == 2, calls
+    assert [o.reason.startswith("over budget") and "429" in o.reason for o in t.owed] == \
+        [True] * 3

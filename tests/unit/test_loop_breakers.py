@@ -252,3 +252,27 @@ def test_a_restart_deadline_starts_again_after_the_box_ran(tmp_path: Path) -> No
     loop.tick()
     loop.tick()
     assert vast.destroyed == [], "a restart begun now has its own deadline"
+
+
+def test_a_restart_clears_the_dead_checks_before_it_and_lasts_until_ssh_answers(
+        tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    row = add(loop, vast, 1)
+    add(loop, vast, 2)  # healthy mates: no breaker
+    add(loop, vast, 3)
+    ssh_down_for(loop, {row.label})
+    loop.tick()  # SSH drops a tick before its provider says it restarts: dead check 1
+    vast.listed["1"].status = "provisioning"
+    loop.tick()
+    loop.tick()
+    vast.listed["1"].status = "running"  # listed running again, sshd not yet up
+    t = loop.tick()
+    assert t.dead == {} and vast.destroyed == [], t.actions
+    assert any(a.startswith(f"{row.label}: restarting on vast's side (running")
+               for a in t.actions), t.actions
+    ssh_down_for(loop, set())
+    loop.tick()  # SSH answers: the restart is over, and nothing of it counts later
+    assert Memory.load(loop.memory_path).restarting == {}
+    ssh_down_for(loop, {row.label})
+    loop.tick()
+    assert vast.destroyed == []  # one dead check of its own, not the restart's
