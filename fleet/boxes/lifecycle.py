@@ -57,12 +57,12 @@ def cannot_ask(e: ProviderError, label: str, again: str) -> FleetError:
 
 
 def find_unfinished(p: Provider, row: Row) -> Box | None:
-    """The box an unfinished rent left at its provider: by its recorded id, else by its label
-    (the rent's idempotency key). A ProviderError means the provider could not say."""
+    """The box an unfinished rent left at its provider: by its recorded id, else, while it
+    has none, by its label (the rent's idempotency key). Once the id is known, no such box
+    means none: another box under the label (a person's, under a hand-given one) is never
+    taken for it. A ProviderError means the provider could not say."""
     if row.provider_id:
-        box = p.box(row.provider_id)
-        if box is not None:
-            return box
+        return p.box(row.provider_id)
     return p.find_by_label(row.label)
 
 

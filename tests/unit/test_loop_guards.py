@@ -628,3 +628,25 @@ def test_a_hand_labelled_unfinished_rent_is_never_converged_onto_a_box_not_ours(
     loop.converge_fn = lambda _c, labels: got.append(labels)  # type: ignore[func-returns-value]
     loop.tick()
     assert got == [], got
+
+
+@pytest.mark.parametrize("status", ["exited", "running"])
+def test_an_unfinished_rent_whose_box_went_never_takes_another_box_under_its_label(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: str) -> None:
+    """Its id is known and its box gone; a person's box carries the same hand-given label:
+    neither adopted (pinned, converged onto) nor destroyed, whatever state it is in."""
+    loop, vast, _ = make(tmp_path)
+    converged: list[list[str]] = []
+    loop.converge_fn = lambda _c, labels: converged.append(labels)
+    monkeypatch.setattr(lifecycle, "fetch_host_key", lambda *_a, **_k: "ssh-ed25519 THEIRS")
+    loop.reg.add(Row(label="live-web1", provider="vast", role="live", kind="standing",
+                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3, status="running",
+                     provider_id="5", created_at=LONG_AGO))
+    vast.listed["900"] = Box("vast", "900", "live-web1", "RTX 4090", 1, 0.3, status,
+                             ssh_host="10.9.9.9", ssh_port=22)
+    for _ in range(2):
+        loop.tick()
+    row = loop.reg.get("live-web1")
+    assert vast.destroyed == [] and "900" in vast.listed
+    assert row is not None and row.provider_id == "5" and not row.host_key, row
+    assert converged == []
