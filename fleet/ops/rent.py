@@ -62,31 +62,35 @@ ONSTART = {
 
 
 def other_fleets(reg: Registry, providers: Mapping[str, Provider]) -> None:
-    """Refuse to rent for a registry that holds no row while the account lists boxes another
-    fleet made (labels of the fleet form with a fleet id): most likely the registry's path is
-    wrong, and renting would put a second roster beside the running fleet. UsageError, one
-    line naming them; the operator starts a new fleet beside them with `--new-fleet`, which
-    skips this check (the budget still counts their boxes). A listing that fails refuses too:
-    whether the account holds another fleet cannot be told."""
-    if reg.rows():
+    """Refuse to rent for a registry that holds no live row (empty, or a fleet torn down)
+    while the account lists boxes another fleet made (labels of the fleet form with another
+    fleet id): most likely the registry's path is wrong, and renting would put a second
+    roster beside the running fleet. UsageError, one line naming them; the operator starts a
+    new fleet beside them with `--new-fleet`, which skips this check (the budget still counts
+    their boxes). A listing that fails refuses too: whether the account holds another fleet
+    cannot be told."""
+    rows = reg.rows()
+    if any(r.live for r in rows):
         return
+    own = reg.fleet_id() if rows else None  # its own boxes left on the account are not another's
     theirs: dict[str, str] = {}  # what names each box -> its fleet id
     for name, p in providers.items():
         try:
             listed = p.boxes()
         except ProviderError as e:
-            raise FleetError(f"the registry {reg.path} holds no box and {name}'s listing failed, "
+            raise FleetError(f"the registry {reg.path} holds no live box and {name}'s listing "
+                             f"failed, "
                              f"so whether the account holds another fleet's boxes cannot be "
                              f"told ({e}); nothing rented (--new-fleet to start a new fleet "
                              f"anyway)") from None
         for b in listed:
             fid = fleet_id_of(b.label or "")
-            if fid is not None:
+            if fid is not None and fid != own:
                 theirs[f"{b.label} ({name}/{b.box_id or '?'})"] = fid
     if theirs:
         shown = ", ".join(sorted(theirs)[:10]) + \
             (f" and {len(theirs) - 10} more" if len(theirs) > 10 else "")
-        raise UsageError(f"the registry {reg.path} holds no box, but the account lists "
+        raise UsageError(f"the registry {reg.path} holds no live box, but the account lists "
                          f"{len(theirs)} of another fleet (fleet id "
                          f"{', '.join(sorted(set(theirs.values())))}): {shown}; is the "
                          f"registry's path right? Nothing rented; --new-fleet starts a new "

@@ -112,7 +112,7 @@ def test_an_empty_registry_beside_another_fleets_boxes_refuses_to_rent_and_names
     code = run_fleet(tmp_path, monkeypatch, _Account(*THEIRS), *command)
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert err.startswith("error: the registry ") and "holds no box" in err
+    assert err.startswith("error: the registry ") and "holds no live box" in err
     assert "2 of another fleet (fleet id 3fa9c1)" in err
     assert "live-3fa9c1-vast-0b12ef (vast/10)" in err and "-r1 (vast/11)" in err
     assert "live-debug" not in err and "--new-fleet" in err  # a person's box is no fleet
@@ -131,7 +131,7 @@ def test_new_fleet_starts_the_loop_beside_another_fleet(
     assert code == 0 and len(started) == 1
 
 
-def test_a_registry_with_rows_or_an_account_of_no_other_fleet_starts_the_loop(
+def test_a_registry_with_live_rows_or_an_account_of_no_other_fleet_starts_the_loop(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fleet.core.boxes import Row
     from fleet.ops import loop
@@ -140,11 +140,30 @@ def test_a_registry_with_rows_or_an_account_of_no_other_fleet_starts_the_loop(
     started: list[object] = []
     monkeypatch.setattr(loop, "run", lambda *a: started.append(a))
     assert run_fleet(tmp_path, monkeypatch, _Account("live-debug"), "loop", "--once") == 0
+    reg = Registry(tmp_path / "state" / "boxes.json")
+    own = f"live-{reg.fleet_id()}-vast-00000a"
+    reg.add(Row(label=own, provider="vast", role="live", kind="standing", card="RTX 4090",
+                gpu_count=1, usd_per_hour=0.4, status="running"))
+    assert run_fleet(tmp_path, monkeypatch, _Account(*THEIRS), "loop", "--once") == 0
+    reg.update(own, status="destroyed")  # torn down; its box still listed is its own
+    assert run_fleet(tmp_path, monkeypatch, _Account(own), "loop", "--once") == 0
+    assert len(started) == 3
+
+
+def test_a_registry_of_a_fleet_torn_down_beside_another_fleets_boxes_refuses_to_rent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    from fleet.core.boxes import Row
+    from fleet.ops import loop
+    from fleet.state.registry import Registry
+
+    monkeypatch.setattr(loop, "run", lambda *a: pytest.fail("the loop started"))
     Registry(tmp_path / "state" / "boxes.json").add(Row(
         label="live-aaaaaa-vast-000001", provider="vast", role="live", kind="standing",
         card="RTX 4090", gpu_count=1, usd_per_hour=0.4, status="destroyed"))
-    assert run_fleet(tmp_path, monkeypatch, _Account(*THEIRS), "loop", "--once") == 0
-    assert len(started) == 2
+    assert run_fleet(tmp_path, monkeypatch, _Account(*THEIRS), "loop", "--once") == 2
+    err = capsys.readouterr().err
+    assert "holds no live box" in err and "live-3fa9c1-vast-0b12ef" in err, err
 
 
 def test_an_empty_registry_whose_account_listing_fails_refuses_to_rent(
