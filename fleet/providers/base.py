@@ -76,7 +76,8 @@ class Box:
     ports: dict[int, int] = field(default_factory=dict)  # internal TCP port -> public port
     machine_id: str | None = None  # the host machine it runs on, where the provider says
     data_center: str | None = None  # RunPod: the data center (Secure Cloud) it runs in
-    status_note: str | None = None  # the provider's own words on the status (Vast: status_msg)
+    # the provider's own words on the status (Vast: status_msg; RunPod: lastStatusChange)
+    status_note: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property

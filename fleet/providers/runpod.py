@@ -314,6 +314,7 @@ class RunPod(Client):
             ports=ports,
             machine_id=str(pod["machineId"]) if pod.get("machineId") else None,
             data_center=str(machine["dataCenterId"]) if machine.get("dataCenterId") else None,
+            status_note=str(pod["lastStatusChange"]) if pod.get("lastStatusChange") else None,
             raw=pod,
         )
 

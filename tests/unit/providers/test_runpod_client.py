@@ -155,6 +155,16 @@ def test_pod_states(rp: Fix) -> None:
     assert client.box(pid).status == "unknown"  # type: ignore[union-attr]
 
 
+def test_an_exited_pod_carries_its_providers_words(rp: Fix) -> None:
+    client, fake = rp
+    pid = client.rent(offer(), REQ).box_id
+    fake.pods[pid].update(desiredStatus="EXITED",
+                          lastStatusChange="Exited by RunPod: container start failed")
+    box = client.box(pid)
+    assert box is not None and box.status == "exited"
+    assert box.status_note == "Exited by RunPod: container start failed"
+
+
 def test_unknown_pod_is_none(rp: Fix) -> None:
     client, fake = rp
     assert client.box("nope") is None
