@@ -152,18 +152,24 @@ def unowned_boxes(rows: Sequence[Row], boxes: Listing, what: str) -> list[Box]:
     """The listed boxes no live row owns, which the rows therefore do not count: a row owns
     the box it names by id, or, while it knows no id (an unfinished rent), one box listed under
     its label. A listed box whose row is destroyed still bills, so it counts. A listing row
-    that cannot be read (`Unreadable`) and may be no live row's box has no price to count:
-    BudgetExceeded, naming it."""
+    that cannot be read (`Unreadable`) is a live row's by its id, or, its id unread, by its
+    label; any other counts at its price where that still reads, and with no price to count
+    it is BudgetExceeded, naming it."""
     ids = {(r.provider, r.provider_id) for r in rows if r.live and r.provider_id}
     waiting = {(r.provider, r.label) for r in rows if r.live and not r.provider_id}
     labels = {(r.provider, r.label) for r in rows if r.live}
     out: list[Box] = []
     for b in boxes:
         if isinstance(b, Unreadable):
-            if (b.provider, b.box_id) in ids or (b.provider, b.label) in labels:
+            if (b.provider, b.box_id) in ids or (
+                    b.box_id is None and (b.provider, b.label) in labels):
                 continue
-            raise BudgetExceeded(f"{what} refused: the budget cannot count a box on the "
-                                 f"account whose price cannot be read: {b}")
+            if b.usd_per_hour is None:
+                raise BudgetExceeded(f"{what} refused: the budget cannot count a box on the "
+                                     f"account whose price cannot be read: {b}")
+            out.append(Box(b.provider, b.box_id or "?", b.label or "", "", 0, b.usd_per_hour,
+                           "unknown"))
+            continue
         if (b.provider, b.box_id) in ids:
             continue
         if (b.provider, b.label) in waiting:

@@ -111,6 +111,7 @@ class Unreadable:
     box_id: str | None
     label: str | None
     why: str
+    usd_per_hour: float | None = None  # its price, where that field still reads
 
     def __str__(self) -> str:
         box = f"{self.provider}/{self.box_id}" if self.box_id else f"a {self.provider} box"

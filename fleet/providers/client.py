@@ -48,6 +48,7 @@ class Client:
 
     name: str = ""
     label_field = "label"  # the key of a box's label in the provider's rows
+    price_field = "dph_total"  # the key of its price in USD per hour
 
     def __init__(
         self,
@@ -104,7 +105,8 @@ class Client:
             known = raw if isinstance(raw, dict) else {}
             why = self.http.scrub(f"{type(e).__name__}: {e}"[:200])
             return Unreadable(self.name, _text(known.get("id")),
-                              _text(known.get(self.label_field)), why)
+                              _text(known.get(self.label_field)), why,
+                              _price(known.get(self.price_field)))
 
     def _readable(self, raw: Any, call: str) -> Box:
         """The Box of an answer about one box; a row that cannot be read is a ProviderError,
@@ -216,6 +218,15 @@ class Client:
             self.name, "destroy", f"box {box_id} is still listed {waited:.0f}s after destroy",
             "it may still bill: check the provider's console and destroy it there",
         )
+
+
+def _price(value: Any) -> float | None:
+    """A price that reads as a positive, finite number of USD per hour, else None."""
+    try:
+        price = float(value)
+    except (TypeError, ValueError):
+        return None
+    return price if 0 < price < float("inf") else None
 
 
 def _text(value: Any) -> str | None:

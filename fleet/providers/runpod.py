@@ -87,6 +87,7 @@ class RunPod(Client):
 
     name = "runpod"
     label_field = "name"  # a pod's label is its name
+    price_field = "costPerHr"
 
     # -- GraphQL plumbing -------------------------------------------------------------------
 

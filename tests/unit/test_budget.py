@@ -275,3 +275,16 @@ def test_an_unfinished_row_owns_one_box_under_its_label_and_a_second_counts() ->
     odd = Unreadable("vast", "5", None, "odd")  # may be bench-a-2's: its row counts it
     assert unowned_boxes([waiting, named, gone], [first, second, mine, still, odd], "x") == \
         [second, still]  # a destroyed row's box that is still listed bills
+
+
+def test_an_unreadable_listing_row_counts_at_its_price_where_that_still_reads() -> None:
+    from fleet.ops.budget import unowned_boxes
+
+    mine = replace(row("bench-a-1", 1.0, "2026-12-02T11:00:00Z"), provider_id="5")
+    priced = Unreadable("vast", "9", None, "no HostPort in its port binding", 3.9)
+    same_label = Unreadable("vast", "8", "bench-a-1", "odd", 2.0)  # another id: not its box
+    unread_id = Unreadable("vast", None, "bench-a-1", "odd")  # may be its box: its row counts it
+    counted = unowned_boxes([mine], [priced, same_label, unread_id], "x")
+    assert [(b.box_id, b.usd_per_hour) for b in counted] == [("9", 3.9), ("8", 2.0)]
+    with pytest.raises(BudgetExceeded, match="price cannot be read"):
+        unowned_boxes([mine], [Unreadable("vast", "7", "bench-a-1", "odd")], "x")

@@ -276,8 +276,18 @@ def test_an_odd_listing_row_is_unreadable_and_the_others_are_read(vast: Fix) -> 
     (u,) = [b for b in got if isinstance(b, Unreadable)]
     assert (u.provider, u.box_id, u.label) == ("vast", str(odd), "live-abc123-vast-0b0b0b")
     assert "HostPort" in u.why
+    assert u.usd_per_hour is not None and u.usd_per_hour > 0  # its price still reads
     # asked for alone, or by its label, it is the fleet's blindness: never "no such box"
     with pytest.raises(ProviderError, match="unreadable.*HostPort"):
         client.box(str(odd))
     with pytest.raises(ProviderError, match="unreadable"):
         client.find_by_label("live-abc123-vast-0b0b0b")
+
+
+def test_an_unreadable_listing_row_keeps_its_price_where_that_reads() -> None:
+    from fleet.providers.base import Unreadable
+    from fleet.providers.client import _price
+
+    assert [_price(v) for v in ("0.39", 2, None, "nan", "inf", 0, -1, "x")] == \
+        [0.39, 2.0, None, None, None, None, None, None]
+    assert Unreadable("vast", "1", None, "odd").usd_per_hour is None
