@@ -53,8 +53,8 @@ def other_config(fleet: Loopy, name: str, **kw: object) -> Path:
     return path
 
 
-def tick_with(fleet: Loopy, cfg: Path) -> dict[str, Any]:
-    r = fleet.run(str(BIN / "fleet"), "--config", str(cfg), "loop", "--once", "--json")
+def tick_with(fleet: Loopy, cfg: Path, *extra: str) -> dict[str, Any]:
+    r = fleet.run(str(BIN / "fleet"), "--config", str(cfg), "loop", "--once", "--json", *extra)
     data: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
     return data
 
@@ -145,12 +145,19 @@ def test_a_persons_box_and_another_registrys_are_never_destroyed(
         with fleet.control() as c:
             alive = {str(i["id"]) for i in c.instances() if i["phase"] != "destroyed"}
         assert set(ids) <= alive
-        # a loop started against an empty registry (a mistyped path, a new machine) sees the
-        # whole fleet as orphans of another form: it reports them and destroys nothing
+        # a loop started against an empty registry (a mistyped path, a new machine) refuses
+        # to rent beside the fleet it finds on the account, naming its boxes
         lost = fleet.tmp / "elsewhere.toml"
         lost.write_text(fleet_toml.render(fleet.tmp / "elsewhere", loop=LOOP))
+        refused = fleet.run(str(BIN / "fleet"), "--config", str(lost), "loop", "--once",
+                            "--json", check=False)
+        assert refused.returncode == 2 and "--new-fleet" in refused.stderr, refused
+        assert all(r.label in refused.stderr for r in fleet.live()), refused.stderr
+        assert not (fleet.tmp / "elsewhere" / "boxes.json").exists()
+        # told it is a new fleet, it sees the other as orphans of another form: it reports
+        # them and destroys nothing
         for _ in range(3):
-            t = tick_with(fleet, lost)
+            t = tick_with(fleet, lost, "--new-fleet")
         assert len(t["orphans"]) >= 4 and not [a for a in t["actions"]
                                               if "destroyed after" in a], t
         with fleet.control() as c:
