@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from test_loop import FakeVast, make
-from test_loop_guards import just_past, keyscan_fails
+from test_loop_guards import unreached_rent
 
 from fleet.core.boxes import Row
 from fleet.core.verdicts import Health
@@ -123,13 +123,7 @@ def test_an_unfinished_rent_is_kept_while_its_providers_breaker_is_open(
     add(loop, runpod, 3)
     add(loop, runpod, 4)
     ssh_down_for(loop, {v1.label, v2.label})  # runpod's boxes answer; vast's path is down
-    label = f"live-{loop.reg.fleet_id()}-vast-00000a"
-    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
-                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3, status="running",
-                     provider_id="5", created_at=just_past(loop)))
-    vast.listed["5"] = Box("vast", "5", label, "RTX 4090", 1, 0.3, "running",
-                           ssh_host="10.0.0.5", ssh_port=22)
-    keyscan_fails(monkeypatch)  # ready at vast, but the fleet's SSH does not reach it
+    label = unreached_rent(loop, vast, monkeypatch)
     t = loop.tick()
     assert vast.destroyed == [], t.actions
     assert any(a.startswith(f"{label}: not SSH-ready") and "kept" in a for a in t.actions)

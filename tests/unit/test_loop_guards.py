@@ -539,6 +539,19 @@ def keyscan_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lifecycle, "fetch_host_key", blind)
 
 
+def unreached_rent(loop: loop_mod.Loop, vast: FakeVast, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An unfinished rent past its ready deadline whose box Vast calls ready, while the
+    fleet's SSH does not reach it; its label."""
+    label = f"live-{loop.reg.fleet_id()}-vast-00000a"
+    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
+                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3, status="running",
+                     provider_id="5", created_at=just_past(loop)))
+    vast.listed["5"] = Box("vast", "5", label, "RTX 4090", 1, 0.3, "running",
+                           ssh_host="10.0.0.5", ssh_port=22)
+    keyscan_fails(monkeypatch)
+    return label
+
+
 def test_a_box_ready_at_its_provider_is_never_kept_past_three_deadlines(tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     loop, vast, _ = make(tmp_path)
@@ -566,13 +579,7 @@ def test_no_unfinished_box_is_given_up_while_the_breaker_is_open(tmp_path: Path,
         return [Health(lb, "vast", ssh=lb.endswith("000001"), agent=lb.endswith("000001"))
                 for lb, _ in built.groups["standing"]]
     loop.check_fn = check
-    label = f"live-{loop.reg.fleet_id()}-vast-00000a"
-    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
-                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3, status="running",
-                     provider_id="5", created_at=just_past(loop)))
-    vast.listed["5"] = Box("vast", "5", label, "RTX 4090", 1, 0.3, "running",
-                           ssh_host="10.0.0.5", ssh_port=22)
-    keyscan_fails(monkeypatch)
+    unreached_rent(loop, vast, monkeypatch)
     t = loop.tick()
     assert any("breaker" in a for a in t.actions), t.actions
     assert vast.destroyed == [], t.actions  # destroyed while the breaker calls the fleet blind
