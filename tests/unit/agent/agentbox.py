@@ -30,6 +30,24 @@ DRIVER = "580.95.05"
 UUIDS = ["GPU-0f6a1c2e-0000-4000-8000-000000000001", "GPU-0f6a1c2e-0000-4000-8000-000000000002"]
 
 
+def ignores_sigterm(pid: int) -> bool:
+    """Whether the process's SIGTERM disposition is 'ignore' (the SigIgn mask of its status).
+    A stand-in started with --ignore-term sets it only once its interpreter has started: a
+    test that stops it must wait for this first, or a prompt SIGTERM ends it."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
+def spawn_ignoring_sigterm(argv: list[str]) -> subprocess.Popen[bytes]:
+    """A process in its own session that ignores SIGTERM from its first instruction: the
+    disposition is set in the child before exec, and an ignored signal stays ignored across
+    exec. For a process the agent may find and signal the moment it appears."""
+    return subprocess.Popen(argv, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+
+
 def gpu_spec(driver: str = DRIVER, uuids: list[str] | None = None) -> GpuSpec:
     devices = [
         GpuDevice(u, "NVIDIA H100 80GB HBM3", f"00000000:{0x1B + i:02X}:00.0", 85899345920,

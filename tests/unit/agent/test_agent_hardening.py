@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agentbox import PY, UNKILLABLE, Box, wait_for
+from agentbox import PY, UNKILLABLE, Box, ignores_sigterm, wait_for
 
 from agent.base.config import parse_config
 from agent.base.journal import Journal
@@ -235,7 +235,8 @@ def test_a_program_that_survives_sigkill_does_not_make_the_loop_spin(box: Box) -
                              stderr=subprocess.STDOUT)
     out.close()
     box.agents.append(agent)
-    wait_for(lambda: box.pid_of("prover"), "prover running")
+    prover = wait_for(lambda: box.pid_of("prover"), "prover running")
+    wait_for(lambda: ignores_sigterm(prover), "prover set SIGTERM aside")
     box.set_gpu(__import__("agentbox").gpu_spec(driver="595.71.05"))  # admission now refuses
     wait_for(lambda: "still there" in box.journal(), "SIGKILL sent and the prover still there",
              timeout=60)

@@ -5,11 +5,10 @@ why it is down (issue 21, cases 3 and 10)."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import psutil
-from agentbox import UNKILLABLE, Box, free_port, wait_for
+from agentbox import UNKILLABLE, Box, free_port, spawn_ignoring_sigterm, wait_for
 
 
 def test_a_node_waiting_for_an_unkillable_old_one_is_blocked_without_spinning(box: Box) -> None:
@@ -22,8 +21,9 @@ def test_a_node_waiting_for_an_unkillable_old_one_is_blocked_without_spinning(bo
     agent = box.start_agent(prelude=UNKILLABLE)
     wait_for(lambda: box.program("node").get("failures", 0) >= 1, "the node crash-looping")
     # a node someone started by hand, not the pointer's, that will not die
-    old = subprocess.Popen([str(path1), "node", "--ignore-term", "--rpc-port", str(free_port())],
-                           start_new_session=True)
+    # the agent may find it and send SIGTERM before its interpreter could set SIGTERM aside
+    old = spawn_ignoring_sigterm([str(path1), "node", "--ignore-term", "--rpc-port",
+                                  str(free_port())])
     box.agents.append(old)  # killed at teardown
     node = wait_for(lambda: "survived SIGKILL" in (box.program("node").get("reason") or "")
                     and box.program("node"), "the node blocked on the old one")

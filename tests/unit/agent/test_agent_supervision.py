@@ -6,10 +6,9 @@ import json
 import os
 import signal
 import subprocess
-from pathlib import Path
 
 import psutil
-from agentbox import PY, Box, gone, wait_for, zombie
+from agentbox import PY, Box, gone, ignores_sigterm, wait_for, zombie
 
 
 def start_box(box: Box, **top: object) -> subprocess.Popen[bytes]:
@@ -188,14 +187,6 @@ def test_a_program_ignoring_sigterm_is_killed_after_the_grace(box: Box) -> None:
     assert out["agent"] == "stopped"
     assert gone(pid)
     assert "ignored SIGTERM; sending SIGKILL" in box.journal()
-
-
-def ignores_sigterm(pid: int) -> bool:
-    """Whether the process's SIGTERM disposition is 'ignore' (the SigIgn mask of its status)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigIgn:"):
-            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
-    return False
 
 
 def test_the_agent_reaps_orphans_of_its_programs(box: Box) -> None:
