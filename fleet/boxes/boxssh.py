@@ -67,9 +67,10 @@ def _ssh(key: str, known_hosts: str, user: str, host: str, port: int, command: s
 @dataclass
 class FactRead:
     """One fact read over SSH. `answered`: the box ran the command (SSH is up); `value`: what
-    the fact made of its output (None when it could not); `late`: the box did not finish (or,
-    connected, did not start) the command in time, so it is slow, not dead; `error`: why
-    there is no value."""
+    the fact made of its output (None when it could not); `late`: the box started the command
+    but did not finish it in time, so it is slow, not dead; `error`: why there is no value.
+    A box whose sshd connects but never starts the command (a hung login) has not answered:
+    nothing can be read from or deployed to it, however long it keeps the connection."""
 
     value: Any = None
     answered: bool = False
@@ -116,8 +117,8 @@ def _read_once(argv: list[str], fact: FactBase[Any], deadline_s: float) -> FactR
                 proc.kill()
                 proc.wait()
                 if deadline is None:  # ssh connected (else it would have exited by now)
-                    return FactRead(late=True, error="connected, but the command did not "
-                                    f"start within {LOGIN_S + deadline_s:g} s")
+                    return FactRead(error="connected, but the command did not start within "
+                                    f"{LOGIN_S + deadline_s:g} s")
                 return FactRead(answered=True, late=True,
                                 error=f"did not finish within {deadline_s:g} s")
             for key, _ in sel.select(left):

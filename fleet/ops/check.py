@@ -195,14 +195,17 @@ def check(cfg: Config, built: Built) -> list[Health]:
     by_name: dict[str, Any] = {}
     late: set[str] = set()
     unreadable: dict[str, str] = {}
+    silent: dict[str, str] = {}  # SSH did not answer, and why
     for (name, _data), read in zip(hosts, reads, strict=True):
-        if read.late:  # SSH answered: not a death
+        if read.late:  # SSH answered and the command started: slow, not a death
             late.add(name)
         elif read.answered and read.value is None:  # SSH answered, the status did not
             unreadable[name] = read.error or "no status"
             by_name[name] = {}
         else:
             by_name[name] = read.value  # None: SSH did not answer
+            if not read.answered and read.error:
+                silent[name] = read.error
     out = []
     roles = [str(data.get("role")) for _, data in hosts]
     now = now_iso()
@@ -213,6 +216,8 @@ def check(cfg: Config, built: Built) -> list[Health]:
         h.star_only = star_only(h, roles.count(str(data.get("role"))) - 1,
                                 seconds_between(since, now) if since else None,
                                 cfg.loop.interval_s)
+        if name in silent:
+            h.problems = [f"ssh: {silent[name][:200]}"]
         if name in unreadable:  # its agent is converged again, like a missing one
             h.problems = [f"agent: status unreadable ({unreadable[name][:200]})"]
         if name in late:  # SSH answered: not a death, and no deploy on a box this slow

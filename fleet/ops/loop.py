@@ -369,7 +369,9 @@ class Loop:
                 if blind is None and rows[h.label].provider in open_:
                     unjudged.add(h.label)
                 elif blind is None:
-                    t.dead[h.label] = death[h.label]
+                    said = [p[len("ssh: "):] for p in h.problems if p.startswith("ssh: ")]
+                    detail = f": {said[0]}" if said and said[0] != "box did not answer" else ""
+                    t.dead[h.label] = death[h.label] + detail
                 continue
             if h.label in gone:
                 self._act(t, f"{h.label}: {rows[h.label].provider} has no box "

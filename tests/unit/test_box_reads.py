@@ -115,10 +115,12 @@ def test_a_box_that_answers_ssh_but_not_with_a_status_is_not_read_as_dead(sshd: 
     assert read.answered and read.value is None and "not JSON" in (read.error or "")
 
 
-def test_a_box_whose_login_never_ends_is_late_not_hung(sshd: Sshd,
+def test_a_box_whose_login_never_ends_has_not_answered(sshd: Sshd,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     sshd.start(force_command="sleep 600")  # the shell never runs the command: a hung login
     monkeypatch.setattr(boxssh, "CONNECT_TIMEOUT_S", 2)
     monkeypatch.setattr(boxssh, "LOGIN_S", 1)
     read = boxssh.read_fact(sshd.data(), AgentStatus(), "/root/fleet", 1)
-    assert read.late and not read.answered, read  # slow, never dead: and the read returned
+    # the read returned at its deadline, and a box that never runs a command is not alive
+    assert not read.answered and not read.late and read.value is None, read
+    assert "did not start within 2 s" in (read.error or ""), read

@@ -501,6 +501,31 @@ def test_a_late_status_is_not_an_ssh_death(tmp_path: Path, monkeypatch: pytest.M
     assert dead == [], t.dead  # counted "SSH does not answer"; destroyed on the next tick
 
 
+def test_a_box_whose_sshd_connects_but_never_runs_the_check_is_dead(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleet.boxes import boxssh
+    from fleet.ops import check as check_mod
+    loop, vast, _ = make(tmp_path)
+    for n in (1, 2, 3):
+        add_box(loop, vast, n)
+
+    def read_fact(data: Any, fact: Any, root: str, deadline: float) -> boxssh.FactRead:
+        if str(data["provider_id"]) == "1":  # its sshd logs in, and never starts the command
+            return boxssh.FactRead(error="connected, but the command did not start within 40 s")
+        return boxssh.FactRead({})
+
+    monkeypatch.setattr(boxssh, "read_fact", read_fact)
+    loop.check_fn = check_mod.check
+    loop.converge_fn = lambda _c, labels: None  # type: ignore[assignment]
+    for _tick in (1, 2):
+        t = loop.tick()
+        dead = [lb for lb in t.dead if lb.endswith("000001")]
+        assert len(dead) == 1, t.dead  # before: alive forever, a problem on every tick
+        assert any("did not start within 40 s" in a for a in t.actions) or \
+            "did not start within 40 s" in " ".join(t.problems.get(dead[0], [])), t.to_dict()
+    assert vast.destroyed == ["1"]  # replaced after dead_checks (2) ticks
+
+
 def test_a_row_given_up_after_its_box_ran_keeps_what_it_spent(tmp_path: Path) -> None:
     from datetime import UTC, datetime, timedelta
 
