@@ -28,7 +28,8 @@ DAY_S = 86400.0
 # the longest each duration may be: a slip (1e10) is refused at load, not left to overflow a
 # sleep or a deadline, or to make a loop that never looks again
 LOOP_MAX_S = {"interval_s": 3600.0, "orphan_grace_s": DAY_S, "converge_timeout_s": DAY_S,
-              "ready_timeout_s": DAY_S, "move_timeout_s": 7 * DAY_S, "restart_timeout_s": DAY_S}
+              "ready_timeout_s": DAY_S, "move_timeout_s": 7 * DAY_S, "restart_timeout_s": DAY_S,
+              "disruption_window_s": 7 * DAY_S}
 NODE_UNHEALTHY_RESTART_MAX_S = DAY_S
 READY_TIMEOUT_MIN_S = 300.0
 DRIVER = re.compile(r"^\d+\.\d+\.\d+$")
@@ -107,6 +108,10 @@ class LoopSettings:
     # a box its provider lists as provisioning whose SSH does not answer is restarting on the
     # provider's side: no death before this long
     restart_timeout_s: float = 900.0
+    # the disruption budget (`fleet.ops.disruption`): a role loses at most max(1, this
+    # fraction of its wanted boxes) to the loop's own judgement within the window
+    disruption_fraction: float = 0.25
+    disruption_window_s: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -263,7 +268,8 @@ def _wants(role: str, entries: Any, src: str) -> list[Want]:
 
 def _loop(table: dict[str, Any], src: str) -> LoopSettings:
     where = f"{src}: loop"
-    _check(where, table, {"dead_checks": (int,), **{k: (int, float) for k in LOOP_MAX_S}})
+    _check(where, table, {"dead_checks": (int,), "disruption_fraction": (int, float),
+                          **{k: (int, float) for k in LOOP_MAX_S}})
     for key, most in LOOP_MAX_S.items():
         if table.get(key, 0) > most:
             raise ConfigError(f"{where}.{key}: at most {most:g} s, got {table[key]:g}")
@@ -275,11 +281,16 @@ def _loop(table: dict[str, Any], src: str) -> LoopSettings:
         converge_timeout_s=float(table.get("converge_timeout_s", d.converge_timeout_s)),
         ready_timeout_s=float(table.get("ready_timeout_s", d.ready_timeout_s)),
         move_timeout_s=float(table.get("move_timeout_s", d.move_timeout_s)),
-        restart_timeout_s=float(table.get("restart_timeout_s", d.restart_timeout_s)))
+        restart_timeout_s=float(table.get("restart_timeout_s", d.restart_timeout_s)),
+        disruption_fraction=float(table.get("disruption_fraction", d.disruption_fraction)),
+        disruption_window_s=float(table.get("disruption_window_s", d.disruption_window_s)))
     for key in ("interval_s", "converge_timeout_s", "ready_timeout_s", "move_timeout_s",
-                "restart_timeout_s"):
+                "restart_timeout_s", "disruption_window_s"):
         if getattr(loop, key) <= 0:
             raise ConfigError(f"{where}.{key}: must be positive, got {getattr(loop, key):g}")
+    if not 0 < loop.disruption_fraction <= 1:
+        raise ConfigError(f"{where}.disruption_fraction: more than 0 and at most 1, got "
+                          f"{loop.disruption_fraction:g}")
     if loop.dead_checks < 1:
         raise ConfigError(f"{where}.dead_checks: at least 1, got {loop.dead_checks}")
     if loop.ready_timeout_s < READY_TIMEOUT_MIN_S:

@@ -84,7 +84,7 @@ from fleet.core.errors import (
 )
 from fleet.core.times import now_iso, parse_iso
 from fleet.core.verdicts import Health
-from fleet.ops import budget, ports, spread
+from fleet.ops import budget, disruption, ports, spread
 from fleet.ops import offers as offers_mod
 from fleet.ops import rent as rent_mod
 from fleet.ops.check import MESH_IN
@@ -210,6 +210,8 @@ class Loop:
     def tick(self) -> Tick:
         mem = Memory.load(self.memory_path)
         mem.tick += 1
+        mem.disruptions = disruption.prune(mem.disruptions, time.time(),
+                                           self.cfg.loop.disruption_window_s)
         t = Tick(mem.tick, now_iso())
         started = self._started = time.monotonic()
         self._started_wall = time.time()  # the checks' readings are no older than this
@@ -235,7 +237,7 @@ class Loop:
         health = self._judge(t, mem, v, failed)
         self._give_up(t, late, sees=self._sees)
         self._replace_dead(t, mem, v)
-        self._finish_moves(t, health, failed)
+        self._finish_moves(t, mem, health, failed)
         mem.save(self.memory_path)  # the destroys and the re-rents they owe, before any rent
         self._forget_unfit(mem)
         fresh = self._rent_owed(t, mem)
@@ -461,6 +463,11 @@ class Loop:
                 del mem.dead[label]
                 continue
             box = listed.get(label)
+            # a box its provider reports down loses nothing alive: never held, still counted
+            judged = box is not None and box.status not in disruption.REPORTED_DOWN
+            spent = self._spend(t, mem, row.role, label, t.dead[label], judged=judged)
+            if spent is None:
+                continue
             try:
                 if box is not None:
                     self.providers[row.provider].destroy(box.box_id)
@@ -473,6 +480,7 @@ class Loop:
                     self.reg.mark_destroyed(label, "vanished")
                     self._act(t, f"{label}: marked vanished (no provider lists it)")
             except (ProviderError, KeyError) as e:
+                self._unspend(mem, spent)
                 self._act(t, f"{label}: destroying the dead box failed ({e}); tried again "
                              "next tick")
                 continue
@@ -489,6 +497,30 @@ class Loop:
             elif is_standing(self.cfg, row):
                 mem.rerents.append(Owe(row.role, row.provider, row.card, row.gpu_count,
                                        now_iso(), rerent_of=label, cloud=row.cloud))
+
+    def _spend(self, t: Tick, mem: Memory, role: str, label: str, why: str, *,
+               judged: bool = True) -> dict[str, Any] | None:
+        """Take one destroy of `role`'s box `label` from the disruption budget, saved before
+        the destroy (a loop killed after it still counts it); None, said, when the budget is
+        spent and the box is kept. A destroy that is not the loop's own judgement (`judged`
+        False: its provider reports the box down) is never held, and counts all the same."""
+        now, loop = time.time(), self.cfg.loop
+        if judged:
+            wanted = sum(w.count for w in self.cfg.roster if w.role == role)
+            held = disruption.refusal(mem.disruptions, role, wanted, loop.disruption_fraction,
+                                      loop.disruption_window_s, now)
+            if held is not None:
+                self._act(t, f"{label}: {held}; {label} kept ({why}; `fleet destroy {label}` "
+                             "still works)")
+                return None
+        disruption.record(mem.disruptions, role, label, why, now)
+        mem.save(self.memory_path)
+        return mem.disruptions[-1]
+
+    def _unspend(self, mem: Memory, spent: dict[str, Any]) -> None:
+        """Give back what a destroy that did not happen took from the budget."""
+        mem.disruptions = [r for r in mem.disruptions if r is not spent]
+        mem.save(self.memory_path)
 
     # -- peers files ----------------------------------------------------------------------
 
@@ -534,7 +566,8 @@ class Loop:
 
     # -- moves: a box that shares its place goes to a free one ---------------------------
 
-    def _finish_moves(self, t: Tick, health: list[Health], failed: set[str]) -> None:
+    def _finish_moves(self, t: Tick, mem: Memory, health: list[Health],
+                      failed: set[str]) -> None:
         """Destroy each box a move has taken over from, once the box it moved to is checked
         well and synced this tick: on a place no other box of the role holds (a move for the
         place), or with a mapped p2p port that enough of its mates dial (a move for a port,
@@ -562,7 +595,8 @@ class Loop:
                     continue
                 why = self._ported(new, h)
                 if why is None and new.label in done:
-                    if self._destroy_row(t, old, failed, f"replaced by {new.label} for a port"):
+                    if self._destroy_judged(t, mem, old, failed,
+                                            f"replaced by {new.label} for a port"):
                         self.reg.update(old.label, note=f"replaced by {new.label}, which maps "
                                                         f"a p2p port {new.public_ip}:"
                                                         f"{new.p2p_public_port}")
@@ -595,7 +629,7 @@ class Loop:
                                  f"until {new.label} is checked well and synced"
                                  + (f" and dialled ({ported})" if ported else ""))
                 continue
-            if self._destroy_row(t, old, failed, f"moved to {new.label}"):
+            if self._destroy_judged(t, mem, old, failed, f"moved to {new.label}"):
                 self.reg.update(old.label, note=f"moved to {new.label} ({new.place}), off "
                                                 f"{old.place}")
                 self._act(t, f"{old.label}: destroyed: moved to {new.label} on {new.place}, "
@@ -621,6 +655,20 @@ class Loop:
             self.reg.update(new.label, note=f"move of {old.label} given up: {why}")
             self._act(t, f"{new.label}: destroyed: the move of {old.label} given up ({why}); "
                          f"{old.label} stays")
+
+    def _destroy_judged(self, t: Tick, mem: Memory, row: Row, failed: set[str],
+                        what: str) -> bool:
+        """`_destroy_row` for a box destroyed on the loop's own judgement: within the
+        disruption budget only."""
+        if row.provider in failed or row.label in self._unsure:
+            return False
+        spent = self._spend(t, mem, row.role, row.label, what)
+        if spent is None:
+            return False
+        if not self._destroy_row(t, row, failed, what):
+            self._unspend(mem, spent)
+            return False
+        return True
 
     def _destroy_row(self, t: Tick, row: Row, failed: set[str], what: str) -> bool:
         """Destroy the box of a row the registry owns, by its provider id, and mark the row
@@ -1058,11 +1106,16 @@ class Loop:
         self._act(t, f"converged and checked: {', '.join(ready)}")
 
     def _orphans(self, t: Tick, mem: Memory, v: View, failed: set[str]) -> None:
-        """Report every box of the fleet's roles the registry does not own, and destroy, once
-        seen for the grace, only those whose label has this fleet's exact form (its fleet
-        id: `fleet.core.labels`). Nothing is destroyed while the registry has no live row (a
-        missing or mistyped registry path reads as empty) or while the orphans outnumber the
-        live rows; each destroy first reads the label's row again under the registry's lock."""
+        """Report every box of the fleet's roles the registry does not own, and every second
+        box under a live row's label, and destroy, once seen for the grace, only those whose
+        label has this fleet's exact form (its fleet id: `fleet.core.labels`) and whose rent
+        the registry recorded (a row under the label: the rent was given up or its box
+        destroyed, yet a box landed; or a live row whose box is another). Nothing is destroyed
+        while the registry has no live row (a missing or mistyped registry path reads as
+        empty), while the orphans outnumber the live rows, or while one of them carries a
+        label the registry never recorded: every rent writes its row before the create, so
+        the registry is behind (restored from an older copy, or another copy of it rents).
+        Each destroy first reads the label's row again under the registry's lock."""
         roles = tuple(self.cfg.roles)
         form = self._form()
         now = time.time()
@@ -1071,9 +1124,10 @@ class Loop:
         ours = []
         for b in v.orphans:
             label = b.label or ""
-            if not (form.match(label) or labels.role_prefixed(label, roles)):
-                continue  # another fleet's or a person's box, under no role of ours
             key = f"{b.provider}/{b.box_id}"
+            if not (form.match(label) or labels.role_prefixed(label, roles)
+                    or key in v.duplicates):
+                continue  # another fleet's or a person's box, under no role of ours
             what = "a second box under a live label" if key in v.duplicates else \
                 "not in the registry"
             t.orphans.append(f"{b.label} ({key})")
@@ -1083,13 +1137,21 @@ class Loop:
                 continue
             seen[key] = mem.orphans.get(key, now_iso())
             ours.append((b, key, what))
-        live = [r for r in self.reg.rows() if r.live]
+        rows = self.reg.rows()
+        live = [r for r in rows if r.live]
+        recorded = {r.label for r in rows}
+        unrecorded = sorted(b.label for b, _, _ in ours if b.label not in recorded)
         refusal = None
         if not live:
             refusal = ("the registry has no live box (a missing or wrong registry path reads "
                        "as empty)")
         elif len(ours) > len(live):
             refusal = f"{len(ours)} orphans outnumber the registry's {len(live)} live boxes"
+        elif unrecorded:
+            refusal = (f"the registry never recorded a rent of {', '.join(unrecorded[:3])}"
+                       f"{' and more' if len(unrecorded) > 3 else ''}, though every rent "
+                       "writes its row first: it is behind the account (restored from an "
+                       "older copy, or another copy of it rents)")
         for b, key, what in ours:
             age = now - _epoch(seen[key])
             if age < grace or not self.destroy_orphans or refusal:
@@ -1106,9 +1168,16 @@ class Loop:
                              "kept")
                 seen.pop(key)
                 continue
+            role = row.role if row is not None else next(
+                r for r in sorted(roles, key=len, reverse=True) if b.label.startswith(f"{r}-"))
+            spent = self._spend(t, mem, role, f"orphan {b.label} ({key})", what,
+                                judged=b.status not in disruption.REPORTED_DOWN)
+            if spent is None:
+                continue
             try:
                 self.providers[b.provider].destroy(b.box_id)
             except ProviderError as e:
+                self._unspend(mem, spent)
                 self._act(t, f"orphan {b.label} ({key}): destroy failed ({e})")
                 continue
             seen.pop(key)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fleet.core.errors import FleetError
 from fleet.core.fileutil import write_atomic
@@ -53,6 +53,8 @@ class Memory:
     peers_at: dict[str, str] = field(default_factory=dict)  # role -> when they were written
     # label -> when its provider was first seen restarting it (provisioning, SSH down)
     restarting: dict[str, str] = field(default_factory=dict)
+    # the loop's own destroys within the disruption window (`fleet.ops.disruption`)
+    disruptions: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: Path) -> Memory:
@@ -61,7 +63,8 @@ class Memory:
             return cls(int(d["tick"]), dict(d["dead"]), [Owe(**o) for o in d["rerents"]],
                        [Owe(**o) for o in d["owed"]], dict(d["orphans"]),
                        dict(d.get("unfit_machines", {})), dict(d.get("peers", {})),
-                       dict(d.get("peers_at", {})), dict(d.get("restarting", {})))
+                       dict(d.get("peers_at", {})), dict(d.get("restarting", {})),
+                       [dict(r) for r in d.get("disruptions", [])])
         except FileNotFoundError:
             return cls()
         except (OSError, ValueError, KeyError, TypeError) as e:

@@ -19,6 +19,7 @@ import pytest
 from fleet_cli import BIN, REPO, wait_for
 from loopy import LOOP, Loopy, sandboxed
 
+from fleet.core.boxes import Row
 from fleet.state.registry import Registry
 from sandbox import fleet_toml
 
@@ -146,7 +147,13 @@ def test_an_orphan_is_reported_then_destroyed_after_the_grace(fleet: Loopy,
         monkeypatch.setenv(k, v)
     vast = dict(all_providers())["vast"]
     offer = sorted(vast.offers(card="RTX 3090"), key=lambda o: o.usd_per_hour)[0]
-    label = f"live-{Registry(fleet.tmp / 'state' / 'boxes.json').fleet_id()}-vast-0b0b0b"
+    reg = Registry(fleet.tmp / "state" / "boxes.json")
+    label = f"live-{reg.fleet_id()}-vast-0b0b0b"
+    # a rent the registry recorded and gave up (its outcome unknown), whose box landed later:
+    # a label the registry never recorded would mean the registry is behind, and no sweep
+    reg.add(Row(label=label, provider="vast", role="live", kind="standing", card="RTX 3090",
+                gpu_count=1, usd_per_hour=offer.usd_per_hour))
+    reg.mark_destroyed(label, "vanished")
     box = vast.rent(offer, RentRequest(label=label, image="img", disk_gb=10,
                                        tcp_ports=(22,), env={}))
     first = fleet.tick()

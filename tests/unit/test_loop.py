@@ -184,6 +184,10 @@ def test_orphans_are_destroyed_after_their_grace_and_foreign_boxes_never(
     loop, vast, _ = make(tmp_path, grace=3600)
     standing_box(loop, vast)
     ours = f"live-{loop.reg.fleet_id()}-vast-0b0b0b"
+    # a rent the fleet gave up (its create's outcome unknown), whose box landed after all
+    loop.reg.add(Row(label=ours, provider="vast", role="live", kind="standing",
+                     card="RTX 3090", gpu_count=1, usd_per_hour=0.2))
+    loop.reg.mark_destroyed(ours, "vanished")
     vast.listed["7"] = Box("vast", "7", ours, "RTX 3090", 1, 0.2, "running")
     vast.listed["8"] = Box("vast", "8", "someone-elses-box", "RTX 3090", 1, 0.2, "running")
     t = loop.tick()

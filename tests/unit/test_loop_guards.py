@@ -155,17 +155,56 @@ def test_the_sweep_refuses_when_orphans_outnumber_live_boxes(tmp_path: Path) -> 
     assert any("2 orphans outnumber the registry's 1 live boxes" in a for a in t.actions)
 
 
-def test_an_orphan_whose_row_appears_before_its_destroy_is_kept(tmp_path: Path) -> None:
+def test_a_registry_behind_the_account_never_sweeps(tmp_path: Path) -> None:
+    """A registry restored from an older copy: the boxes rented after it carry the fleet's
+    exact form and no row (every rent writes its row before the create)."""
+    loop, vast, _ = make(tmp_path)
+    for n in (1, 2, 3):
+        add_box(loop, vast, n)
+    fid = loop.reg.fleet_id()
+    newer = [f"live-{fid}-vast-0c0c0{n}" for n in (7, 8)]  # rented after the backup
+    for n, label in zip((7, 8), newer, strict=True):
+        vast.listed[str(n)] = Box("vast", str(n), label, "RTX 4090", 1, 0.3, "running")
+    loop.tick()
+    age_orphans(loop)
+    for _ in range(2):
+        t = loop.tick()
+        assert vast.destroyed == []  # before: both destroyed (fewer than the live rows)
+        said = [a for a in t.actions if "never recorded a rent of" in a]
+        assert len(said) == 2 and all("it is behind the account" in a for a in said), t.actions
+        assert all(newer[0] in a for a in said)
+
+
+def test_a_second_box_under_a_live_hand_given_label_is_reported_never_destroyed(
+        tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    add_box(loop, vast, 1)
+    row = add_box(loop, vast, 2, label="web1")  # a box the operator labelled by hand
+    vast.listed["3"] = Box("vast", "3", row.label, "RTX 4090", 1, 0.3, "running",
+                           ssh_host="10.0.0.3", ssh_port=22)
+    t = loop.tick()
+    assert t.orphans == ["web1 (vast/3)"], t.orphans  # before: never reported
+    assert any("web1 (vast/3" in a and "a second box under a live label" in a
+               and "never destroyed" in a for a in t.actions), t.actions
+    age_orphans(loop)
+    loop.tick()
+    assert vast.destroyed == []
+
+
+def test_an_orphan_whose_row_is_live_again_before_its_destroy_is_kept(tmp_path: Path) -> None:
     loop, vast, _ = make(tmp_path)
     add_box(loop, vast, 1)
     label = f"live-{loop.reg.fleet_id()}-vast-0b0b0b"
+    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
+                     card="RTX 3090", gpu_count=1, usd_per_hour=0.2))
+    loop.reg.mark_destroyed(label, "vanished")  # given up; its box landed after all
     vast.listed["7"] = Box("vast", "7", label, "RTX 3090", 1, 0.2, "running")
     real_get = loop.reg.get
 
-    def get(lb: str) -> Row | None:  # a `fleet rent` writes its row after the listing
-        if lb == label and loop.reg.path.exists() and real_get(lb) is None:
-            loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
-                             card="RTX 3090", gpu_count=1, usd_per_hour=0.2))
+    def get(lb: str) -> Row | None:  # an operator's resume writes the row live again
+        row = real_get(lb)
+        if lb == label and row is not None and not row.live:
+            loop.reg.update(label, status="provisioning", destroyed_at=None)
         return real_get(lb)
 
     loop.tick()
