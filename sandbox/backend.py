@@ -46,6 +46,8 @@ class BoxSpec:
     disk_kept: bool = True
     volume_gb: float = 0.0  # RunPod's pod volume (kept until the pod is deleted); 0: none
     volume_path: str | None = None  # where the volume is mounted (volumeMountPath)
+    sshd_hung: bool = False  # sshd_hang: each new SSH session logs in and never runs its command
+    ssh_cut: bool = False  # ssh_path_cut: the public SSH port drops every connection
 
 
 @dataclass
@@ -67,6 +69,10 @@ class BoxBackend(Protocol):
     def restart(self, box_id: str) -> None: ...  # container restart: processes die, disk stays
 
     def set_gpu(self, box_id: str, gpu: GpuSpec) -> None: ...  # driver drift under a live box
+
+    def set_sshd_hung(self, box_id: str, hung: bool) -> None: ...  # sshd_hang / sshd_heal
+
+    def set_ssh_cut(self, box_id: str, cut: bool) -> None: ...  # ssh_path_cut / _restore
 
     def close(self) -> None: ...  # destroy every box this backend started
 
@@ -93,6 +99,12 @@ class NullBackend:
         pass
 
     def set_gpu(self, box_id: str, gpu: GpuSpec) -> None:
+        pass
+
+    def set_sshd_hung(self, box_id: str, hung: bool) -> None:
+        pass
+
+    def set_ssh_cut(self, box_id: str, cut: bool) -> None:
         pass
 
     def close(self) -> None:

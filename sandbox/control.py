@@ -1,6 +1,7 @@
 """The sandbox's control surface: JSON over HTTP on its own port, outside the mimicked APIs.
 
-    GET    /health                     seed, world size, instance counts
+    GET    /health                     seed, world size, instance counts, providers whose SSH
+                                       path is cut
     GET    /faults                     pending faults
     POST   /faults                     {kind, target, count=1, ...params} -> queued or applied
     DELETE /faults                     drop every pending fault
@@ -20,9 +21,14 @@
     POST   /ssh-keys                   {key, provider?}: add an account SSH key (both providers)
     POST   /settle                     {timeout?}: wait until no backend call is pending
 
-Fault kinds and targets are described in `sandbox.faults`; optional params: `status`
-(server_error), `body` ("text" | "json" | "quota", Vast rate_limit), `retry_after` (RunPod
-rate_limit), `delay` (create_timeout: answer late instead of dropping), `driver` (driver_drift).
+Fault kinds and targets are described in `sandbox.faults`: request kinds (no_capacity,
+offer_gone, rate_limit, server_error, create_timeout, low_bid, listing_gap), instance kinds
+(host_death, driver_drift, container_restart, preempt, heartbeat_lost, sshd_hang, sshd_heal)
+and provider kinds (ssh_path_cut, ssh_path_restore, target `runpod` or `vast`). Optional params:
+`status` (server_error), `body` ("text" | "json" | "quota", Vast rate_limit), `retry_after`
+(RunPod rate_limit), `delay` (create_timeout: answer late instead of dropping), `driver`
+(driver_drift). A fault that reaches a box (drift, restart, sshd_hang, ssh_path_cut, ...) is in
+effect once POST /settle returns.
 """
 
 from __future__ import annotations
@@ -87,7 +93,7 @@ class ControlApp:
             counts = {p: len(self.world.live(p)) for p in PROVIDERS}
             return {"ok": True, "seed": self.world.seed, "instances": counts,
                     "machines": {p: len(self.world.machines[p]) for p in PROVIDERS},
-                    "now": self.world.now()}
+                    "ssh_path_cut": sorted(self.world.ssh_cut), "now": self.world.now()}
 
     def faults(self, req: Request, body: dict[str, Any]) -> dict[str, Any]:
         return {"faults": self.world.faults.pending()}

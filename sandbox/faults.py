@@ -4,7 +4,12 @@ A fault has a kind, a target and a count. Request faults (`REQUEST_KINDS`) hit t
 API calls that match the target: a provider (`runpod`, `vast`), a call name or alias
 (`podFindAndDeployOnDemand`, `create`, `search`, ...), either qualified (`vast.create`), or `*`.
 Instance faults (`INSTANCE_KINDS`) hit an instance at once when the target names one (id or
-label); otherwise they wait for the next `count` matching instances (see `World`).
+label); otherwise they wait for the next `count` matching instances (see `World`). `sshd_hang`
+makes the box's sshd log every new session in and never run its command (a hung login: stuck
+storage under the home, a stuck PAM) while the box runs on; `sshd_heal` undoes it, and only
+for a named instance. Provider faults (`PROVIDER_KINDS`) target a provider and hold until
+undone: `ssh_path_cut` drops every connection to its boxes' SSH ports (an SSH proxy that is
+down) while the boxes, their other ports and the API run on; `ssh_path_restore` undoes it.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ REQUEST_KINDS = frozenset(
 # heartbeat_lost: the provider stops vouching for the box's host (Vast `unknown`, RunPod
 # "Host machine is unreachable") while the box itself runs on and answers SSH
 INSTANCE_KINDS = frozenset({"host_death", "driver_drift", "container_restart", "preempt",
-                            "heartbeat_lost"})
-KINDS = REQUEST_KINDS | INSTANCE_KINDS
+                            "heartbeat_lost", "sshd_hang", "sshd_heal"})
+PROVIDER_KINDS = frozenset({"ssh_path_cut", "ssh_path_restore"})
+KINDS = REQUEST_KINDS | INSTANCE_KINDS | PROVIDER_KINDS
 
 
 class FaultError(ValueError):

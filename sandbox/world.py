@@ -31,7 +31,7 @@ from typing import Any
 from sandbox.backend import BoxBackend, BoxEndpoints, BoxSpec, GpuSpec, NullBackend
 from sandbox.boxops import BoxOps
 from sandbox.catalog import DRIFT_SIBLING, Machine, cuda_for, cuda_int, make_machine
-from sandbox.faults import INSTANCE_KINDS, REQUEST_KINDS, FaultBook, FaultError
+from sandbox.faults import INSTANCE_KINDS, KINDS, PROVIDER_KINDS, FaultBook, FaultError
 from sandbox.ledger import Ledger
 
 PROVIDERS = ("runpod", "vast")
@@ -83,6 +83,7 @@ class Instance:
     backend_live: bool = False  # a start was submitted and not yet undone
     api_key: str = ""  # Vast instance_api_key
     restarts: int = 0
+    sshd_hung: bool = False  # sshd_hang: its SSH logins hang until sshd_heal
 
     @property
     def key(self) -> str:
@@ -112,6 +113,7 @@ class World:
         self.faults = FaultBook()
         self.ledger = Ledger()
         self.ssh_keys: dict[str, list[str]] = {p: [] for p in PROVIDERS}
+        self.ssh_cut: set[str] = set()  # providers whose SSH path is cut (ssh_path_cut)
         self.instances: dict[str, Instance] = {}
         self._clock = clock
         self._offset = 0.0
@@ -348,6 +350,31 @@ class World:
                         self._ops.submit(inst.key, set_gpu)
             return machine.actual_driver
 
+    def hang_sshd(self, inst: Instance, hung: bool) -> None:
+        """sshd_hang (`hung`) or sshd_heal: the box's SSH logins hang from now on, across
+        restarts, or work again."""
+        with self.lock:
+            inst.sshd_hung = hung
+            if inst.backend_live:
+                self._ops.submit(inst.key, partial(self.backend.set_sshd_hung, inst.key, hung))
+
+    def cut_ssh_path(self, provider: str, cut: bool) -> list[str]:
+        """ssh_path_cut (`cut`) or ssh_path_restore: the operator's SSH path to the provider's
+        boxes fails, theirs now and those that start later, or works again. The boxes, their
+        other ports and the API run on. Returns the box ids it reached now."""
+        if provider not in PROVIDERS:
+            raise FaultError(f"the SSH path is a provider's: {', '.join(PROVIDERS)}, "
+                             f"not {provider!r}")
+        with self.lock:
+            if cut:
+                self.ssh_cut.add(provider)
+            else:
+                self.ssh_cut.discard(provider)
+            live = [i for i in self.live(provider) if i.backend_live]
+            for inst in live:
+                self._ops.submit(inst.key, partial(self.backend.set_ssh_cut, inst.key, cut))
+            return [i.key for i in live]
+
     def take_capacity(self, machine: Machine, gpus: int) -> None:
         """Another tenant rents `gpus` free GPUs of `machine` (an offer vanishes)."""
         with self.lock:
@@ -373,11 +400,15 @@ class World:
     # -- faults ------------------------------------------------------------------------------
 
     def inject(self, kind: str, target: str, count: int = 1, **params: Any) -> dict[str, Any]:
-        """Queue a fault, or apply an instance fault at once when `target` names instances."""
-        if kind not in INSTANCE_KINDS | REQUEST_KINDS:
-            raise FaultError(f"unknown fault kind {kind!r}")
+        """Queue a fault, or apply it at once: an instance fault when `target` names instances,
+        a provider fault always."""
+        if kind not in KINDS:
+            raise FaultError(f"unknown fault kind {kind!r}; known: {', '.join(sorted(KINDS))}")
         if params.get("driver") is not None:
             cuda_for(str(params["driver"]))  # refuse a malformed driver now, not at boot
+        if kind in PROVIDER_KINDS:
+            return {"kind": kind, "target": target,
+                    "applied": self.cut_ssh_path(target, kind == "ssh_path_cut")}
         with self.lock:
             if kind in INSTANCE_KINDS:
                 named = self.find(target)
@@ -385,6 +416,8 @@ class World:
                     return {"kind": kind, "target": target, "applied": [
                         self._apply(kind, inst, params) for inst in named[:count]
                     ]}
+                if kind == "sshd_heal":  # a new box's sshd does not hang: nothing to wait for
+                    raise FaultError(f"sshd_heal: no live instance or label named {target!r}")
                 if target not in ("*", *PROVIDERS, "create", "runpod.create", "vast.create"):
                     raise FaultError(f"no live instance, label or provider named {target!r}")
             fault = self.faults.add(kind, target, count, **params)
@@ -400,6 +433,8 @@ class World:
             self.restart_container(inst)
         elif kind == "heartbeat_lost":
             inst.machine.silent = True
+        elif kind in ("sshd_hang", "sshd_heal"):
+            self.hang_sshd(inst, kind == "sshd_hang")
         else:
             self.preempt(inst)
         return out
@@ -410,7 +445,8 @@ class World:
 
     def _on_running(self, inst: Instance) -> None:
         """Instance faults queued for 'the next box' hit it as soon as it runs."""
-        for kind in ("host_death", "container_restart", "preempt", "heartbeat_lost"):
+        for kind in ("host_death", "container_restart", "preempt", "heartbeat_lost",
+                     "sshd_hang"):
             fault = self.faults.take_instance(kind, inst.provider, self._create_names(inst))
             if fault is not None and inst.phase == "running":
                 self._apply(kind, inst, fault.params)
@@ -543,6 +579,7 @@ class World:
             disk_gb=inst.disk_gb, disk_kept=not runpod,
             volume_gb=inst.volume_gb if runpod else 0.0,
             volume_path=inst.extra.get("volumeMountPath") if runpod and inst.volume_gb else None,
+            sshd_hung=inst.sshd_hung, ssh_cut=inst.provider in self.ssh_cut,
         )
 
     # -- views for the control surface -------------------------------------------------------
@@ -567,6 +604,8 @@ class World:
             "ports": {str(k): v for k, v in ep.ports.items()} if ep else {},
             "host_key": ep.host_key if ep else None,
             "restarts": inst.restarts,
+            "sshd_hung": inst.sshd_hung,
+            "ssh_path_cut": inst.provider in self.ssh_cut,
         }
 
     def create_many(

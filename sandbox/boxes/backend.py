@@ -15,6 +15,7 @@ import marshal
 import os
 import platform
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -35,6 +36,7 @@ from sandbox.boxes.proc import (
     listening,
     notified,
     notify_socket,
+    oldest_child,
     only_child,
     read_line,
     relay_log,
@@ -190,6 +192,26 @@ class NamespaceBackend:
             box.spec.gpu = gpu
             self._write_nvml_config(box)
 
+    def set_sshd_hung(self, box_id: str, hung: bool) -> None:
+        """sshd_hang: from now on the box's sshd logs each new session in and never runs its
+        command; sessions already open, and the box's other processes, run on. False heals."""
+        box = self._get(box_id)
+        with box.lock:
+            box.spec.sshd_hung = hung
+            if box.pid is not None:
+                self._write_sshd_config(box)
+                self._reload_sshd(box)
+
+    def set_ssh_cut(self, box_id: str, cut: bool) -> None:
+        """ssh_path_cut: the box's public SSH port drops every connection, its live ones too,
+        as a provider's SSH proxy that is down; its other ports and the box run on."""
+        box = self._get(box_id)
+        with box.lock:
+            box.spec.ssh_cut = cut
+            for mapping in box.mappings:
+                if mapping.target[1] == 22:
+                    self._forwarder.set_cut(mapping, cut)
+
     def close(self) -> None:
         """Destroy every box, stop forwarding and remove the bridge with its addresses."""
         with self._lock:
@@ -249,7 +271,8 @@ class NamespaceBackend:
                     raise BoxError(f"box {box.spec.box_id}: {ip}:{box.ports[inner]}: {e}") from e
             else:
                 box.ports[inner], sock = self._ports.take(ip)
-            box.mappings.append(self._forwarder.open(sock, (box.address, inner)))
+            cut = box.spec.ssh_cut and inner == 22
+            box.mappings.append(self._forwarder.open(sock, (box.address, inner), cut))
 
     def _close_ports(self, box: _Box) -> None:
         for mapping in box.mappings:
@@ -303,8 +326,8 @@ class NamespaceBackend:
                             f"root@{spec.hostname}", "-f", str(paths.host_key)],
                            check=True, capture_output=True)
         box.host_key = " ".join(paths.host_key.with_suffix(".pub").read_text().split()[:2])
-        env = box.env = config.box_env(spec, box.ports)
-        write_atomic(paths.sys / "sshd_config", config.sshd_config(env))
+        box.env = config.box_env(spec, box.ports)
+        self._write_sshd_config(box)
         write_atomic(paths.sys / "authorized_keys", spec.authorized_keys.strip() + "\n", 0o600)
         self._write_nvml_config(box)
         hook = paths.sys / "start-hook.sh"
@@ -333,6 +356,29 @@ class NamespaceBackend:
             "hook_log": config.HOOK_LOG,
             "notify": f"{config.SANDBOX_DIR}/{NOTIFY}",
         })
+
+    def _write_sshd_config(self, box: _Box) -> None:
+        text = config.sshd_config(box.env, hung=box.spec.sshd_hung)
+        write_atomic(box.paths.sys / "sshd_config", text)
+
+    def _reload_sshd(self, box: _Box) -> None:
+        """SIGHUP the box's sshd, which re-executes itself on its config, and wait until it
+        listens again (it says READY=1 on $NOTIFY_SOCKET, as at boot)."""
+        assert box.pid is not None
+        pid = oldest_child(box.pid, "sshd")  # the init starts sshd before anything else
+        if pid is None:
+            raise BoxError(f"box {box.spec.box_id}: its sshd is not running")
+        deadline = time.monotonic() + self.ready_timeout
+        with notify_socket(box.paths.sys / NOTIFY) as notify:
+            os.kill(pid, signal.SIGHUP)
+            while time.monotonic() < deadline:
+                said = notified(notify, max(0.0, deadline - time.monotonic()))
+                if b"READY=1" in said:
+                    return
+                if SSHD_EXITED in said:
+                    break
+        logs = tail(box.paths.log / "sshd.log")
+        raise BoxError(f"box {box.spec.box_id}: its sshd did not restart\n{logs}".rstrip())
 
     def _mount_disks(self, box: _Box) -> None:
         """The box's disk (new where the provider drops it at each start) and its volume."""

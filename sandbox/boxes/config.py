@@ -11,6 +11,9 @@ BOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PORT_PREFIX = {"runpod": "RUNPOD_TCP_PORT_", "vast": "VAST_TCP_PORT_"}
 SANDBOX_DIR = "/run/sandbox"  # the box's read-only view of its sys/ dir
 HOOK_LOG = "/var/log/start-hook.log"
+# sshd_hang: what a hung login looks like from outside, a session that never runs its command.
+# It waits on the session's sshd ($PPID), so it ends with its connection and none pile up.
+HUNG_LOGIN = "while kill -0 $PPID 2>/dev/null; do sleep 1; done"
 
 
 # what the init mounts for the box, where a volume may not go (nor on / itself)
@@ -47,7 +50,7 @@ def box_env(spec: BoxSpec, ports: dict[int, int]) -> dict[str, str]:
     return env
 
 
-def sshd_config(env: dict[str, str]) -> str:
+def sshd_config(env: dict[str, str], hung: bool = False) -> str:
     # SSH sessions see the container's environment, as `docker exec` would. sshd honours only
     # the first SetEnv line, so every variable goes on it; a value spanning lines (RunPod's
     # PUBLIC_KEY with several keys) cannot be written in sshd_config and stays in the
@@ -74,6 +77,8 @@ def sshd_config(env: dict[str, str]) -> str:
         "Subsystem sftp internal-sftp",
         "SetEnv " + " ".join(setenv),
     ]
+    if hung:  # every session, sftp included, runs this instead of what it asked for
+        lines.append(f"ForceCommand {HUNG_LOGIN}")
     return "\n".join(lines) + "\n"
 
 

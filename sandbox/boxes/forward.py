@@ -3,7 +3,8 @@
 Providers map a container's ports to ports on the machine's public address; here one asyncio
 loop in a daemon thread does it for every box. Listening sockets are bound by the caller, so a
 port is taken (or refused) before the box is reported, and closing a mapping drops its live
-connections as a dead host would.
+connections as a dead host would. A cut mapping keeps its port but drops every connection at
+once, its live ones included, as a proxy in front of the box that is down would.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def bind(address: str, port: int) -> socket.socket:
 class Mapping:
     public: tuple[str, int]
     target: tuple[str, int]
+    cut: bool = False  # every connection is dropped at once
     server: asyncio.AbstractServer | None = None
     conns: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -71,10 +73,10 @@ class Forwarder:
         )
         self._thread.start()
 
-    def open(self, sock: socket.socket, target: tuple[str, int]) -> Mapping:
+    def open(self, sock: socket.socket, target: tuple[str, int], cut: bool = False) -> Mapping:
         """Serve connections on a bound, listening `sock` by piping them to `target`."""
         host, port = sock.getsockname()[:2]
-        mapping = Mapping((host, port), target)
+        mapping = Mapping((host, port), target, cut)
         try:
             asyncio.run_coroutine_threadsafe(self._serve(mapping, sock), self._loop).result()
         except BaseException:
@@ -87,6 +89,11 @@ class Forwarder:
         if self._loop.is_closed():
             return
         asyncio.run_coroutine_threadsafe(self._close(mapping), self._loop).result()
+
+    def set_cut(self, mapping: Mapping, cut: bool) -> None:
+        """Cut the mapping (its live connections dropped too), or let connections through."""
+        if not self._loop.is_closed():
+            asyncio.run_coroutine_threadsafe(self._set_cut(mapping, cut), self._loop).result()
 
     def close(self) -> None:
         if self._loop.is_closed():
@@ -103,6 +110,9 @@ class Forwarder:
 
     async def _serve(self, mapping: Mapping, sock: socket.socket) -> None:
         async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if mapping.cut:
+                writer.transport.abort()
+                return
             task = asyncio.current_task()
             assert task is not None
             mapping.conns.add(task)
@@ -119,6 +129,16 @@ class Forwarder:
         if mapping.server is not None:
             mapping.server.close()
             mapping.server = None
+        await self._drop(mapping)
+
+    async def _set_cut(self, mapping: Mapping, cut: bool) -> None:
+        mapping.cut = cut
+        if cut:
+            await self._drop(mapping)
+
+    @staticmethod
+    async def _drop(mapping: Mapping) -> None:
+        """Drop the mapping's live connections."""
         conns = list(mapping.conns)
         for task in conns:
             task.cancel()
@@ -135,7 +155,7 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         return
     try:
         await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
-    except asyncio.CancelledError:  # the mapping closed: the host is gone
+    except asyncio.CancelledError:  # the mapping closed or was cut: the path is gone
         writer.transport.abort()
         up_writer.transport.abort()
         raise

@@ -95,6 +95,22 @@ def only_child(pid: int) -> int | None:
     return int(children[0]) if children else None
 
 
+def oldest_child(pid: int, name: str) -> int | None:
+    """The child of `pid` named `name` (its comm) that started first, None if there is none."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    found = []
+    for child in map(int, children):
+        try:
+            if Path(f"/proc/{child}/comm").read_text().strip() == name:
+                found.append((start_time(child), child))
+        except OSError:
+            continue  # gone meanwhile
+    return min(found)[1] if found else None
+
+
 def start_time(pid: int) -> int:
     """Field 22 of /proc/<pid>/stat: tells a reused pid from the process we started."""
     stat = Path(f"/proc/{pid}/stat").read_text()

@@ -48,6 +48,12 @@ class RecordingBackend:
         self.calls.append(("set_gpu", box_id))
         self.gpus[box_id] = gpu
 
+    def set_sshd_hung(self, box_id: str, hung: bool) -> None:
+        self.calls.append(("set_sshd_hung" if hung else "set_sshd_healed", box_id))
+
+    def set_ssh_cut(self, box_id: str, cut: bool) -> None:
+        self.calls.append(("set_ssh_cut" if cut else "set_ssh_restored", box_id))
+
     def close(self) -> None:
         self.closed = True
 
