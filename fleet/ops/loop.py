@@ -172,7 +172,8 @@ class LoopLock:
 
 Converge = Callable[[Config, list[str]], str | None]
 UNFIT_MACHINE_S = 24 * 3600
-MOVE_TRIES = 3  # moves of one crowded box that may end without a move before it stays
+MOVE_TRIES = 3  # moves of one box (for a place, or for a port) that may end without a move
+MOVE_COOLDOWN_S = 6 * 3600.0  # before it stays: until the last of them ended this long ago
 
 
 # what runs after each tick with its verdicts (the CLI writes the fleet page there)
@@ -588,7 +589,7 @@ class Loop:
             age = time.time() - _epoch(new.created_at) if new.created_at else 0.0
             if new.move_for == "port":
                 h, was = checks.get(new.label), checks.get(old.label)
-                if was is not None and was.ssh and not was.port_owed:
+                if _owes_no_port(was):
                     # a mapping listed late, a passing verdict: the old box is well again
                     self._abandon_move(t, new, old, failed, f"{old.label} owes no port any "
                                        "more")
@@ -758,14 +759,20 @@ class Loop:
         the same tier; for a "port", from an offer that maps the p2p port (free places
         first, like any rent). None when none is offered or the rent fails (said for a port,
         and for a failed rent; tried again next tick). An offer on a place where an earlier
-        move of the box ended is passed over; after MOVE_TRIES such moves, the box stays."""
+        move of the box ended is passed over; after MOVE_TRIES such moves, the box stays until
+        MOVE_COOLDOWN_S after the last of them ended (then they count no more: offers and hosts
+        change)."""
+        now = time.time()
         tried = [r for r in rows if r.move_of == row.label and not r.live
-                 and (r.move_for or "place") == move_for]
+                 and (r.move_for or "place") == move_for
+                 and now - _ended_at(r, now) < MOVE_COOLDOWN_S]
         said = f"{row.label}: owed a port ({owed_why}); " if move_for == "port" else ""
         if len(tried) >= MOVE_TRIES:
             if said:
+                last = max(_ended_at(r, now) for r in tried)
                 self._act(t, f"{said}it stays: {len(tried)} replacements ended without one "
-                             "(their rows say why)")
+                             f"(their rows say why); tried again in "
+                             f"{last + MOVE_COOLDOWN_S - now:.0f} s")
             return None
         p = self.providers[row.provider]
         found, errors = offers_mod.search(role, [p], card=row.card, gpus=row.gpu_count,
@@ -1187,6 +1194,14 @@ class Loop:
                               if k.split("/", 1)[0] in failed}
 
 
+def _owes_no_port(was: Health | None) -> bool:
+    """Whether a box a port move replaces is proven to owe no port any more (its mapping
+    listed late, and dialled): a fresh, passing check with inbound peers. A stale or unknown
+    reading proves nothing, and never ends a move."""
+    return was is not None and was.ssh and was.well and not was.port_owed \
+        and (was.peers_in or 0) > 0
+
+
 def _peers_sig(rows: list[Row]) -> str:
     """A role's set of public p2p endpoints, as the peers files were last written for it."""
     return " ".join(sorted(f"{r.label}={r.public_ip}:{r.p2p_public_port}" for r in rows))
@@ -1201,6 +1216,12 @@ def _last_seen(row: Row) -> Box:
 
 def _epoch(iso: str) -> float:
     return parse_iso(iso).timestamp()
+
+
+def _ended_at(row: Row, now: float) -> float:
+    """When a row's box ended (its destroy, else its rent); `now` when it does not say."""
+    when = row.destroyed_at or row.created_at
+    return _epoch(when) if when else now
 
 
 def run(loop: Loop, interval_s: float, once: bool, emit: Callable[[Tick], None]) -> None:
