@@ -29,9 +29,6 @@ from fleet.providers.sync import view
 from fleet.state import releases
 from fleet.state.registry import Registry
 
-FAULTS = ("no_capacity", "offer_gone", "rate_limit", "server_error", "create_timeout",
-          "host_death", "driver_drift", "container_restart", "low_bid", "heartbeat_lost")
-
 
 def load_env(state_dir: Path) -> dict[str, str]:
     """Point this process at the sandbox, as `set -a; . .sandbox/env` does for a shell."""
@@ -142,10 +139,12 @@ def status(state_dir: Path) -> dict[str, Any]:
 def fault(cfg: Config, state_dir: Path, kind: str, target: str, count: int,
           **params: Any) -> Any:
     import sandbox.manage as manage
+    from sandbox.faults import KINDS  # the sandbox's own list: a new kind is known at once
     from sandbox.hub import FAULT_KINDS as STORE_FAULTS  # their TARGET: a repository or `*`
 
-    if kind not in FAULTS + STORE_FAULTS:
-        raise UsageError(f"unknown fault {kind!r} (one of: {', '.join(FAULTS + STORE_FAULTS)})")
+    known = (*sorted(KINDS), *STORE_FAULTS)
+    if kind not in known:
+        raise UsageError(f"unknown fault {kind!r} (one of: {', '.join(known)})")
     if kind in STORE_FAULTS:
         with _sandbox_errors():
             return manage.fault(state_dir, kind, target, count)
