@@ -23,12 +23,22 @@ def new_label(role: str, provider: str, fleet_id: str) -> str:
 
 def rerent_label(dead: str, taken: set[str]) -> str:
     """The next free `<base>-r<n>` for the box replacing `dead` (counted from the first box)."""
-    m = RERENT.match(dead)
-    base = m.group("base") if m else dead
+    base = _base(dead)
     n = 1
     while f"{base}-r{n}" in taken:
         n += 1
     return f"{base}-r{n}"
+
+
+def is_rerent_label(label: str, dead: str) -> bool:
+    """Whether `label` has the form `rerent_label` gives the box replacing `dead`."""
+    return re.fullmatch(rf"{re.escape(_base(dead))}-r[1-9][0-9]*", label) is not None
+
+
+def _base(label: str) -> str:
+    """`label` without its `-r<n>`: the first box's label."""
+    m = RERENT.match(label)
+    return m.group("base") if m else label
 
 
 def fleet_form(roles: list[str] | tuple[str, ...] | set[str], fleet_id: str) -> re.Pattern[str]:

@@ -967,6 +967,10 @@ class Loop:
         + a box found is recorded; one that is SSH-ready has its host key pinned
         + a box its provider lists exited before it was ever ready is given up at once; one
           still not ready past the deadline is given up then
+        + a row under a hand-given label is never resumed onto a box found by label
+          (`_hand_labelled`); one under the `-r<n>` the loop gave a re-rent or a move of a
+          hand-labelled box is (`_rerent_label`), unless its provider lists more than one box
+          under it (`_twins`)
         A provider that does not answer leaves its rows as they are."""
         listed = {row.label: box for row, box in v.matched}
         form = self._form()
@@ -981,13 +985,13 @@ class Loop:
             if p is None or row.label in v.unsure:
                 continue
             age = now - _epoch(row.created_at) if row.created_at else 0.0
-            if not row.provider_id and not form.match(row.label):
-                # found by label alone, a box under a hand-given label may be a person's
-                self._act(t, f"{row.label}: an unfinished rent under a hand-given label: not "
-                             f"resumed by the loop (`fleet rent {row.role} --label "
-                             f"{row.label}` resumes it)")
-                continue
             try:
+                if not row.provider_id and not form.match(row.label):
+                    if not _rerent_label(row):
+                        self._hand_labelled(t, v, p, row, age)
+                        continue
+                    if self._twins(t, v, row):
+                        continue
                 box = listed.get(row.label) or lifecycle.find_unfinished(p, row)
                 if box is None:
                     gap = self._gap(v, row.provider) if row.provider_id else None
@@ -1024,6 +1028,45 @@ class Loop:
         if pinned:
             write_known_hosts(self.cfg.known_hosts, self.reg.rows())
         return pinned, late
+
+    def _twins(self, t: Tick, v: View, row: Row) -> bool:
+        """Whether `row`'s provider lists more than one box under the `-r<n>` the loop gave it
+        (said): its label is not of the fleet's form, so one may be a person's, and none is
+        adopted or destroyed."""
+        under = _under_label(v, row)
+        if len(under) < 2:
+            return False
+        self._act(t, f"{row.label}: {row.provider} lists {len(under)} boxes under its label "
+                     f"({', '.join(b.box_id for b in under)}): none adopted or destroyed; "
+                     f"destroy the one that is not the fleet's at {row.provider} and the loop "
+                     "resumes the other")
+        return True
+
+    def _hand_labelled(self, t: Tick, v: View, p: Provider, row: Row, age: float) -> None:
+        """An unfinished rent under a hand-given label that never learnt its box's id. Found
+        by label alone, a box under it may be a person's: never adopted or destroyed here
+        (`fleet rent ROLE --label LABEL` resumes it). Past its deadline with no box under its
+        label (the listing, then the provider asked again, and no listing gap: `_gap`) it
+        never landed: given up, and its roster place rented anew."""
+        limit = self.cfg.loop.ready_timeout_s
+        resume = f"`fleet rent {row.role} --label {row.label}` resumes it"
+        box = next(iter(_under_label(v, row)), None)
+        if box is None and age > limit:
+            box = p.find_by_label(row.label)
+        gap = self._gap(v, row.provider) if box is None and age > limit else None
+        if box is not None:
+            self._act(t, f"{row.label}: an unfinished rent under a hand-given label; "
+                         f"{row.provider} lists box {box.box_id} under it, never adopted or "
+                         f"destroyed by the loop (it may be a person's): {resume}")
+        elif age <= limit:
+            self._act(t, f"{row.label}: an unfinished rent under a hand-given label, no box "
+                         f"under it yet: {resume}; given up in {limit - age:.0f} s")
+        elif gap:
+            self._act(t, f"{row.label}: no box under its hand-given label at {row.provider}, "
+                         f"but its listing left out {gap} at once: kept, not given up this "
+                         "tick")
+        else:
+            self._never_landed(t, row, age)
 
     def _gap(self, v: View, provider: str) -> str | None:
         """How many of `provider`'s live boxes its listing left out, where that is at least two
@@ -1192,6 +1235,19 @@ class Loop:
         # a provider that did not answer keeps its orphans' first-seen times
         mem.orphans = seen | {k: v for k, v in mem.orphans.items()
                               if k.split("/", 1)[0] in failed}
+
+
+def _rerent_label(row: Row) -> bool:
+    """Whether `row`'s label is the `-r<n>` the loop gave it, a re-rent or a move of a box
+    under another label (`Loop._label`, `Loop._move`): the loop chose it, a person did not."""
+    of = row.rerent_of or row.move_of
+    return of is not None and labels.is_rerent_label(row.label, of)
+
+
+def _under_label(v: View, row: Row) -> list[Box]:
+    """The boxes `row`'s provider listed this tick under its label, its own first."""
+    own = [b for r, b in v.matched if r.label == row.label]
+    return own + [b for b in v.orphans if b.label == row.label and b.provider == row.provider]
 
 
 def _owes_no_port(was: Health | None) -> bool:
