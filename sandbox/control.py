@@ -18,6 +18,8 @@
     GET    /clock, POST /clock         {advance: seconds} moves the world clock forward
     GET    /config, POST /config       {boot_delay?, notice_delay?}
     GET    /host-keys                  {box_id: "ssh-ed25519 ..."} for running boxes
+    POST   /accounts                   {provider}: a new account there -> {provider, account,
+                                       key}; its key sees its own boxes only
     POST   /ssh-keys                   {key, provider?}: add an account SSH key (both providers)
     POST   /settle                     {timeout?}: wait until no backend call is pending
 
@@ -76,6 +78,7 @@ class ControlApp:
             ("POST", "/config"): self.config,
             ("GET", "/host-keys"): self.host_keys,
             ("POST", "/ssh-keys"): self.ssh_keys,
+            ("POST", "/accounts"): self.add_account,
             ("POST", "/settle"): self.settle,
         }.get(route)
         if handler is None:
@@ -93,7 +96,8 @@ class ControlApp:
             counts = {p: len(self.world.live(p)) for p in PROVIDERS}
             return {"ok": True, "seed": self.world.seed, "instances": counts,
                     "machines": {p: len(self.world.machines[p]) for p in PROVIDERS},
-                    "ssh_path_cut": sorted(self.world.ssh_cut), "now": self.world.now()}
+                    "ssh_path_cut": sorted(self.world.ssh_cut), "now": self.world.now(),
+                    "accounts": {p: len(self.world.accounts[p]) for p in PROVIDERS}}
 
     def faults(self, req: Request, body: dict[str, Any]) -> dict[str, Any]:
         return {"faults": self.world.faults.pending()}
@@ -181,6 +185,11 @@ class ControlApp:
                 if key not in self.world.ssh_keys[p]:
                     self.world.ssh_keys[p].append(key)
             return {p: len(self.world.ssh_keys[p]) for p in providers}
+
+    def add_account(self, req: Request, body: dict[str, Any]) -> dict[str, Any]:
+        provider = str(body["provider"])
+        key = self.world.add_account(provider)
+        return {"provider": provider, "account": self.world.account(provider, key), "key": key}
 
     def settle(self, req: Request, body: dict[str, Any]) -> dict[str, Any]:
         return {"settled": self.world.settle(float(body.get("timeout", 30)))}

@@ -70,6 +70,11 @@ class ControlClient:
     def add_ssh_key(self, key: str, provider: str | None = None) -> dict[str, int]:
         return self._call("POST", "/ssh-keys", {"key": key, "provider": provider})
 
+    def add_account(self, provider: str) -> str:
+        """A new, empty account at `provider` (`runpod`, `vast`): its API key."""
+        key: str = self._call("POST", "/accounts", {"provider": provider})["key"]
+        return key
+
     def settle(self, timeout: float = 30.0) -> bool:
         return self._call("POST", "/settle", {"timeout": timeout})["settled"]
 

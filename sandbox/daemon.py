@@ -27,7 +27,7 @@ from sandbox.httpbase import App, Server
 from sandbox.hub import HubServer, client_env
 from sandbox.runpod_api import RunpodApp
 from sandbox.vast_api import VastApp
-from sandbox.world import World
+from sandbox.world import World, new_key
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class Keys:
 
     @classmethod
     def generate(cls) -> Keys:
-        return cls(runpod="rpa_" + secrets.token_hex(20).upper(), vast=secrets.token_hex(32))
+        return cls(runpod=new_key("runpod"), vast=new_key("vast"))
 
     @classmethod
     def load_or_create(cls, path: Path) -> Keys:

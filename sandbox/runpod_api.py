@@ -340,24 +340,26 @@ def start_hook(docker_args: str | None) -> str | None:
 class Root:
     """Root value for Query and Mutation; graphql-core calls these by field name."""
 
-    def __init__(self, world: World, faults: dict[str, Fault]) -> None:
+    def __init__(self, world: World, faults: dict[str, Fault], account: int) -> None:
         self.world = world
         self.faults = faults
+        self.account = account  # the key's: its pods are the only ones it sees
         self.after: Fault | None = None  # a create_timeout to apply to the HTTP answer
 
     # -- queries ---------------------------------------------------------------------------
 
     def myself(self, _info: Any) -> dict[str, Any]:
-        pods = [pod_view(self.world, i) for i in self.world.live("runpod")]
+        pods = [pod_view(self.world, i) for i in self.world.live("runpod", self.account)]
         return {
-            "id": "user_sandbox", "email": "sandbox@invalid",
+            "id": "user_sandbox" + ("" if self.account == 1 else f"_{self.account}"),
+            "email": "sandbox@invalid",
             "pubKey": "\n".join(self.world.ssh_keys["runpod"]), "clientBalance": 1000.0,
             "currentSpendPerHr": round(sum(p["costPerHr"] for p in pods), 4), "spendLimit": 80,
             "pods": pods, "networkVolumes": [],
         }
 
     def pod(self, _info: Any, input: dict[str, Any]) -> dict[str, Any] | None:
-        inst = self.world.get("runpod", input["podId"])
+        inst = self.world.get("runpod", input["podId"], self.account)
         return pod_view(self.world, inst) if inst is not None else None
 
     def dataCenters(self, _info: Any) -> list[dict[str, Any]]:
@@ -412,6 +414,7 @@ class Root:
             volume_gb=float(q.get("volumeInGb") or 0),
             gpu_rate=(q["bidPerGpu"] if spot else price) * gpus, spot=spot,
             bid=q.get("bidPerGpu"), http_ports=http, start_hook=start_hook(q.get("dockerArgs")),
+            account=self.account,
             extra={"ports": q.get("ports"), "tcp_requested": tcp,
                    "dockerArgs": q.get("dockerArgs"), "templateId": q.get("templateId"),
                    "networkVolumeId": q.get("networkVolumeId"),
@@ -422,7 +425,7 @@ class Root:
         return pod_view(self.world, inst)
 
     def _pod(self, pod_id: str, verb: str) -> Instance:
-        inst = self.world.get("runpod", pod_id)
+        inst = self.world.get("runpod", pod_id, self.account)
         if inst is None:
             raise RunpodError(f"pod not found to {verb}")
         return inst
@@ -460,11 +463,12 @@ def _errors(message: str, code: str) -> dict[str, Any]:
 
 
 class RunpodApp:
-    """`POST /graphql` over a `World`; `key` is the only API key it accepts."""
+    """`POST /graphql` over a `World`. `key` opens the world's first RunPod account; each key
+    the world has for RunPod (`World.add_account`) opens its own, and only its own pods."""
 
     def __init__(self, world: World, key: str) -> None:
         self.world = world
-        self.key = key
+        self.key = world.add_account("runpod", key)
 
     def __call__(self, req: Request) -> Response:
         if req.path.rstrip("/") == "/v2/billing/pods" and req.method == "GET":
@@ -482,7 +486,8 @@ class RunpodApp:
             return json_response(400, {"errors": [e.formatted for e in problems]})
         fields = _root_fields(document, payload.get("operationName"))
         key = req.bearer()
-        if key != self.key and (key is not None or not set(fields) <= PUBLIC_FIELDS):
+        account = self.world.account("runpod", key)
+        if account is None and (key is not None or not set(fields) <= PUBLIC_FIELDS):
             # v2's problem+json body; the GraphQL 401 body is not documented
             detail = "missing bearer token" if key is None else "invalid bearer token"
             return json_response(401, {"title": "Unauthorized", "status": 401, "detail": detail})
@@ -508,7 +513,7 @@ class RunpodApp:
                 faults[name] = fault
         with self.world.lock:
             self.world.tick()
-            root = Root(self.world, faults)
+            root = Root(self.world, faults, account or 0)  # 0: no account, no pods
             result = execute_sync(SCHEMA, document, root_value=root,
                                   variable_values=payload.get("variables") or None,
                                   operation_name=payload.get("operationName"))
@@ -523,7 +528,8 @@ class RunpodApp:
         """REST v2 `GET /v2/billing/pods?startTime&endTime[&bucketSize][&podId]` (see
         `billing_records`). Its call name for faults is `runpod.billing` (alias `charges`):
         `server_error` answers its status (500), `rate_limit` 429 with Retry-After."""
-        if req.bearer() != self.key:
+        account = self.world.account("runpod", req.bearer())
+        if account is None:
             return _problem(401, "Unauthorized", "invalid bearer token")
         fault = self.world.faults.take(Call("runpod", "billing", frozenset({"charges"})),
                                        {"rate_limit", "server_error"})
@@ -549,7 +555,7 @@ class RunpodApp:
         with self.world.lock:
             self.world.tick()
             records = billing_records(self.world, start, end, BUCKETS[bucket],
-                                      req.query.get("podId") or None)
+                                      req.query.get("podId") or None, account)
         totals = {k: round(sum(r[k] for r in records), 6)
                   for k in ("totalAmount", "gpuAmount", "cpuAmount", "diskAmount")}
         return json_response(200, {"records": records, "metadata": {
@@ -562,8 +568,9 @@ MAX_BUCKETS = 24 * 62  # an answer's bound (ASSUMED: RunPod does not document on
 
 
 def billing_records(world: World, start: float, end: float, size: float,
-                    pod_id: str | None) -> list[dict[str, Any]]:
-    """One record per bucket and pod charged in it, as `GET /v2/billing/pods` lists them.
+                    pod_id: str | None, account: int) -> list[dict[str, Any]]:
+    """One record per bucket and `account`'s pod charged in it, as `GET /v2/billing/pods`
+    lists them.
 
     `start` is snapped down to its bucket's start (as RunPod does) and `end` is exclusive;
     a bucket's record says the bucket's bounds and counts what the pod was charged inside
@@ -574,7 +581,7 @@ def billing_records(world: World, start: float, end: float, size: float,
     records = []
     t = start - start % size  # unix time is UTC: day buckets start at UTC midnight
     while t < end:
-        for c in world.ledger.charges(t, min(t + size, end), billed_to, "runpod"):
+        for c in world.charges(t, min(t + size, end), billed_to, "runpod", account):
             if pod_id not in (None, c["id"]):
                 continue
             records.append({

@@ -281,12 +281,15 @@ Handler = Callable[[Request, re.Match[str], Fault | None], Response]
 
 
 class VastApp:
-    """The REST routes over a `World`; `key` is the only API key it accepts."""
+    """The REST routes over a `World`. `key` opens the world's first Vast account; each key
+    the world has for Vast (`World.add_account`) opens its own, and only its own boxes."""
 
     def __init__(self, world: World, key: str) -> None:
         self.world = world
-        self.key = key
-        self.index = VastIndex(world)  # the live instances by id, for the listing
+        self.key = world.add_account("vast", key)
+        account = world.account("vast", key)
+        self.index = VastIndex(world, account=account)  # the key's live instances by id
+        self._indexes = {account: self.index}  # every account's, made when first listed
         self.routes: list[tuple[str, re.Pattern[str], str, frozenset[str], Handler, bool]] = []
         route = self._route
         route("POST", r"/api/v0/bundles/", "search", {"search"}, self.bundles, False)
@@ -318,7 +321,7 @@ class VastApp:
             match = pattern.match(path)
             if match is None or method != req.method:
                 continue
-            if auth and req.bearer() != self.key:
+            if auth and self.world.account("vast", req.bearer()) is None:
                 return _err(401, "auth_error", "Invalid user key")
             call = Call("vast", name, aliases)
             kinds = REQUEST_KINDS if name == "create" else (
@@ -337,6 +340,16 @@ class VastApp:
             except (ValueError, QueryError) as exc:
                 return _err(400, "invalid_args", str(exc))
         return _err(404, "not_found", f"no route for {req.method} {req.path}")
+
+    def _account(self, req: Request) -> int:
+        """The account the request's key opens (checked before any handler runs)."""
+        account = self.world.account("vast", req.bearer())
+        assert account is not None
+        return account
+
+    def _get(self, req: Request, instance_id: str) -> Instance | None:
+        """The key's own live instance `instance_id`: another account's is none."""
+        return self.world.get("vast", instance_id, self._account(req))
 
     @staticmethod
     def _request_fault(fault: Fault) -> Response:
@@ -407,7 +420,7 @@ class VastApp:
             disk_gb=disk, gpu_rate=float(price) if price is not None else dph_base,
             storage_rate=vast_storage_rate(disk), stopped=low_bid,
             start_hook=body.get("onstart") or None, spot=price is not None,
-            bid=float(price) if price is not None else None,
+            bid=float(price) if price is not None else None, account=self._account(req),
             extra={"ask_id": ask_id, "min_bid": min_bid, "runtype": body.get("runtype"),
                    "args": body.get("args"), "extra_env": extra_env,
                    "template_hash_id": body.get("template_hash_id")},
@@ -445,10 +458,10 @@ class VastApp:
         if not filters:
             keys = keyset(order)
             if len(keys) == 1:  # [("id", asc or desc)]
-                return self._list_by_id(args, desc=keys[0][1])
-        return self._list_full(args, filters, order)
+                return self._list_by_id(args, desc=keys[0][1], account=self._account(req))
+        return self._list_full(args, filters, order, self._account(req))
 
-    def _list_by_id(self, args: dict[str, Any], desc: bool) -> Response:
+    def _list_by_id(self, args: dict[str, Any], desc: bool, account: int) -> Response:
         limit = _page_limit(args)
         cursor = _token_cursor(args.get("after_token"), 1)
         after = None
@@ -456,7 +469,9 @@ class VastApp:
             if not isinstance(cursor[0], int) or isinstance(cursor[0], bool):
                 raise QueryError("invalid after_token")
             after = cursor[0]
-        index = self.index
+        index = self._indexes.get(account)
+        if index is None:
+            index = self._indexes[account] = VastIndex(self.world, account=account)
         index.sync()
         total, label_counts = index.summary(desc)
         insts = index.walk(after, desc, limit + 1)
@@ -466,10 +481,10 @@ class VastApp:
                             _cursor_token([page[-1]["id"]]) if more else None)
 
     def _list_full(self, args: dict[str, Any], filters: dict[str, Any],
-                     order: Any) -> Response:
-        """The listing from every row: rendered, filtered, sorted, then the page after the
-        cursor found by binary search. O(n log n) a page."""
-        rows = [instance_row(self.world, i) for i in self.world.live("vast")]
+                     order: Any, account: int) -> Response:
+        """The listing from every row of the account: rendered, filtered, sorted, then the
+        page after the cursor found by binary search. O(n log n) a page."""
+        rows = [instance_row(self.world, i) for i in self.world.live("vast", account)]
         for name in filters:
             if name in COMPUTED_INSTANCE_COLS or (rows and name not in rows[0]):
                 raise QueryError(f"{name} is not a valid search key")
@@ -488,14 +503,14 @@ class VastApp:
                             _cursor_token(row_position(page[-1], keys)) if more else None)
 
     def show(self, req: Request, match: re.Match[str], fault: Fault | None) -> Response:
-        inst = self.world.get("vast", match.group(1))
+        inst = self._get(req, match.group(1))
         row = instance_row(self.world, inst) if inst is not None else None
         return json_response(200, {"instances": row})
 
     # -- change ----------------------------------------------------------------------------
 
-    def _inst(self, instance_id: str) -> Instance:
-        inst = self.world.get("vast", instance_id)
+    def _inst(self, req: Request, instance_id: str) -> Instance:
+        inst = self._get(req, instance_id)
         if inst is None:
             raise WorldError("no_such_instance", f"Instance {instance_id} not found.")
         return inst
@@ -504,7 +519,7 @@ class VastApp:
         instance_id = match.group(1)
         body = req.json()
         try:
-            inst = self._inst(instance_id)
+            inst = self._inst(req, instance_id)
             if "label" in body:
                 label = str(body["label"] or "")
                 if len(label) > 1024:
@@ -528,14 +543,14 @@ class VastApp:
     def bulk_state(self, req: Request, _: re.Match[str], fault: Fault | None) -> Response:
         body = req.json()
         for instance_id in body.get("ids") or []:
-            inst = self.world.get("vast", str(instance_id))
+            inst = self._get(req, str(instance_id))
             if inst is not None:
                 self._set_state(inst, body.get("state"))
         return json_response(200, {"success": True})
 
     def destroy(self, req: Request, match: re.Match[str], fault: Fault | None) -> Response:
         instance_id = match.group(1)
-        inst = self.world.get("vast", instance_id)
+        inst = self._get(req, instance_id)
         if inst is None:
             return _not_found(instance_id)
         self.world.destroy(inst)
@@ -544,7 +559,7 @@ class VastApp:
     def bulk_destroy(self, req: Request, _: re.Match[str], fault: Fault | None) -> Response:
         done = []
         for instance_id in req.json().get("instance_ids") or []:
-            inst = self.world.get("vast", str(instance_id))
+            inst = self._get(req, str(instance_id))
             if inst is not None:
                 self.world.destroy(inst)
                 done.append(int(instance_id))
@@ -552,7 +567,7 @@ class VastApp:
 
     def reboot(self, req: Request, match: re.Match[str], fault: Fault | None) -> Response:
         try:
-            self.world.restart_container(self._inst(match.group(1)))
+            self.world.restart_container(self._inst(req, match.group(1)))
         except WorldError as exc:
             if exc.code == "no_such_instance":
                 return _not_found(match.group(1))
@@ -561,7 +576,7 @@ class VastApp:
 
     def change_bid(self, req: Request, match: re.Match[str], fault: Fault | None) -> Response:
         try:
-            inst = self._inst(match.group(1))
+            inst = self._inst(req, match.group(1))
         except WorldError:
             return _not_found(match.group(1))
         price = float(req.json().get("price") or 0)
@@ -608,7 +623,8 @@ class VastApp:
             return _err(400, "invalid_args", "select_filters.day: lte is before gte")
         kinds = _kinds(filters.get("type"))
         rows = [] if "instance" not in kinds else [
-            charge_row(c) for c in self.world.ledger.charges(gte, lte, self.world.now(), "vast")]
+            charge_row(c) for c in self.world.charges(gte, lte, self.world.now(), "vast",
+                                                      self._account(req))]
         rows.sort(key=lambda r: (r["start"], r["source"]), reverse=bool(args.get("latest_first")))
         limit = int(args.get("limit") or CHARGES_PAGE_DEFAULT)
         if not 1 <= limit <= CHARGES_PAGE_MAX:  # ASSUMED: Vast's spec says max 500
@@ -621,7 +637,8 @@ class VastApp:
             "next_token": _token(offset + limit) if more else None, "results": page})
 
     def user(self, req: Request, _: re.Match[str], fault: Fault | None) -> Response:
-        return json_response(200, {"id": 1, "username": "sandbox", "email": "sandbox@invalid",
+        return json_response(200, {"id": self._account(req), "username": "sandbox",
+                                   "email": "sandbox@invalid",
                                    "credit": 1000.0, "balance": 0.0, "has_billing": True})
 
 

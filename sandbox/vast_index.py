@@ -31,11 +31,13 @@ DESTROYED = "destroyed"
 
 
 class VastIndex:
-    """The live instances of one provider (Vast: integer ids) in ascending id order."""
+    """The live instances of one provider (Vast: integer ids) in ascending id order, of one
+    account when `account` is given."""
 
-    def __init__(self, world: World, provider: str = "vast") -> None:
+    def __init__(self, world: World, provider: str = "vast", account: int | None = None) -> None:
         self.world = world
         self.provider = provider
+        self.account = account
         self.ids: list[int] = []  # ascending
         self.insts: list[Instance] = []  # insts[i] has id ids[i]
         self._seen = 0  # how many entries of world.instances have been read
@@ -59,7 +61,8 @@ class VastIndex:
             self.ids, self.insts, self._seen = [], [], 0  # entries were removed: start over
             fresh = islice(instances.items(), 0, None)
         for key, inst in fresh:
-            if inst.provider == self.provider and inst.phase != DESTROYED:
+            if inst.provider == self.provider and inst.phase != DESTROYED \
+                    and self.account in (None, inst.account):
                 self._add(inst)
             self._last_key = key
         self._seen = size

@@ -84,6 +84,7 @@ class Instance:
     api_key: str = ""  # Vast instance_api_key
     restarts: int = 0
     sshd_hung: bool = False  # sshd_hang: its SSH logins hang until sshd_heal
+    account: int = 1  # the provider account (API key) that owns it
 
     @property
     def key(self) -> str:
@@ -114,6 +115,8 @@ class World:
         self.ledger = Ledger()
         self.ssh_keys: dict[str, list[str]] = {p: [] for p in PROVIDERS}
         self.ssh_cut: set[str] = set()  # providers whose SSH path is cut (ssh_path_cut)
+        # each provider's API keys, each an account (1, 2, ...) owning the boxes made with it
+        self.accounts: dict[str, dict[str, int]] = {p: {} for p in PROVIDERS}
         self.instances: dict[str, Instance] = {}
         self._clock = clock
         self._offset = 0.0
@@ -180,17 +183,46 @@ class World:
         self._ops.close()
         self.backend.close()
 
+    # -- accounts ----------------------------------------------------------------------------
+
+    def add_account(self, provider: str, key: str | None = None) -> str:
+        """Register `key` (a new one when None) as an account of `provider`; a known key
+        keeps its account. The first key is account 1, which owns boxes made off the APIs."""
+        if provider not in PROVIDERS:
+            raise ValueError(f"provider must be one of {', '.join(PROVIDERS)}, not {provider!r}")
+        key = key or new_key(provider)
+        with self.lock:
+            keys = self.accounts[provider]
+            keys.setdefault(key, len(keys) + 1)
+        return key
+
+    def account(self, provider: str, key: str | None) -> int | None:
+        """The account `key` opens at `provider`, or None for an unknown (or no) key."""
+        return self.accounts[provider].get(key) if key is not None else None
+
     # -- lookup ------------------------------------------------------------------------------
 
-    def live(self, provider: str) -> list[Instance]:
-        """The provider's instances that still exist, oldest first."""
+    def live(self, provider: str, account: int | None = None) -> list[Instance]:
+        """The provider's instances that still exist, oldest first; `account`'s only when
+        given."""
         return [
-            i for i in self.instances.values() if i.provider == provider and i.phase != "destroyed"
+            i for i in self.instances.values() if i.provider == provider
+            and i.phase != "destroyed" and account in (None, i.account)
         ]
 
-    def get(self, provider: str, instance_id: str) -> Instance | None:
+    def get(self, provider: str, instance_id: str, account: int | None = None) -> Instance | None:
+        """A live instance by id; None as well when `account` is given and not its owner (a
+        provider answers for another account's box as for none)."""
         inst = self.instances.get(f"{provider}-{instance_id}")
-        return inst if inst is not None and inst.phase != "destroyed" else None
+        if inst is None or inst.phase == "destroyed" or account not in (None, inst.account):
+            return None
+        return inst
+
+    def charges(self, since: float, until: float, now: float, provider: str,
+                account: int) -> list[dict[str, Any]]:
+        """`Ledger.charges` of `account`'s instances at `provider`: a bill is an account's."""
+        return [c for c in self.ledger.charges(since, until, now, provider)
+                if self.instances[f"{provider}-{c['id']}"].account == account]
 
     def find(self, target: str) -> list[Instance]:
         """Live instances named by id, box id ("vast-123") or label."""
@@ -606,6 +638,7 @@ class World:
             "restarts": inst.restarts,
             "sshd_hung": inst.sshd_hung,
             "ssh_path_cut": inst.provider in self.ssh_cut,
+            "account": inst.account,
         }
 
     def create_many(
@@ -634,6 +667,11 @@ class World:
         if len(made) < count:
             raise WorldError("no_capacity", f"only {len(made)} of {count} boxes fit")
         return made
+
+
+def new_key(provider: str) -> str:
+    """A fresh API key in the provider's own form."""
+    return "rpa_" + secrets.token_hex(20).upper() if provider == "runpod" else secrets.token_hex(32)
 
 
 VAST_STORAGE_GB_MONTH = 0.15  # Vast storage_cost in the sandbox (USD per GB per month)
