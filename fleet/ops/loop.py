@@ -334,14 +334,17 @@ class Loop:
         health = self.check_fn(self.cfg, Built(groups={"standing": hosts})) \
             if hosts and blind is None else []
         down = {h.label for h in health if not h.ssh}
-        if blind is None and len(down) >= 2 and 2 * len(down) > len(hosts):
-            blind = (f"{len(down)} of {len(hosts)} boxes did not answer SSH at once: "
+        # its provider lost the box's host too: a death both sides see, never the fleet's path
+        lost = {label for label, box in listed.items() if box.status == "unknown"}
+        quiet = down - lost
+        if blind is None and len(quiet) >= 2 and 2 * len(quiet) > len(hosts):
+            blind = (f"{len(quiet)} of {len(hosts)} boxes did not answer SSH at once: "
                      "more likely the fleet's own side (its network, an SSH proxy, its key) "
                      "than that many deaths")
         if blind is not None:
             self._act(t, f"breaker: no deaths counted this tick ({blind})")
             unjudged.update(label for label, _ in hosts)
-        open_ = self._breakers(t, v, {label for label, _ in hosts}, down)
+        open_ = self._breakers(t, v, {label for label, _ in hosts}, quiet)
         rows = {r.label: r for r in self.reg.rows()}
         answered = {rows[h.label].provider for h in health if h.ssh and h.label in rows}
         self._sees = set() if blind is not None else answered - set(open_)
@@ -369,7 +372,7 @@ class Loop:
                         continue
                     if box.status == "provisioning":  # past its deadline, and still says so
                         restarting[h.label] = since
-                if blind is None and rows[h.label].provider in open_:
+                if blind is None and rows[h.label].provider in open_ and h.label not in lost:
                     unjudged.add(h.label)
                 elif blind is None:
                     said = [p[len("ssh: "):] for p in h.problems if p.startswith("ssh: ")]
@@ -421,7 +424,9 @@ class Loop:
         of the boxes the tick judges there (those probed over SSH, and the live rows its
         listing left out), at least two, and more than half of those it does not report exited
         or stopped, fail at once in ways it does not confirm (left out of its listing, or not
-        answering SSH). Their deaths that it does not confirm are not counted."""
+        answering SSH while it lists them running). `down`: the boxes not answering SSH whose
+        host the provider has not lost (one it lists `unknown` and SSH does not reach either
+        is a death both sides see). Their deaths that it does not confirm are not counted."""
         stopped = {row.label for row, box in v.matched if box.status in ("exited", "stopped")}
         judged = (probed | v.unlisted) - stopped
         out = {}

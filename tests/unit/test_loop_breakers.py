@@ -103,6 +103,36 @@ def test_a_death_the_provider_reports_is_never_held_by_its_breaker(tmp_path: Pat
     assert vast.destroyed == ["3"] and set(t.dead) == {rows[2].label}, t
 
 
+def test_boxes_whose_host_their_provider_lost_and_ssh_cannot_reach_are_deaths_not_held(
+        tmp_path: Path) -> None:
+    """Two boxes on one host that died: the provider lists both `unknown` (it lost the host)
+    and SSH reaches neither. Both sides see it: no breaker, fleet-wide or the provider's."""
+    loop, vast, runpod = two_providers(tmp_path)
+    v1, v2 = add(loop, vast, 1), add(loop, vast, 2)
+    add(loop, runpod, 3)
+    ssh_down_for(loop, {v1.label, v2.label})
+    for n in ("1", "2"):
+        vast.listed[n].status = "unknown"
+    for _ in range(2):
+        t = loop.tick()
+        assert set(t.dead) == {v1.label, v2.label}, t.actions  # before: held for ever
+        assert not any(a.startswith("breaker") for a in t.actions), t.actions
+    assert vast.destroyed == ["1"]  # the second waits on the disruption budget (1 of 1)
+
+
+def test_a_box_whose_host_its_provider_lost_but_that_answers_ssh_is_alive(
+        tmp_path: Path) -> None:
+    loop, vast, runpod = two_providers(tmp_path)
+    v1 = add(loop, vast, 1)
+    add(loop, runpod, 2)
+    ssh_down_for(loop, set())
+    vast.listed["1"].status = "unknown"  # the host's heartbeat lost, the box runs on
+    for _ in range(3):
+        t = loop.tick()
+        assert t.dead == {} and v1.label in t.well, t.actions
+    assert vast.destroyed == []
+
+
 def test_one_box_failing_among_healthy_ones_of_its_provider_is_still_a_death(
         tmp_path: Path) -> None:
     loop, vast, runpod = two_providers(tmp_path)
