@@ -344,9 +344,9 @@ class Loop:
         if blind is not None:
             self._act(t, f"breaker: no deaths counted this tick ({blind})")
             unjudged.update(label for label, _ in hosts)
-        open_ = self._breakers(t, v, {label for label, _ in hosts}, quiet)
         rows = {r.label: r for r in self.reg.rows()}
         answered = {rows[h.label].provider for h in health if h.ssh and h.label in rows}
+        open_ = self._breakers(t, mem, v, {label for label, _ in hosts}, down, answered)
         self._sees = set() if blind is not None else answered - set(open_)
         for row in v.gone:  # one-shot and other boxes: marked vanished, never re-rented
             if row.label in others:
@@ -419,14 +419,17 @@ class Loop:
                      f"for {age:.0f} s of {limit:.0f}): no death before its deadline")
         return True
 
-    def _breakers(self, t: Tick, v: View, probed: set[str], down: set[str]) -> dict[str, str]:
+    def _breakers(self, t: Tick, mem: Memory, v: View, probed: set[str], down: set[str],
+                  answered: set[str]) -> dict[str, str]:
         """The providers whose breaker is open this tick, each with why (said on the tick):
         of the boxes the tick judges there (those probed over SSH, and the live rows its
         listing left out), at least two, and more than half of those it does not report exited
-        or stopped, fail at once in ways it does not confirm (left out of its listing, or not
-        answering SSH while it lists them running). `down`: the boxes not answering SSH whose
-        host the provider has not lost (one it lists `unknown` and SSH does not reach either
-        is a death both sides see). Their deaths that it does not confirm are not counted."""
+        or stopped, fail at once (left out of its listing, or not answering SSH). A breaker
+        open on the last tick stays open while none of the provider's boxes answers SSH (the
+        path to it is not proven back): else the boxes it held would be destroyed one by one
+        as the others are replaced. While it is open, the deaths the provider does not confirm
+        are not counted; one it confirms (a box it lists `unknown`: it lost the host too) is.
+        `answered`: the providers some of whose boxes answered SSH this tick."""
         stopped = {row.label for row, box in v.matched if box.status in ("exited", "stopped")}
         judged = (probed | v.unlisted) - stopped
         out = {}
@@ -434,14 +437,18 @@ class Loop:
             mine = {r.label for r in self.reg.rows() if r.provider == name and r.label in judged}
             unlisted, quiet = mine & v.unlisted, mine & down
             failing = unlisted | quiet
-            if len(failing) < 2 or 2 * len(failing) <= len(mine):
+            if len(failing) >= 2 and 2 * len(failing) > len(mine):
+                out[name] = (f"{len(failing)} of {len(mine)} fail at once: {len(unlisted)} left "
+                             f"out of its listing, {len(quiet)} not answering SSH")
+            elif failing and name in mem.breakers and name not in answered:
+                out[name] = (f"still open: none of its boxes has answered SSH since it opened, "
+                             f"and {len(failing)} of {len(mine)} still fail")
+            else:
                 continue
-            out[name] = (f"{len(failing)} of {len(mine)} fail at once in ways {name} does not "
-                         f"confirm: {len(unlisted)} left out of its listing, {len(quiet)} not "
-                         "answering SSH")
             self._act(t, f"breaker {name}: no death of its boxes counted this tick "
                          f"({out[name]}); more likely the fleet's path to {name}, or {name}'s "
                          "own trouble, than that many deaths (a death it reports still counts)")
+        mem.breakers = sorted(out)
         return out
 
     def _blind_key(self) -> str | None:

@@ -55,6 +55,8 @@ class Memory:
     restarting: dict[str, str] = field(default_factory=dict)
     # the loop's own destroys within the disruption window (`fleet.ops.disruption`)
     disruptions: list[dict[str, Any]] = field(default_factory=list)
+    # the providers whose breaker was open at the last tick (`Loop._breakers`)
+    breakers: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: Path) -> Memory:
@@ -64,7 +66,8 @@ class Memory:
                        [Owe(**o) for o in d["owed"]], dict(d["orphans"]),
                        dict(d.get("unfit_machines", {})), dict(d.get("peers", {})),
                        dict(d.get("peers_at", {})), dict(d.get("restarting", {})),
-                       [dict(r) for r in d.get("disruptions", [])])
+                       [dict(r) for r in d.get("disruptions", [])],
+                       [str(p) for p in d.get("breakers", [])])
         except FileNotFoundError:
             return cls()
         except (OSError, ValueError, KeyError, TypeError) as e:

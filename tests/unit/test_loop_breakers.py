@@ -106,7 +106,7 @@ def test_a_death_the_provider_reports_is_never_held_by_its_breaker(tmp_path: Pat
 def test_boxes_whose_host_their_provider_lost_and_ssh_cannot_reach_are_deaths_not_held(
         tmp_path: Path) -> None:
     """Two boxes on one host that died: the provider lists both `unknown` (it lost the host)
-    and SSH reaches neither. Both sides see it: no breaker, fleet-wide or the provider's."""
+    and SSH reaches neither. Both sides see it: neither breaker holds these deaths."""
     loop, vast, runpod = two_providers(tmp_path)
     v1, v2 = add(loop, vast, 1), add(loop, vast, 2)
     add(loop, runpod, 3)
@@ -116,8 +116,33 @@ def test_boxes_whose_host_their_provider_lost_and_ssh_cannot_reach_are_deaths_no
     for _ in range(2):
         t = loop.tick()
         assert set(t.dead) == {v1.label, v2.label}, t.actions  # before: held for ever
-        assert not any(a.startswith("breaker") for a in t.actions), t.actions
+        assert not any(a.startswith("breaker:") for a in t.actions), t.actions
     assert vast.destroyed == ["1"]  # the second waits on the disruption budget (1 of 1)
+
+
+def test_a_breaker_stays_open_while_none_of_its_providers_boxes_answers(
+        tmp_path: Path) -> None:
+    """The path to vast is cut, and one of its two boxes is on a host that died (listed
+    unknown): that one is a death and is replaced; the other, healthy behind the cut, must not
+    be destroyed once it is the only vast box judged (the breaker by attrition)."""
+    loop, vast, runpod = two_providers(tmp_path)
+    v1, v2 = add(loop, vast, 1), add(loop, vast, 2)
+    r3 = add(loop, runpod, 3)
+    ssh_down_for(loop, {v1.label, v2.label})
+    vast.listed["1"].status = "unknown"
+    for _ in range(2):
+        t = loop.tick()
+    assert vast.destroyed == ["1"], t.actions
+    for _ in range(4):  # no replacement offered: v2 is the only vast box judged
+        t = loop.tick()
+        assert v2.label not in t.dead, t.actions  # before: dead, then destroyed
+        assert any(a.startswith("breaker vast:") and "still open" in a
+                   for a in t.actions), t.actions
+    assert vast.destroyed == ["1"]
+    ssh_down_for(loop, set())  # the path is back: v2 answers
+    t = loop.tick()
+    assert v2.label in t.well and r3.label in t.well, t.actions
+    assert Memory.load(loop.memory_path).breakers == []
 
 
 def test_a_box_whose_host_its_provider_lost_but_that_answers_ssh_is_alive(
