@@ -19,9 +19,11 @@ import json
 import shlex
 import time
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from graphql import (
+    DocumentNode,
     GraphQLError,
     OperationDefinitionNode,
     build_schema,
@@ -462,6 +464,14 @@ def _errors(message: str, code: str) -> dict[str, Any]:
     return {"errors": [{"message": message, "extensions": {"code": code}}]}
 
 
+@lru_cache(maxsize=256)
+def _checked(query: str) -> tuple[DocumentNode, tuple[GraphQLError, ...]]:
+    """A query parsed and validated against the schema, once per text: a client sends the
+    same few queries again and again (validation is most of what a call costs here)."""
+    document = parse(query)
+    return document, tuple(validate(SCHEMA, document))
+
+
 class RunpodApp:
     """`POST /graphql` over a `World`. `key` opens the world's first RunPod account; each key
     the world has for RunPod (`World.add_account`) opens its own, and only its own pods."""
@@ -477,11 +487,10 @@ class RunpodApp:
             return json_response(404, {"message": "Not Found"})
         try:
             payload = req.json()
-            document = parse(str(payload["query"]))
+            document, problems = _checked(str(payload["query"]))
         except (ValueError, KeyError, TypeError, GraphQLError) as exc:
             return json_response(400, _errors(f"invalid GraphQL request: {exc}",
                                               "GRAPHQL_PARSE_FAILED"))
-        problems = validate(SCHEMA, document)
         if problems:
             return json_response(400, {"errors": [e.formatted for e in problems]})
         fields = _root_fields(document, payload.get("operationName"))
