@@ -202,6 +202,9 @@ class Loop:
         # the providers whose boxes answered the fleet's SSH this tick, no breaker open
         self._sees: set[str] = set()
         self._unsure: set[str] = set()  # rows whose box this tick cannot tell (`View.unsure`)
+        # unfinished rents whose box its provider calls SSH-ready and the fleet's SSH did not
+        # reach this tick: evidence for the breakers, like a standing box not answering
+        self._unreached: set[str] = set()
         self._started = time.monotonic()  # the tick's start
         self._started_wall = time.time()
         self._listing: budget.Listing | BudgetExceeded | None = None  # `_account`, per tick
@@ -229,11 +232,13 @@ class Loop:
             if str(u) not in v.unsure.values():
                 self._act(t, f"{u}: skipped this tick (never judged, destroyed or swept)")
         self._unsure = set(v.unsure)
+        self._unreached = set()
         self._note_stops(v)
         read = bills.refresh(self.cfg.registry, self.providers)  # for the rents and the page
         for name, why in read.errors.items():
             self._act(t, f"bills: {name} gave none ({why}); its boxes are estimated")
         self._destroy_wanted(t, failed)
+        self._adopt_unrecorded(t, v, failed)
         resumed, late = self._resume_unfinished(t, v, failed)
         health = self._judge(t, mem, v, failed)
         self._give_up(t, late, sees=self._sees)
@@ -346,7 +351,8 @@ class Loop:
             unjudged.update(label for label, _ in hosts)
         rows = {r.label: r for r in self.reg.rows()}
         answered = {rows[h.label].provider for h in health if h.ssh and h.label in rows}
-        open_ = self._breakers(t, mem, v, {label for label, _ in hosts}, down, answered)
+        open_ = self._breakers(t, mem, v, {label for label, _ in hosts} | self._unreached,
+                               down | self._unreached, answered)
         self._sees = set() if blind is not None else answered - set(open_)
         for row in v.gone:  # one-shot and other boxes: marked vanished, never re-rented
             if row.label in others:
@@ -963,6 +969,37 @@ class Loop:
 
     # -- unfinished rents -------------------------------------------------------------------
 
+    def _adopt_unrecorded(self, t: Tick, v: View, failed: set[str]) -> None:
+        """Write a row for each box of this fleet's exact form (its fleet id) that the
+        registry has none for. Every rent writes its row before its create, so such a box
+        means the registry is behind the account (restored from an older copy): the row
+        makes it an unfinished rent, resumed, pinned and converted like one, and the roster
+        counts it, so the roster is not rented twice. Never while the registry holds no live
+        row (the sweep's own refusal), nor for a second box under a label that has a row."""
+        form = self._form()
+        rows = self.reg.rows()
+        if not any(r.live for r in rows):
+            return
+        recorded = {r.label for r in rows}
+        for b in v.orphans:
+            key = f"{b.provider}/{b.box_id}"
+            if b.provider in failed or b.label in recorded or not form.match(b.label) \
+                    or key in v.duplicates:
+                continue
+            role = next(r for r in sorted(self.cfg.roles, key=len, reverse=True)
+                        if b.label.startswith(f"{r}-"))
+            self.reg.add(Row(label=b.label, provider=b.provider, role=role,
+                             kind=self.cfg.roles[role].kind, card=b.card,
+                             gpu_count=b.gpu_count, usd_per_hour=b.usd_per_hour,
+                             status=b.status, provider_id=b.box_id, place=b.place,
+                             created_at=now_iso(),
+                             note="adopted: the registry had no row for this box of the "
+                                  "fleet's own form (it was behind the account)"))
+            recorded.add(b.label)
+            self._act(t, f"{b.label} ({key}): adopted: a box of this fleet's own form the "
+                         "registry had no row for (it is behind the account: restored from "
+                         "an older copy?); resumed as an unfinished rent")
+
     def _resume_unfinished(self, t: Tick, v: View,
                            failed: set[str]) -> tuple[list[str], list[Late]]:
         """Take up every standing rent that never finished (its box not SSH-ready in time, or
@@ -1016,6 +1053,8 @@ class Loop:
                     continue
                 row = lifecycle.record(self.reg, row.label, box)
                 key = lifecycle.host_key_if_ready(box)
+                if key is None and box.ssh_ready:  # ready by its provider, unreached by SSH
+                    self._unreached.add(row.label)
                 if key is not None:
                     lifecycle.pin(self.reg, row, key)
                     pinned.append(row.label)

@@ -145,6 +145,23 @@ def test_a_breaker_stays_open_while_none_of_its_providers_boxes_answers(
     assert Memory.load(loop.memory_path).breakers == []
 
 
+def test_a_ready_rent_the_fleet_cannot_reach_counts_for_its_providers_breaker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path to vast is cut: its one standing box and the replacement rent it has under
+    way (ready at vast, unreached by the fleet's SSH) both fail. Found by the simulation:
+    the standing box, judged alone, was destroyed."""
+    loop, vast, runpod = two_providers(tmp_path)
+    v1 = add(loop, vast, 1)
+    add(loop, runpod, 3)
+    unreached_rent(loop, vast, monkeypatch)
+    ssh_down_for(loop, {v1.label})
+    for _ in range(3):
+        t = loop.tick()
+        assert v1.label not in t.dead, t.actions
+        assert any(a.startswith("breaker vast:") for a in t.actions), t.actions
+    assert vast.destroyed == []
+
+
 def test_a_box_whose_host_its_provider_lost_but_that_answers_ssh_is_alive(
         tmp_path: Path) -> None:
     loop, vast, runpod = two_providers(tmp_path)

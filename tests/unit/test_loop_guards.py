@@ -145,9 +145,12 @@ def test_the_sweep_refuses_when_orphans_outnumber_live_boxes(tmp_path: Path) -> 
     loop, vast, _ = make(tmp_path)
     add_box(loop, vast, 1)
     fid = loop.reg.fleet_id()
-    for n in (7, 8):
-        vast.listed[str(n)] = Box("vast", str(n), f"live-{fid}-vast-0b0b0{n}", "RTX 3090", 1,
-                                  0.2, "running")
+    for n in (7, 8):  # rents given up, whose boxes landed after all
+        label = f"live-{fid}-vast-0b0b0{n}"
+        loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
+                         card="RTX 3090", gpu_count=1, usd_per_hour=0.2))
+        loop.reg.mark_destroyed(label, "vanished")
+        vast.listed[str(n)] = Box("vast", str(n), label, "RTX 3090", 1, 0.2, "running")
     loop.tick()
     age_orphans(loop)
     t = loop.tick()
@@ -155,9 +158,11 @@ def test_the_sweep_refuses_when_orphans_outnumber_live_boxes(tmp_path: Path) -> 
     assert any("2 orphans outnumber the registry's 1 live boxes" in a for a in t.actions)
 
 
-def test_a_registry_behind_the_account_never_sweeps(tmp_path: Path) -> None:
+def test_a_registry_behind_the_account_never_sweeps_and_adopts_the_fleets_own_boxes(
+        tmp_path: Path) -> None:
     """A registry restored from an older copy: the boxes rented after it carry the fleet's
-    exact form and no row (every rent writes its row before the create)."""
+    exact form and no row (every rent writes its row before the create). They are adopted,
+    never swept, and the roster is not rented again on top of them."""
     loop, vast, _ = make(tmp_path)
     for n in (1, 2, 3):
         add_box(loop, vast, n)
@@ -165,14 +170,30 @@ def test_a_registry_behind_the_account_never_sweeps(tmp_path: Path) -> None:
     newer = [f"live-{fid}-vast-0c0c0{n}" for n in (7, 8)]  # rented after the backup
     for n, label in zip((7, 8), newer, strict=True):
         vast.listed[str(n)] = Box("vast", str(n), label, "RTX 4090", 1, 0.3, "running")
-    loop.tick()
+    t = loop.tick()
+    assert sum("adopted: a box of this fleet's own form" in a for a in t.actions) == 2, t.actions
+    rows = {r.label: r for r in loop.reg.rows()}
+    assert all(rows[lb].live and rows[lb].provider_id for lb in newer), rows
     age_orphans(loop)
     for _ in range(2):
-        t = loop.tick()
-        assert vast.destroyed == []  # before: both destroyed (fewer than the live rows)
-        said = [a for a in t.actions if "never recorded a rent of" in a]
-        assert len(said) == 2 and all("it is behind the account" in a for a in said), t.actions
-        assert all(newer[0] in a for a in said)
+        loop.tick()
+    assert vast.destroyed == []  # before: both destroyed (fewer than the live rows)
+
+
+def test_a_registry_with_no_live_row_adopts_nothing_and_sweeps_nothing(tmp_path: Path) -> None:
+    loop, vast, _ = make(tmp_path)
+    row = add_box(loop, vast, 1)
+    loop.reg.mark_destroyed(row.label)
+    del vast.listed["1"]
+    fid = loop.reg.fleet_id()
+    vast.listed["7"] = Box("vast", "7", f"live-{fid}-vast-0c0c07", "RTX 4090", 1, 0.3,
+                           "running")
+    loop.cfg = loop.cfg.__class__(**{**loop.cfg.__dict__, "roster": ()})
+    loop.tick()
+    age_orphans(loop)
+    t = loop.tick()
+    assert vast.destroyed == [] and not any("adopted" in a for a in t.actions), t.actions
+    assert loop.reg.get(f"live-{fid}-vast-0c0c07") is None
 
 
 def test_a_second_box_under_a_live_hand_given_label_is_reported_never_destroyed(
