@@ -205,6 +205,7 @@ class Loop:
         # unfinished rents whose box its provider calls SSH-ready and the fleet's SSH did not
         # reach this tick: evidence for the breakers, like a standing box not answering
         self._unreached: set[str] = set()
+        self._adopted: set[str] = set()  # "provider/id" of the boxes adopted this tick
         self._started = time.monotonic()  # the tick's start
         self._started_wall = time.time()
         self._listing: budget.Listing | BudgetExceeded | None = None  # `_account`, per tick
@@ -233,6 +234,7 @@ class Loop:
                 self._act(t, f"{u}: skipped this tick (never judged, destroyed or swept)")
         self._unsure = set(v.unsure)
         self._unreached = set()
+        self._adopted = set()
         self._note_stops(v)
         read = bills.refresh(self.cfg.registry, self.providers)  # for the rents and the page
         for name, why in read.errors.items():
@@ -988,14 +990,17 @@ class Loop:
                 continue
             role = next(r for r in sorted(self.cfg.roles, key=len, reverse=True)
                         if b.label.startswith(f"{r}-"))
+            rerent_of, move_of = _replaced_by(b.label, rows, v)
             self.reg.add(Row(label=b.label, provider=b.provider, role=role,
                              kind=self.cfg.roles[role].kind, card=b.card,
                              gpu_count=b.gpu_count, usd_per_hour=b.usd_per_hour,
                              status=b.status, provider_id=b.box_id, place=b.place,
-                             created_at=now_iso(),
+                             created_at=now_iso(), rerent_of=rerent_of, move_of=move_of,
+                             move_for="place" if move_of else None,
                              note="adopted: the registry had no row for this box of the "
                                   "fleet's own form (it was behind the account)"))
             recorded.add(b.label)
+            self._adopted.add(key)
             self._act(t, f"{b.label} ({key}): adopted: a box of this fleet's own form the "
                          "registry had no row for (it is behind the account: restored from "
                          "an older copy?); resumed as an unfinished rent")
@@ -1226,6 +1231,8 @@ class Loop:
         for b in v.orphans:
             label = b.label or ""
             key = f"{b.provider}/{b.box_id}"
+            if key in self._adopted:
+                continue  # no orphan any more: its row was written this tick
             if not (form.match(label) or labels.role_prefixed(label, roles)
                     or key in v.duplicates):
                 continue  # another fleet's or a person's box, under no role of ours
@@ -1299,6 +1306,19 @@ def _under_label(v: View, row: Row) -> list[Box]:
     """The boxes `row`'s provider listed this tick under its label, its own first."""
     own = [b for r, b in v.matched if r.label == row.label]
     return own + [b for b in v.orphans if b.label == row.label and b.provider == row.provider]
+
+
+def _replaced_by(label: str, rows: list[Row], v: View) -> tuple[str | None, str | None]:
+    """What an adopted `<base>-r<n>` box took over from, as its rent would have recorded it
+    (rerent_of, move_of): the last box of its chain (`base`, `base-r1`, ...), moved while
+    that one's box is still listed, else re-rented (so it is not re-rented a second time)."""
+    chain = [r for r in rows if r.label != label and labels.is_rerent_label(label, r.label)]
+    if not chain:
+        return None, None
+    last = max(chain, key=lambda r: r.created_at)
+    if last.live and any(row.label == last.label for row, _ in v.matched):
+        return None, last.label
+    return last.label, None
 
 
 def _owes_no_port(was: Health | None) -> bool:

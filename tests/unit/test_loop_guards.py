@@ -180,6 +180,34 @@ def test_a_registry_behind_the_account_never_sweeps_and_adopts_the_fleets_own_bo
     assert vast.destroyed == []  # before: both destroyed (fewer than the live rows)
 
 
+def test_an_adopted_rerent_covers_the_dead_box_it_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the simulation: the registry restored from before a re-rent holds the dead
+    box as live and no row for its replacement. The replacement is adopted as that box's
+    re-rent, so the dead box, once marked vanished, is not re-rented a second time."""
+    loop, vast, _ = make(tmp_path)
+    dead = add_box(loop, vast, 1)
+    del vast.listed["1"]  # destroyed after the backup
+    r1 = f"{dead.label}-r1"
+    vast.listed["2"] = Box("vast", "2", r1, "RTX 4090", 1, 0.3, "running",
+                           ssh_host="10.0.0.2", ssh_port=22)
+    vast.market = [Offer("vast", "9", "RTX 4090", 1, 0.2, driver="580.95.05")]
+
+    def check(_cfg: Any, built: Any) -> list[Health]:  # the dead box's SSH fails
+        return [Health(lb, "vast", ssh=lb != dead.label, agent=lb != dead.label)
+                for lb, _ in built.groups["standing"]]
+
+    loop.check_fn = check
+    loop.converge_fn = lambda _c, labels: None  # type: ignore[assignment]
+    monkeypatch.setattr(lifecycle, "fetch_host_key", lambda *a, **k: "ssh-ed25519 AAAA")
+    for _ in range(3):  # FakeVast.rent raises: a second re-rent would fail the test
+        t = loop.tick()
+    row = loop.reg.get(r1)
+    assert row is not None and row.rerent_of == dead.label, row
+    assert not loop.reg.get(dead.label).live  # type: ignore[union-attr]
+    assert t.owed == [], t.owed
+
+
 def test_a_registry_with_no_live_row_adopts_nothing_and_sweeps_nothing(tmp_path: Path) -> None:
     loop, vast, _ = make(tmp_path)
     row = add_box(loop, vast, 1)
