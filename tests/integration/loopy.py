@@ -13,6 +13,7 @@ import pytest
 from fleet_cli import REPO, FleetCli, wait_for, workspace
 
 from fleet.core.boxes import Row
+from fleet.state.loop_memory import Memory
 from fleet.state.registry import Registry
 from sandbox import manage
 from sandbox.control_client import ControlClient
@@ -47,6 +48,15 @@ class Loopy(FleetCli):
                     and len(t["well"]) == self.boxes)
         wait_for("a settled fleet", settled, timeout=600, poll_s=1)
         return self.live()
+
+    def window_passed(self, seconds: float = 3600) -> None:
+        """As if the disruption window (`seconds`) had passed since the loop's last destroys:
+        their records in loop.json move that far back, and the budget is whole again."""
+        path = self.tmp / "state" / "loop.json"
+        mem = Memory.load(path)
+        for r in mem.disruptions:
+            r["at_epoch"] = float(r["at_epoch"]) - seconds
+        mem.save(path)
 
     def without_faults(self) -> Iterator[None]:
         """For an autouse fixture: no fault queued before or after a test."""
