@@ -44,6 +44,8 @@ suite() {
         >"$log" 2>&1 &
     local bench=$!
     .venv/bin/pytest -q || status=$?
+    # the fleet loop under generated faults: 500 seeds (tests/sim/conftest.py), a few minutes
+    .venv/bin/pytest -q -p no:cacheprovider tests/sim || status=$?
     # pyinfra-testing monkeypatches with gevent on import: its own process
     .venv/bin/pytest -q -p no:cacheprovider tests/pyinfra || status=$?
     wait "$bench" || bench_status=$?

@@ -94,10 +94,15 @@ def agent_vs_supervisord(out: str) -> None:
         assert re.search(rf"^\| {supervisor} \| 3 \| [\d.]+ ms \|", out, re.M), out
 
 
+def sim_soak(out: str) -> None:
+    d = first_json(out)
+    assert d["seeds"] == 8 and d["failed"] == 0 and numbers(d["seeds_per_s"]), d
+
+
 MEASURED: dict[str, Callable[[str], None]] = {
     f"{check.__name__}.py": check for check in (
         agent_vs_supervisord, boxes_ready, demo_repeat, inventory_1000, loop, mesh_replace,
-        nvml_device, oneshot, publish, standing_convert)
+        nvml_device, oneshot, publish, sim_soak, standing_convert)
 }
 
 
