@@ -13,8 +13,10 @@ healthy boxes.
    market) whose roster wants N RTX 4090 boxes (half per provider), filled and
    converted by the loop (a box RunPod placed on another driver is unfit and replaced),
    then settled; then `fleet loop --once` three times (--ticks). Per tick: the loop
-   process's CPU (user + system; it starts Python and imports pyinfra each time), and the SSH
-   requests each box's sshd logged (LogLevel VERBOSE: each exec'd command or sftp start is one).
+   process's CPU (user + system, with the programs it starts and waits for: it starts Python
+   and imports pyinfra each time, and reads each box through the system's `ssh`), split into
+   the loop process's own and its children's (the `ssh` clients), and the SSH requests each
+   box's sshd logged (LogLevel VERBOSE: each exec'd command or sftp start is one).
    Target: at most one SSH command per healthy box per tick.
 """
 
@@ -46,6 +48,19 @@ from standing_convert import requests_per_box  # noqa: E402
 # per provider, a market of four machines per wanted box (each holding one to eight GPUs,
 # a third of them on another driver or without a direct port): enough RTX 4090s for all
 CARD = "RTX 4090"
+# `fleet loop --once` run as the console script runs it, saying at its end on stderr how its
+# CPU splits: its own (every thread) and its children's (the programs it started and waited for)
+SPLIT = '''
+import json, resource, runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    print("bench-cpu " + json.dumps({"own_s": own.ru_utime + own.ru_stime,
+                                      "children_s": kids.ru_utime + kids.ru_stime}),
+          file=sys.stderr, flush=True)
+'''
 
 
 def roster(boxes: int) -> list[tuple[str, str, int]]:
@@ -100,6 +115,17 @@ class Sandbox:
     def tick(self) -> dict[str, Any]:
         out = self.fleet("loop", "--once", "--json")
         return json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
+
+    def measured_tick(self) -> tuple[dict[str, Any], dict[str, float]]:
+        """One `fleet loop --once`, and how its CPU split (SPLIT)."""
+        r = subprocess.run([sys.executable, "-c", SPLIT, str(BIN / "fleet"), "loop", "--once",
+                            "--json"], cwd=REPO, env=self.env, capture_output=True, text=True,
+                           timeout=3600)
+        if r.returncode != 0:
+            raise SystemExit(f"fleet loop --once failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+        split = [ln for ln in r.stderr.splitlines() if ln.startswith("bench-cpu ")][-1]
+        return (json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1]),
+                json.loads(split.removeprefix("bench-cpu ")))
 
     def settle(self, boxes: int, ticks: int = 30) -> None:
         """Tick until every wanted box is well; a market that cannot fill the roster ends
@@ -159,7 +185,7 @@ def healthy_ticks(boxes: int, rounds: int = 3) -> dict[str, Any]:
             seen = requests_per_box(Path(tmp) / "sandbox")
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             w0 = time.perf_counter()
-            t = sb.tick()
+            t, split = sb.measured_tick()
             wall = time.perf_counter() - w0
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             now = requests_per_box(Path(tmp) / "sandbox")
@@ -167,12 +193,17 @@ def healthy_ticks(boxes: int, rounds: int = 3) -> dict[str, Any]:
             cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
             assert len(t["well"]) == boxes and not t["actions"], t
             runs.append({"wall_s": round(wall, 2), "cpu_s": round(cpu, 3),
+                         "cpu_s_loop_own": round(split["own_s"], 3),
+                         "cpu_s_ssh_clients": round(split["children_s"], 3),
                          "tick_s": t["took_s"], "ssh_requests_max": max(per_box),
                          "ssh_requests_total": sum(per_box)})
         best = min(runs, key=lambda r: r["cpu_s"])
         return {"boxes": boxes, "fill_and_convert_s": round(filled, 1), "runs": runs,
                 "cpu_s_best": best["cpu_s"],
                 "cpu_s_per_box_best": round(best["cpu_s"] / boxes, 4),
+                "cpu_s_loop_own_best": best["cpu_s_loop_own"],
+                "cpu_s_ssh_clients_best": best["cpu_s_ssh_clients"],
+                "ssh_requests_per_tick_max": max(r["ssh_requests_total"] for r in runs),
                 "ssh_requests_per_box_max": max(r["ssh_requests_max"] for r in runs)}
 
 
