@@ -1228,15 +1228,18 @@ class Loop:
         seen = {}
         grace = self.cfg.loop.orphan_grace_s
         ours = []
+        rows = self.reg.rows()
+        given_up = {r.label for r in rows if not r.live}
         for b in v.orphans:
             label = b.label or ""
             key = f"{b.provider}/{b.box_id}"
             if key in self._adopted:
                 continue  # no orphan any more: its row was written this tick
             if not (form.match(label) or labels.role_prefixed(label, roles)
-                    or key in v.duplicates):
+                    or key in v.duplicates or label in given_up):
                 continue  # another fleet's or a person's box, under no role of ours
             what = "a second box under a live label" if key in v.duplicates else \
+                "its rent was given up or its box destroyed" if label in given_up else \
                 "not in the registry"
             t.orphans.append(f"{b.label} ({key})")
             if not form.match(label):
@@ -1245,7 +1248,6 @@ class Loop:
                 continue
             seen[key] = mem.orphans.get(key, now_iso())
             ours.append((b, key, what))
-        rows = self.reg.rows()
         live = [r for r in rows if r.live]
         recorded = {r.label for r in rows}
         unrecorded = sorted(b.label for b, _, _ in ours if b.label not in recorded)

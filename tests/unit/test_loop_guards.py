@@ -110,6 +110,25 @@ def test_a_second_box_under_a_live_label_is_an_orphan_and_never_the_one_checked(
 
 # -- never destroy what it does not own ----------------------------------------------------
 
+def test_a_box_landing_under_a_given_up_hand_label_is_reported_never_destroyed(
+        tmp_path: Path) -> None:
+    """A hand-labelled rent given up at its deadline, whose create lands after all: it bills,
+    so every tick says so (before: a label under no role's prefix was never said)."""
+    loop, vast, _ = make(tmp_path)
+    add_box(loop, vast, 1)
+    loop.reg.add(Row(label="web1", provider="vast", role="live", kind="standing",
+                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3))
+    loop.reg.update("web1", status="failed", destroyed_at=LONG_AGO)
+    vast.listed["7"] = Box("vast", "7", "web1", "RTX 4090", 1, 0.3, "running")
+    t = loop.tick()
+    assert t.orphans == ["web1 (vast/7)"], t.actions
+    assert any("orphan web1 (vast/7" in a and "given up" in a and "never destroyed" in a
+               for a in t.actions), t.actions
+    age_orphans(loop)
+    loop.tick()
+    assert vast.destroyed == []
+
+
 def test_a_persons_box_and_another_registrys_are_reported_and_never_destroyed(
         tmp_path: Path) -> None:
     loop, vast, _ = make(tmp_path)
