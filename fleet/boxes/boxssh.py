@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 
 CONNECT_TIMEOUT_S = 15
+# the key exchange of a status read: OpenSSH 9's default (sntrup761x25519, post-quantum) costs
+# about 80 ms of the operator's CPU per connection, ten times curve25519's, and the loop reads
+# every box's status every tick (bench/RESULTS.md); a status carries no secret worth that
+STATUS_KEX = "curve25519-sha256,curve25519-sha256@libssh.org"
 
 
 def argv(cfg: Config, row: Row, command: str) -> list[str]:
@@ -40,17 +44,18 @@ def argv(cfg: Config, row: Row, command: str) -> list[str]:
                 command)
 
 
-def host_argv(data: Mapping[str, Any], command: str) -> list[str]:
+def host_argv(data: Mapping[str, Any], command: str, kex: str | None = None) -> list[str]:
     """`ssh` to an inventory host, as its host data says (the pyinfra keys `ssh_hostname`,
-    `ssh_port`, `ssh_user`, `ssh_key`, `ssh_known_hosts_file`, ...)."""
+    `ssh_port`, `ssh_user`, `ssh_key`, `ssh_known_hosts_file`, ...); `kex`: the key exchange
+    algorithms, where not OpenSSH's default."""
     return _ssh(str(data["ssh_key"]), str(data["ssh_known_hosts_file"]),
                 str(data.get("ssh_user") or "root"), str(data["ssh_hostname"]),
                 int(data.get("ssh_port") or 22), command,
-                strict=data.get("ssh_strict_host_key_checking") != "accept-new")
+                strict=data.get("ssh_strict_host_key_checking") != "accept-new", kex=kex)
 
 
 def _ssh(key: str, known_hosts: str, user: str, host: str, port: int, command: str, *,
-         strict: bool = True) -> list[str]:
+         strict: bool = True, kex: str | None = None) -> list[str]:
     """`ssh` with the fleet's key, checked against the host keys the fleet pinned (`strict`;
     else a box not pinned yet is accepted and its key recorded). ssh's own errors (a host key
     that differs from the pinned one) reach stderr; its warnings do not."""
@@ -61,7 +66,8 @@ def _ssh(key: str, known_hosts: str, user: str, host: str, port: int, command: s
             "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", "ServerAliveInterval=15",
             # AES-GCM runs on the CPU's AES instructions: outputs stream about 1.5x faster
             # than with OpenSSH's default chacha20 (bench/oneshot.py)
-            "-o", "Ciphers=^aes128-gcm@openssh.com", f"{user}@{host}", command]
+            "-o", "Ciphers=^aes128-gcm@openssh.com",
+            *(("-o", f"KexAlgorithms={kex}") if kex else ()), f"{user}@{host}", command]
 
 
 @dataclass
@@ -90,7 +96,7 @@ def read_fact(data: Mapping[str, Any], fact: FactBase[Any], root: str,
     host data's `ssh_connect_retries` says (a reset during the handshake is a flake)."""
     asked = fact.command(root=root)
     text = asked if isinstance(asked, str) else asked.get_raw_value()
-    argv = host_argv(data, f"echo {_CONNECTED} && {{ {text}; }}")
+    argv = host_argv(data, f"echo {_CONNECTED} && {{ {text}; }}", kex=STATUS_KEX)
     retries = int(data.get("ssh_connect_retries") or 0)
     read = _read_once(argv, fact, deadline_s)
     for attempt in range(retries):
