@@ -243,7 +243,7 @@ class Loop:
         self._adopt_unrecorded(t, v, failed)
         resumed, late = self._resume_unfinished(t, v, failed)
         health = self._judge(t, mem, v, failed)
-        self._give_up(t, late, sees=self._sees)
+        self._give_up(t, mem, late, sees=self._sees)
         self._replace_dead(t, mem, v)
         self._finish_moves(t, mem, health, failed)
         mem.save(self.memory_path)  # the destroys and the re-rents they owe, before any rent
@@ -1151,11 +1151,13 @@ class Loop:
         self._act(t, f"{row.label}: unfinished rent given up (no box under its label after "
                      f"{age:.0f} s)")
 
-    def _give_up(self, t: Tick, late: list[Late], sees: set[str]) -> None:
+    def _give_up(self, t: Tick, mem: Memory, late: list[Late], sees: set[str]) -> None:
         """Destroy the unfinished rents' boxes given up this tick; `sees`: the providers whose
         boxes answered the fleet's SSH this tick with no breaker open (else a box the provider
         calls ready but that never answered may be the fleet's own blindness: kept, and
-        said)."""
+        said). The machine of a box its provider lists exited before it was ever ready is
+        passed over like an unfit one (`UNFIT_MACHINE_S`): its container does not start
+        there, and the next rent must not land on it again."""
         for g in late:
             if g.sight and g.row.provider not in sees:
                 self._act(t, f"{g.row.label}: {g.why}; kept: no box of {g.row.provider} "
@@ -1171,6 +1173,8 @@ class Loop:
             self.reg.update(g.row.label, status="destroyed", destroyed_at=now_iso(),
                             note=f"{g.why}: destroyed")
             self._act(t, f"{g.row.label}: destroyed: {g.why}")
+            if g.box.status == "exited" and g.box.machine_id:
+                mem.unfit_machines[f"{g.row.provider}/{g.box.machine_id}"] = now_iso()
 
     def _destroy_wanted(self, t: Tick, failed: set[str]) -> None:
         """Destroy the boxes a rent wanted gone but could not destroy (over budget at the

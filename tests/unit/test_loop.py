@@ -399,3 +399,28 @@ def test_a_listing_that_failed_for_the_budget_refuses_the_ticks_rents_without_as
     assert loop.reg.live_rows() == [] and calls["n"] == 2, calls
     assert [o.reason.startswith("over budget") and "429" in o.reason for o in t.owed] == \
         [True] * 3
+
+
+def test_a_machine_whose_box_exits_before_it_is_ready_is_not_rented_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its container does not start there (a bad host): each tick rented it again, and paid
+    for every start, until the machine is passed over like an unfit one."""
+    loop, vast, _ = renting_loop(tmp_path, monkeypatch, count=1)
+    bad = Offer("vast", "9", "RTX 4090", 1, 0.2, driver="580.95.05", machine_id="m-bad")
+    good = Offer("vast", "8", "RTX 4090", 1, 0.3, driver="580.95.05", machine_id="m-good")
+    vast.market = [bad, good]
+    rented: list[str | None] = []
+    real = vast.rent
+
+    def rent(offer: Offer, req: RentRequest) -> Box:
+        rented.append(offer.machine_id)
+        box = real(offer, req)
+        if offer.machine_id == "m-bad":  # its container fails to start
+            box.status, box.machine_id = "exited", "m-bad"
+        return box
+
+    vast.rent = rent  # type: ignore[method-assign]
+    for _ in range(3):
+        loop.tick()
+    assert rented == ["m-bad", "m-good"], rented  # before: m-bad, m-bad, m-bad
+    assert "vast/m-bad" in Memory.load(loop.memory_path).unfit_machines
