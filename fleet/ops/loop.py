@@ -486,8 +486,7 @@ class Loop:
             box = listed.get(label)
             # a box its provider reports down loses nothing alive: never held, still counted
             judged = box is not None and box.status not in disruption.REPORTED_DOWN
-            spent = self._spend(t, mem, row.role, label, t.dead[label], judged=judged)
-            if spent is None:
+            if self._spend(t, mem, row.role, label, t.dead[label], judged=judged) is None:
                 continue
             try:
                 if box is not None:
@@ -501,7 +500,6 @@ class Loop:
                     self.reg.mark_destroyed(label, "vanished")
                     self._act(t, f"{label}: marked vanished (no provider lists it)")
             except (ProviderError, KeyError) as e:
-                self._unspend(mem, spent)
                 self._act(t, f"{label}: destroying the dead box failed ({e}); tried again "
                              "next tick")
                 continue
@@ -524,8 +522,15 @@ class Loop:
         """Take one destroy of `role`'s box `label` from the disruption budget, saved before
         the destroy (a loop killed after it still counts it); None, said, when the budget is
         spent and the box is kept. A destroy that is not the loop's own judgement (`judged`
-        False: its provider reports the box down) is never held, and counts all the same."""
+        False: its provider reports the box down) is never held, and counts all the same. A
+        destroy that failed is never given back (its terminate may have gone through: the
+        provider's answer lost, the box slow to leave the listing); trying the same box again
+        within the window spends nothing more."""
         now, loop = time.time(), self.cfg.loop
+        again = [r for r in disruption.recent(mem.disruptions, role, now,
+                                              loop.disruption_window_s) if r["label"] == label]
+        if again:
+            return again[0]
         if judged:
             wanted = sum(w.count for w in self.cfg.roster if w.role == role)
             held = disruption.refusal(mem.disruptions, role, wanted, loop.disruption_fraction,
@@ -537,11 +542,6 @@ class Loop:
         disruption.record(mem.disruptions, role, label, why, now)
         mem.save(self.memory_path)
         return mem.disruptions[-1]
-
-    def _unspend(self, mem: Memory, spent: dict[str, Any]) -> None:
-        """Give back what a destroy that did not happen took from the budget."""
-        mem.disruptions = [r for r in mem.disruptions if r is not spent]
-        mem.save(self.memory_path)
 
     # -- peers files ----------------------------------------------------------------------
 
@@ -683,13 +683,9 @@ class Loop:
         disruption budget only."""
         if row.provider in failed or row.label in self._unsure:
             return False
-        spent = self._spend(t, mem, row.role, row.label, what)
-        if spent is None:
+        if self._spend(t, mem, row.role, row.label, what) is None:
             return False
-        if not self._destroy_row(t, row, failed, what):
-            self._unspend(mem, spent)
-            return False
-        return True
+        return self._destroy_row(t, row, failed, what)
 
     def _destroy_row(self, t: Tick, row: Row, failed: set[str], what: str) -> bool:
         """Destroy the box of a row the registry owns, by its provider id, and mark the row
@@ -812,10 +808,9 @@ class Loop:
                     f"{row.provider} offers no {row.card} x{row.gpu_count} that maps one"
                 self._act(t, f"{said}it stays, tried again next tick: {asked}")
             return None  # a crowded box's row already says why it shares its place
-        label = labels.rerent_label(row.label, {r.label for r in rows})
         try:
             res = rent_mod.rent(self.cfg, self.reg, role, fit, self.providers,
-                                label=label if len(label) <= labels.MAX_LEN else None,
+                                label=self._successor(row.label, rows),
                                 move_of=row.label, move_for=move_for, account=self._account())
         except (BudgetExceeded, ProviderError, UsageError) as e:
             what = "a replacement that maps one" if said else \
@@ -963,11 +958,16 @@ class Loop:
         return f"no capacity: no {o.card} x{o.gpus} offered{tier}"
 
     def _label(self, o: Owe) -> str | None:
-        if not o.rerent_of:
-            return None  # a roster box gets a generated label
-        label = labels.rerent_label(o.rerent_of, {r.label for r in self.reg.rows()})
-        # a hand-given label's `-r<n>` may pass what the providers take: a generated one
-        return label if len(label) <= labels.MAX_LEN else None
+        return self._successor(o.rerent_of, self.reg.rows()) if o.rerent_of else None
+
+    def _successor(self, label: str, rows: list[Row]) -> str | None:
+        """The label of the box taking over from `label` (a re-rent or a move): its `-r<n>`
+        where `label` has the fleet's exact form; else None, a generated label. A person may
+        well call the box replacing their `web1` `web1-r1`: found by that label, theirs
+        would be taken for the fleet's, adopted, even destroyed."""
+        if not self._form().match(label):
+            return None
+        return labels.rerent_label(label, {r.label for r in rows})
 
     # -- unfinished rents -------------------------------------------------------------------
 
@@ -1021,10 +1021,8 @@ class Loop:
         + a box found is recorded; one that is SSH-ready has its host key pinned
         + a box its provider lists exited before it was ever ready is given up at once; one
           still not ready past the deadline is given up then
-        + a row under a hand-given label is never resumed onto a box found by label
-          (`_hand_labelled`); one under the `-r<n>` the loop gave a re-rent or a move of a
-          hand-labelled box is (`_rerent_label`), unless its provider lists more than one box
-          under it (`_twins`)
+        + a row under a label not of the fleet's form (a hand-given one, or an older loop's
+          `-r<n>` of one) is never resumed onto a box found by label (`_hand_labelled`)
         A provider that does not answer leaves its rows as they are."""
         listed = {row.label: box for row, box in v.matched}
         form = self._form()
@@ -1041,11 +1039,8 @@ class Loop:
             age = now - _epoch(row.created_at) if row.created_at else 0.0
             try:
                 if not row.provider_id and not form.match(row.label):
-                    if not _rerent_label(row):
-                        self._hand_labelled(t, v, p, row, age)
-                        continue
-                    if self._twins(t, v, row):
-                        continue
+                    self._hand_labelled(t, v, p, row, age)
+                    continue
                 box = listed.get(row.label) or lifecycle.find_unfinished(p, row)
                 if box is None:
                     gap = self._gap(v, row.provider) if row.provider_id else None
@@ -1084,19 +1079,6 @@ class Loop:
         if pinned:
             write_known_hosts(self.cfg.known_hosts, self.reg.rows())
         return pinned, late
-
-    def _twins(self, t: Tick, v: View, row: Row) -> bool:
-        """Whether `row`'s provider lists more than one box under the `-r<n>` the loop gave it
-        (said): its label is not of the fleet's form, so one may be a person's, and none is
-        adopted or destroyed."""
-        under = _under_label(v, row)
-        if len(under) < 2:
-            return False
-        self._act(t, f"{row.label}: {row.provider} lists {len(under)} boxes under its label "
-                     f"({', '.join(b.box_id for b in under)}): none adopted or destroyed; "
-                     f"destroy the one that is not the fleet's at {row.provider} and the loop "
-                     "resumes the other")
-        return True
 
     def _hand_labelled(self, t: Tick, v: View, p: Provider, row: Row, age: float) -> None:
         """An unfinished rent under a hand-given label that never learnt its box's id. Found
@@ -1284,14 +1266,12 @@ class Loop:
                 continue
             role = row.role if row is not None else next(
                 r for r in sorted(roles, key=len, reverse=True) if b.label.startswith(f"{r}-"))
-            spent = self._spend(t, mem, role, f"orphan {b.label} ({key})", what,
-                                judged=b.status not in disruption.REPORTED_DOWN)
-            if spent is None:
+            if self._spend(t, mem, role, f"orphan {b.label} ({key})", what,
+                           judged=b.status not in disruption.REPORTED_DOWN) is None:
                 continue
             try:
                 self.providers[b.provider].destroy(b.box_id)
             except ProviderError as e:
-                self._unspend(mem, spent)
                 self._act(t, f"orphan {b.label} ({key}): destroy failed ({e})")
                 continue
             seen.pop(key)
@@ -1299,13 +1279,6 @@ class Loop:
         # a provider that did not answer keeps its orphans' first-seen times
         mem.orphans = seen | {k: v for k, v in mem.orphans.items()
                               if k.split("/", 1)[0] in failed}
-
-
-def _rerent_label(row: Row) -> bool:
-    """Whether `row`'s label is the `-r<n>` the loop gave it, a re-rent or a move of a box
-    under another label (`Loop._label`, `Loop._move`): the loop chose it, a person did not."""
-    of = row.rerent_of or row.move_of
-    return of is not None and labels.is_rerent_label(row.label, of)
 
 
 def _under_label(v: View, row: Row) -> list[Box]:

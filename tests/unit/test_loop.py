@@ -228,13 +228,14 @@ def test_an_unreadable_listing_row_is_never_dead_destroyed_or_swept(tmp_path: Pa
 
 def test_rerent_labels_count_up_from_the_first_box(tmp_path: Path) -> None:
     loop, vast, _ = make(tmp_path)
-    standing_box(loop, vast, "live-vast-aaaaaa")
-    owe = Owe("live", "vast", "RTX 4090", 1, "2026-01-01T00:00:00Z", rerent_of="live-vast-aaaaaa")
-    assert loop._label(owe) == "live-vast-aaaaaa-r1"
-    loop.reg.add(Row(label="live-vast-aaaaaa-r1", provider="vast", role="live", kind="standing",
+    first = f"live-{loop.reg.fleet_id()}-vast-aaaaaa"
+    standing_box(loop, vast, first)
+    owe = Owe("live", "vast", "RTX 4090", 1, "2026-01-01T00:00:00Z", rerent_of=first)
+    assert loop._label(owe) == f"{first}-r1"
+    loop.reg.add(Row(label=f"{first}-r1", provider="vast", role="live", kind="standing",
                      card="RTX 4090", gpu_count=1, usd_per_hour=0.3))
-    owe.rerent_of = "live-vast-aaaaaa-r1"
-    assert loop._label(owe) == "live-vast-aaaaaa-r2"
+    owe.rerent_of = f"{first}-r1"
+    assert loop._label(owe) == f"{first}-r2"
 
 
 def test_an_unreadable_memory_is_one_clear_error(tmp_path: Path) -> None:

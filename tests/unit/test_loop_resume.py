@@ -1,9 +1,9 @@
-"""Unfinished rents outside the fleet's own label form (the fakes of test_loop.py): the `-r<n>`
-the loop gave a re-rent or a move of a hand-labelled box is the loop's own label, resumed like
-any; a row under a hand-given label is never resumed onto a box found by its label (it may be
-a person's), and is given up at its deadline once its provider lists no box under it, so its
-roster place is rented anew. Never blind: not while its provider fails or its listing has a
-gap."""
+"""Unfinished rents outside the fleet's own label form (the fakes of test_loop.py): the box
+replacing a hand-labelled one gets a label of the fleet's form, resumed like any; a row under a
+hand-given label (or an older loop's `-r<n>` of one) is never resumed onto a box found by its
+label (it may be a person's), and is given up at its deadline once its provider lists no box
+under it, so its roster place is rented anew. Never blind: not while its provider fails or its
+listing has a gap."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_loop import FakeVast, make, standing_box
+from test_loop import FakeVast, make
 from test_loop_guards import BlindVast, add_box, blind
 
 from fleet.boxes import lifecycle
@@ -19,7 +19,6 @@ from fleet.core.boxes import Row
 from fleet.core.errors import ProviderError
 from fleet.ops import loop as loop_mod
 from fleet.providers.base import Box, Unreadable
-from fleet.state.loop_memory import Memory
 
 LONG_AGO = "2000-01-01T00:00:00Z"
 
@@ -50,61 +49,34 @@ def hand_row_kept(loop: loop_mod.Loop, label: str = "web1") -> None:
     assert row.provider_id is None and row.host_key is None, row
 
 
-# -- the loop's own `-r<n>` -------------------------------------------------------------------
+# -- the loop's successor of a hand-labelled box -----------------------------------------------
 
-@pytest.mark.parametrize("took_over", ["rerent_of", "move_of"])
-def test_the_loops_own_rerent_of_a_hand_labelled_box_is_resumed_and_converted(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, took_over: str) -> None:
-    loop, vast, _ = make(tmp_path)
-    standing_box(loop, vast, label="web1", box_id="1")  # `fleet rent live --label web1`
-    if took_over == "rerent_of":  # it died and was destroyed; a move keeps it until done
-        loop.reg.mark_destroyed("web1")
-        vast.listed.clear()
-    # the loop's rent of web1-r1: its create's outcome was unknown, and its box landed later
-    unfinished(loop, "web1-r1", loop_mod.now_iso(), **{took_over: "web1"})
-    listed(vast, "900", "web1-r1")
-    converged = converged_into(loop, monkeypatch)
-    t = loop.tick()
-    row = loop.reg.get("web1-r1")
-    assert row is not None and row.provider_id == "900" and row.host_key == "ssh-ed25519 BBBB"
-    assert converged == [["web1-r1"]] and t.converged == ["web1-r1"], t.actions
-
-
-def test_the_loops_own_rerent_of_a_hand_labelled_box_never_ready_is_given_up_at_its_deadline(
+def test_the_box_replacing_a_hand_labelled_one_gets_a_label_of_the_fleets_form(
         tmp_path: Path) -> None:
+    """A person may call the box replacing their web1 `web1-r1` too: the loop's re-rent or
+    move of web1 is labelled in the fleet's own form, and resumed like any of its rents."""
     loop, vast, _ = make(tmp_path)
-    unfinished(loop, "web1-r1", LONG_AGO, rerent_of="web1")
-    listed(vast, "900", "web1-r1", status="provisioning")
-    t = loop.tick()
-    row = loop.reg.get("web1-r1")
-    assert vast.destroyed == ["900"], t.actions
-    assert row is not None and row.status == "destroyed" and not row.live
-    assert [o.rerent_of for o in t.owed] == [None]  # the roster's place is rented anew
+    fid = loop.reg.fleet_id()
+    assert loop._successor("web1", loop.reg.rows()) is None  # a generated label
+    ours = f"live-{fid}-vast-00000a"
+    assert loop._successor(ours, loop.reg.rows()) == f"{ours}-r1"
 
 
-def test_two_boxes_under_the_loops_rerent_label_are_neither_adopted_nor_destroyed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_persons_box_under_an_older_loops_rerent_label_is_never_taken(
+        tmp_path: Path) -> None:
+    """An older loop's re-rent of live-web1 as live-web1-r1, whose create never landed, and a
+    person's box under that label: never adopted or destroyed; the row is treated as a
+    hand-labelled one."""
     loop, vast, _ = make(tmp_path)
-    standing_box(loop, vast, label=f"live-{loop.reg.fleet_id()}-vast-00000b", box_id="2")
-    unfinished(loop, "web1-r1", LONG_AGO, rerent_of="web1")
-    listed(vast, "900", "web1-r1")
-    listed(vast, "901", "web1-r1")  # a person's box under the same label, say
-    converged = converged_into(loop, monkeypatch)
+    add_box(loop, vast, 1)
+    unfinished(loop, "live-web1-r1", loop_mod.now_iso(), rerent_of="live-web1")
+    listed(vast, "900", "live-web1-r1", status="exited")  # a person's, stopped by its owner
     for _ in range(3):
         t = loop.tick()
-        assert any(a.startswith("web1-r1: vast lists 2 boxes under its label (900, 901): "
-                                "none adopted or destroyed") for a in t.actions), t.actions
-        mem = Memory.load(loop.memory_path)  # the orphan's grace long past
-        mem.orphans = {k: LONG_AGO for k in mem.orphans}
-        mem.save(loop.memory_path)
-    assert vast.destroyed == [] and {"900", "901"} <= set(vast.listed)
-    hand_row_kept(loop, "web1-r1")
-    assert converged == []
-    vast.listed.pop("901")  # the operator destroys the one that is not the fleet's
-    loop.tick()
-    row = loop.reg.get("web1-r1")
-    assert row is not None and row.provider_id == "900" and row.host_key is not None
-    assert converged == [["web1-r1"]]
+    assert vast.destroyed == [], t.actions  # before: destroyed as "exited before it was ready"
+    assert any("live-web1-r1: an unfinished rent under a hand-given label; vast lists box 900"
+               in a for a in t.actions), t.actions
+    hand_row_kept(loop, "live-web1-r1")
 
 
 # -- a hand-given label -------------------------------------------------------------------------
