@@ -1289,15 +1289,17 @@ def _under_label(v: View, row: Row) -> list[Box]:
 
 def _replaced_by(label: str, rows: list[Row], v: View) -> tuple[str | None, str | None]:
     """What an adopted `<base>-r<n>` box took over from, as its rent would have recorded it
-    (rerent_of, move_of): the last box of its chain (`base`, `base-r1`, ...), moved while
-    that one's box is still listed, else re-rented (so it is not re-rented a second time)."""
+    (rerent_of, move_of): the newest box of its chain (`base`, `base-r1`, ...) that is live
+    and listed, moved (a move keeps its old box until done); else the newest of the chain,
+    re-rented (so it is not re-rented a second time)."""
     chain = [r for r in rows if r.label != label and labels.is_rerent_label(label, r.label)]
     if not chain:
         return None, None
-    last = max(chain, key=lambda r: r.created_at)
-    if last.live and any(row.label == last.label for row, _ in v.matched):
-        return None, last.label
-    return last.label, None
+    listed = {row.label for row, _ in v.matched}
+    standing = [r for r in chain if r.live and r.label in listed]
+    if standing:
+        return None, max(standing, key=lambda r: r.created_at).label
+    return max(chain, key=lambda r: r.created_at).label, None
 
 
 def _owes_no_port(was: Health | None) -> bool:

@@ -227,6 +227,27 @@ def test_an_adopted_rerent_covers_the_dead_box_it_replaced(
     assert t.owed == [], t.owed
 
 
+def test_an_adopted_second_move_moves_the_box_still_standing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry restored from between two moves of X: its first move X-r1 given up and
+    destroyed, its second X-r2 rented after the copy. X-r2 moves X (before: the re-rent of
+    the dead X-r1, and X and X-r2 both stood for good, one box more than the roster)."""
+    loop, vast, _ = make(tmp_path)
+    x = add_box(loop, vast, 1)
+    loop.reg.update(x.label, created_at="2026-01-01T00:00:00Z")
+    loop.reg.add(Row(label=f"{x.label}-r1", provider="vast", role="live", kind="standing",
+                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3, provider_id="2",
+                     move_of=x.label, move_for="place", created_at="2026-01-02T00:00:00Z"))
+    loop.reg.update(f"{x.label}-r1", status="destroyed", destroyed_at="2026-01-02T01:00:00Z")
+    vast.listed["3"] = Box("vast", "3", f"{x.label}-r2", "RTX 4090", 1, 0.3, "running",
+                           ssh_host="10.0.0.3", ssh_port=22, machine_id="m3")
+    monkeypatch.setattr(lifecycle, "fetch_host_key", lambda *a, **k: "ssh-ed25519 AAAA")
+    loop.converge_fn = lambda _c, labels: None  # type: ignore[assignment]
+    loop.tick()
+    r2 = loop.reg.get(f"{x.label}-r2")
+    assert r2 is not None and (r2.move_of, r2.rerent_of) == (x.label, None), r2
+
+
 def test_a_registry_with_no_live_row_adopts_nothing_and_sweeps_nothing(tmp_path: Path) -> None:
     loop, vast, _ = make(tmp_path)
     row = add_box(loop, vast, 1)
