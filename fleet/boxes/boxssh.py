@@ -76,12 +76,14 @@ class FactRead:
     the fact made of its output (None when it could not); `late`: the box started the command
     but did not finish it in time, so it is slow, not dead; `error`: why there is no value.
     A box whose sshd connects but never starts the command (a hung login) has not answered:
-    nothing can be read from or deployed to it, however long it keeps the connection."""
+    nothing can be read from or deployed to it, however long it keeps the connection
+    (`connected`: no retry helps it)."""
 
     value: Any = None
     answered: bool = False
     late: bool = False
     error: str | None = None
+    connected: bool = False  # ssh got through to the box, whatever became of the command
 
 
 _CONNECTED = "fleet-ssh-connected"  # printed first: from here on the command's deadline runs
@@ -100,7 +102,7 @@ def read_fact(data: Mapping[str, Any], fact: FactBase[Any], root: str,
     retries = int(data.get("ssh_connect_retries") or 0)
     read = _read_once(argv, fact, deadline_s)
     for attempt in range(retries):
-        if read.answered or read.late:
+        if read.answered or read.late or read.connected:
             break
         time.sleep(0.5 * (attempt + 1))
         read = _read_once(argv, fact, deadline_s)
@@ -123,8 +125,9 @@ def _read_once(argv: list[str], fact: FactBase[Any], deadline_s: float) -> FactR
                 proc.kill()
                 proc.wait()
                 if deadline is None:  # ssh connected (else it would have exited by now)
+                    waited = CONNECT_TIMEOUT_S + LOGIN_S + deadline_s
                     return FactRead(error="connected, but the command did not start within "
-                                    f"{LOGIN_S + deadline_s:g} s")
+                                    f"{waited:g} s", connected=True)
                 return FactRead(answered=True, late=True,
                                 error=f"did not finish within {deadline_s:g} s")
             for key, _ in sel.select(left):

@@ -117,10 +117,14 @@ def test_a_box_that_answers_ssh_but_not_with_a_status_is_not_read_as_dead(sshd: 
 
 def test_a_box_whose_login_never_ends_has_not_answered(sshd: Sshd,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    sshd.start(force_command="sleep 600")  # the shell never runs the command: a hung login
+    logins = sshd.tmp / "logins"
+    # the shell never runs the command: a hung login (each login noted, then hung)
+    sshd.start(force_command=f"echo login >> {logins}; sleep 600")
     monkeypatch.setattr(boxssh, "CONNECT_TIMEOUT_S", 2)
     monkeypatch.setattr(boxssh, "LOGIN_S", 1)
-    read = boxssh.read_fact(sshd.data(), AgentStatus(), "/root/fleet", 1)
+    read = boxssh.read_fact(sshd.data(ssh_connect_retries=2), AgentStatus(), "/root/fleet", 1)
     # the read returned at its deadline, and a box that never runs a command is not alive
     assert not read.answered and not read.late and read.value is None, read
-    assert "did not start within 2 s" in (read.error or ""), read
+    assert read.connected and "did not start within 4 s" in (read.error or ""), read
+    # connected: no retry helps (before: three logins, each the whole window)
+    assert logins.read_text().splitlines() == ["login"]
