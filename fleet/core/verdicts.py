@@ -17,6 +17,9 @@ class Health:
     provider: str
     ssh: bool = False
     agent: bool = False
+    # SSH did not answer, though its sshd took the connection and the login: the command never
+    # ran (a hung login). The path to the box works: a death, never the fleet's blindness
+    hung: bool = False
     synced: bool | None = None
     blocks: int | None = None
     exec_tip: int | None = None

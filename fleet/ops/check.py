@@ -196,6 +196,7 @@ def check(cfg: Config, built: Built) -> list[Health]:
     late: set[str] = set()
     unreadable: dict[str, str] = {}
     silent: dict[str, str] = {}  # SSH did not answer, and why
+    hung: set[str] = set()  # ... though ssh connected: the command never ran
     for (name, _data), read in zip(hosts, reads, strict=True):
         if read.late:  # SSH answered and the command started: slow, not a death
             late.add(name)
@@ -206,6 +207,8 @@ def check(cfg: Config, built: Built) -> list[Health]:
             by_name[name] = read.value  # None: SSH did not answer
             if not read.answered and read.error:
                 silent[name] = read.error
+            if read.connected:
+                hung.add(name)
     out = []
     roles = [str(data.get("role")) for _, data in hosts]
     now = now_iso()
@@ -218,6 +221,7 @@ def check(cfg: Config, built: Built) -> list[Health]:
                                 cfg.loop.interval_s)
         if name in silent:
             h.problems = [f"ssh: {silent[name][:200]}"]
+            h.hung = name in hung
         if name in unreadable:  # its agent is converged again, like a missing one
             h.problems = [f"agent: status unreadable ({unreadable[name][:200]})"]
         if name in late:  # SSH answered: not a death, and no deploy on a box this slow

@@ -341,8 +341,10 @@ class Loop:
         health = self.check_fn(self.cfg, Built(groups={"standing": hosts})) \
             if hosts and blind is None else []
         down = {h.label for h in health if not h.ssh}
-        # its provider lost the box's host too: a death both sides see, never the fleet's path
-        lost = {label for label, box in listed.items() if box.status == "unknown"}
+        # deaths that are no one's path: its provider lost the box's host too, or its sshd took
+        # the fleet's connection and login and never ran the command (the path works)
+        lost = {label for label, box in listed.items() if box.status == "unknown"} | \
+            {h.label for h in health if h.hung}
         quiet = down - lost
         if blind is None and len(quiet) >= 2 and 2 * len(quiet) > len(hosts):
             blind = (f"{len(quiet)} of {len(hosts)} boxes did not answer SSH at once: "
@@ -436,7 +438,8 @@ class Loop:
         open on the last tick stays open while none of the provider's boxes answers SSH (the
         path to it is not proven back): else the boxes it held would be destroyed one by one
         as the others are replaced. While it is open, the deaths the provider does not confirm
-        are not counted; one it confirms (a box it lists `unknown`: it lost the host too) is.
+        are not counted; one that is no one's path is (a box it lists `unknown`: it lost the
+        host too; a box whose sshd took the login and never ran the command).
         `answered`: the providers some of whose boxes answered SSH this tick."""
         stopped = {row.label for row, box in v.matched if box.status in ("exited", "stopped")}
         judged = (probed | v.unlisted) - stopped

@@ -187,7 +187,8 @@ class Cloud:
             h = Health(label, str(data.get("provider")))
             if inst is not None and inst.key in self.truth.hung and inst.phase == "running" \
                     and inst.provider not in self.truth.cut:
-                h.problems = ["ssh: connected, but the command did not start within 40 s"]
+                h.problems = ["ssh: connected, but the command did not start within 75 s"]
+                h.hung = True
             elif not self.answers_ssh(inst):
                 h.problems = ["ssh: box did not answer"]
             elif inst is not None and inst.key not in self.truth.converted:

@@ -162,6 +162,29 @@ def test_a_ready_rent_the_fleet_cannot_reach_counts_for_its_providers_breaker(
     assert vast.destroyed == []
 
 
+def test_hung_logins_are_deaths_no_breaker_holds(tmp_path: Path) -> None:
+    """Both boxes of a provider whose sshd takes the login and never runs the command: the
+    path to them works, so no breaker holds them (before: kept, dead, for ever); the
+    disruption budget alone paces them."""
+    loop, vast, runpod = two_providers(tmp_path)
+    v1, v2 = add(loop, vast, 1), add(loop, vast, 2)
+    add(loop, runpod, 3)
+
+    def check(_cfg: Any, built: Any) -> list[Health]:
+        return [Health(lb, "vast", hung=lb in (v1.label, v2.label), ssh=lb not in
+                       (v1.label, v2.label), agent=lb not in (v1.label, v2.label),
+                       problems=["ssh: connected, but the command did not start within 75 s"]
+                       if lb in (v1.label, v2.label) else [])
+                for lb, _ in built.groups["standing"]]
+
+    loop.check_fn = check
+    for _ in range(2):
+        t = loop.tick()
+        assert set(t.dead) == {v1.label, v2.label}, t.actions  # before: held for ever
+        assert not any(a.startswith("breaker:") for a in t.actions), t.actions
+    assert vast.destroyed == ["1"]  # the second waits on the disruption budget
+
+
 def test_a_box_whose_host_its_provider_lost_but_that_answers_ssh_is_alive(
         tmp_path: Path) -> None:
     loop, vast, runpod = two_providers(tmp_path)
