@@ -341,10 +341,15 @@ class Loop:
         health = self.check_fn(self.cfg, Built(groups={"standing": hosts})) \
             if hosts and blind is None else []
         down = {h.label for h in health if not h.ssh}
-        # deaths that are no one's path: its provider lost the box's host too, or its sshd took
-        # the fleet's connection and login and never ran the command (the path works)
-        lost = {label for label, box in listed.items() if box.status == "unknown"} | \
-            {h.label for h in health if h.hung}
+        # deaths that are no one's path, of boxes their provider lists: it lost the box's host
+        # too, or the box's sshd took the fleet's login and never ran the command (the path
+        # works). A box it does not list may be its blindness: the breaker's to judge
+        lost = {label for label, box in listed.items()
+                if box.status == "unknown" or label in {h.label for h in health if h.hung}}
+        # "no such box" by id from a provider whose listing shows the fleet's other boxes: the
+        # key sees the fleet's account, so the box is gone (a restored registry's stale row)
+        seeing = {row.provider for row, _ in v.matched}
+        lost |= {r.label for r in v.gone if r.provider in seeing}
         quiet = down - lost
         if blind is None and len(quiet) >= 2 and 2 * len(quiet) > len(hosts):
             blind = (f"{len(quiet)} of {len(hosts)} boxes did not answer SSH at once: "
@@ -532,7 +537,9 @@ class Loop:
         now, loop = time.time(), self.cfg.loop
         again = [r for r in disruption.recent(mem.disruptions, role, now,
                                               loop.disruption_window_s) if r["label"] == label]
-        if again:
+        if again:  # its window runs from this try: the destroy may happen only now
+            again[0].update(at=now_iso(), at_epoch=now)
+            mem.save(self.memory_path)
             return again[0]
         if judged:
             wanted = sum(w.count for w in self.cfg.roster if w.role == role)

@@ -185,6 +185,49 @@ def test_hung_logins_are_deaths_no_breaker_holds(tmp_path: Path) -> None:
     assert vast.destroyed == ["1"]  # the second waits on the disruption budget
 
 
+def test_a_hung_box_its_provider_no_longer_lists_is_held_like_its_other_boxes(
+        tmp_path: Path) -> None:
+    """Found by the simulation: the key sees an empty account (a listing with none of the
+    fleet's boxes, no such box by id) while one box's login hangs. Its death is the
+    breaker's to judge: before, it was marked vanished, re-rented, and swept when the
+    account came back."""
+    loop, vast, runpod = two_providers(tmp_path)
+    v1, _ = add(loop, vast, 1), add(loop, vast, 2)
+    add(loop, runpod, 3)
+    blank = Blank()
+    blank.listed = vast.listed
+    loop.providers["vast"] = blank
+    blank.blank = True
+
+    def check(_cfg: Any, built: Any) -> list[Health]:
+        return [Health(lb, "vast", hung=lb == v1.label, ssh=lb != v1.label,
+                       agent=lb != v1.label) for lb, _ in built.groups["standing"]]
+
+    loop.check_fn = check
+    for _ in range(3):
+        t = loop.tick()
+        assert v1.label not in t.dead, t.actions
+    assert all(r.live for r in loop.reg.rows()), loop.reg.rows()
+
+
+def test_no_such_box_from_a_provider_that_lists_the_fleet_is_a_death_its_breaker_never_holds(
+        tmp_path: Path) -> None:
+    """Found by the simulation: a registry restored from an older copy holds two rows whose
+    boxes were destroyed since; the provider lists the fleet's third box and says it has no
+    box of those ids. Before: its breaker (2 of 3 failing) held them as live for ever."""
+    loop, vast, runpod = two_providers(tmp_path)
+    v1, v2, v3 = add(loop, vast, 1), add(loop, vast, 2), add(loop, vast, 3)
+    add(loop, runpod, 4)
+    del vast.listed["1"], vast.listed["2"]
+    ssh_down_for(loop, {v1.label, v2.label})
+    for _ in range(2):
+        t = loop.tick()
+    assert {v1.label, v2.label} <= set(t.dead), t.actions
+    rows = {r.label: r for r in loop.reg.rows()}
+    assert not rows[v1.label].live and not rows[v2.label].live, t.actions
+    assert rows[v3.label].live
+
+
 def test_a_box_whose_host_its_provider_lost_but_that_answers_ssh_is_alive(
         tmp_path: Path) -> None:
     loop, vast, runpod = two_providers(tmp_path)
