@@ -63,6 +63,7 @@ import os
 import re
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -848,6 +849,15 @@ class Loop:
         replaced = {r.rerent_of for r in live if r.rerent_of} | \
             {r.move_of for r in live if r.move_of}
         mem.rerents = [o for o in mem.rerents if o.rerent_of not in replaced]
+        # a re-rent is owed only while its roster entry is short: a box adopted from a
+        # registry behind the account may already fill the place (never rent past the roster)
+        wanted = {(w.role, w.provider, w.card, w.gpus): w.count for w in self.cfg.roster}
+        have_of = Counter((r.role, r.provider, r.card, r.gpu_count) for r in live)
+        for o in list(mem.rerents):
+            if o.shape() in wanted and have_of[o.shape()] >= wanted[o.shape()]:
+                mem.rerents.remove(o)
+            elif o.shape() in wanted:
+                have_of[o.shape()] += 1  # the next re-rent of the shape counts this one
         # a re-rent of a role fleet.toml no longer has is kept, never rented
         out = [o for o in mem.rerents if o.role in self.cfg.roles]
         before = {(o.shape(), o.rerent_of): o.since for o in mem.owed}

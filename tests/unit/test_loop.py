@@ -425,3 +425,20 @@ def test_a_machine_whose_box_exits_before_it_is_ready_is_not_rented_again(
         loop.tick()
     assert rented == ["m-bad", "m-good"], rented  # before: m-bad, m-bad, m-bad
     assert "vast/m-bad" in Memory.load(loop.memory_path).unfit_machines
+
+
+def test_a_rerent_is_never_owed_past_the_roster(tmp_path: Path) -> None:
+    """Found by the simulation: a registry restored twice from older copies had a box adopted
+    for the roster's place and still owed the re-rent of a dead box in the same shape: five
+    boxes for a roster of four. A re-rent is owed only while its roster entry is short."""
+    loop, vast, _ = make(tmp_path)  # the roster: one RTX 4090 on vast
+    standing_box(loop, vast, "live-vast-aaaaaa")
+    mem = Memory.load(loop.memory_path)
+    mem.rerents = [Owe("live", "vast", "RTX 4090", 1, "2026-01-01T00:00:00Z",
+                       rerent_of="live-vast-dddddd")]
+    assert loop.owed(mem) == []
+    assert mem.rerents == []
+    loop.reg.mark_destroyed("live-vast-aaaaaa")
+    mem.rerents = [Owe("live", "vast", "RTX 4090", 1, "2026-01-01T00:00:00Z",
+                       rerent_of="live-vast-aaaaaa")]
+    assert [o.rerent_of for o in loop.owed(mem)] == ["live-vast-aaaaaa"]  # short: owed
