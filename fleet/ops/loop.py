@@ -241,6 +241,7 @@ class Loop:
         for name, why in read.errors.items():
             self._act(t, f"bills: {name} gave none ({why}); its boxes are estimated")
         self._destroy_wanted(t, failed)
+        self._revive_vanished(t, v, failed)
         self._adopt_unrecorded(t, v, failed)
         resumed, late = self._resume_unfinished(t, v, failed)
         health = self._judge(t, mem, v, failed)
@@ -1024,6 +1025,35 @@ class Loop:
             self._act(t, f"{b.label} ({key}): adopted: a box of this fleet's own form the "
                          "registry had no row for (it is behind the account: restored from "
                          "an older copy?); resumed as an unfinished rent")
+
+    def _revive_vanished(self, t: Tick, v: View, failed: set[str]) -> None:
+        """A box its row calls vanished (its provider said it had no box of that id, and SSH
+        did not answer; the fleet never destroyed it) listed again under its own label and id:
+        the provider's word was wrong, the box is the fleet's, and its row is live again,
+        while its roster entry is short (else it is an orphan, swept within the disruption
+        budget). A healthy box is never swept for the provider's passing blindness."""
+        rows = {r.label: r for r in self.reg.rows()}
+        live = [r for r in rows.values() if r.live]
+        for b in v.orphans:
+            row = rows.get(b.label)
+            key = f"{b.provider}/{b.box_id}"
+            if row is None or row.status != "vanished" or b.provider in failed \
+                    or (row.provider, row.provider_id) != (b.provider, b.box_id) \
+                    or key in v.duplicates:
+                continue
+            shape = (row.role, row.provider, row.card, row.gpu_count)
+            wanted = sum(w.count for w in self.cfg.roster
+                         if (w.role, w.provider, w.card, w.gpus) == shape)
+            if sum(1 for r in live if (r.role, r.provider, r.card, r.gpu_count) == shape) \
+                    >= wanted:
+                continue
+            self.reg.update(row.label, status=b.status, destroyed_at=None,
+                            note=f"back: {row.provider} lists box {b.box_id} again after "
+                                 "calling it gone")
+            live.append(row)
+            self._adopted.add(key)
+            self._act(t, f"{row.label} ({key}): listed again after {row.provider} said it "
+                         "had no such box: the fleet's own, live again (never swept)")
 
     def _resume_unfinished(self, t: Tick, v: View,
                            failed: set[str]) -> tuple[list[str], list[Late]]:

@@ -157,6 +157,11 @@ class Cloud:
                 and inst.machine.dead_at is None and inst.key not in self.truth.hung
                 and inst.provider not in self.truth.cut)
 
+    def alive(self, inst: Instance | None) -> bool:
+        """A box that would answer SSH but for the operator's own path to it."""
+        return (inst is not None and inst.phase == "running" and inst.endpoints is not None
+                and inst.machine.dead_at is None and inst.key not in self.truth.hung)
+
     def healthy(self, inst: Instance | None) -> bool:
         """A standing box that serves: running, its host alive, its sshd sane and its agent
         installed (whether the operator can reach it or not)."""

@@ -303,10 +303,10 @@ class Sim:
             r.move_of == row.label and r.live and self.cloud.healthy(
                 self.cloud.instance(r.provider, r.provider_id)) for r in rows.values())
         # the documented case the fleet cannot tell apart: its path to the provider cut while
-        # it has one box there to judge (a rent whose create was never sent is no box)
+        # one box there could tell it so (others: a create never sent, a dead host, a hang)
         lone = inst.provider in truth.cut and sum(
-            1 for r in rows.values()
-            if r.live and r.provider == inst.provider and r.provider_id) < 2
+            1 for r in rows.values() if r.live and r.provider == inst.provider
+            and self.cloud.alive(self.cloud.instance(r.provider, r.provider_id))) < 2
         if was_healthy and not moved and not lone:
             self.violate(f"I2: {a.fleet} destroyed {a.label} ({a.key}), healthy in the ground "
                          f"truth (row: {row.status if row else 'none'})")

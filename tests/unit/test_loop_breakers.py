@@ -333,6 +333,28 @@ def test_a_lone_box_gone_by_id_whose_ssh_fails_is_marked_vanished_and_owed(
     assert [o.rerent_of for o in t.owed] == [row.label]
 
 
+def test_a_vanished_box_listed_again_is_the_fleets_again_never_swept(tmp_path: Path) -> None:
+    """Found by the simulation: a lone box on an account gone blind, its login hung, was
+    marked vanished; when the account came back the box, healed, was swept as the orphan of
+    a given-up rent. Listed again under its own label and id, its row is live again."""
+    loop, vast, _ = make(tmp_path)
+    row = add(loop, vast, 1)
+    box = vast.listed.pop("1")
+    ssh_down_for(loop, {row.label})
+    loop.tick()
+    loop.tick()
+    assert loop.reg.get(row.label).status == "vanished"  # type: ignore[union-attr]
+    vast.listed["1"] = box  # the provider lists it again, and it answers
+    ssh_down_for(loop, set())
+    for _ in range(3):
+        t = loop.tick()
+        mem = Memory.load(loop.memory_path)  # past any orphan grace
+        mem.orphans = {k: LONG_AGO for k in mem.orphans}
+        mem.save(loop.memory_path)
+    assert vast.destroyed == [], t.actions
+    assert loop.reg.get(row.label).live and row.label in t.well, t.actions  # type: ignore[union-attr]
+
+
 def test_a_one_shot_box_gone_by_id_is_marked_vanished_only_when_its_ssh_fails(
         tmp_path: Path) -> None:
     loop, vast, _ = make(tmp_path)
