@@ -241,7 +241,7 @@ class Loop:
         for name, why in read.errors.items():
             self._act(t, f"bills: {name} gave none ({why}); its boxes are estimated")
         self._destroy_wanted(t, failed)
-        self._revive_vanished(t, v, failed)
+        self._revive_vanished(t, mem, v, failed)
         self._adopt_unrecorded(t, v, failed)
         resumed, late = self._resume_unfinished(t, v, failed)
         health = self._judge(t, mem, v, failed)
@@ -351,10 +351,12 @@ class Loop:
         # "no such box" by id from a provider whose listing shows the fleet's other boxes: the
         # key sees the fleet's account, so the box is gone (a restored registry's stale row)
         seeing = {row.provider for row, _ in v.matched}
-        lost |= {r.label for r in v.gone if r.provider in seeing}
+        lost |= {r.label for r in v.gone if r.provider in seeing
+                 and self._gap(v, r.provider) is None and is_standing(self.cfg, r)}
         quiet = down - lost
-        if blind is None and len(quiet) >= 2 and 2 * len(quiet) > len(hosts):
-            blind = (f"{len(quiet)} of {len(hosts)} boxes did not answer SSH at once: "
+        judged = {label for label, _ in hosts} - lost
+        if blind is None and len(quiet) >= 2 and 2 * len(quiet) > len(judged):
+            blind = (f"{len(quiet)} of {len(judged)} boxes did not answer SSH at once: "
                      "more likely the fleet's own side (its network, an SSH proxy, its key) "
                      "than that many deaths")
         if blind is not None:
@@ -1026,12 +1028,13 @@ class Loop:
                          "registry had no row for (it is behind the account: restored from "
                          "an older copy?); resumed as an unfinished rent")
 
-    def _revive_vanished(self, t: Tick, v: View, failed: set[str]) -> None:
+    def _revive_vanished(self, t: Tick, mem: Memory, v: View, failed: set[str]) -> None:
         """A box its row calls vanished (its provider said it had no box of that id, and SSH
-        did not answer; the fleet never destroyed it) listed again under its own label and id:
-        the provider's word was wrong, the box is the fleet's, and its row is live again,
-        while its roster entry is short (else it is an orphan, swept within the disruption
-        budget). A healthy box is never swept for the provider's passing blindness."""
+        did not answer; the fleet never destroyed it) listed running again under its own label
+        and id: the provider's word was wrong, the box is the fleet's, and its row is live
+        again, while its roster entry is short (else it is an orphan, swept within the
+        disruption budget). A healthy box is never swept for the provider's passing
+        blindness."""
         rows = {r.label: r for r in self.reg.rows()}
         live = [r for r in rows.values() if r.live]
         for b in v.orphans:
@@ -1039,8 +1042,8 @@ class Loop:
             key = f"{b.provider}/{b.box_id}"
             if row is None or row.status != "vanished" or b.provider in failed \
                     or (row.provider, row.provider_id) != (b.provider, b.box_id) \
-                    or key in v.duplicates:
-                continue
+                    or key in v.duplicates or b.status != "running":
+                continue  # one still restarting is revived once it runs
             shape = (row.role, row.provider, row.card, row.gpu_count)
             wanted = sum(w.count for w in self.cfg.roster
                          if (w.role, w.provider, w.card, w.gpus) == shape)
@@ -1050,6 +1053,9 @@ class Loop:
             self.reg.update(row.label, status=b.status, destroyed_at=None,
                             note=f"back: {row.provider} lists box {b.box_id} again after "
                                  "calling it gone")
+            # nothing was lost: its vanishing spends no disruption budget, and a death of
+            # it from now on is a new one, never the retry of an old destroy
+            mem.disruptions = [r for r in mem.disruptions if r.get("label") != row.label]
             live.append(row)
             self._adopted.add(key)
             self._act(t, f"{row.label} ({key}): listed again after {row.provider} said it "
