@@ -854,8 +854,8 @@ class Loop:
         mem.rerents = [o for o in mem.rerents if o.rerent_of not in replaced]
         # a re-rent is owed only while its roster entry is short: a box adopted from a
         # registry behind the account may already fill the place (never rent past the roster)
-        wanted = {(w.role, w.provider, w.card, w.gpus): w.count for w in self.cfg.roster}
-        have_of = Counter((r.role, r.provider, r.card, r.gpu_count) for r in live)
+        wanted = self._wanted()
+        have_of = Counter(_shape(r) for r in live)
         for o in list(mem.rerents):
             if o.shape() in wanted and have_of[o.shape()] >= wanted[o.shape()]:
                 mem.rerents.remove(o)
@@ -1011,8 +1011,7 @@ class Loop:
             if b.provider in failed or b.label in recorded or not form.match(b.label) \
                     or key in v.duplicates:
                 continue
-            role = next(r for r in sorted(self.cfg.roles, key=len, reverse=True)
-                        if b.label.startswith(f"{r}-"))
+            role = self._role_of(b.label)
             rerent_of, move_of = _replaced_by(b.label, rows, v)
             self.reg.add(Row(label=b.label, provider=b.provider, role=role,
                              kind=self.cfg.roles[role].kind, card=b.card,
@@ -1044,11 +1043,8 @@ class Loop:
                     or (row.provider, row.provider_id) != (b.provider, b.box_id) \
                     or key in v.duplicates or b.status != "running":
                 continue  # one still restarting is revived once it runs
-            shape = (row.role, row.provider, row.card, row.gpu_count)
-            wanted = sum(w.count for w in self.cfg.roster
-                         if (w.role, w.provider, w.card, w.gpus) == shape)
-            if sum(1 for r in live if (r.role, r.provider, r.card, r.gpu_count) == shape) \
-                    >= wanted:
+            shape = _shape(row)
+            if sum(1 for r in live if _shape(r) == shape) >= self._wanted().get(shape, 0):
                 continue
             self.reg.update(row.label, status=b.status, destroyed_at=None,
                             note=f"back: {row.provider} lists box {b.box_id} again after "
@@ -1172,6 +1168,15 @@ class Loop:
         if len(out) < 2 or 2 * len(out) <= len(mine):
             return None
         return f"{len(out)} of its {len(mine)} boxes"
+
+    def _wanted(self) -> dict[tuple[str, str, str, int], int]:
+        """The roster's count of each shape (role, provider, card, GPUs)."""
+        return {(w.role, w.provider, w.card, w.gpus): w.count for w in self.cfg.roster}
+
+    def _role_of(self, label: str) -> str:
+        """The role a label of this fleet's form (`_form`) begins with, the longest first."""
+        return next(r for r in sorted(self.cfg.roles, key=len, reverse=True)
+                    if label.startswith(f"{r}-"))
 
     def _form(self) -> re.Pattern[str]:
         """The exact form of the labels this fleet makes (`fleet.core.labels`)."""
@@ -1320,8 +1325,7 @@ class Loop:
                              "kept")
                 seen.pop(key)
                 continue
-            role = row.role if row is not None else next(
-                r for r in sorted(roles, key=len, reverse=True) if b.label.startswith(f"{r}-"))
+            role = row.role if row is not None else self._role_of(b.label)
             if self._spend(t, mem, role, f"orphan {b.label} ({key})", what,
                            judged=b.status not in disruption.REPORTED_DOWN) is None:
                 continue
@@ -1364,6 +1368,10 @@ def _owes_no_port(was: Health | None) -> bool:
     reading proves nothing, and never ends a move."""
     return was is not None and was.ssh and was.well and not was.port_owed \
         and (was.peers_in or 0) > 0
+
+
+def _shape(row: Row) -> tuple[str, str, str, int]:
+    return (row.role, row.provider, row.card, row.gpu_count)
 
 
 def _peers_sig(rows: list[Row]) -> str:
