@@ -9,7 +9,11 @@ A concrete client speaks its wire format in four hooks (`_create`, `_terminate`,
   looks like (an offer gone may be the first create's doing): the label is looked up again,
   and a box not found is `RentOutcomeUnknown` (a box may exist under the label);
 * if duplicates appear anyway (a create that landed after its lookup), all but one are destroyed;
-* a destroy is done only when the provider no longer lists the box.
+* a destroy is done only when the provider no longer lists the box, and "no such box" is read
+  as gone only for a box this key's account is known to have held (the client saw it there:
+  in a listing, a lookup or a create's answer). Providers say "no such box" alike for a box
+  that went and for one on another account; a key that opens another account or team must
+  not make the fleet's boxes read as destroyed while they bill on.
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ class Client:
         self.p2p_port = p2p_port
         self.destroy_polls = destroy_polls
         self.poll_interval = poll_interval
+        # ids this client's key has been shown on its account: a box there cannot move to
+        # another account, so "no such box" for one of them later means it went
+        self._held: set[str] = set()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.http!r})"
@@ -100,13 +107,22 @@ class Client:
         """One listing row: its Box, or what can be read of it and why not the rest (one odd
         row must not hide the others)."""
         try:
-            return self._box(raw)
+            box = self._box(raw)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
             known = raw if isinstance(raw, dict) else {}
             why = self.http.scrub(f"{type(e).__name__}: {e}"[:200])
-            return Unreadable(self.name, _text(known.get("id")),
-                              _text(known.get(self.label_field)), why,
-                              _price(known.get(self.price_field)))
+            got = Unreadable(self.name, _text(known.get("id")),
+                             _text(known.get(self.label_field)), why,
+                             _price(known.get(self.price_field)))
+            if got.box_id is not None:
+                self._held.add(got.box_id)
+            return got
+        self._held.add(box.box_id)
+        return box
+
+    def _saw(self, box_id: str) -> None:
+        """Note that this key's account holds `box_id` (a create's answer named it)."""
+        self._held.add(box_id)
 
     def _readable(self, raw: Any, call: str) -> Box:
         """The Box of an answer about one box; a row that cannot be read is a ProviderError,
@@ -153,6 +169,7 @@ class Client:
         for attempt in range(policy.attempts):
             try:
                 box = self._create(offer, req)
+                self._saw(box.box_id)
             except OutcomeUnknown as e:
                 unknown = e
                 # give a create still in flight time to land before looking for it
@@ -207,7 +224,22 @@ class Client:
         return next((b for b in found if b.box_id == kept), None)
 
     def destroy(self, box_id: str) -> None:
-        """Destroy the box and wait until the provider no longer lists it (bounded)."""
+        """Destroy the box and wait until the provider no longer lists it (bounded).
+
+        "No such box" is gone only for a box this key's account is known to have held (see
+        the module docstring): a box this client never saw there, and that the provider does
+        not show now, is a ProviderError: the key may open another account, where the
+        fleet's box is unknown and still bills. Nothing is sent to destroy it then.
+        """
+        if box_id not in self._held:
+            self.box(box_id)  # shown to this key now (even as gone): its account's
+        if box_id not in self._held:
+            raise self.http.error(
+                ProviderError, "destroy",
+                f"{box_id}: no such box on this key's account: the key may point at another "
+                "account; not read as destroyed",
+                f"check that the key opens the account {box_id} was rented on",
+            )
         self._terminate(box_id)
         for _ in range(self.destroy_polls):
             if self.box(box_id) is None:

@@ -284,7 +284,11 @@ class RunPod(Client):
         if "pod" not in data:  # an answer that says nothing of the pod: never "gone"
             raise self.http.error(ProviderError, "pod", "no pod field in the answer")
         pod = data["pod"]
-        if not pod or pod.get("desiredStatus") == "TERMINATED":
+        if isinstance(pod, dict) and pod.get("desiredStatus") == "TERMINATED":
+            if pod.get("id"):
+                self._saw(str(pod["id"]))  # shown to this key: its account's, and gone
+            return None
+        if not pod:
             return None
         return self._readable(pod, "pod")
 

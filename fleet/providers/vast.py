@@ -191,6 +191,7 @@ class Vast(Client):
             )
         if new:
             # a refused bid still leaves a stopped instance behind that bills for its disk
+            self._saw(str(new))  # on this key's account: the create's answer names it
             self.destroy(str(new))
             raise self.http.error(
                 NoCapacity, call,

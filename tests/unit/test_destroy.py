@@ -79,6 +79,24 @@ def test_provider_that_does_not_answer_is_refused_in_one_line(fleet: FleetRun) -
     assert [b.box_id for b in fleet.boxes("vast", "bench-x-5")] == [box.box_id]
 
 
+@pytest.mark.parametrize("provider", ["vast", "runpod"])
+def test_a_box_the_key_cannot_see_stays_live_in_the_registry(fleet: FleetRun,
+                                                             provider: str) -> None:
+    # the box was rented on the fleet's account; the key now opens another account, where
+    # the provider answers "no such box" for its id: that is not the fleet's box going
+    box = fleet.land(provider, "bench-x-11")
+    fleet.row("bench-x-11", provider=provider, status="running", provider_id=box.box_id)
+    before = fleet.registry_bytes()
+    fleet.mp.setenv(f"{provider.upper()}_API_KEY", fleet.sbx.world.add_account(provider))
+    r = fleet("destroy", "bench-x-11")
+    assert r.code == 1, r.err
+    assert len(r.err_lines) == 1 and r.err_lines[0].startswith("error: "), r.err
+    assert "another account" in r.err and "not read as destroyed" in r.err, r.err
+    assert fleet.registry_bytes() == before  # still live: it may still bill
+    fleet.mp.setenv(f"{provider.upper()}_API_KEY", getattr(fleet.sbx.keys, provider))
+    assert fleet.client(provider).box(box.box_id) is not None
+
+
 @pytest.mark.parametrize("role, kind", [("live", "standing"),   # both say standing
                                         ("live", "oneshot"),    # fleet.toml's role says so
                                         ("bench", "standing")])  # the row's kind says so

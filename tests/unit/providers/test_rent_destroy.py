@@ -197,3 +197,30 @@ def test_a_lookup_that_fails_after_an_unknown_create_is_an_unknown_outcome(case:
     with pytest.raises(RentOutcomeUnknown):
         case.client.rent(case.offer, REQ)
     assert case.creates() == 1
+
+
+# --- "no such box" is gone only for a box this key's account is known to have held ----------
+
+def _never_seen_id(case: Case) -> str:
+    # an id no listing or lookup of this key's account ever showed: another account's box
+    return "4242" if isinstance(case.fake, FakeVast) else "podelsewhere"
+
+
+def test_destroying_a_box_this_key_never_saw_is_an_error_not_gone(case: Case) -> None:
+    box_id = _never_seen_id(case)
+    with pytest.raises(ProviderError) as e:
+        case.client.destroy(box_id)
+    text = str(e.value)
+    assert "\n" not in text and box_id in text
+    assert "no such box on this key's account" in text and "another account" in text
+    assert "not read as destroyed" in text
+
+
+def test_a_box_this_key_listed_and_that_then_went_is_read_as_gone(case: Case) -> None:
+    box_id = case.add("went")
+    assert box_id in {b.box_id for b in case.client.boxes()}  # seen on this key's account
+    # it goes before the fleet's destroy (someone else destroyed it, or its host took it)
+    (case.fake.pods if isinstance(case.fake, FakeRunPod) else case.fake.instances).pop(
+        box_id if isinstance(case.fake, FakeRunPod) else int(box_id))
+    case.client.destroy(box_id)
+    assert case.client.box(box_id) is None

@@ -225,3 +225,12 @@ def test_an_odd_listing_row_is_unreadable_and_the_others_are_read(rp: Fix) -> No
         client.box(odd)
     with pytest.raises(ProviderError, match="unreadable"):
         client.find_by_label("live-abc123-runpod-0b0b0b")
+
+
+def test_a_pod_this_key_is_shown_terminated_destroys_as_gone(rp: Fix) -> None:
+    client, fake = rp
+    pod_id = fake.add("went")
+    fake.pods[pod_id]["desiredStatus"] = "TERMINATED"  # shown to this key: its account's
+    fake.terminate_removes = False
+    client.destroy(pod_id)  # a fresh client: the lookup before the destroy is the proof
+    assert client.box(pod_id) is None

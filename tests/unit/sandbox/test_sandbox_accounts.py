@@ -78,7 +78,8 @@ def test_another_accounts_box_is_neither_stopped_nor_destroyed(
     other = client(name, second_key(sbx, name), monkeypatch)
     with pytest.raises(ProviderError, match="not found"):
         other.stop(mine.box_id)
-    other.destroy(mine.box_id)  # answered "no such box": the client takes it as gone
+    with pytest.raises(ProviderError, match="another account; not read as destroyed"):
+        other.destroy(mine.box_id)  # "no such box" for a box its key never saw: not gone
     kept = first.box(mine.box_id)
     assert kept is not None and kept.status == "running"
     first.destroy(mine.box_id)
