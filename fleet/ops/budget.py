@@ -16,7 +16,8 @@ no row names (`Billed.unnamed_usd`) and for failed rents' boxes count too.
 The run rate counts the account, not only the registry: every box a provider lists that no
 live row owns (a person's box, another registry's fleet) counts at its listed price from now
 on, each once (`unowned_boxes`). A listing that cannot be read, or a listed box whose price cannot
-be read, refuses the rent: the budget never counts less than it cannot see.
+be read or is not listed at all (never taken for $0), refuses the rent: the budget never counts
+less than it cannot see.
 
 A rent checks the budget and writes its row in one locked step (`guard` run by
 `Registry.add(check=...)`), so two rents at once cannot both fit into the same headroom.
@@ -154,7 +155,8 @@ def unowned_boxes(rows: Sequence[Row], boxes: Listing, what: str) -> list[Box]:
     its label. A listed box whose row is destroyed still bills, so it counts. A listing row
     that cannot be read (`Unreadable`) is a live row's by its id, or, its id unread, by its
     label; any other counts at its price where that still reads, and with no price to count
-    it is BudgetExceeded, naming it."""
+    it is BudgetExceeded, naming it. So is a listed box whose provider lists no price for it
+    (`Box.priced`): it bills at a rate the fleet cannot know, and never counts as free."""
     ids = {(r.provider, r.provider_id) for r in rows if r.live and r.provider_id}
     waiting = {(r.provider, r.label) for r in rows if r.live and not r.provider_id}
     labels = {(r.provider, r.label) for r in rows if r.live}
@@ -175,6 +177,11 @@ def unowned_boxes(rows: Sequence[Row], boxes: Listing, what: str) -> list[Box]:
         if (b.provider, b.label) in waiting:
             waiting.discard((b.provider, b.label))  # the row counts this one; a second bills
             continue
+        if not b.priced:
+            raise BudgetExceeded(
+                f"{what} refused: price of box {b.label or 'unlabelled'} ({b.provider}/"
+                f"{b.box_id}) unknown: {b.provider} lists no price for it, and the budget "
+                "will not count a box on the account as free")
         out.append(b)
     return out
 

@@ -14,6 +14,12 @@ if TYPE_CHECKING:
     from fleet.providers.base import Offer, Provider
 
 
+class Unpriced(ProviderError):
+    """Offers a provider listed without a price, left out of the search (never rented: a box
+    with no price would count as free in the budget). Said beside the offers, among the
+    search's failures, though the provider answered: it is no reason to think it offers more."""
+
+
 def admissible(role: Role, offers: Iterable[Offer]) -> list[Offer]:
     """Drop offers whose advertised driver is not the admitted one.
 
@@ -35,8 +41,9 @@ def disks(role: Role, provider: str) -> tuple[int, int]:
 
 def search(role: Role, providers: Iterable[Provider], card: str | None = None,
            gpus: int = 1, portless: bool = True) -> tuple[list[Offer], list[ProviderError]]:
-    """Cheapest admissible offers for `role`; a provider that fails is reported, not fatal.
-    Each provider is asked for offers priced for the storage the rent will ask it for (Vast
+    """Cheapest admissible offers for `role`; a provider that fails is reported, not fatal,
+    and so are the offers it listed without a price (`Unpriced`: never admissible). Each
+    provider is asked for offers priced for the storage the rent will ask it for (Vast
     counts the disk in its price).
 
     A role with a p2p port is offered boxes that map it (`ports.DIRECT`) first. Where no
@@ -46,10 +53,11 @@ def search(role: Role, providers: Iterable[Provider], card: str | None = None,
     (it may offer one), nor with `portless` off (a replacement for a port)."""
     direct = ports.direct(role)
     found, failures = _search(role, providers, card, gpus, direct)
-    if found or failures or not direct or not portless:
+    failed = [f for f in failures if not isinstance(f, Unpriced)]
+    if found or failed or not direct or not portless:
         return found, failures  # a provider that did not answer may offer a port
-    found, failures = _search(role, providers, card, gpus, 0)
-    return [replace(o, portless=True) for o in found], failures
+    found, more = _search(role, providers, card, gpus, 0)
+    return [replace(o, portless=True) for o in found], failures + more
 
 
 def _search(role: Role, providers: Iterable[Provider], card: str | None, gpus: int,
@@ -65,5 +73,12 @@ def _search(role: Role, providers: Iterable[Provider], card: str | None, gpus: i
             failures.append(e)
             continue
         found.extend(admissible(role, got))
+        unpriced = getattr(got, "unpriced", ())
+        if unpriced:
+            shown = ", ".join(unpriced[:5]) + (f" and {len(unpriced) - 5} more"
+                                                if len(unpriced) > 5 else "")
+            failures.append(Unpriced(p.name, "offers", f"{len(unpriced)} offer"
+                                     f"{'s' if len(unpriced) > 1 else ''} with no price "
+                                     f"skipped, never rented: {shown}"))
     found.sort(key=lambda o: (o.usd_per_hour, o.provider, o.offer_id))
     return found, failures

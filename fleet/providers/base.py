@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -10,6 +11,19 @@ from typing import Any, Protocol
 HOURS_PER_MONTH = 720.0  # how both providers turn a monthly storage price into an hourly one
 # RunPod: a stopped pod's volume, USD per GB per month (its docs; the container disk is dropped)
 RUNPOD_STOPPED_VOLUME_GB_MONTH = 0.20
+
+
+def price(value: Any) -> float | None:
+    """A provider's price field as USD per hour: a positive, finite number, else None (absent,
+    null, zero, text). A rented GPU box is never free: a price that reads as none is unknown,
+    never $0 (RunPod has been seen to list `costPerHr` 0)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        usd = float(value)
+    except (TypeError, ValueError):
+        return None
+    return usd if usd > 0 and math.isfinite(usd) else None
 
 
 def place_of(provider: str, machine_id: str | None, data_center: str | None) -> str | None:
@@ -59,6 +73,16 @@ class Offer:
         return self.stopped_usd_per_gb_month * kept / HOURS_PER_MONTH
 
 
+class Offers(list[Offer]):
+    """A provider's offers (a list of them), with the ids of the offers it listed without a
+    price (`unpriced`): those are left out, never rented (a box with no price would count as
+    free in the budget), and said beside the offers (`fleet.ops.offers.search`)."""
+
+    def __init__(self, offers: Iterable[Offer] = (), unpriced: Iterable[str] = ()) -> None:
+        super().__init__(offers)
+        self.unpriced = tuple(unpriced)
+
+
 @dataclass
 class Box:
     provider: str
@@ -66,6 +90,7 @@ class Box:
     label: str  # the fleet's unique label (RunPod: pod name; Vast: label)
     card: str
     gpu_count: int
+    # its price from the provider's listing; 0.0 where the listing names none (`priced`)
     usd_per_hour: float
     status: str  # normalised: "provisioning" | "running" | "stopped" | "exited" | "unknown"
     driver: str | None = None
@@ -83,6 +108,12 @@ class Box:
     @property
     def place(self) -> str | None:
         return place_of(self.provider, self.machine_id, self.data_center)
+
+    @property
+    def priced(self) -> bool:
+        """Whether its provider lists a price for it: a box without one reads 0.0, which is
+        no price, never a free box (the budget refuses to count it as one)."""
+        return price(self.usd_per_hour) is not None
 
     @property
     def ssh_ready(self) -> bool:

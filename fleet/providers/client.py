@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Self
 
 from fleet.core.errors import OutcomeUnknown, ProviderError, RentOutcomeUnknown, UsageError
-from fleet.providers.base import Box, Offer, RentRequest, Unreadable, oldest_first
+from fleet.providers.base import Box, Offer, RentRequest, Unreadable, oldest_first, price
 
 if TYPE_CHECKING:
     from fleet.providers.http import Http
@@ -113,7 +113,7 @@ class Client:
             why = self.http.scrub(f"{type(e).__name__}: {e}"[:200])
             got = Unreadable(self.name, _text(known.get("id")),
                              _text(known.get(self.label_field)), why,
-                             _price(known.get(self.price_field)))
+                             price(known.get(self.price_field)))
             if got.box_id is not None:
                 self._held.add(got.box_id)
             return got
@@ -250,15 +250,6 @@ class Client:
             self.name, "destroy", f"box {box_id} is still listed {waited:.0f}s after destroy",
             "it may still bill: check the provider's console and destroy it there",
         )
-
-
-def _price(value: Any) -> float | None:
-    """A price that reads as a positive, finite number of USD per hour, else None."""
-    try:
-        price = float(value)
-    except (TypeError, ValueError):
-        return None
-    return price if 0 < price < float("inf") else None
 
 
 def _text(value: Any) -> str | None:

@@ -17,8 +17,10 @@ from fleet.providers.base import (
     RUNPOD_STOPPED_VOLUME_GB_MONTH,
     Box,
     Offer,
+    Offers,
     RentRequest,
     Unreadable,
+    price,
 )
 from fleet.providers.client import Client, p2p_public_port
 from fleet.providers.gql import Enum, literal, operation
@@ -30,7 +32,8 @@ _CAPACITY = ("no longer any instances available", "not enough free gpus")
 _GONE = ("not found", "does not exist")
 
 POD_FIELDS = (
-    "id name desiredStatus costPerHr gpuCount imageName lastStatusChange uptimeSeconds ports "
+    "id name desiredStatus costPerHr adjustedCostPerHr gpuCount imageName lastStatusChange "
+    "uptimeSeconds ports "
     "machineId "
     "runtime { uptimeInSeconds ports { ip isIpPublic privatePort publicPort type } } "
     "machine { gpuDisplayName podHostId dataCenterId }"
@@ -67,6 +70,11 @@ def status_of(pod: dict[str, Any], ssh_published: bool) -> str:
     if desired == "EXITED":
         return "stopped" if "by user" in change else "exited"
     return _STATUS.get(desired, "unknown")
+
+
+def _lowest(t: dict[str, Any]) -> float | None:
+    """A GPU type's on-demand price per GPU from its `lowestPrice`, or None where none reads."""
+    return price((t.get("lowestPrice") or {}).get("uninterruptablePrice"))
 
 
 def base_url() -> str:
@@ -141,11 +149,13 @@ class RunPod(Client):
 
         RunPod cannot filter on a driver (`driver` is accepted and ignored: admission after
         boot guards); `cuda` becomes `allowedCudaVersions`. Types whose stock is null are
-        dropped, as RunPod has nothing to place them on. `disk_gb` is accepted and ignored:
+        dropped, as RunPod has nothing to place them on; a type in stock without a price is
+        left out and named in `unpriced`. `disk_gb` is accepted and ignored:
         RunPod's price is per GPU and leaves storage out, in the offer as in the pod's
         `costPerHr`, so the disk does not change the price a rent is checked at.
         """
         out: list[Offer] = []
+        unpriced: list[str] = []
         type_filter = {"input": {"id": cards.runpod_type_id(card)}} if card else None
         for cloud in ("SECURE", "COMMUNITY"):
             price_in: dict[str, Any] = {"gpuCount": gpu_count, "secureCloud": cloud == "SECURE"}
@@ -159,25 +169,26 @@ class RunPod(Client):
                 f"lowestPrice(input: {literal(price_in)}) {{ {_PRICE_FIELDS} }}",
             )
             types = self._gql("gpuTypes", doc).get("gpuTypes") or []
-            placed = self._per_centre(types, price_in, gpu_count) if cloud == "SECURE" else {}
+            placed = self._per_centre(types, price_in, gpu_count, unpriced) \
+                if cloud == "SECURE" else {}
             for t in types:
-                offer = self._offer(t, cloud, gpu_count)
+                offer = self._offer(t, cloud, gpu_count, unpriced=unpriced)
                 if offer is not None:
                     out.extend(placed.get(t["id"]) or [offer])
         out.sort(key=lambda o: (o.usd_per_hour, o.offer_id))
-        return out
+        return Offers(out, unpriced)
 
     def _per_centre(self, types: list[dict[str, Any]], price_in: dict[str, Any],
-                    gpu_count: int) -> dict[str, list[Offer]]:
+                    gpu_count: int, unpriced: list[str]) -> dict[str, list[Offer]]:
         """Secure Cloud offers per data center, by type id, for the cheapest `PER_CENTRE_TYPES`
         types in stock: the listed data centers (root `dataCenters`; a type's own
         `nodeGroupDatacenters` is known to come back empty), then one query per type with a
         `lowestPrice(dataCenterId)` per data center, aliased. Where RunPod refuses either,
         the offers stay as they were, naming no data center: a rent still works, unspread."""
         stocked = sorted((t for t in types if t.get("secureCloud") is not False
-                          and (t.get("lowestPrice") or {}).get("uninterruptablePrice")
+                          and _lowest(t) is not None
                           and (t.get("lowestPrice") or {}).get("stockStatus")),
-                         key=lambda t: float(t["lowestPrice"]["uninterruptablePrice"]))
+                         key=lambda t: _lowest(t) or 0.0)
         if not stocked:
             return {}
         out: dict[str, list[Offer]] = {}
@@ -195,7 +206,7 @@ class RunPod(Client):
                 for got in self._gql("gpuTypes", doc).get("gpuTypes") or []:
                     for i, c in enumerate(centres):
                         offer = self._offer(got | {"lowestPrice": got.get(f"dc{i}")}, "SECURE",
-                                            gpu_count, centre=c)
+                                            gpu_count, centre=c, unpriced=unpriced)
                         if offer is not None:
                             out.setdefault(str(got["id"]), []).append(offer)
         except ProviderError:
@@ -203,18 +214,26 @@ class RunPod(Client):
         return out
 
     def _offer(self, t: dict[str, Any], cloud: str, gpu_count: int,
-               centre: str | None = None) -> Offer | None:
+               centre: str | None = None, unpriced: list[str] | None = None) -> Offer | None:
+        """The offer of GPU type `t` in `cloud` (and `centre`); None where it offers none:
+        not in that cloud, out of stock, or in stock without a price (its id then added to
+        `unpriced`: never rented, as its box would count as free)."""
         flag = "secureCloud" if cloud == "SECURE" else "communityCloud"
         lp = t.get("lowestPrice") or {}
-        price = lp.get("uninterruptablePrice")
-        if t.get(flag) is False or not lp.get("stockStatus") or not price:
+        if t.get(flag) is False or not lp.get("stockStatus"):
             return None
         type_id = t["id"]
+        offer_id = f"{type_id}:{cloud}" + (f":{centre}" if centre else "")
+        usd = _lowest(t)
+        if usd is None:
+            if unpriced is not None:
+                unpriced.append(offer_id)
+            return None
         return Offer(
             provider=self.name,
-            offer_id=f"{type_id}:{cloud}" + (f":{centre}" if centre else ""),
+            offer_id=offer_id,
             card=cards.from_runpod(type_id), gpu_count=gpu_count,
-            usd_per_hour=round(float(price) * gpu_count, 6), cloud=cloud,
+            usd_per_hour=round(usd * gpu_count, 6), cloud=cloud,
             stock=lp.get("stockStatus"), data_center=centre,
             stopped_usd_per_gb_month=RUNPOD_STOPPED_VOLUME_GB_MONTH, raw=t,
         )
@@ -310,7 +329,9 @@ class RunPod(Client):
             label=str(pod.get("name") or ""),
             card=cards.from_runpod(machine.get("gpuDisplayName")),
             gpu_count=int(pod.get("gpuCount") or 0),
-            usd_per_hour=float(pod.get("costPerHr") or 0.0),
+            # compute, no storage; after savings plans where only that is listed; 0.0: none
+            usd_per_hour=price(pod.get("costPerHr")) or price(pod.get("adjustedCostPerHr"))
+            or 0.0,
             status=status_of(pod, 22 in ports),
             ssh_host=public_ip if 22 in ports else None,
             ssh_port=ports.get(22),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from fleet.core.errors import NoCapacity, OfferGone, ProviderError, UsageError
-from fleet.providers.base import Box, Offer, RentRequest, Unreadable
+from fleet.providers.base import Box, Offer, Offers, RentRequest, Unreadable, price
 from fleet.providers.client import Client, p2p_public_port
 
 if TYPE_CHECKING:
@@ -115,6 +115,7 @@ class Vast(Client):
         Vast's `dph_total` counts the disk (`storage_cost` x GB / 720), priced for the
         search's `allocated_storage` (hosts with less disk are left out): `disk_gb`, the disk
         the rent will ask for (`storage_gb` when None), so the price is the one it bills.
+        An offer without a `dph_total` is left out and named in `unpriced`.
         """
         q: dict[str, Any] = dict(_DEFAULTS)
         q["num_gpus"] = {"eq": gpu_count}
@@ -130,11 +131,18 @@ class Vast(Client):
         q.update(order=[["dph_total", "asc"]], type="on-demand", allocated_storage=storage)
         call = "POST /api/v0/bundles/"
         body = self._call("POST", "/api/v0/bundles/", call, json=q, final=_quota_spent)
-        out = [self._offer(o) for o in body.get("offers") or []]
+        out: list[Offer] = []
+        unpriced: list[str] = []
+        for o in body.get("offers") or []:
+            usd = price(o.get("dph_total"))
+            if usd is None:
+                unpriced.append(str(o.get("id")))
+                continue
+            out.append(self._offer(o, usd))
         # the server's driver filter is documented as fragile: check the exact string again
-        return [o for o in out if driver is None or o.driver == driver]
+        return Offers([o for o in out if driver is None or o.driver == driver], unpriced)
 
-    def _offer(self, o: dict[str, Any]) -> Offer:
+    def _offer(self, o: dict[str, Any], usd_per_hour: float) -> Offer:
         geo = str(o.get("geolocation") or "")
         country = geo.rsplit(",", 1)[-1].strip() if geo else None
         cuda = o.get("cuda_max_good")
@@ -143,7 +151,7 @@ class Vast(Client):
             offer_id=str(o["id"]),
             card=str(o.get("gpu_name") or ""),
             gpu_count=int(o.get("num_gpus") or 0),
-            usd_per_hour=float(o.get("dph_total") or 0.0),
+            usd_per_hour=usd_per_hour,
             driver=o.get("driver_version") or None,
             cuda=str(cuda) if cuda is not None else None,
             cloud="datacenter" if o.get("hosting_type") == 1 else "community",
@@ -293,7 +301,7 @@ class Vast(Client):
             label=str(inst.get("label") or ""),
             card=str(inst.get("gpu_name") or ""),
             gpu_count=int(inst.get("num_gpus") or 0),
-            usd_per_hour=float(inst.get("dph_total") or 0.0),
+            usd_per_hour=price(inst.get("dph_total")) or 0.0,  # 0.0: none listed (`priced`)
             status=status_of(inst),
             driver=inst.get("driver_version") or None,
             ssh_host=ssh_host,

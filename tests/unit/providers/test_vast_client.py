@@ -285,9 +285,8 @@ def test_an_odd_listing_row_is_unreadable_and_the_others_are_read(vast: Fix) -> 
 
 
 def test_an_unreadable_listing_row_keeps_its_price_where_that_reads() -> None:
-    from fleet.providers.base import Unreadable
-    from fleet.providers.client import _price
+    from fleet.providers.base import Unreadable, price
 
-    assert [_price(v) for v in ("0.39", 2, None, "nan", "inf", 0, -1, "x")] == \
-        [0.39, 2.0, None, None, None, None, None, None]
+    assert [price(v) for v in ("0.39", 2, None, "nan", "inf", 0, -1, "x", True)] == \
+        [0.39, 2.0, None, None, None, None, None, None, None]
     assert Unreadable("vast", "1", None, "odd").usd_per_hour is None
