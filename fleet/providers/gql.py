@@ -6,9 +6,10 @@ string escaping, so a label or env value cannot break out of its quotes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from graphql.language import ast, print_ast
+if TYPE_CHECKING:
+    from graphql.language import ast
 
 
 class Enum(str):
@@ -16,10 +17,16 @@ class Enum(str):
 
 
 def literal(value: Any) -> str:
+    # graphql-core here only: a call without arguments (the account's listing, every tick)
+    # never loads it
+    from graphql.language import print_ast
+
     return print_ast(_node(value))
 
 
 def _node(v: Any) -> ast.ValueNode:
+    from graphql.language import ast
+
     if v is None:
         return ast.NullValueNode()
     if isinstance(v, Enum):
