@@ -7,7 +7,6 @@ already has, which is what keeps a no-change re-run to a single command per box.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pyinfra.api import FactBase, StringCommand
@@ -15,7 +14,7 @@ from pyinfra.api.command import QuoteString
 from pyinfra.api.exceptions import FactProcessError
 
 from agent import contract
-from facts import probes
+from facts import agent_json, probes
 
 
 def _at(root: str, relative: str) -> str:
@@ -36,9 +35,9 @@ def _pointer_and_status(root: str) -> tuple[str, ...]:
 
 def _json(output: list[str], what: str) -> Any:
     try:
-        return json.loads("\n".join(output))
-    except json.JSONDecodeError as e:
-        raise FactProcessError(f"{what}: not JSON: {e}") from e
+        return agent_json.load(output, what)
+    except agent_json.Unreadable as e:
+        raise FactProcessError(str(e)) from e
 
 
 class BoxState(FactBase[dict[str, Any]]):
@@ -73,43 +72,37 @@ class BoxState(FactBase[dict[str, Any]]):
 
 
 class _AgentJson(FactBase[dict[str, Any]]):
-    """Base of the facts that print the agent CLI's JSON (``{}`` when no agent is installed)."""
+    """Base of the facts that print the agent CLI's JSON (``{}`` when no agent is installed):
+    the command and the parser of ``plain`` (`facts.agent_json`), which readers without
+    pyinfra run as they are."""
 
     abstract = True
-    subcommand = ""
-    reads_config = True
+    plain: agent_json.AgentJson
 
     @staticmethod
     def default() -> dict[str, Any]:
         return {}
 
     def command(self, root: str) -> StringCommand:
-        return StringCommand(
-            "cd", QuoteString(root), f"2>/dev/null && test -x {contract.VENV_PYTHON} &&",
-            f"{contract.VENV_PYTHON} -m agent", self.subcommand,
-            f"--config {contract.CONFIG}" if self.reads_config else "", "|| true",
-        )
+        return StringCommand(self.plain.command(root))
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        if not output:
-            return {}
-        data = _json(output, type(self).__name__)
-        if not isinstance(data, dict):
-            raise FactProcessError(f"{type(self).__name__}: expected an object")
-        return data
+        try:
+            return self.plain.process(output)
+        except agent_json.Unreadable as e:
+            raise FactProcessError(str(e)) from e
 
 
 class AgentStatus(_AgentJson):
     """The agent's status (``python -m agent status``): programs, node, admission, heartbeat."""
 
-    subcommand = "status"
+    plain = agent_json.STATUS
 
 
 class GpuIdentity(_AgentJson):
     """The box's driver and GPUs as NVML reports them (``python -m agent gpu``)."""
 
-    subcommand = "gpu"
-    reads_config = False
+    plain = agent_json.GPU
 
 
 class StandingLog(FactBase[dict[str, Any]]):
@@ -168,4 +161,4 @@ class NodeReadback(_AgentJson):
     (from/to sha16, old exit, new start, synced, downtime). ``{}`` without an agent.
     """
 
-    subcommand = "readback"
+    plain = agent_json.READBACK

@@ -16,15 +16,12 @@ import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from pyinfra.api.exceptions import FactProcessError
-
+from facts.agent_json import Unreadable
 from fleet.core.errors import FleetError
 
 if TYPE_CHECKING:
-    from pyinfra.api.facts import FactBase
-
     from fleet.core.boxes import Row
     from fleet.core.config import Config
 
@@ -70,6 +67,16 @@ def _ssh(key: str, known_hosts: str, user: str, host: str, port: int, command: s
             *(("-o", f"KexAlgorithms={kex}") if kex else ()), f"{user}@{host}", command]
 
 
+class Fact(Protocol):
+    """A fact's command and parser: a pyinfra fact (`facts.box`), or one of the same facts
+    without pyinfra (`facts.agent_json`: `fleet check`'s status read, which so never loads
+    pyinfra)."""
+
+    def command(self, root: str) -> Any: ...  # str, or pyinfra's StringCommand
+
+    def process(self, output: list[str]) -> Any: ...
+
+
 @dataclass
 class FactRead:
     """One fact read over SSH. `answered`: the box ran the command (SSH is up); `value`: what
@@ -90,9 +97,8 @@ _CONNECTED = "fleet-ssh-connected"  # printed first: from here on the command's 
 LOGIN_S = 2 * CONNECT_TIMEOUT_S  # connected to the command's start: login, the shell's own start
 
 
-def read_fact(data: Mapping[str, Any], fact: FactBase[Any], root: str,
-              deadline_s: float) -> FactRead:
-    """A pyinfra fact (its command and its parser) read from an inventory host through the
+def read_fact(data: Mapping[str, Any], fact: Fact, root: str, deadline_s: float) -> FactRead:
+    """A fact (its command and its parser) read from an inventory host through the
     system's `ssh`. Connecting is bounded by ssh's own timeout, the login by `LOGIN_S`, the
     command by `deadline_s`. An ssh that fails before the command ran is tried again, as the
     host data's `ssh_connect_retries` says (a reset during the handshake is a flake)."""
@@ -109,7 +115,7 @@ def read_fact(data: Mapping[str, Any], fact: FactBase[Any], root: str,
     return read
 
 
-def _read_once(argv: list[str], fact: FactBase[Any], deadline_s: float) -> FactRead:
+def _read_once(argv: list[str], fact: Fact, deadline_s: float) -> FactRead:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL)
     assert proc.stdout is not None and proc.stderr is not None
@@ -148,8 +154,15 @@ def _read_once(argv: list[str], fact: FactBase[Any], deadline_s: float) -> FactR
     try:
         return FactRead(fact.process([ln for ln in answer.splitlines() if ln.strip()]),
                         answered=True)
-    except FactProcessError as e:
+    except Unreadable as e:
         return FactRead(answered=True, error=str(e))
+    except Exception as e:
+        # a pyinfra fact's refusal (only a pyinfra fact raises it, so pyinfra is loaded then)
+        from pyinfra.api.exceptions import FactProcessError
+
+        if isinstance(e, FactProcessError):
+            return FactRead(answered=True, error=str(e))
+        raise
 
 
 def run(cfg: Config, row: Row, command: str, timeout: float = 120.0,

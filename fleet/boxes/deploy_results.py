@@ -14,8 +14,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pyinfra.api.state import BaseStateCallback
-
 from fleet.core.fileutil import write_atomic
 
 OUTPUT_LINES = 40  # of each of a failed operation's outputs (stdout, stderr), kept per error
@@ -24,18 +22,20 @@ _failed: list[tuple[Any, Any, str]] = []  # (state, host, op_hash)
 _into: list[Path] = []
 
 
-class _Recorder(BaseStateCallback):
-    @staticmethod
-    def operation_host_error(state: Any, host: Any, op_hash: str, retry_count: int = 0,
-                             max_retries: int = 0) -> None:
-        _failed.append((state, host, op_hash))
-
-
 def record_into(results_dir: str | None) -> None:
     """Write this run's per-host errors into `results_dir` (once per process; none without)."""
     if not results_dir or _into:
         return
+    # pyinfra here only, in the deploy's own process: the operator's side reads the results
+    # (`read`) without loading it
     from pyinfra import state
+    from pyinfra.api.state import BaseStateCallback
+
+    class _Recorder(BaseStateCallback):
+        @staticmethod
+        def operation_host_error(state: Any, host: Any, op_hash: str, retry_count: int = 0,
+                                 max_retries: int = 0) -> None:
+            _failed.append((state, host, op_hash))
 
     _into.append(Path(results_dir))
     state.add_callback_handler(_Recorder())

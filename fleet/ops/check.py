@@ -1,7 +1,8 @@
 """`fleet check`: is every standing box well?
 
 One SSH command per box (the agent's own `status`, the `AgentStatus` fact's command and
-parser, run through the system's `ssh` like every other read of the operator's), so the
+parser, run through the system's `ssh` like every other read of the operator's: as
+`facts.agent_json.STATUS`, the same fact without pyinfra, which a tick so never loads), so the
 operator reads exactly what the box reads. The boxes are read in parallel. A box is well when
 SSH answers, the agent is alive, the node runs the wanted binary and is synced with its exec
 tip moving, the prover proves and the GPU programs are admitted.
@@ -16,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from agent.contract import NODE, ROOT
-from facts.box import AgentStatus
+from facts.agent_json import STATUS
 from fleet.boxes import boxssh
 from fleet.core.errors import ConfigError
 from fleet.core.fileutil import write_atomic
@@ -191,7 +192,7 @@ def check(cfg: Config, built: Built) -> list[Health]:
         history = {}
     with ThreadPoolExecutor(max_workers=32) as pool:
         reads = list(pool.map(
-            lambda h: boxssh.read_fact(h[1], AgentStatus(), ROOT, STATUS_DEADLINE_S), hosts))
+            lambda h: boxssh.read_fact(h[1], STATUS, ROOT, STATUS_DEADLINE_S), hosts))
     by_name: dict[str, Any] = {}
     late: set[str] = set()
     unreadable: dict[str, str] = {}
