@@ -4,6 +4,8 @@ Importing each command module registers its commands on the one app (`fleet.cli.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import sys
 
 import typer
@@ -23,7 +25,18 @@ from fleet.cli.common import app, console_logging, err
 from fleet.core.errors import FleetError
 
 
+def _leave_to_the_os() -> None:
+    """At exit, the garbage collector skips what the command made (its modules, their classes
+    and functions: all in reference cycles), which the OS takes back whole anyway: tearing
+    them down one by one cost a `fleet loop --once` about a tenth of its CPU. Every handler
+    registered with `atexit` still runs, and every file the fleet writes is closed (and
+    renamed into place) before the command returns."""
+    gc.freeze()
+
+
 def main() -> None:
+    atexit.unregister(_leave_to_the_os)  # once, however often main runs (tests run it often)
+    atexit.register(_leave_to_the_os)
     console_logging()
     try:
         rc = app(standalone_mode=False)
