@@ -10,7 +10,9 @@ label up first. Every message that leaves this module has the key scrubbed out o
 from __future__ import annotations
 
 import email.utils
+import os
 import random
+import ssl
 import time
 import urllib.error
 from collections.abc import Callable
@@ -27,6 +29,20 @@ Sleep = Callable[[float], None]
 # Sent before the server saw anything: always safe to send again.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _SNIPPET = 300  # characters of a response body quoted in an error
+
+
+_TLS: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
+
+
+def _tls() -> ssl.SSLContext:
+    """The TLS context httpx makes for a client by default (its CA bundle, or the one
+    SSL_CERT_FILE or SSL_CERT_DIR names), made once per process and shared by every provider's
+    client: loading the CA bundle is most of what making a client costs, and the loop makes
+    one for each provider every `fleet loop --once`."""
+    where = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    if where not in _TLS:
+        _TLS[where] = httpx.create_ssl_context()
+    return _TLS[where]
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,7 @@ class Http:
             headers={"Authorization": f"Bearer {key.value}", "Accept": "application/json"},
             timeout=timeout,
             transport=transport,
+            verify=True if transport is not None else _tls(),  # a test's transport has its own
         )
 
     def __repr__(self) -> str:

@@ -166,3 +166,27 @@ def test_long_bodies_are_cut_in_messages() -> None:
     with pytest.raises(ProviderError) as e:
         s.http(attempts=1).request("GET", "/", call="c")
     assert len(str(e.value)) < 500
+
+
+def test_the_providers_clients_share_httpx_default_tls_context(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    import ssl
+
+    def context(h: Http) -> ssl.SSLContext:
+        return h._client._transport._pool._ssl_context  # type: ignore[attr-defined]
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    a = Http("vast", "https://x.test", Secret("k-1"))
+    b = Http("runpod", "https://y.test", Secret("k-2"))
+    assert context(a) is context(b)  # the CA bundle loaded once
+    mine, theirs = context(a), httpx.create_ssl_context()
+    assert (mine.verify_mode, mine.check_hostname) == (ssl.CERT_REQUIRED, True)
+    assert (mine.protocol, mine.options, mine.minimum_version) == \
+        (theirs.protocol, theirs.options, theirs.minimum_version)
+    assert mine.cert_store_stats() == theirs.cert_store_stats()
+    # SSL_CERT_DIR names other CAs (an empty folder: none), as httpx reads it: another context
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
+    c = Http("vast", "https://x.test", Secret("k-1"))
+    assert context(c) is not context(a)
+    assert context(c).cert_store_stats()["x509_ca"] == 0 < mine.cert_store_stats()["x509_ca"]
