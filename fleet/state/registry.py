@@ -9,6 +9,7 @@ program with the place where it is broken; it is never silently reset.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import re
 import secrets
@@ -52,6 +53,29 @@ def _row(where: str, d: Any) -> Row:
         raise RegistryError(f"{where}: {e}") from None
 
 
+# the last text read at each registry path, with its fleet id and rows: a re-read of an
+# unchanged file (a loop tick reads the registry some twenty times) compares the text instead
+# of parsing it again. Exact, as the key is the file's whole text, never its stat, and every
+# reader gets rows of its own to change
+_PARSED: dict[Path, tuple[str, str | None, dict[str, Row]]] = {}
+_PARSED_PATHS = 16  # more registries than this in one process (tests): start again
+
+
+_SHARED = {str, int, float, bool, type(None)}  # values that readers may share: immutable
+
+
+def _copy(r: Row) -> Row:
+    """A row no other reader holds: its fields are str, int, float, bool or None, which a
+    shallow copy shares safely (anything else a hand-edited file put there is copied too)."""
+    if _SHARED.issuperset(map(type, vars(r).values())):
+        return copy.copy(r)
+    return copy.deepcopy(r)
+
+
+def _copies(rows: dict[str, Row]) -> dict[str, Row]:
+    return {label: _copy(r) for label, r in rows.items()}
+
+
 class Registry:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -68,6 +92,16 @@ class Registry:
             return None, {}
         except (OSError, UnicodeDecodeError) as e:
             raise RegistryError(f"registry {self.path}: cannot read: {e}") from None
+        seen = _PARSED.get(self.path)
+        if seen is not None and seen[0] == text:
+            return seen[1], _copies(seen[2])
+        fid, out = self._parse(text)
+        if len(_PARSED) >= _PARSED_PATHS and self.path not in _PARSED:
+            _PARSED.clear()
+        _PARSED[self.path] = (text, fid, _copies(out))
+        return fid, out
+
+    def _parse(self, text: str) -> tuple[str | None, dict[str, Row]]:
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as e:

@@ -172,3 +172,41 @@ def test_resume_replaces_only_an_unfinished_row(tmp_path: Path) -> None:
         reg.update("a-1", status=status, **extra)
         with pytest.raises(UsageError, match="already in the registry"):
             reg.add(row("a-1"), resume=True)
+
+
+def test_a_re_read_is_the_file_as_it_is_now_whoever_changed_it(tmp_path: Path) -> None:
+    """The rows of an unchanged file are kept between reads (a tick reads the registry some
+    twenty times): never past a change, even one that keeps the file's size, inode and times,
+    and never shared between readers, who may change their rows."""
+    path = tmp_path / "boxes.json"
+    reg = Registry(path)
+    reg.add(row("a-1", status="running"))
+    first = reg.rows()
+    first[0].status = "changed by a reader"  # a caller's own copy
+    assert reg.rows()[0].status == "running"
+    reg.get("a-1").ssh_port = 1  # type: ignore[union-attr]
+    assert reg.get("a-1").ssh_port is None  # type: ignore[union-attr]
+    with reg.transaction() as rows:
+        assert rows["a-1"].status == "running"
+        rows["a-1"].status = "stopped"
+    assert [r.status for r in Registry(path).rows()] == ["stopped"]  # another reader sees it
+    # another writer (another process) rewrites the file in place: same size, inode and times
+    st = path.stat()
+    text = path.read_text()
+    path.write_text(text.replace('"stopped"', '"exited!"'))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_ino, path.stat().st_mtime_ns) == \
+        (st.st_size, st.st_ino, st.st_mtime_ns)
+    assert [r.status for r in reg.rows()] == ["exited!"]
+    # a value a hand edit put where a text belongs is the reader's own too
+    doc = json.loads(path.read_text())
+    doc["boxes"][0]["note"] = ["a", "list"]
+    path.write_text(json.dumps(doc))
+    mine = reg.rows()[0]
+    mine.note.append("more")  # type: ignore[union-attr]
+    assert reg.rows()[0].note == ["a", "list"]
+    path.write_text("{")  # broken since the last read: said, never the rows before it
+    with pytest.raises(RegistryError, match="corrupt"):
+        reg.rows()
+    path.unlink()
+    assert reg.rows() == []
