@@ -10,12 +10,11 @@ import typer
 from rich.table import Table
 
 from fleet.boxes import lifecycle
-from fleet.core.boxes import Row, is_standing, unread
+from fleet.core.boxes import Row
 from fleet.core.config import PROVIDERS, Config
 from fleet.core.errors import AuthFailed, FleetError, ProviderError, UsageError
-from fleet.core.times import now_iso
 from fleet.core.verdicts import Health
-from fleet.ops import budget, spread
+from fleet.ops import budget, destroy, spread
 from fleet.ops import offers as offers_mod
 from fleet.ops import rent as rent_mod
 from fleet.providers.base import Box, Offer, Provider
@@ -315,6 +314,22 @@ def _job_cell(r: Row) -> str:
     return f"{r.job}: {state}"
 
 
+def _destroy_dry_run(c: Config, reg: Registry, label: str, force: bool) -> None:
+    """What `fleet destroy LABEL` would destroy, or the refusal it would meet; nothing changed."""
+    row = destroy.guard(c, reg, _providers(), destroy.Order(label, force=force))
+    if row.provider_id:
+        out.print(f"dry run: would destroy {label} ({row.provider} {row.provider_id}, "
+                  f"${row.usd_per_hour:.3f}/h)")
+        return
+    p = lifecycle.provider_for(_providers(), row.provider, f"cannot destroy {label}")
+    try:
+        box = p.find_by_label(label)
+    except ProviderError as e:
+        raise lifecycle.cannot_ask(e, label, f"fleet destroy {label}") from None
+    what = f"{row.provider} {box.box_id}" if box else f"no box at {row.provider} carries it"
+    out.print(f"dry run: would destroy {label} ({what}, ${row.usd_per_hour:.3f}/h)")
+
+
 @app.command("destroy")
 def destroy_cmd(label: str,
                 force: bool = typer.Option(False, help="also destroy a standing box, or a "
@@ -326,34 +341,9 @@ def destroy_cmd(label: str,
     label at its provider; the row is marked destroyed once the provider lists no such box.
     """
     c, reg = cfg(), registry()
-    row = reg.get(check_label(label))
-    if row is None:
-        raise UsageError(f"no box labelled {label!r} in the registry")
-    if not row.live:
-        raise UsageError(f"{label} is already {row.status}")
-    if is_standing(c, row) and not force:
-        raise UsageError(f"{label} is a box of the standing role {row.role}; standing boxes are "
-                         "replaced, not destroyed (use --force to destroy it anyway)")
-    if unread(row) and not force:
-        raise UsageError(f"{label} holds job {row.job}, whose outputs were not read back: run "
-                         f"`fleet teardown {label}` (or --force to lose them)")
-    if dry_run and row.provider_id:
-        out.print(f"dry run: would destroy {label} ({row.provider} {row.provider_id}, "
-                  f"${row.usd_per_hour:.3f}/h)")
+    check_label(label)
+    if dry_run:
+        _destroy_dry_run(c, reg, label, force)
         return
-    p = lifecycle.provider_for(_providers(), row.provider, f"cannot destroy {label}")
-    again = f"fleet destroy {label}"
-    if row.provider_id:
-        p.destroy(row.provider_id)  # returns once the provider no longer lists it
-    elif dry_run:
-        try:
-            box = p.find_by_label(label)
-        except ProviderError as e:
-            raise lifecycle.cannot_ask(e, label, again) from None
-        what = f"{row.provider} {box.box_id}" if box else f"no box at {row.provider} carries it"
-        out.print(f"dry run: would destroy {label} ({what}, ${row.usd_per_hour:.3f}/h)")
-        return
-    else:
-        lifecycle.destroy_by_label(p, reg, label, again)
-    reg.update(label, status="destroyed", destroyed_at=now_iso())
+    destroy.destroy(c, reg, _providers(), destroy.Order(label, force=force))
     out.print(f"destroyed {label}")

@@ -21,7 +21,7 @@ from rich.console import Console
 from fleet.boxes.sshkeys import ensure_key, public_key
 from fleet.core.config import Config
 from fleet.core.errors import FleetError, UsageError
-from fleet.core.times import now_iso
+from fleet.ops import destroy
 from fleet.ops import offers as offers_mod
 from fleet.ops import rent as rent_mod
 from fleet.providers.factory import all_providers
@@ -119,13 +119,16 @@ def down(cfg: Config, state_dir: Path, console: Console) -> None:
         except FleetError as e:
             console.print(f"warning: could not list sandbox boxes: {e}")
         else:
+            # every box the registry owns, through the one destroy path; the sandbox's other
+            # boxes go with its daemon below (it destroys its whole world as it stops)
             for row, box in v.matched:
-                provs[row.provider].destroy(box.box_id)
-                reg.update(row.label, status="destroyed", destroyed_at=now_iso())
+                try:
+                    destroy.destroy(cfg, reg, provs, destroy.Order(
+                        row.label, seen_id=box.box_id, force=True))
+                except FleetError as e:
+                    console.print(f"warning: {row.label}: {e} (its box goes with the sandbox)")
+                    continue
                 console.print(f"destroyed {row.label}")
-            for b in v.orphans:
-                provs[b.provider].destroy(b.box_id)
-                console.print(f"destroyed orphan {b.provider} {b.box_id}")
     manage.down(state_dir)
     console.print("sandbox down")
 

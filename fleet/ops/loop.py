@@ -85,7 +85,7 @@ from fleet.core.errors import (
 )
 from fleet.core.times import now_iso, parse_iso
 from fleet.core.verdicts import Health
-from fleet.ops import budget, disruption, ports, spread
+from fleet.ops import budget, destroy, disruption, ports, spread
 from fleet.ops import offers as offers_mod
 from fleet.ops import rent as rent_mod
 from fleet.ops.check import MESH_IN
@@ -496,25 +496,19 @@ class Loop:
                 del mem.dead[label]
                 continue
             box = listed.get(label)
-            # a box its provider reports down loses nothing alive: never held, still counted
-            judged = box is not None and box.status not in disruption.REPORTED_DOWN
-            if self._spend(t, mem, row.role, label, t.dead[label], judged=judged) is None:
-                continue
-            try:
-                if box is not None:
-                    self.providers[row.provider].destroy(box.box_id)
-                    if self.providers[row.provider].box(box.box_id) is not None:
-                        raise ProviderError(row.provider, "destroy",
-                                            f"box {box.box_id} is still listed")
-                    self.reg.mark_destroyed(label)
-                    self._act(t, f"{label}: destroyed (dead or unfit on {count} checks)")
-                else:
-                    self.reg.mark_destroyed(label, "vanished")
-                    self._act(t, f"{label}: marked vanished (no provider lists it)")
-            except (ProviderError, KeyError) as e:
-                self._act(t, f"{label}: destroying the dead box failed ({e}); tried again "
-                             "next tick")
-                continue
+            if box is not None:
+                # a box its provider reports down loses nothing alive: never held, counted
+                held = box.status not in disruption.REPORTED_DOWN
+                spend = self._spender(t, mem, label, t.dead[label], judged=held)
+                if self._destroy(t, destroy.Order(label, seen_id=box.box_id, judged=True),
+                                 "the dead box", spend) is None:
+                    continue
+                self._act(t, f"{label}: destroyed (dead or unfit on {count} checks)")
+            else:
+                if self._spend(t, mem, row.role, label, t.dead[label], judged=False) is None:
+                    continue
+                self.reg.mark_destroyed(label, "vanished")
+                self._act(t, f"{label}: marked vanished (no provider lists it)")
             del mem.dead[label]
             if t.dead.get(label, "").startswith("unfit") and box is not None and box.machine_id:
                 mem.unfit_machines[f"{row.provider}/{box.machine_id}"] = now_iso()
@@ -695,32 +689,35 @@ class Loop:
                         what: str) -> bool:
         """`_destroy_row` for a box destroyed on the loop's own judgement: within the
         disruption budget only."""
-        if row.provider in failed or row.label in self._unsure:
-            return False
-        if self._spend(t, mem, row.role, row.label, what) is None:
-            return False
-        return self._destroy_row(t, row, failed, what)
+        return self._destroy_row(t, row, failed, what,
+                                 self._spender(t, mem, row.label, what))
 
-    def _destroy_row(self, t: Tick, row: Row, failed: set[str], what: str) -> bool:
-        """Destroy the box of a row the registry owns, by its provider id, and mark the row
-        destroyed once its provider no longer lists it; False (said) when that cannot be
-        told this tick."""
+    def _destroy_row(self, t: Tick, row: Row, failed: set[str], what: str,
+                     spend: destroy.Spend | None = None) -> bool:
+        """Destroy the box of a row the registry owns, by its provider id, through the one
+        destroy path; False (said) when that cannot be told or done this tick."""
         if row.provider in failed or not row.provider_id or row.label in self._unsure:
             return False  # its provider is silent on it this tick: nothing is destroyed blind
-        p = self.providers.get(row.provider)
+        order = destroy.Order(row.label, seen_id=row.provider_id, judged=True)
+        return self._destroy(t, order, f"it ({what})", spend) is not None
+
+    def _destroy(self, t: Tick, order: destroy.Order, what: str,
+                 spend: destroy.Spend | None = None) -> destroy.Destroyed | None:
+        """`fleet.ops.destroy.destroy` for the loop: a refusal or a provider's failure is
+        said (and tried again next tick), never raised; None then, or when `spend` kept it."""
         try:
-            if p is None:
-                raise ProviderError(row.provider, "destroy", "no API key")
-            p.destroy(row.provider_id)
-            if p.box(row.provider_id) is not None:
-                raise ProviderError(row.provider, "destroy",
-                                    f"box {row.provider_id} is still listed")
+            return destroy.destroy(self.cfg, self.reg, self.providers, order, spend=spend)
+        except UsageError as e:  # a guard refused (`destroy.Refused`), or no API key
+            self._act(t, f"{order.label}: not destroyed ({what}): {e}")
         except ProviderError as e:
-            self._act(t, f"{row.label}: destroying it ({what}) failed ({e}); tried again next "
+            self._act(t, f"{order.label}: destroying {what} failed ({e}); tried again next "
                          "tick")
-            return False
-        self.reg.update(row.label, status="destroyed", destroyed_at=now_iso())
-        return True
+        return None
+
+    def _spender(self, t: Tick, mem: Memory, label: str, why: str, *,
+                 judged: bool = True) -> destroy.Spend:
+        """The disruption budget as the destroy path asks it, for the row it re-read."""
+        return lambda row: self._spend(t, mem, row.role, label, why, judged=judged) is not None
 
     def _start_moves(self, t: Tick, mem: Memory, failed: set[str],
                      health: list[Health]) -> list[str]:
@@ -1011,11 +1008,19 @@ class Loop:
             if b.provider in failed or b.label in recorded or not form.match(b.label) \
                     or key in v.duplicates:
                 continue
+            price = b.usd_per_hour if b.priced else max(
+                (r.usd_per_hour for r in rows if (r.provider, r.card, r.gpu_count)
+                 == (b.provider, b.card, b.gpu_count)), default=None)
+            if price is None:  # never a $0 row: the budget refuses rents while it is listed
+                self._act(t, f"{b.label} ({key}): a box of this fleet's own form the registry "
+                             f"has no row for, and {b.provider} lists no price for it: not "
+                             "adopted (no price of its shape is known)")
+                continue
             role = self._role_of(b.label)
             rerent_of, move_of = _replaced_by(b.label, rows, v)
             self.reg.add(Row(label=b.label, provider=b.provider, role=role,
                              kind=self.cfg.roles[role].kind, card=b.card,
-                             gpu_count=b.gpu_count, usd_per_hour=b.usd_per_hour,
+                             gpu_count=b.gpu_count, usd_per_hour=price,
                              status=b.status, provider_id=b.box_id, place=b.place,
                              created_at=now_iso(), rerent_of=rerent_of, move_of=move_of,
                              move_for="place" if move_of else None,
@@ -1207,14 +1212,11 @@ class Loop:
                              "answered the fleet's SSH this tick with its breaker closed, so it "
                              "cannot tell the box from its own blindness")
                 continue
-            try:
-                self.providers[g.row.provider].destroy(g.box.box_id)
-            except ProviderError as e:
-                self._act(t, f"{g.row.label}: {g.why}; destroying it failed ({e}), tried "
-                             "again next tick")
+            # never converted: its rent's own undo (no standing node, no job's outputs)
+            order = destroy.Order(g.row.label, seen_id=g.row.provider_id, force=True,
+                                  also={"note": f"{g.why}: destroyed"})
+            if self._destroy(t, order, f"it ({g.why})") is None:
                 continue
-            self.reg.update(g.row.label, status="destroyed", destroyed_at=now_iso(),
-                            note=f"{g.why}: destroyed")
             self._act(t, f"{g.row.label}: destroyed: {g.why}")
             if g.box.status == "exited" and g.box.machine_id:
                 mem.unfit_machines[f"{g.row.provider}/{g.box.machine_id}"] = now_iso()
@@ -1229,15 +1231,11 @@ class Loop:
             p = self.providers.get(row.provider)
             if p is None:
                 continue
-            try:
-                box = lifecycle.find_unfinished(p, row)
-                if box is not None:
-                    p.destroy(box.box_id)
-            except ProviderError as e:
-                self._act(t, f"{row.label}: destroying it ({row.destroy_wanted}) failed "
-                             f"({e}); tried again next tick")
+            # by its id (the client tells a box gone from one its key cannot see), else every
+            # box under its label
+            order = destroy.Order(row.label, seen_id=row.provider_id, force=True)
+            if self._destroy(t, order, f"it ({row.destroy_wanted})") is None:
                 continue
-            self.reg.update(row.label, status="destroyed", destroyed_at=now_iso())
             self._act(t, f"{row.label}: destroyed ({row.destroy_wanted})")
 
     # -- conversion and orphans ------------------------------------------------------------
@@ -1318,19 +1316,17 @@ class Loop:
                 self._act(t, f"orphan {b.label} ({key}, ${b.usd_per_hour:.3f}/h): {what}"
                              f"{left}")
                 continue
-            row = self.reg.get(b.label)  # under the lock: a rent may have just written it
-            if row is not None and row.live and row.provider == b.provider and \
-                    row.provider_id in (None, b.box_id):
-                self._act(t, f"orphan {b.label} ({key}): its row is in the registry now; "
-                             "kept")
+            spend = self._spender(t, mem, f"orphan {b.label} ({key})", what,
+                                  judged=b.status not in disruption.REPORTED_DOWN)
+            order = destroy.Order(b.label, box_id=b.box_id, judged=True)
+            try:  # its row read again under the lock: a rent may have just written it
+                if destroy.destroy(self.cfg, self.reg, self.providers, order,
+                                   spend=spend) is None:
+                    continue
+            except UsageError as e:  # a guard refused (`destroy.Refused`), or no API key
+                self._act(t, f"orphan {b.label} ({key}): kept: {e}")
                 seen.pop(key)
                 continue
-            role = row.role if row is not None else self._role_of(b.label)
-            if self._spend(t, mem, role, f"orphan {b.label} ({key})", what,
-                           judged=b.status not in disruption.REPORTED_DOWN) is None:
-                continue
-            try:
-                self.providers[b.provider].destroy(b.box_id)
             except ProviderError as e:
                 self._act(t, f"orphan {b.label} ({key}): destroy failed ({e})")
                 continue

@@ -40,7 +40,7 @@ from fleet.core.errors import (
 )
 from fleet.core.labels import fleet_id_of, new_label
 from fleet.core.times import in_hours, now_iso
-from fleet.ops import budget, ports, spread
+from fleet.ops import budget, destroy, ports, spread
 from fleet.ops import offers as offers_mod
 from fleet.providers.base import Box, Offer, Provider, RentRequest
 from fleet.state import bills
@@ -268,15 +268,15 @@ def check_listed(cfg: Config, reg: Registry, p: Provider, offer: Offer, label: s
     if over is None:
         return row
     why = f"over budget at the listed price ${price:.3f}/h (offered at ${offer.usd_per_hour:.3f}/h)"
-    try:
-        p.destroy(box_id)
+    try:  # the rent's own box, never converted: its undo waives the standing guard
+        destroy.destroy(cfg, reg, {p.name: p}, destroy.Order(
+            label, seen_id=box_id, force=True, also={"note": f"{why}: destroyed"}))
     except ProviderError as e:
         # still live, so the budget counts it; never resumed, converted or counted as
         # filling the roster: the loop destroys it (`Loop._destroy_wanted`)
         reg.update(label, destroy_wanted=why,
                    note=f"{why}; destroying it failed, it may still bill: {e}"[:300])
         raise
-    reg.update(label, status="destroyed", destroyed_at=now_iso(), note=f"{why}: destroyed")
     err = BudgetExceeded(f"{over}; box {box_id} was destroyed")
     raise err from None
 

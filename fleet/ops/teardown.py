@@ -41,7 +41,8 @@ from fleet.boxes import boxssh, jobstate, lifecycle
 from fleet.core import fileutil
 from fleet.core.boxes import Row, is_standing, unread
 from fleet.core.errors import FleetError, ProviderError, UsageError
-from fleet.core.times import now_iso, parse_iso
+from fleet.core.times import parse_iso
+from fleet.ops import destroy
 from fleet.state import archive
 
 log = logging.getLogger(__name__)
@@ -218,7 +219,7 @@ def teardown(cfg: Config, reg: Registry, providers: Mapping[str, Provider], labe
         if keep_box:
             out.steps.append("read back; box kept for another job (--keep-box)")
             return out
-        _destroy(reg, p, _done(cfg, reg, label, out.job), out)
+        _destroy(cfg, reg, providers, _done(cfg, reg, label, out.job), out)
     return out
 
 
@@ -408,20 +409,16 @@ def _keep(reg: Registry, row: Row, problems: list[str], where: str) -> NoReturn:
     raise KeptBox(f"{row.label}: box kept, its outputs do not match in the {where}:\n  {lines}")
 
 
-def _destroy(reg: Registry, p: Provider, row: Row, out: Outcome) -> None:
-
+def _destroy(cfg: Config, reg: Registry, providers: Mapping[str, Provider], row: Row,
+             out: Outcome) -> None:
+    """The box goes through the one destroy path (`fleet.ops.destroy`), on the box the
+    teardown read back; a destroy that fails is kept in the row's teardown note."""
+    order = destroy.Order(row.label, seen_id=row.provider_id, also={"teardown": None},
+                          again=f"fleet teardown {row.label}")
     try:
-        if row.provider_id:
-            p.destroy(row.provider_id)
-            still = p.box(row.provider_id)
-            if still is not None:
-                raise ProviderError(p.name, "destroy", f"box {row.provider_id} is still listed",
-                                    "it may still bill; run the teardown again")
-        else:
-            lifecycle.destroy_by_label(p, reg, row.label, f"fleet teardown {row.label}")
+        destroy.destroy(cfg, reg, providers, order)
     except ProviderError as e:
         reg.update(row.label, teardown=f"destroy failed: {e}"[:300])
         raise
-    reg.update(row.label, teardown=None, status="destroyed", destroyed_at=now_iso())
     out.destroyed = True
     log.info(f"{row.label}: destroyed")

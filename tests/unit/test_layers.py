@@ -109,8 +109,10 @@ def test_the_walker_sees_every_kind_of_import(tmp_path: Path, monkeypatch) -> No
 
 # --- chains and circles: the imports that run (those under `if TYPE_CHECKING:` never do) -------
 
-MAX_CHAIN = 7  # modules in the longest import chain within fleet/ (a `__main__` is a program
-# that nothing imports, like the `fleet` script: it is not counted)
+MAX_CHAIN = 8  # modules in the longest import chain within fleet/ (a `__main__` is a program
+# that nothing imports, like the `fleet` script: it is not counted). 8 since every destroy goes
+# through one path (`fleet.ops.destroy`), which sits under the rent (its undo of a box over
+# budget): the loop -> rent -> destroy -> labels -> config -> cards
 
 
 def _runtime_graph(package: str) -> dict[str, set[str]]:

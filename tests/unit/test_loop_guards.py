@@ -199,6 +199,24 @@ def test_a_registry_behind_the_account_never_sweeps_and_adopts_the_fleets_own_bo
     assert vast.destroyed == []  # before: both destroyed (fewer than the live rows)
 
 
+def test_an_unrecorded_box_of_the_fleets_form_without_a_price_is_adopted_at_its_shapes(
+        tmp_path: Path) -> None:
+    """A listing that names no price reads 0.0: adopted so, the box would count as free in the
+    budget. It takes the highest price the registry knows for its shape instead, and without
+    one it is not adopted (and the budget refuses rents while it is listed)."""
+    loop, vast, _ = make(tmp_path)
+    add_box(loop, vast, 1)  # the shape's known price: $0.3/h
+    fid = loop.reg.fleet_id()
+    priced_by_shape, unknown = f"live-{fid}-vast-0c0c07", f"live-{fid}-vast-0c0c08"
+    vast.listed["7"] = Box("vast", "7", priced_by_shape, "RTX 4090", 1, 0.0, "running")
+    vast.listed["8"] = Box("vast", "8", unknown, "RTX 3090", 1, 0.0, "running")
+    t = loop.tick()
+    assert loop.reg.get(priced_by_shape).usd_per_hour == 0.3  # type: ignore[union-attr]
+    assert loop.reg.get(unknown) is None
+    assert any(f"{unknown} (vast/8)" in a and "lists no price" in a for a in t.actions), \
+        t.actions
+
+
 def test_an_adopted_rerent_covers_the_dead_box_it_replaced(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by the simulation: the registry restored from before a re-rent holds the dead
@@ -300,7 +318,7 @@ def test_an_orphan_whose_row_is_live_again_before_its_destroy_is_kept(tmp_path: 
     age_orphans(loop)
     loop.reg.get = get  # type: ignore[method-assign]
     t = loop.tick()
-    assert vast.destroyed == [] and any("its row is in the registry now" in a
+    assert vast.destroyed == [] and any(f"{label}'s own: not destroyed" in a
                                         for a in t.actions), t.actions
 
 
