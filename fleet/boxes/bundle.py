@@ -14,7 +14,6 @@ content and the box can compare stamps instead of files.
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from packaging.version import Version
 from agent import contract
 from fleet.core.errors import FleetError
 from fleet.core.fileutil import locked, write_atomic
-from fleet.core.paths import BOX_FILES
+from fleet.core.paths import BOX_FILES, user_cache
 from fleet.core.tarball import Entry, deterministic_tar
 
 AGENT_CODE = Path(contract.__file__).resolve().parent  # the agent package, shipped whole
@@ -126,8 +125,7 @@ def _download_wheels(dest: Path, pins: tuple[str, ...] = AGENT_WHEELS) -> list[P
 
 def wheel_cache() -> Path:
     """Where the agent's wheels are kept between runs and state folders (one download)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "fleet" / "wheels"
+    return user_cache() / "wheels"
 
 
 def fetch_wheels() -> list[Path]:

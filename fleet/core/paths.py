@@ -22,3 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
 def sandbox_dir() -> Path:
     """The sandbox's folder (FLEET_SANDBOX_DIR, default `.sandbox`)."""
     return Path(os.environ.get("FLEET_SANDBOX_DIR", ".sandbox"))
+
+
+def user_cache() -> Path:
+    """The user's cache of fleet's own (`$XDG_CACHE_HOME/fleet`, else `~/.cache/fleet`): what
+    any state folder may reuse, such as the agent's wheels."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fleet"

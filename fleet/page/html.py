@@ -19,6 +19,7 @@ from fleet.core.fileutil import write_atomic
 from fleet.core.times import read_iso
 from fleet.core.verdicts import VERDICTS
 from fleet.page.chart import CHART_DAYS, chart_svg, day_label
+from fleet.page.compiled import CompiledTemplates
 from fleet.page.words import age_words, day_time
 
 FILES = ("index.html", "fleet.json")
@@ -62,7 +63,8 @@ _ICON = {"well": "✓", "problem": "!", "down": "✕", "unknown": "?", "owed": "
 
 _loader = PackageLoader("fleet.page", "templates")
 _env = Environment(loader=_loader, autoescape=True, undefined=StrictUndefined,
-                   trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+                   trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                   bytecode_cache=CompiledTemplates())
 _env.filters.update(usd=_usd, yes=_yes, time=_time, short_time=_short_time, clock=_clock,
                     num=_num)
 _env.globals.update(icon=_ICON)
