@@ -858,8 +858,9 @@ class Loop:
                 mem.rerents.remove(o)
             elif o.shape() in wanted:
                 have_of[o.shape()] += 1  # the next re-rent of the shape counts this one
-        # a re-rent of a role fleet.toml no longer has is kept, never rented
-        out = [o for o in mem.rerents if o.role in self.cfg.roles]
+        # a re-rent of a shape the roster no longer lists (its role, card, provider or GPUs
+        # taken out of fleet.toml) is kept, never rented: it would bill past the roster
+        out = [o for o in mem.rerents if o.shape() in wanted]
         before = {(o.shape(), o.rerent_of): o.since for o in mem.owed}
         for w in self.cfg.roster:
             if self.cfg.role(w.role).kind != "standing":
@@ -1049,7 +1050,11 @@ class Loop:
                     or key in v.duplicates or b.status != "running":
                 continue  # one still restarting is revived once it runs
             shape = _shape(row)
-            if sum(1 for r in live if _shape(r) == shape) >= self._wanted().get(shape, 0):
+            # a re-rent of it not yet converted does not fill its place: the box that is back
+            # runs already, and the re-rent is given up below
+            pending = [r for r in live if r.rerent_of == row.label and unfinished(r)]
+            if sum(1 for r in live if _shape(r) == shape and r not in pending) \
+                    >= self._wanted().get(shape, 0):
                 continue
             self.reg.update(row.label, status=b.status, destroyed_at=None,
                             note=f"back: {row.provider} lists box {b.box_id} again after "
@@ -1061,6 +1066,13 @@ class Loop:
             self._adopted.add(key)
             self._act(t, f"{row.label} ({key}): listed again after {row.provider} said it "
                          "had no such box: the fleet's own, live again (never swept)")
+            for r in pending:  # never converted: its rent's own undo
+                why = f"{row.label}, which it was to replace, is back"
+                order = destroy.Order(r.label, seen_id=r.provider_id, force=True,
+                                      also={"note": f"re-rent given up: {why}"})
+                if self._destroy(t, order, f"the re-rent ({why})") is not None:
+                    live.remove(r)
+                    self._act(t, f"{r.label}: destroyed: re-rent given up ({why})")
 
     def _resume_unfinished(self, t: Tick, v: View,
                            failed: set[str]) -> tuple[list[str], list[Late]]:

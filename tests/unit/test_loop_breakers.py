@@ -374,6 +374,36 @@ def test_a_vanished_box_listed_again_is_the_fleets_again_never_swept(tmp_path: P
     assert loop.reg.get(row.label).live and row.label in t.well, t.actions  # type: ignore[union-attr]
 
 
+def test_a_vanished_box_listed_again_while_its_rerent_is_unfinished_is_kept_not_swept(
+        tmp_path: Path) -> None:
+    """Found by the review: the vanished box came back healthy while its re-rent was still
+    booting. The unfinished re-rent filled the roster's place, so the healthy box was swept as
+    a given-up rent's orphan, and the place was left to a box not yet converted. The box that
+    is back is the fleet's again; the re-rent, never converted, is given up."""
+    loop, vast, _ = make(tmp_path)
+    row = add(loop, vast, 1)
+    box = vast.listed.pop("1")
+    ssh_down_for(loop, {row.label})
+    loop.tick()
+    loop.tick()
+    assert loop.reg.get(row.label).status == "vanished"  # type: ignore[union-attr]
+    r1 = f"{row.label}-r1"  # its re-rent: created, not yet SSH-ready
+    loop.reg.add(Row(label=r1, provider="vast", role="live", kind="standing", card="RTX 4090",
+                     gpu_count=1, usd_per_hour=0.3, status="provisioning", provider_id="2",
+                     rerent_of=row.label))
+    vast.listed["2"] = Box("vast", "2", r1, "RTX 4090", 1, 0.3, "provisioning")
+    vast.listed["1"] = box  # the provider lists it again, and it answers
+    ssh_down_for(loop, set())
+    for _ in range(3):
+        t = loop.tick()
+        mem = Memory.load(loop.memory_path)  # past any orphan grace
+        mem.orphans = {k: LONG_AGO for k in mem.orphans}
+        mem.save(loop.memory_path)
+    assert "1" not in vast.destroyed, t.actions
+    assert loop.reg.get(row.label).live and row.label in t.well, t.actions  # type: ignore[union-attr]
+    assert vast.destroyed == ["2"] and not loop.reg.get(r1).live  # type: ignore[union-attr]
+
+
 def test_a_vanished_box_back_but_restarting_is_not_given_up(tmp_path: Path) -> None:
     """Found by the review: revived while listed provisioning, it read as an unfinished rent
     long past its deadline and was destroyed in the tick that revived it."""
