@@ -4,7 +4,8 @@ It applies, in this order, and stops at the first that refuses:
 1. ownership: the registry has a row under the label (every rent writes its row before the
    create), and a box other than the row's own (an orphan under its label) is destroyed only
    where its provider lists it under that very label and the label has this fleet's exact
-   form (`fleet.core.labels`: its fleet id);
+   form (`fleet.core.labels`: its fleet id); a row with no box id is destroyed by its label
+   only where the label has that form too (else with `--force`: a person's box may carry it);
 2. the standing guard: a box of a standing role goes only on the loop's own judgement or an
    operator's `--force`;
 3. the unread-outputs guard: a one-shot box whose job's outputs were not read back goes only
@@ -12,7 +13,8 @@ It applies, in this order, and stops at the first that refuses:
 4. the row read again under the registry's lock: still live, still on the box the caller
    judged (a rent or a resume may have moved it on since);
 5. the disruption budget, for the loop's judgements (its `spend`, saved before the destroy);
-6. the destroy, its box confirmed gone by id, and the row marked destroyed.
+6. the destroy, its box confirmed gone by id, and the row marked destroyed in one locked step
+   with the check that it still names that box (a rent resumed meanwhile keeps its row).
 
 A refusal is a `Refused` (one line, exit status 2 at the CLI), before anything changed. A
 provider that fails, or still lists the box, is a ProviderError: the row stays live (the box
@@ -21,6 +23,7 @@ may still bill), and the caller says so and tries again.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -95,8 +98,24 @@ def destroy(cfg: Config, reg: Registry, providers: Mapping[str, Provider], order
     else:  # a rent stopped before it learnt its box's id: every box under its label
         ids = lifecycle.destroy_by_label(p, reg, row.label,
                                          order.again or f"fleet destroy {row.label}")
-    marked = reg.update(row.label, status="destroyed", destroyed_at=now_iso(), **order.also)
-    return Destroyed(row.label, ids, marked)
+    return Destroyed(row.label, ids, _mark(reg, row.label, ids, order))
+
+
+def _mark(reg: Registry, label: str, ids: list[str], order: Order) -> Row:
+    """Mark the row destroyed, in one locked step with the check that it still names a box
+    just destroyed (or none): a row rented again meanwhile (its rent resumed by an operator)
+    stays live, its new box counted and kept."""
+    with reg.transaction() as rows:
+        row = rows.get(label)
+        if row is None or not row.live or (row.provider_id is not None
+                                           and row.provider_id not in ids):
+            now = "gone" if row is None else f"{row.status}, box {row.provider_id}"
+            raise Refused(f"{label} changed while box {', '.join(ids) or 'none'} was destroyed "
+                          f"(now {now}): its row is left as it is")
+        row.status, row.destroyed_at = "destroyed", now_iso()
+        for k, v in order.also.items():
+            setattr(row, k, v)
+        return row
 
 
 def guard(cfg: Config, reg: Registry, providers: Mapping[str, Provider], order: Order) -> Row:
@@ -107,6 +126,10 @@ def guard(cfg: Config, reg: Registry, providers: Mapping[str, Provider], order: 
         if is_standing(cfg, row) and not (order.judged or order.force):
             raise Refused(f"{row.label} is a box of the standing role {row.role}; standing "
                           "boxes are replaced, not destroyed (use --force to destroy it anyway)")
+        if not row.provider_id and not order.force and not _form(cfg, reg).match(row.label):
+            raise Refused(f"{row.label} has no box id recorded and its label is not of this "
+                          "fleet's form: a box under it may be a person's (use --force to "
+                          "destroy whatever carries the label)")
         if unread(row) and not order.force:
             raise Refused(f"{row.label} holds job {row.job}, whose outputs were not read back: "
                           f"run `fleet teardown {row.label}` (or --force to lose them)")
@@ -123,12 +146,12 @@ def _owned(cfg: Config, reg: Registry, providers: Mapping[str, Provider],
         if not row.live:
             raise Refused(f"{order.label} is already {row.status}")
         return row
-    if order.box_id == row.provider_id or (row.live and row.provider_id is None):
+    if row.live and row.provider_id in (None, order.box_id):
         # its own, or a rent under the label has not learnt its box's id yet: it may be this
+        # (a row given up or vanished holds no box: one listed under it is an orphan)
         raise Refused(f"box {order.box_id} is, or may be, {order.label}'s own: not destroyed as "
                       "another box under its label")
-    form = labels.fleet_form(tuple(cfg.roles), reg.fleet_id())
-    if not form.match(order.label):
+    if not _form(cfg, reg).match(order.label):
         raise Refused(f"{order.label} is not of this fleet's label form: box {order.box_id} "
                       "under it may be a person's or another fleet's, and is never destroyed")
     p = lifecycle.provider_for(dict(providers), row.provider, f"cannot destroy {order.label}")
@@ -138,6 +161,10 @@ def _owned(cfg: Config, reg: Registry, providers: Mapping[str, Provider],
         raise Refused(f"box {order.box_id} is {under} at {row.provider}, not under "
                       f"{order.label}: not destroyed")
     return row
+
+
+def _form(cfg: Config, reg: Registry) -> re.Pattern[str]:
+    return labels.fleet_form(tuple(cfg.roles), reg.fleet_id())
 
 
 def _reread(reg: Registry, order: Order) -> Row:

@@ -240,7 +240,7 @@ class Loop:
         read = bills.refresh(self.cfg.registry, self.providers)  # for the rents and the page
         for name, why in read.errors.items():
             self._act(t, f"bills: {name} gave none ({why}); its boxes are estimated")
-        self._destroy_wanted(t, failed)
+        self._destroy_wanted(t, v, failed)
         self._revive_vanished(t, mem, v, failed)
         self._adopt_unrecorded(t, v, failed)
         resumed, late = self._resume_unfinished(t, v, failed)
@@ -709,7 +709,7 @@ class Loop:
             return destroy.destroy(self.cfg, self.reg, self.providers, order, spend=spend)
         except UsageError as e:  # a guard refused (`destroy.Refused`), or no API key
             self._act(t, f"{order.label}: not destroyed ({what}): {e}")
-        except ProviderError as e:
+        except FleetError as e:  # the provider failed, or could not be asked (by label)
             self._act(t, f"{order.label}: destroying {what} failed ({e}); tried again next "
                          "tick")
         return None
@@ -858,9 +858,9 @@ class Loop:
                 mem.rerents.remove(o)
             elif o.shape() in wanted:
                 have_of[o.shape()] += 1  # the next re-rent of the shape counts this one
-        # a re-rent of a shape the roster no longer lists (its role, card, provider or GPUs
-        # taken out of fleet.toml) is kept, never rented: it would bill past the roster
-        out = [o for o in mem.rerents if o.shape() in wanted]
+        # a re-rent of a role fleet.toml no longer has is kept, never rented (a standing box
+        # rented by hand, in a shape no roster entry names, is kept up like the roster's)
+        out = [o for o in mem.rerents if o.role in self.cfg.roles]
         before = {(o.shape(), o.rerent_of): o.since for o in mem.owed}
         for w in self.cfg.roster:
             if self.cfg.role(w.role).kind != "standing":
@@ -1066,13 +1066,27 @@ class Loop:
             self._adopted.add(key)
             self._act(t, f"{row.label} ({key}): listed again after {row.provider} said it "
                          "had no such box: the fleet's own, live again (never swept)")
-            for r in pending:  # never converted: its rent's own undo
-                why = f"{row.label}, which it was to replace, is back"
-                order = destroy.Order(r.label, seen_id=r.provider_id, force=True,
-                                      also={"note": f"re-rent given up: {why}"})
-                if self._destroy(t, order, f"the re-rent ({why})") is not None:
-                    live.remove(r)
-                    self._act(t, f"{r.label}: destroyed: re-rent given up ({why})")
+        self._give_up_rerents_of_live(t, v, failed)
+
+    def _give_up_rerents_of_live(self, t: Tick, v: View, failed: set[str]) -> None:
+        """Give up every re-rent not yet converted whose box to replace is live and listed
+        running (it came back): its rent's own undo, tried each tick until it is done (one
+        box more than the roster wants would bill for ever otherwise)."""
+        rows = {r.label: r for r in self.reg.rows()}
+        running = {row.label for row, box in v.matched if box.status == "running"}
+        running |= {r.label for r in rows.values() if r.live and r.provider_id
+                    and f"{r.provider}/{r.provider_id}" in self._adopted}  # back this tick
+        for r in rows.values():
+            back = rows.get(r.rerent_of or "")
+            if not (r.live and unfinished(r) and back is not None and back.live
+                    and back.label in running) or r.label in self._unsure \
+                    or r.provider in failed:
+                continue
+            why = f"{back.label}, which it was to replace, is back"
+            order = destroy.Order(r.label, seen_id=r.provider_id, force=True,
+                                  also={"note": f"re-rent given up: {why}"})
+            if self._destroy(t, order, f"the re-rent ({why})") is not None:
+                self._act(t, f"{r.label}: destroyed: re-rent given up ({why})")
 
     def _resume_unfinished(self, t: Tick, v: View,
                            failed: set[str]) -> tuple[list[str], list[Late]]:
@@ -1224,24 +1238,38 @@ class Loop:
                              "answered the fleet's SSH this tick with its breaker closed, so it "
                              "cannot tell the box from its own blindness")
                 continue
-            # never converted: its rent's own undo (no standing node, no job's outputs)
-            order = destroy.Order(g.row.label, seen_id=g.row.provider_id, force=True,
-                                  also={"note": f"{g.why}: destroyed"})
-            if self._destroy(t, order, f"it ({g.why})") is None:
+            # never converted: its rent's own undo (no standing node, no job's outputs); but a
+            # box adopted from the account (a registry behind it) may be a converted node: a
+            # judgement within the disruption budget
+            adopted = (g.row.note or "").startswith("adopted")
+            order = destroy.Order(g.row.label, seen_id=g.row.provider_id, force=not adopted,
+                                  judged=adopted, also={"note": f"{g.why}: destroyed"})
+            spend = self._spender(t, mem, g.row.label, g.why, judged=g.box.status not in
+                                  disruption.REPORTED_DOWN) if adopted else None
+            if self._destroy(t, order, f"it ({g.why})", spend) is None:
                 continue
             self._act(t, f"{g.row.label}: destroyed: {g.why}")
             if g.box.status == "exited" and g.box.machine_id:
                 mem.unfit_machines[f"{g.row.provider}/{g.box.machine_id}"] = now_iso()
 
-    def _destroy_wanted(self, t: Tick, failed: set[str]) -> None:
+    def _destroy_wanted(self, t: Tick, v: View, failed: set[str]) -> None:
         """Destroy the boxes a rent wanted gone but could not destroy (over budget at the
         price listed after the create): never adopted, resumed or counted for the roster,
-        and counted by the budget until they are gone."""
+        and counted by the budget until they are gone. One whose provider has no such box
+        any more, while its listing shows the fleet's other boxes (the key sees the fleet's
+        account), is marked destroyed: its terminate went through after all."""
+        seeing = {row.provider for row, _ in v.matched}
+        gone = {r.label for r in v.gone}
         for row in self.reg.rows():
             if not row.live or not row.destroy_wanted or row.provider in failed:
                 continue
             p = self.providers.get(row.provider)
             if p is None:
+                continue
+            if row.label in gone and row.provider in seeing and self._gap(v, row.provider) is None:
+                self.reg.update(row.label, status="destroyed", destroyed_at=now_iso())
+                self._act(t, f"{row.label}: destroyed ({row.destroy_wanted}): {row.provider} "
+                             f"has no box {row.provider_id} any more (asked by id)")
                 continue
             # by its id (the client tells a box gone from one its key cannot see), else every
             # box under its label
@@ -1339,7 +1367,7 @@ class Loop:
                 self._act(t, f"orphan {b.label} ({key}): kept: {e}")
                 seen.pop(key)
                 continue
-            except ProviderError as e:
+            except FleetError as e:
                 self._act(t, f"orphan {b.label} ({key}): destroy failed ({e})")
                 continue
             seen.pop(key)

@@ -23,11 +23,12 @@ def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 def test_row_without_id_destroys_the_box_carrying_its_label(fleet: FleetRun,
                                                             provider: str) -> None:
     # a rent that crashed after its create landed: the row never learnt the box's id
-    box = fleet.land(provider, "bench-x-1")
-    fleet.row("bench-x-1", provider=provider, status="renting")
-    r = fleet("destroy", "bench-x-1")
+    label = f"bench-{fleet.reg.fleet_id()}-{provider}-0a0a0a"  # a label the fleet made
+    box = fleet.land(provider, label)
+    fleet.row(label, provider=provider, status="renting")
+    r = fleet("destroy", label)
     assert r.code == 0, r.err
-    assert fleet.boxes(provider, "bench-x-1") == []  # nothing with the label bills
+    assert fleet.boxes(provider, label) == []  # nothing with the label bills
     assert fleet.client(provider).box(box.box_id) is None
     (row,) = fleet.reg.rows()
     assert row.status == "destroyed" and row.destroyed_at and row.provider_id == box.box_id
@@ -35,21 +36,22 @@ def test_row_without_id_destroys_the_box_carrying_its_label(fleet: FleetRun,
 
 def test_row_without_id_and_no_box_is_marked_destroyed(fleet: FleetRun) -> None:
     fleet.row("bench-x-2", status="renting")
-    r = fleet("destroy", "bench-x-2")
+    r = fleet("destroy", "bench-x-2", "--force")  # a hand label: whatever carries it goes
     assert r.code == 0, r.err
     (row,) = fleet.reg.rows()
     assert row.status == "destroyed" and row.destroyed_at and row.provider_id is None
 
 
 def test_dry_run_names_the_box_it_found_and_changes_nothing(fleet: FleetRun) -> None:
-    box = fleet.land("vast", "bench-x-3")
-    fleet.row("bench-x-3", status="renting")
+    label = f"bench-{fleet.reg.fleet_id()}-vast-0b0b0b"
+    box = fleet.land("vast", label)
+    fleet.row(label, status="renting")
     before = fleet.registry_bytes()
-    r = fleet("destroy", "bench-x-3", "--dry-run")
+    r = fleet("destroy", label, "--dry-run")
     assert r.code == 0, r.err
-    assert f"would destroy bench-x-3 (vast {box.box_id}" in r.out
+    assert f"would destroy {label} (vast {box.box_id}" in r.out
     assert fleet.registry_bytes() == before
-    assert [b.box_id for b in fleet.boxes("vast", "bench-x-3")] == [box.box_id]
+    assert [b.box_id for b in fleet.boxes("vast", label)] == [box.box_id]
 
 
 @pytest.mark.parametrize("provider_id", [None, "12345"])
@@ -59,7 +61,7 @@ def test_provider_without_a_key_is_refused_in_one_line(fleet: FleetRun,
     fleet.row("bench-x-4", status="renting", provider_id=provider_id)
     before = fleet.registry_bytes()
     monkeypatch.delenv("VAST_API_KEY")  # RunPod's key stays: the fleet still has a provider
-    r = fleet("destroy", "bench-x-4")
+    r = fleet("destroy", "bench-x-4", "--force")  # a hand label without an id needs it
     assert r.code == 2, r.err
     assert len(r.err_lines) == 1 and r.err_lines[0].startswith("error: "), r.err
     assert "vast" in r.err and "VAST_API_KEY" in r.err and "Traceback" not in r.err
@@ -71,7 +73,7 @@ def test_provider_that_does_not_answer_is_refused_in_one_line(fleet: FleetRun) -
     fleet.row("bench-x-5", status="renting")
     before = fleet.registry_bytes()
     fleet.sbx.world.inject("server_error", "vast", count=2)  # both tries of the lookup fail
-    r = fleet("destroy", "bench-x-5")
+    r = fleet("destroy", "bench-x-5", "--force")  # a hand label without an id needs it
     assert r.code == 1, r.err
     assert len(r.err_lines) == 1 and r.err_lines[0].startswith("error: "), r.err
     assert "vast" in r.err and "fleet destroy bench-x-5" in r.err

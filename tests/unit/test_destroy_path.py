@@ -17,6 +17,7 @@ from fleet.core.boxes import Row
 from fleet.core.config import load as load_config
 from fleet.core.errors import ProviderError
 from fleet.ops import destroy
+from fleet.ops.loop import Loop
 from fleet.providers.base import Box, Provider
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,6 +140,44 @@ def test_marking_writes_what_the_caller_adds(fleet: FleetRun) -> None:
     done = go(fleet, destroy.Order("bench-x-5", also={"teardown": None, "note": "why"}))
     assert done is not None and done.row is not None
     assert (done.row.status, done.row.teardown, done.row.note) == ("destroyed", None, "why")
+
+
+def test_a_box_a_rent_wanted_gone_that_went_after_all_is_marked_by_the_loop(
+        fleet: FleetRun) -> None:
+    """Found by the review: the client refuses to read "no such box" as destroyed for an id its
+    key never saw, so a loop started after the box went failed its destroy every tick and
+    the budget counted the row for ever. Gone by id while the listing shows the fleet's
+    other boxes, the row is marked."""
+    label = f"live-{fleet.reg.fleet_id()}-vast-0d0d0d"
+    box = fleet.land("vast", label)
+    fleet.row(label, role="live", kind="standing", status="running", provider_id=box.box_id,
+              destroy_wanted="over budget at the listed price $9.000/h")
+    fleet.client("vast").destroy(box.box_id)  # its terminate went through after all
+    # the key provably opens the fleet's account: another of its boxes is listed there
+    other = f"live-{fleet.reg.fleet_id()}-vast-0e0e0e"
+    mine = fleet.land("vast", other)
+    fleet.row(other, role="live", kind="standing", status="running", provider_id=mine.box_id)
+    acts: list[str] = []
+    loop = Loop(load_config(), {p: fleet.client(p) for p in ("vast", "runpod")},
+                echo=acts.append, converge_fn=lambda _c, _l: None,
+                check_fn=lambda _c, _b: [])
+    for _ in range(2):
+        loop.tick()
+    assert not fleet.reg.get(label).live, [a for a in acts if label in a]
+
+
+def test_a_row_without_id_under_a_hand_label_never_takes_a_persons_box(
+        fleet: FleetRun) -> None:
+    """`fleet rent bench --label web1` whose create's outcome was unknown leaves row web1
+    `renting` with no id. The person's own box labelled web1 is destroyed by `fleet destroy
+    web1`: the path's step 1 takes "every box under its label" for a row with no id without
+    the exact-form rule it applies to any other box under a label (the loop itself never
+    adopts or destroys such a box: `_hand_labelled`)."""
+    persons = fleet.land("vast", "web1")
+    fleet.row("web1", status="renting", note="rent outcome unknown")
+    got = fleet("destroy", "web1")
+    assert got.code == 2 and "may be a person's" in got.err and "--force" in got.err, got
+    assert fleet.client("vast").box(persons.box_id) is not None, got
 
 
 def _destroy_calls(path: Path) -> list[int]:

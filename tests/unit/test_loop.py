@@ -442,15 +442,3 @@ def test_a_rerent_is_never_owed_past_the_roster(tmp_path: Path) -> None:
     mem.rerents = [Owe("live", "vast", "RTX 4090", 1, "2026-01-01T00:00:00Z",
                        rerent_of="live-vast-aaaaaa")]
     assert [o.rerent_of for o in loop.owed(mem)] == ["live-vast-aaaaaa"]  # short: owed
-
-
-def test_a_rerent_of_a_shape_the_roster_no_longer_lists_is_never_rented(tmp_path: Path) -> None:
-    """A box died while its shape was in the roster; the operator then took the shape out of
-    fleet.toml (here: a card the roster no longer names). Its re-rent is not owed: renting it
-    would be a box past the roster, billing for a place nobody wants."""
-    loop, vast, _ = make(tmp_path)  # the roster: one RTX 4090 on vast
-    standing_box(loop, vast, "live-vast-aaaaaa")
-    mem = Memory.load(loop.memory_path)
-    mem.rerents = [Owe("live", "vast", "RTX 3090", 1, "2026-01-01T00:00:00Z",
-                       rerent_of="live-vast-dddddd")]
-    assert loop.owed(mem) == []

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 from test_loop import FakeVast, make
-from test_loop_guards import unreached_rent
+from test_loop_guards import age_orphans, unreached_rent
 
+from fleet.boxes import lifecycle
 from fleet.core.boxes import Row
 from fleet.core.config import Want
+from fleet.core.errors import FleetError, ProviderError
 from fleet.core.verdicts import Health
 from fleet.ops import loop as loop_mod
 from fleet.providers.base import Box
@@ -530,3 +532,139 @@ def test_a_restart_clears_the_dead_checks_before_it_and_lasts_until_ssh_answers(
     ssh_down_for(loop, {row.label})
     loop.tick()
     assert vast.destroyed == []  # one dead check of its own, not the restart's
+
+
+def _vanish(loop: Any, vast: Any) -> tuple[Row, Box]:
+    row = add(loop, vast, 1)
+    box = vast.listed.pop("1")
+    ssh_down_for(loop, {row.label})
+    loop.tick()
+    loop.tick()
+    assert loop.reg.get(row.label).status == "vanished"
+    return row, box
+
+
+def _clear_budget(loop: Any) -> None:
+    """An hour passes: the disruption window is whole again."""
+    mem = Memory.load(loop.memory_path)
+    mem.disruptions = []
+    mem.save(loop.memory_path)
+
+
+def _clear_budget(loop: Any) -> None:
+    """An hour passes: the disruption window is whole again."""
+    mem = Memory.load(loop.memory_path)
+    mem.disruptions = []
+    mem.save(loop.memory_path)
+
+
+def test_a_vanished_box_back_while_its_place_is_filled_is_an_orphan_swept(tmp_path: Path) -> None:
+    """Found by the review: a row given up or vanished holds no box, so a box listed under
+    it while its place is filled is an orphan, swept within the disruption budget; the
+    destroy path refused it as the row's own, and it billed for ever with no live row."""
+    loop, vast, _ = make(tmp_path)
+    row, box = _vanish(loop, vast)
+    r1 = f"{row.label}-r1"  # its re-rent, converted and well: the roster (1) is full
+    loop.reg.add(Row(label=r1, provider="vast", role="live", kind="standing", card="RTX 4090",
+                     gpu_count=1, usd_per_hour=0.3, status="running", provider_id="2",
+                     host_key="ssh-ed25519 AAAA", ssh_host="10.0.0.2", ssh_port=22,
+                     standing=True, rerent_of=row.label))
+    vast.listed["2"] = Box("vast", "2", r1, "RTX 4090", 1, 0.3, "running",
+                           ssh_host="10.0.0.2", ssh_port=22)
+    vast.listed["1"] = box  # listed again, running, billing
+    ssh_down_for(loop, set())
+    acts: list[str] = []
+    for _ in range(4):
+        age_orphans(loop)
+        _clear_budget(loop)
+        acts += loop.tick().actions
+    back = loop.reg.get(row.label)
+    assert "1" in vast.destroyed or back.live, [a for a in acts if "vast/1" in a][-2:]
+
+
+def test_a_rerent_whose_give_up_failed_is_given_up_again_while_its_box_is_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the review: the give-up of the re-rent was tried once, in the tick that revived
+    its box; a failed destroy left two live boxes for one place, both converted."""
+    loop, vast, _ = make(tmp_path)
+    row, box = _vanish(loop, vast)
+    r1 = f"{row.label}-r1"  # its re-rent: created, not yet SSH-ready
+    loop.reg.add(Row(label=r1, provider="vast", role="live", kind="standing", card="RTX 4090",
+                     gpu_count=1, usd_per_hour=0.3, status="provisioning", provider_id="2",
+                     rerent_of=row.label))
+    vast.listed["2"] = Box("vast", "2", r1, "RTX 4090", 1, 0.3, "provisioning")
+    vast.listed["1"] = box
+    ssh_down_for(loop, set())
+    real = vast.destroy
+    fails = {"2"}
+
+    def flaky(box_id: str) -> None:  # one 502 on its terminate
+        if box_id in fails:
+            fails.discard(box_id)
+            raise ProviderError("vast", "destroy", "HTTP 502")
+        real(box_id)
+
+    vast.destroy = flaky  # type: ignore[method-assign]
+    t = loop.tick()
+    assert loop.reg.get(row.label).live, t.actions
+    assert any("tried again next tick" in a for a in t.actions), t.actions
+    # the re-rent boots and becomes SSH-ready
+    vast.listed["2"] = Box("vast", "2", r1, "RTX 4090", 1, 0.3, "running",
+                           ssh_host="10.0.0.2", ssh_port=22)
+    monkeypatch.setattr(lifecycle, "fetch_host_key", lambda *a, **k: "ssh-ed25519 AAAA")
+    loop.converge_fn = lambda _c, labels: None  # type: ignore[assignment]
+    for _ in range(3):
+        t = loop.tick()
+    live = [r.label for r in loop.reg.rows() if r.live]
+    assert live == [row.label], (live, vast.destroyed, t.actions)
+
+
+def test_a_destroy_whose_label_lookup_fails_is_said_and_the_tick_goes_on(
+        tmp_path: Path) -> None:
+    """Found by the review: the lookup's FleetError escaped the loop's destroy and failed the
+    whole tick (nothing judged, replaced, rented or swept)."""
+    loop, vast, _ = make(tmp_path)
+    row, box = _vanish(loop, vast)
+    r1 = f"{row.label}-r1"  # its re-rent: create sent, outcome unknown, no id yet
+    loop.reg.add(Row(label=r1, provider="vast", role="live", kind="standing", card="RTX 4090",
+                     gpu_count=1, usd_per_hour=0.3, status="renting", rerent_of=row.label))
+    vast.listed["1"] = box
+    ssh_down_for(loop, set())
+
+    def lookup_fails(label: str) -> Box | None:  # the listing answered; this call is 429'd
+        raise ProviderError("vast", "list", "HTTP 429")
+
+    vast.find_by_label = lookup_fails  # type: ignore[method-assign]
+    t = loop.tick()
+    assert any(a.startswith(f"{r1}: destroying the re-rent") and "cannot look" in a
+               for a in t.actions), t.actions
+
+
+def test_adopted_boxes_given_up_at_their_deadline_spend_the_disruption_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry restored from an older copy: three converted standing boxes of the roster
+    are adopted as unfinished rents. The fleet's keyscan does not reach them (its path to
+    them, as for any box whose SSH fails). A recorded box would be a death, rationed at
+    max(1, 25 %) of 4 = 1 an hour; found by the review: the adopted ones were given up as
+    never-converted rents, all three in one tick, no budget asked."""
+    loop, vast, _ = make(tmp_path)
+    loop.cfg = loop.cfg.__class__(**{**loop.cfg.__dict__, "roster": (
+        Want("live", "vast", "RTX 4090", 1, 4),)})
+    add(loop, vast, 1)  # the one the old copy knew
+    for n in (2, 3, 4):
+        lb = f"live-{loop.reg.fleet_id()}-vast-{n:06x}"
+        vast.listed[str(n)] = Box("vast", str(n), lb, "RTX 4090", 1, 0.3, "running",
+                                  ssh_host=f"10.0.0.{n}", ssh_port=22)
+
+    def keyscan(host: str, port: int, timeout: float) -> str:
+        raise FleetError(f"ssh-keyscan {host}: connect timed out")
+
+    monkeypatch.setattr(lifecycle, "fetch_host_key", keyscan)
+    ssh_down_for(loop, set())
+    t = loop.tick()
+    assert sum("adopted" in a for a in t.actions) == 3, t.actions
+    for r in loop.reg.rows():  # their deadlines pass (3 x ready_timeout_s)
+        if r.note and r.note.startswith("adopted"):
+            loop.reg.update(r.label, created_at="2000-01-01T00:00:00Z")
+    t = loop.tick()
+    assert len(vast.destroyed) <= 1, (vast.destroyed, t.actions)

@@ -828,3 +828,31 @@ def test_an_unfinished_rent_whose_box_went_never_takes_another_box_under_its_lab
     assert vast.destroyed == [] and "900" in vast.listed
     assert row is not None and row.provider_id == "5" and not row.host_key, row
     assert converged == []
+
+
+def test_a_row_rented_again_during_its_destroy_stays_live(
+        tmp_path: Path) -> None:
+    """The loop gives up an unfinished rent L (box 5 exited before it was ever ready). While
+    its destroy polls (seconds), the operator resumes L as documented (`fleet rent live
+    --label L`): box 5 is no longer listed, so L is rented again, box 9, and the row records
+    it. The row was then marked destroyed: box 9 billed under a destroyed row. The mark is one
+    locked step with the check that the row still names the box destroyed."""
+    loop, vast, _ = make(tmp_path)
+    label = f"live-{loop.reg.fleet_id()}-vast-00000a"
+    loop.reg.add(Row(label=label, provider="vast", role="live", kind="standing",
+                     card="RTX 4090", gpu_count=1, usd_per_hour=0.3, status="running",
+                     provider_id="5"))
+    vast.listed["5"] = Box("vast", "5", label, "RTX 4090", 1, 0.3, "exited")
+    real = vast.destroy
+
+    def destroy_while_resumed(box_id: str) -> None:
+        real(box_id)
+        if box_id == "5":  # the operator's concurrent resume lands box 9 under L
+            loop.reg.update(label, provider_id="9", status="provisioning")
+            vast.listed["9"] = Box("vast", "9", label, "RTX 4090", 1, 0.3, "provisioning")
+
+    vast.destroy = destroy_while_resumed  # type: ignore[method-assign]
+    t = loop.tick()
+    assert vast.destroyed == ["5"], t.actions
+    row = loop.reg.get(label)
+    assert row.live or "9" not in vast.listed, (row.status, row.provider_id, t.actions)
