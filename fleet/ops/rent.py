@@ -153,6 +153,8 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
     offers = spread.order(role, offers, held)[:5]
     if account is None:
         account = budget.listed(providers, f"renting for role {role.name!r}")
+    if label is not None and not resume:
+        _label_free(label, account)
     for offer in offers:
         p = providers[offer.provider]
         lab = label or new_label(role.name, offer.provider, reg.fleet_id())
@@ -195,6 +197,18 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
         raise over
     assert last is not None
     raise last
+
+
+def _label_free(label: str, account: budget.Listing) -> None:
+    """Refuse (one line, nothing written) a new rent under a label some box on the account
+    already carries: every rent writes its row first, so that box is not this fleet's (a
+    person's, another registry's), and the provider's client would take it for the rent's
+    own box (a label is the create's idempotency key) and destroy the others under it."""
+    taken = [b for b in account if b.label == label]
+    if taken:
+        where = ", ".join(f"{b.provider} {b.box_id}" for b in taken)
+        raise UsageError(f"label {label!r} is carried by a box this fleet never rented ({where}): "
+                         "nothing rented; pick another label")
 
 
 def _add_row(cfg: Config, reg: Registry, role: Role, offer: Offer, req: RentRequest, lab: str,

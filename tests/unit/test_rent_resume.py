@@ -134,3 +134,18 @@ def test_dry_run_of_a_resume_names_the_box_and_changes_nothing(fleet: FleetRun) 
     assert r.code == 0, r.err
     assert f"would resume bench-r-8: record vast box {box.box_id}" in r.out
     assert fleet.registry_bytes() == before
+
+
+def test_a_new_rent_under_a_label_a_persons_boxes_carry_is_refused_and_destroys_none(
+        fleet: FleetRun) -> None:
+    """Found by a review: a person's two boxes labelled web1 in the console; `fleet rent
+    --label web1` took the older as its rented box (a label is the create's idempotency key)
+    and destroyed the other. Every rent writes its row first, so a box already under a new
+    rent's label is never the fleet's: the rent is refused, nothing written or destroyed."""
+    a = fleet.land("vast", "web1")
+    b = fleet.land("vast", "web1")
+    r = fleet("rent", "bench", "--provider", "vast", "--label", "web1", "--no-wait")
+    assert r.code == 2 and len(r.err_lines) == 1, r
+    assert "carried by a box this fleet never rented" in r.err, r.err
+    assert {x.box_id for x in fleet.boxes("vast", "web1")} == {a.box_id, b.box_id}
+    assert fleet.reg.get("web1") is None
