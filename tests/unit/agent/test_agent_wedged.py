@@ -50,7 +50,10 @@ def test_a_node_that_never_answers_is_restarted(box: Box) -> None:
                       "the wedged node restarted under a new pid", timeout=60)
     assert second != first
     assert f"node: stopping pid {first} (unhealthy" in box.journal()
-    starts = [json.loads(ln) for ln in box.invocations_log.read_text().splitlines() if ln]
+    # the new process writes its invocation once it runs, which may be after its pid shows
+    starts = wait_for(lambda: len(got := [json.loads(ln) for ln in
+                                          box.invocations_log.read_text().splitlines() if ln])
+                      >= 2 and got, "the restarted node's invocation logged")
     assert [s["pid"] for s in starts][:2] == [first, second]
 
 
