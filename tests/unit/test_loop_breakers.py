@@ -69,6 +69,40 @@ def ssh_down_for(loop: loop_mod.Loop, down: set[str]) -> list[str]:
     loop.check_fn = check
     return probed
 
+def vanish(loop: loop_mod.Loop, vast: FakeVast) -> tuple[Row, Box]:
+    """A box whose provider stops listing it, and whose SSH fails: marked vanished."""
+    row = add(loop, vast, 1)
+    box = vast.listed.pop("1")
+    ssh_down_for(loop, {row.label})
+    loop.tick()
+    loop.tick()
+    assert loop.reg.get(row.label).status == "vanished"  # type: ignore[union-attr]
+    return row, box
+
+
+def ticks_past_the_orphan_grace(loop: loop_mod.Loop, n: int) -> loop_mod.Tick:
+    """`n` ticks, every orphan seen past its grace after each; the last tick."""
+    for _ in range(n):
+        t = loop.tick()
+        mem = Memory.load(loop.memory_path)
+        mem.orphans = {k: LONG_AGO for k in mem.orphans}
+        mem.save(loop.memory_path)
+    return t
+
+
+def back_while_its_rerent_boots(loop: loop_mod.Loop, vast: FakeVast, row: Row, box: Box) -> str:
+    """The vanished box listed again (and answering) while its re-rent, created, is not yet
+    SSH-ready; the re-rent's label."""
+    r1 = f"{row.label}-r1"
+    loop.reg.add(Row(label=r1, provider="vast", role="live", kind="standing", card="RTX 4090",
+                     gpu_count=1, usd_per_hour=0.3, status="provisioning", provider_id="2",
+                     rerent_of=row.label))
+    vast.listed["2"] = Box("vast", "2", r1, "RTX 4090", 1, 0.3, "provisioning")
+    vast.listed["1"] = box
+    ssh_down_for(loop, set())
+    return r1
+
+
 
 def two_providers(tmp_path: Path) -> tuple[loop_mod.Loop, FakeVast, FakeRunpod]:
     loop, vast, _ = make(tmp_path)
@@ -359,19 +393,10 @@ def test_a_vanished_box_listed_again_is_the_fleets_again_never_swept(tmp_path: P
     marked vanished; when the account came back the box, healed, was swept as the orphan of
     a given-up rent. Listed again under its own label and id, its row is live again."""
     loop, vast, _ = make(tmp_path)
-    row = add(loop, vast, 1)
-    box = vast.listed.pop("1")
-    ssh_down_for(loop, {row.label})
-    loop.tick()
-    loop.tick()
-    assert loop.reg.get(row.label).status == "vanished"  # type: ignore[union-attr]
+    row, box = vanish(loop, vast)
     vast.listed["1"] = box  # the provider lists it again, and it answers
     ssh_down_for(loop, set())
-    for _ in range(3):
-        t = loop.tick()
-        mem = Memory.load(loop.memory_path)  # past any orphan grace
-        mem.orphans = {k: LONG_AGO for k in mem.orphans}
-        mem.save(loop.memory_path)
+    t = ticks_past_the_orphan_grace(loop, 3)
     assert vast.destroyed == [], t.actions
     assert loop.reg.get(row.label).live and row.label in t.well, t.actions  # type: ignore[union-attr]
 
@@ -383,24 +408,9 @@ def test_a_vanished_box_listed_again_while_its_rerent_is_unfinished_is_kept_not_
     a given-up rent's orphan, and the place was left to a box not yet converted. The box that
     is back is the fleet's again; the re-rent, never converted, is given up."""
     loop, vast, _ = make(tmp_path)
-    row = add(loop, vast, 1)
-    box = vast.listed.pop("1")
-    ssh_down_for(loop, {row.label})
-    loop.tick()
-    loop.tick()
-    assert loop.reg.get(row.label).status == "vanished"  # type: ignore[union-attr]
-    r1 = f"{row.label}-r1"  # its re-rent: created, not yet SSH-ready
-    loop.reg.add(Row(label=r1, provider="vast", role="live", kind="standing", card="RTX 4090",
-                     gpu_count=1, usd_per_hour=0.3, status="provisioning", provider_id="2",
-                     rerent_of=row.label))
-    vast.listed["2"] = Box("vast", "2", r1, "RTX 4090", 1, 0.3, "provisioning")
-    vast.listed["1"] = box  # the provider lists it again, and it answers
-    ssh_down_for(loop, set())
-    for _ in range(3):
-        t = loop.tick()
-        mem = Memory.load(loop.memory_path)  # past any orphan grace
-        mem.orphans = {k: LONG_AGO for k in mem.orphans}
-        mem.save(loop.memory_path)
+    row, box = vanish(loop, vast)
+    r1 = back_while_its_rerent_boots(loop, vast, row, box)
+    t = ticks_past_the_orphan_grace(loop, 3)
     assert "1" not in vast.destroyed, t.actions
     assert loop.reg.get(row.label).live and row.label in t.well, t.actions  # type: ignore[union-attr]
     assert vast.destroyed == ["2"] and not loop.reg.get(r1).live  # type: ignore[union-attr]
@@ -534,16 +544,6 @@ def test_a_restart_clears_the_dead_checks_before_it_and_lasts_until_ssh_answers(
     assert vast.destroyed == []  # one dead check of its own, not the restart's
 
 
-def _vanish(loop: Any, vast: Any) -> tuple[Row, Box]:
-    row = add(loop, vast, 1)
-    box = vast.listed.pop("1")
-    ssh_down_for(loop, {row.label})
-    loop.tick()
-    loop.tick()
-    assert loop.reg.get(row.label).status == "vanished"
-    return row, box
-
-
 def _clear_budget(loop: Any) -> None:
     """An hour passes: the disruption window is whole again."""
     mem = Memory.load(loop.memory_path)
@@ -563,7 +563,7 @@ def test_a_vanished_box_back_while_its_place_is_filled_is_an_orphan_swept(tmp_pa
     it while its place is filled is an orphan, swept within the disruption budget; the
     destroy path refused it as the row's own, and it billed for ever with no live row."""
     loop, vast, _ = make(tmp_path)
-    row, box = _vanish(loop, vast)
+    row, box = vanish(loop, vast)
     r1 = f"{row.label}-r1"  # its re-rent, converted and well: the roster (1) is full
     loop.reg.add(Row(label=r1, provider="vast", role="live", kind="standing", card="RTX 4090",
                      gpu_count=1, usd_per_hour=0.3, status="running", provider_id="2",
@@ -587,14 +587,8 @@ def test_a_rerent_whose_give_up_failed_is_given_up_again_while_its_box_is_back(
     """Found by the review: the give-up of the re-rent was tried once, in the tick that revived
     its box; a failed destroy left two live boxes for one place, both converted."""
     loop, vast, _ = make(tmp_path)
-    row, box = _vanish(loop, vast)
-    r1 = f"{row.label}-r1"  # its re-rent: created, not yet SSH-ready
-    loop.reg.add(Row(label=r1, provider="vast", role="live", kind="standing", card="RTX 4090",
-                     gpu_count=1, usd_per_hour=0.3, status="provisioning", provider_id="2",
-                     rerent_of=row.label))
-    vast.listed["2"] = Box("vast", "2", r1, "RTX 4090", 1, 0.3, "provisioning")
-    vast.listed["1"] = box
-    ssh_down_for(loop, set())
+    row, box = vanish(loop, vast)
+    r1 = back_while_its_rerent_boots(loop, vast, row, box)
     real = vast.destroy
     fails = {"2"}
 
@@ -624,7 +618,7 @@ def test_a_destroy_whose_label_lookup_fails_is_said_and_the_tick_goes_on(
     """Found by the review: the lookup's FleetError escaped the loop's destroy and failed the
     whole tick (nothing judged, replaced, rented or swept)."""
     loop, vast, _ = make(tmp_path)
-    row, box = _vanish(loop, vast)
+    row, box = vanish(loop, vast)
     r1 = f"{row.label}-r1"  # its re-rent: create sent, outcome unknown, no id yet
     loop.reg.add(Row(label=r1, provider="vast", role="live", kind="standing", card="RTX 4090",
                      gpu_count=1, usd_per_hour=0.3, status="renting", rerent_of=row.label))
