@@ -85,7 +85,7 @@ from fleet.core.errors import (
 )
 from fleet.core.times import now_iso, parse_iso
 from fleet.core.verdicts import Health
-from fleet.ops import budget, destroy, disruption, ports, spread
+from fleet.ops import budget, destroy, disruption, judgement, ports, spread
 from fleet.ops import offers as offers_mod
 from fleet.ops import rent as rent_mod
 from fleet.ops.check import MESH_IN
@@ -355,10 +355,8 @@ class Loop:
                  and self._gap(v, r.provider) is None and is_standing(self.cfg, r)}
         quiet = down - lost
         judged = {label for label, _ in hosts} - lost
-        if blind is None and len(quiet) >= 2 and 2 * len(quiet) > len(judged):
-            blind = (f"{len(quiet)} of {len(judged)} boxes did not answer SSH at once: "
-                     "more likely the fleet's own side (its network, an SSH proxy, its key) "
-                     "than that many deaths")
+        if blind is None:
+            blind = judgement.fleet_blind(quiet, judged)
         if blind is not None:
             self._act(t, f"breaker: no deaths counted this tick ({blind})")
             unjudged.update(label for label, _ in hosts)
@@ -452,22 +450,14 @@ class Loop:
         `answered`: the providers some of whose boxes answered SSH this tick."""
         stopped = {row.label for row, box in v.matched if box.status in ("exited", "stopped")}
         judged = (probed | v.unlisted) - stopped
-        out = {}
-        for name in sorted(self.providers):
-            mine = {r.label for r in self.reg.rows() if r.provider == name and r.label in judged}
-            unlisted, quiet = mine & v.unlisted, mine & down
-            failing = unlisted | quiet
-            if len(failing) >= 2 and 2 * len(failing) > len(mine):
-                out[name] = (f"{len(failing)} of {len(mine)} fail at once: {len(unlisted)} left "
-                             f"out of its listing, {len(quiet)} not answering SSH")
-            elif failing and name in mem.breakers and name not in answered:
-                out[name] = (f"still open: none of its boxes has answered SSH since it opened, "
-                             f"and {len(failing)} of {len(mine)} still fail")
-            else:
-                continue
-            self._act(t, f"breaker {name}: no death of its boxes counted this tick "
-                         f"({out[name]}); more likely the fleet's path to {name}, or {name}'s "
-                         "own trouble, than that many deaths (a death it reports still counts)")
+        rows = self.reg.rows()
+        out = judgement.breakers(
+            {name: {r.label for r in rows if r.provider == name and r.label in judged}
+             for name in self.providers}, v.unlisted, down, mem.breakers, answered)
+        for name, why in out.items():
+            self._act(t, f"breaker {name}: no death of its boxes counted this tick ({why}); "
+                         f"more likely the fleet's path to {name}, or {name}'s own trouble, "
+                         "than that many deaths (a death it reports still counts)")
         mem.breakers = sorted(out)
         return out
 
@@ -1193,12 +1183,9 @@ class Loop:
         """How many of `provider`'s live boxes its listing left out, where that is at least two
         and more than half of them: a gap across the provider (another account's key, an
         incident), in which no "no such box" is believed. None otherwise."""
-        mine = [r.label for r in self.reg.rows()
-                if r.live and r.provider == provider and r.provider_id]
-        out = [lb for lb in mine if lb in v.unlisted]
-        if len(out) < 2 or 2 * len(out) <= len(mine):
-            return None
-        return f"{len(out)} of its {len(mine)} boxes"
+        return judgement.gap([r.label for r in self.reg.rows()
+                              if r.live and r.provider == provider and r.provider_id],
+                             v.unlisted)
 
     def _wanted(self) -> dict[tuple[str, str, str, int], int]:
         """The roster's count of each shape (role, provider, card, GPUs)."""

@@ -1,0 +1,56 @@
+"""The loop's judgement of deaths as pure functions of what one tick saw: which failures are
+more likely the fleet's own blindness (or its provider's) than that many deaths.
+
+No provider call, no SSH command, no file: `fleet.ops.loop` gathers the listings and the SSH
+answers, asks these, and acts on (and says) what they return. Each is a rule of
+docs/operator.md's "What the fleet destroys", testable on plain sets of labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+
+def many(failing: int, of: int) -> bool:
+    """At least two, and more than half: the one threshold every guard here uses. A lone
+    failure is never many (with one box the fleet cannot tell its own path from the box's)."""
+    return failing >= 2 and 2 * failing > of
+
+
+def fleet_blind(quiet: Collection[str], judged: Collection[str]) -> str | None:
+    """Why no SSH death counts this tick across the whole fleet, or None: `quiet`, the boxes
+    whose SSH did not answer (no one's path aside: a lost host, a hung login), are many of
+    `judged`, the boxes probed."""
+    if not many(len(quiet), len(judged)):
+        return None
+    return (f"{len(quiet)} of {len(judged)} boxes did not answer SSH at once: more likely the "
+            "fleet's own side (its network, an SSH proxy, its key) than that many deaths")
+
+
+def breakers(judged: Mapping[str, set[str]], unlisted: set[str], down: set[str],
+             was_open: Collection[str], answered: Collection[str]) -> dict[str, str]:
+    """The providers whose breaker is open, each with why. `judged`: per provider, the labels
+    the tick judges there (probed over SSH, or live rows its listing left out; never those it
+    reports exited or stopped). Open when many of them fail at once (left out of its listing,
+    `unlisted`, or not answering SSH, `down`). Open on the last tick (`was_open`), it stays
+    open while none of the provider's boxes answers SSH (`answered`: the providers some of
+    whose boxes did) and some still fail: the path to it is not proven back."""
+    out = {}
+    for name, mine in sorted(judged.items()):
+        unlisted_, quiet = mine & unlisted, mine & down
+        failing = unlisted_ | quiet
+        if many(len(failing), len(mine)):
+            out[name] = (f"{len(failing)} of {len(mine)} fail at once: {len(unlisted_)} left "
+                         f"out of its listing, {len(quiet)} not answering SSH")
+        elif failing and name in was_open and name not in answered:
+            out[name] = (f"still open: none of its boxes has answered SSH since it opened, "
+                         f"and {len(failing)} of {len(mine)} still fail")
+    return out
+
+
+def gap(live: Collection[str], unlisted: Collection[str]) -> str | None:
+    """How many of a provider's `live` boxes (rows with an id) its listing left out, where
+    they are many: a gap across the provider (another account's key, an incident), in which
+    no "no such box" is believed. None otherwise."""
+    out = [lb for lb in live if lb in unlisted]
+    return f"{len(out)} of its {len(live)} boxes" if many(len(out), len(live)) else None

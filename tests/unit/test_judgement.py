@@ -1,0 +1,48 @@
+"""`fleet.ops.judgement`: the loop's rules on deaths, as plain functions of what a tick saw."""
+
+from __future__ import annotations
+
+from fleet.ops import judgement
+
+
+def test_one_failure_is_never_many_and_two_of_four_are_not_either() -> None:
+    assert not judgement.many(1, 1)  # a lone box: the one case the fleet cannot tell apart
+    assert not judgement.many(2, 4)  # the shipped roster with one provider's path down
+    assert judgement.many(2, 3) and judgement.many(2, 2)
+
+
+def test_one_providers_ssh_path_down_opens_its_breaker_and_not_the_fleets() -> None:
+    """The shipped roster, 2 Vast + 2 RunPod boxes: the SSH path to Vast's fails. Fleet-wide
+    that is 2 of 4 (no blindness), but both of Vast's: its breaker holds their deaths."""
+    judged = {"vast": {"v1", "v2"}, "runpod": {"r1", "r2"}}
+    down = {"v1", "v2"}
+    assert judgement.fleet_blind(down, {"v1", "v2", "r1", "r2"}) is None
+    out = judgement.breakers(judged, set(), down, was_open=[], answered={"runpod"})
+    assert list(out) == ["vast"] and "2 of 2 fail at once" in out["vast"]
+    assert "0 left out of its listing, 2 not answering SSH" in out["vast"]
+
+
+def test_a_listing_gap_and_ssh_failures_add_up_for_the_breaker() -> None:
+    judged = {"vast": {"v1", "v2", "v3"}}
+    out = judgement.breakers(judged, unlisted={"v1"}, down={"v2"}, was_open=[], answered=[])
+    assert "2 of 3 fail at once: 1 left out of its listing, 1 not answering SSH" in out["vast"]
+
+
+def test_an_open_breaker_stays_open_until_one_of_its_boxes_answers() -> None:
+    judged = {"vast": {"v1", "v2", "v3"}}
+    # one of three still fails (one replaced meanwhile, one back): not many, but none answered
+    held = judgement.breakers(judged, set(), {"v1"}, was_open=["vast"], answered=[])
+    assert held["vast"].startswith("still open")
+    assert judgement.breakers(judged, set(), {"v1"}, was_open=["vast"], answered=["vast"]) == {}
+    assert judgement.breakers(judged, set(), set(), was_open=["vast"], answered=[]) == {}
+
+
+def test_most_boxes_failing_at_once_is_the_fleets_blindness() -> None:
+    why = judgement.fleet_blind({"a", "b", "c"}, {"a", "b", "c", "d"})
+    assert why is not None and why.startswith("3 of 4 boxes did not answer SSH at once")
+
+
+def test_a_gap_is_many_of_a_providers_boxes_left_out_of_its_listing() -> None:
+    assert judgement.gap(["v1", "v2", "v3"], {"v1", "v2"}) == "2 of its 3 boxes"
+    assert judgement.gap(["v1", "v2", "v3"], {"v1"}) is None
+    assert judgement.gap(["v1"], {"v1"}) is None  # one box left out: believed
