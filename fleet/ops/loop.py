@@ -63,7 +63,6 @@ import os
 import re
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -87,6 +86,7 @@ from fleet.core.times import now_iso, parse_iso
 from fleet.core.verdicts import Health
 from fleet.ops import budget, destroy, disruption, judgement, ports, spread
 from fleet.ops import offers as offers_mod
+from fleet.ops import owed as owed_mod
 from fleet.ops import rent as rent_mod
 from fleet.ops.check import MESH_IN
 from fleet.providers.base import Box
@@ -828,38 +828,10 @@ class Loop:
     # -- the owed roster --------------------------------------------------------------------
 
     def owed(self, mem: Memory) -> list[Owe]:
-        """Re-rents first, then each roster entry's shortfall (a pending re-rent fills one).
-
-        Recomputed from the registry: a re-rent is owed only while no live row replaces its
-        box (`rerent_of`), so a loop killed between a rent and saving its memory never rents
-        the replacement twice. Unfinished rents count: each tick resumes them, each with
-        its own deadline (`_resume_unfinished`)."""
-        live = [r for r in self.reg.rows() if r.live and not r.destroy_wanted]
-        # a box moving a crowded one (`move_of`) fills that one's re-rent, should it die
-        replaced = {r.rerent_of for r in live if r.rerent_of} | \
-            {r.move_of for r in live if r.move_of}
-        mem.rerents = [o for o in mem.rerents if o.rerent_of not in replaced]
-        # a re-rent is owed only while its roster entry is short: a box adopted from a
-        # registry behind the account may already fill the place (never rent past the roster)
-        wanted = self._wanted()
-        have_of = Counter(_shape(r) for r in live)
-        for o in list(mem.rerents):
-            if o.shape() in wanted and have_of[o.shape()] >= wanted[o.shape()]:
-                mem.rerents.remove(o)
-            elif o.shape() in wanted:
-                have_of[o.shape()] += 1  # the next re-rent of the shape counts this one
-        # a re-rent of a role fleet.toml no longer has is kept, never rented (a standing box
-        # rented by hand, in a shape no roster entry names, is kept up like the roster's)
-        out = [o for o in mem.rerents if o.role in self.cfg.roles]
-        before = {(o.shape(), o.rerent_of): o.since for o in mem.owed}
-        for w in self.cfg.roster:
-            if self.cfg.role(w.role).kind != "standing":
-                continue  # one-shot boxes are rented per job (`fleet run`), never kept up
-            shape = (w.role, w.provider, w.card, w.gpus)
-            have = sum(1 for r in live if (r.role, r.provider, r.card, r.gpu_count) == shape)
-            pending = sum(1 for o in out if o.shape() == shape and o.rerent_of)
-            for _ in range(max(0, w.count - have - pending)):
-                out.append(Owe(*shape, since=before.get((shape, None), now_iso())))
+        """What the roster is owed now (`fleet.ops.owed`), from the registry as it stands;
+        the re-rents still owed are kept in `mem`."""
+        mem.rerents, out = owed_mod.owed(self.cfg, self.reg.rows(), mem.rerents, mem.owed,
+                                         now_iso())
         return out
 
     def _forget_unfit(self, mem: Memory) -> None:
@@ -1039,12 +1011,12 @@ class Loop:
                     or (row.provider, row.provider_id) != (b.provider, b.box_id) \
                     or key in v.duplicates or b.status != "running":
                 continue  # one still restarting is revived once it runs
-            shape = _shape(row)
+            shape = owed_mod.shape_of(row)
             # a re-rent of it not yet converted does not fill its place: the box that is back
             # runs already, and the re-rent is given up below
             pending = [r for r in live if r.rerent_of == row.label and unfinished(r)]
-            if sum(1 for r in live if _shape(r) == shape and r not in pending) \
-                    >= self._wanted().get(shape, 0):
+            if sum(1 for r in live if owed_mod.shape_of(r) == shape and r not in pending) \
+                    >= owed_mod.wanted(self.cfg).get(shape, 0):
                 continue
             self.reg.update(row.label, status=b.status, destroyed_at=None,
                             note=f"back: {row.provider} lists box {b.box_id} again after "
@@ -1186,10 +1158,6 @@ class Loop:
         return judgement.gap([r.label for r in self.reg.rows()
                               if r.live and r.provider == provider and r.provider_id],
                              v.unlisted)
-
-    def _wanted(self) -> dict[tuple[str, str, str, int], int]:
-        """The roster's count of each shape (role, provider, card, GPUs)."""
-        return {(w.role, w.provider, w.card, w.gpus): w.count for w in self.cfg.roster}
 
     def _role_of(self, label: str) -> str:
         """The role a label of this fleet's form (`_form`) begins with, the longest first."""
@@ -1391,10 +1359,6 @@ def _owes_no_port(was: Health | None) -> bool:
     reading proves nothing, and never ends a move."""
     return was is not None and was.ssh and was.well and not was.port_owed \
         and (was.peers_in or 0) > 0
-
-
-def _shape(row: Row) -> tuple[str, str, str, int]:
-    return (row.role, row.provider, row.card, row.gpu_count)
 
 
 def _peers_sig(rows: list[Row]) -> str:
