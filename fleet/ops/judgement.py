@@ -1,5 +1,6 @@
-"""The loop's judgement of deaths as pure functions of what one tick saw: which failures are
-more likely the fleet's own blindness (or its provider's) than that many deaths.
+"""The loop's judgement as pure functions of what one tick saw: which failures are more likely
+the fleet's own blindness (or its provider's) than that many deaths, and when the sweep of
+orphans cannot trust what it sees.
 
 No provider call, no SSH command, no file: `fleet.ops.loop` gathers the listings and the SSH
 answers, asks these, and acts on (and says) what they return. Each is a rule of
@@ -8,7 +9,7 @@ docs/operator.md's "What the fleet destroys", testable on plain sets of labels.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 
 def many(failing: int, of: int) -> bool:
@@ -54,3 +55,20 @@ def gap(live: Collection[str], unlisted: Collection[str]) -> str | None:
     no "no such box" is believed. None otherwise."""
     out = [lb for lb in live if lb in unlisted]
     return f"{len(out)} of its {len(live)} boxes" if many(len(out), len(live)) else None
+
+
+def sweep_refusal(live: int, orphans: int, unrecorded: Sequence[str]) -> str | None:
+    """Why no orphan of the fleet's form may be destroyed this tick, or None: the registry has
+    no live row (a missing or mistyped path reads as empty), its `orphans` outnumber its `live`
+    rows, or some carry a label it never recorded (`unrecorded`): every rent writes its row
+    before the create, so the registry is behind the account."""
+    if not live:
+        return "the registry has no live box (a missing or wrong registry path reads as empty)"
+    if orphans > live:
+        return f"{orphans} orphans outnumber the registry's {live} live boxes"
+    if unrecorded:
+        more = " and more" if len(unrecorded) > 3 else ""
+        return (f"the registry never recorded a rent of {', '.join(unrecorded[:3])}{more}, "
+                "though every rent writes its row first: it is behind the account (restored "
+                "from an older copy, or another copy of it rents)")
+    return None

@@ -1291,17 +1291,7 @@ class Loop:
         live = [r for r in rows if r.live]
         recorded = {r.label for r in rows}
         unrecorded = sorted(b.label for b, _, _ in ours if b.label not in recorded)
-        refusal = None
-        if not live:
-            refusal = ("the registry has no live box (a missing or wrong registry path reads "
-                       "as empty)")
-        elif len(ours) > len(live):
-            refusal = f"{len(ours)} orphans outnumber the registry's {len(live)} live boxes"
-        elif unrecorded:
-            refusal = (f"the registry never recorded a rent of {', '.join(unrecorded[:3])}"
-                       f"{' and more' if len(unrecorded) > 3 else ''}, though every rent "
-                       "writes its row first: it is behind the account (restored from an "
-                       "older copy, or another copy of it rents)")
+        refusal = judgement.sweep_refusal(len(live), len(ours), unrecorded)
         for b, key, what in ours:
             age = now - _epoch(seen[key])
             if age < grace or not self.destroy_orphans or refusal:

@@ -46,3 +46,11 @@ def test_a_gap_is_many_of_a_providers_boxes_left_out_of_its_listing() -> None:
     assert judgement.gap(["v1", "v2", "v3"], {"v1", "v2"}) == "2 of its 3 boxes"
     assert judgement.gap(["v1", "v2", "v3"], {"v1"}) is None
     assert judgement.gap(["v1"], {"v1"}) is None  # one box left out: believed
+
+
+def test_the_sweep_refuses_when_the_registry_cannot_be_trusted() -> None:
+    assert "no live box" in (judgement.sweep_refusal(0, 1, []) or "")
+    assert judgement.sweep_refusal(2, 3, []) == "3 orphans outnumber the registry's 2 live boxes"
+    behind = judgement.sweep_refusal(3, 1, ["a", "b", "c", "d"]) or ""
+    assert behind.startswith("the registry never recorded a rent of a, b, c and more")
+    assert judgement.sweep_refusal(3, 3, []) is None
