@@ -243,7 +243,8 @@ def roster_row(r: Row, status: str, places: Mapping[str, int] | None = None,
 def orphan_row(b: Box) -> dict[str, str]:
     """A box a provider bills that no registry row claims."""
     return {"label": b.label or "?", "provider": b.provider, "card": b.card,
-            "USD/h": f"{b.usd_per_hour:.3f}", "status": f"ORPHAN {b.box_id}"}
+            "USD/h": f"{b.usd_per_hour:.3f}" if b.priced else "unknown",
+            "status": f"ORPHAN {b.box_id}"}
 
 
 def owed_row(o: Owe) -> dict[str, str]:

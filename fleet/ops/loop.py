@@ -1283,7 +1283,7 @@ class Loop:
                 "not in the registry"
             t.orphans.append(f"{b.label} ({key})")
             if not form.match(label):
-                self._act(t, f"orphan {b.label} ({key}, ${b.usd_per_hour:.3f}/h): {what}; "
+                self._act(t, f"orphan {b.label} ({key}, {b.rate()}): {what}; "
                              "its label is not of this fleet's form, so it is never destroyed")
                 continue
             seen[key] = mem.orphans.get(key, now_iso())
@@ -1298,7 +1298,7 @@ class Loop:
                 left = "" if not self.destroy_orphans else (
                     f", destroyed in {grace - age:.0f} s" if not refusal else
                     f"; no orphan is destroyed: {refusal}")
-                self._act(t, f"orphan {b.label} ({key}, ${b.usd_per_hour:.3f}/h): {what}"
+                self._act(t, f"orphan {b.label} ({key}, {b.rate()}): {what}"
                              f"{left}")
                 continue
             spend = self._spender(t, mem, f"orphan {b.label} ({key})", what,

@@ -115,6 +115,10 @@ class Box:
         no price, never a free box (the budget refuses to count it as one)."""
         return price(self.usd_per_hour) is not None
 
+    def rate(self) -> str:
+        """Its price as said to people: `$0.300/h`, or `price unknown` (never `$0.000/h`)."""
+        return f"${self.usd_per_hour:.3f}/h" if self.priced else "price unknown"
+
     @property
     def ssh_ready(self) -> bool:
         return self.status == "running" and bool(self.ssh_host) and bool(self.ssh_port)

@@ -215,6 +215,9 @@ def test_an_unrecorded_box_of_the_fleets_form_without_a_price_is_adopted_at_its_
     assert loop.reg.get(unknown) is None
     assert any(f"{unknown} (vast/8)" in a and "lists no price" in a for a in t.actions), \
         t.actions
+    # reported as an orphan, its price said as unknown, never as $0.000/h
+    assert any(a.startswith(f"orphan {unknown} (vast/8, price unknown)") for a in t.actions), \
+        t.actions
 
 
 def test_an_adopted_rerent_covers_the_dead_box_it_replaced(
