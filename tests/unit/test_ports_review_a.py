@@ -94,10 +94,10 @@ def test_review_a_restart_that_remaps_the_port_rents_no_replacement_before_the_p
     now = lp.reg.get(a.label).p2p_public_port  # type: ignore[union-attr]
     lp.reg.update(a.label, p2p_public_port=(now or 0) + 1)  # the mapping before the restart
     # ... and the peers files as the last tick wrote them: with that old mapping
-    from fleet.ops.loop import _peers_sig
+    from fleet.ops.loop.base import peers_sig
     from fleet.state.loop_memory import Memory
     mem = Memory.load(lp.memory_path)
-    mem.peers["live"] = _peers_sig(lp._by_role()["live"])
+    mem.peers["live"] = peers_sig(lp._by_role()["live"])
     mem.save(lp.memory_path)
     verdicts[a.label] = Health(a.label, "vast", ssh=True, agent=True, synced=True,
                                peers_in=0, star_only=True,

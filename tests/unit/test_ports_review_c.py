@@ -18,6 +18,7 @@ from fleet.core.verdicts import Health
 from fleet.ops import loop as loop_mod
 from fleet.ops import ports
 from fleet.ops.loop import Loop
+from fleet.ops.loop import moves as loop_moves
 from fleet.state.loop_memory import Memory
 from sandbox.control_client import ControlClient
 from sandbox.daemon import Sandbox
@@ -89,7 +90,8 @@ def test_review_c_the_settle_gate_counts_from_the_readings_not_from_a_slow_tick_
         out = real(self, t, m)
         clock = types.SimpleNamespace(time=lambda: time.time() + 40, monotonic=time.monotonic,
                                       sleep=time.sleep)
-        monkeypatch.setattr(loop_mod, "time", clock)  # 40 s spent renting another role's box
+        for phase in (loop_mod, loop_moves):  # 40 s spent renting another role's box
+            monkeypatch.setattr(phase, "time", clock)
         return out
 
     monkeypatch.setattr(Loop, "_rent_owed", slow)

@@ -1,0 +1,230 @@
+"""Step 3 of a tick: every standing box checked at once, and judged: dead, unfit, restarting,
+or not judged (its provider silent, its breaker open, the fleet blind). The rules themselves
+are pure (`fleet.ops.judgement`); this gathers the listings and the checks for them."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from fleet.boxes.inventory import Built, host_data
+from fleet.boxes.sshkeys import write_known_hosts
+from fleet.core.boxes import Row, is_standing
+from fleet.core.times import now_iso
+from fleet.core.verdicts import Health
+from fleet.ops import judgement
+from fleet.ops.loop.base import (
+    LoopBase,
+    Tick,
+    epoch,
+)
+from fleet.providers.base import Box
+from fleet.providers.sync import View
+from fleet.state.loop_memory import Memory
+
+if TYPE_CHECKING:
+    pass
+
+
+class Judging(LoopBase):
+    def _note_stops(self, v: View) -> None:
+        """Record when a listing first showed a box stopped (it then bills its storage only,
+        for the estimate of what it spent), and forget it once the box runs again."""
+        for row, box in v.matched:
+            stopped = box.status in ("stopped", "exited")
+            if stopped and row.stopped_at is None:
+                self.reg.update(row.label, stopped_at=now_iso())
+            elif not stopped and row.stopped_at is not None:
+                self.reg.update(row.label, stopped_at=None)
+
+    def _judge(self, t: Tick, mem: Memory, v: View, failed: set[str]) -> list[Health]:
+        """Dead votes, agents to bring back, problems to report; returns the checks made.
+
+        A death its provider reports (it lists the box exited or stopped) is counted as it is.
+        Every other standing box is SSH-probed: one listed in any other status (`unknown` and
+        `provisioning` too), and one its provider says it has no box of that id for, where it
+        last was ("gone by id" is never a death alone; a one-shot box so gone is probed too,
+        and marked vanished only when it does not answer). One that answers is alive. One that
+        does not is dead, unless:
+        + its provider lists it `provisioning`: restarting on the provider's side, no death
+          before `[loop] restart_timeout_s` from when it was first seen so;
+        + its provider's breaker is open (`_breakers`): many of its boxes fail at once in ways
+          it does not confirm, which is more likely the fleet's path to it than deaths;
+        + the fleet is blind: its own SSH key is unreadable, or more than half of all the boxes
+          probed (two at least) fail SSH at once.
+        A box not judged keeps its dead count. A lone box whose SSH fails is still counted dead:
+        with one box the fleet cannot tell its own path from the box's death."""
+        listed = {row.label: box for row, box in v.matched}
+        gone = {r.label for r in v.gone}
+        hosts, checked = [], []
+        unjudged = set(v.unsure)
+        death: dict[str, str] = {}  # label -> why it is dead if its SSH does not answer
+        for row, seen in v.matched:  # a restart may map SSH to another port: pin the key there
+            if seen.ssh_host and seen.ssh_port and \
+                    (seen.ssh_host, seen.ssh_port) != (row.ssh_host, row.ssh_port):
+                self.reg.update(row.label, ssh_host=seen.ssh_host, ssh_port=seen.ssh_port)
+            if seen.place and seen.place != row.place:  # where its provider says it runs
+                self.reg.update(row.label, place=seen.place)
+            # a restart may map the p2p port anew, or a host stop mapping it: the peers files
+            # follow (`_peers`), and a box left without one is owed a port (`fleet.ops.ports`)
+            mapped = seen.p2p_endpoint((row.public_ip, row.p2p_public_port))
+            if mapped != (row.public_ip, row.p2p_public_port):
+                self.reg.update(row.label, public_ip=mapped[0], p2p_public_port=mapped[1])
+        write_known_hosts(self.cfg.known_hosts, self.reg.rows())
+        for row in self._standing_rows():
+            if row.provider in failed:
+                unjudged.add(row.label)
+                continue  # the provider did not answer: nothing can be told, nothing changes
+            box = listed.get(row.label)
+            if box is not None and box.status in ("exited", "stopped"):
+                t.dead[row.label] = f"{row.provider} lists it as {box.status}"
+            elif box is not None:
+                death[row.label] = f"SSH does not answer while its provider says {box.status}"
+                hosts.append((row.label, host_data(self.cfg, row, box)))
+            elif row.label in gone:
+                death[row.label] = (f"{row.provider} has no box {row.provider_id} any more "
+                                   "(asked by id), and SSH does not answer")
+                hosts.append((row.label, host_data(self.cfg, row, _last_seen(row))))
+        others = set()  # one-shot and other boxes gone by id: probed for SSH alone
+        for row in v.gone:
+            if row.host_key and row.ssh_host and not is_standing(self.cfg, row):
+                others.add(row.label)
+                death[row.label] = "no provider lists it any more, and SSH does not answer"
+                hosts.append((row.label, host_data(self.cfg, row, _last_seen(row))))
+        blind = self._blind_key() if hosts else None
+        health = self.check_fn(self.cfg, Built(groups={"standing": hosts})) \
+            if hosts and blind is None else []
+        down = {h.label for h in health if not h.ssh}
+        # deaths that are no one's path, of boxes their provider lists: it lost the box's host
+        # too, or the box's sshd took the fleet's login and never ran the command (the path
+        # works). A box it does not list may be its blindness: the breaker's to judge
+        lost = {label for label, box in listed.items()
+                if box.status == "unknown" or label in {h.label for h in health if h.hung}}
+        # "no such box" by id from a provider whose listing shows the fleet's other boxes: the
+        # key sees the fleet's account, so the box is gone (a restored registry's stale row)
+        seeing = {row.provider for row, _ in v.matched}
+        lost |= {r.label for r in v.gone if r.provider in seeing
+                 and self._gap(v, r.provider) is None and is_standing(self.cfg, r)}
+        quiet = down - lost
+        judged = {label for label, _ in hosts} - lost
+        if blind is None:
+            blind = judgement.fleet_blind(quiet, judged)
+        if blind is not None:
+            self._act(t, f"breaker: no deaths counted this tick ({blind})")
+            unjudged.update(label for label, _ in hosts)
+        rows = {r.label: r for r in self.reg.rows()}
+        answered = {rows[h.label].provider for h in health if h.ssh and h.label in rows}
+        open_ = self._breakers(t, mem, v, {label for label, _ in hosts} | self._unreached,
+                               down | self._unreached, answered)
+        self._sees = set() if blind is not None else answered - set(open_)
+        for row in v.gone:  # one-shot and other boxes: marked vanished, never re-rented
+            if row.label in others:
+                continue  # judged by their SSH below
+            if row.provider in open_:
+                unjudged.add(row.label)
+            elif not is_standing(self.cfg, row):  # never SSH-ready: nothing to probe
+                t.dead[row.label] = "no provider lists it any more"
+        restarting = {lb: at for lb, at in mem.restarting.items() if lb in unjudged}
+        for h in health:
+            if not h.ssh:
+                box = listed.get(h.label)
+                # a restart lasts until SSH answers (a box listed running again may still be
+                # booting), within its deadline
+                if blind is None and box is not None and (
+                        box.status == "provisioning"
+                        or (box.status == "running" and h.label in mem.restarting)):
+                    since = mem.restarting.get(h.label, now_iso())
+                    if self._restarting(t, h.label, box, since):
+                        restarting[h.label] = since
+                        mem.dead.pop(h.label, None)  # the SSH it missed before was the restart's
+                        unjudged.add(h.label)
+                        continue
+                    if box.status == "provisioning":  # past its deadline, and still says so
+                        restarting[h.label] = since
+                if blind is None and rows[h.label].provider in open_ and h.label not in lost:
+                    unjudged.add(h.label)
+                elif blind is None:
+                    said = [p[len("ssh: "):] for p in h.problems if p.startswith("ssh: ")]
+                    detail = f": {said[0]}" if said and said[0] != "box did not answer" else ""
+                    t.dead[h.label] = death[h.label] + detail
+                continue
+            if h.label in gone:
+                self._act(t, f"{h.label}: {rows[h.label].provider} has no box "
+                             f"{rows[h.label].provider_id} (asked by id), but it answers SSH: "
+                             "kept")
+            if h.label in others:
+                continue  # not a standing box: its SSH alone was asked
+            checked.append(h)
+            if h.well:
+                t.well.append(h.label)
+                continue
+            t.problems[h.label] = h.problems
+            if h.agent and h.admitted is False:  # e.g. RunPod placed it on another driver
+                t.dead[h.label] = f"unfit: its agent refused admission ({h.admission_reason})"
+            if not h.agent:
+                t.converged.append(h.label)  # the agent back through the standing deploy
+            for p in h.problems:
+                if p.startswith("node: behind"):
+                    self._act(t, f"{h.label}: {p[len('node: '):]} (reported; the loop never "
+                                 "moves binaries)")
+        mem.restarting = restarting
+        for label in list(mem.dead):
+            if label not in t.dead and label not in unjudged:
+                del mem.dead[label]  # alive again, or no longer ours to judge
+        for label, why in sorted(t.dead.items()):
+            mem.dead[label] = mem.dead.get(label, 0) + 1
+            word, _, why = why.partition(": ") if why.startswith("unfit") else ("dead", "", why)
+            self._act(t, f"{label}: {word} ({why}), check {mem.dead[label]} of "
+                         f"{self.cfg.loop.dead_checks}")
+        return checked
+
+    def _restarting(self, t: Tick, label: str, box: Box, since: str) -> bool:
+        """Whether a box listed provisioning whose SSH does not answer is still within its
+        restart's deadline (`[loop] restart_timeout_s`): then it is said, and no death."""
+        age, limit = time.time() - epoch(since), self.cfg.loop.restart_timeout_s
+        if age >= limit:
+            return False
+        self._act(t, f"{label}: restarting on {box.provider}'s side ({box.status}, SSH down "
+                     f"for {age:.0f} s of {limit:.0f}): no death before its deadline")
+        return True
+
+    def _breakers(self, t: Tick, mem: Memory, v: View, probed: set[str], down: set[str],
+                  answered: set[str]) -> dict[str, str]:
+        """The providers whose breaker is open this tick, each with why (said on the tick):
+        of the boxes the tick judges there (those probed over SSH, and the live rows its
+        listing left out), at least two, and more than half of those it does not report exited
+        or stopped, fail at once (left out of its listing, or not answering SSH). A breaker
+        open on the last tick stays open while none of the provider's boxes answers SSH (the
+        path to it is not proven back): else the boxes it held would be destroyed one by one
+        as the others are replaced. While it is open, the deaths the provider does not confirm
+        are not counted; one that is no one's path is (a box it lists `unknown`: it lost the
+        host too; a box whose sshd took the login and never ran the command).
+        `answered`: the providers some of whose boxes answered SSH this tick."""
+        stopped = {row.label for row, box in v.matched if box.status in ("exited", "stopped")}
+        judged = (probed | v.unlisted) - stopped
+        rows = self.reg.rows()
+        out = judgement.breakers(
+            {name: {r.label for r in rows if r.provider == name and r.label in judged}
+             for name in self.providers}, v.unlisted, down, mem.breakers, answered)
+        for name, why in out.items():
+            self._act(t, f"breaker {name}: no death of its boxes counted this tick ({why}); "
+                         f"more likely the fleet's path to {name}, or {name}'s own trouble, "
+                         "than that many deaths (a death it reports still counts)")
+        mem.breakers = sorted(out)
+        return out
+
+    def _blind_key(self) -> str | None:
+        """Why the fleet's own SSH cannot work this tick (its key unreadable), or None."""
+        try:
+            with open(self.cfg.ssh_key, "rb") as f:
+                f.read(1)
+        except OSError as e:
+            return f"the fleet's SSH key {self.cfg.ssh_key} is unreadable: {e.strerror}"
+        return None
+
+
+def _last_seen(row: Row) -> Box:
+    """A box its provider says it no longer has, where its row last saw it: to probe its SSH."""
+    assert row.provider_id is not None
+    return Box(row.provider, row.provider_id, row.label, row.card, row.gpu_count,
+               row.usd_per_hour, "gone", ssh_host=row.ssh_host, ssh_port=row.ssh_port)
