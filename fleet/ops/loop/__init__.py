@@ -96,8 +96,6 @@ __all__ = ["MOVE_COOLDOWN_S", "MOVE_TRIES", "UNFIT_MACHINE_S", "AfterTick", "Aft
            "Converge", "Late", "Loop", "LoopLock", "Tick", "now_iso", "rent_mod", "run"]
 
 
-
-
 class LoopLock:
     """One loop per registry: an exclusive lock on `loop.lock` beside it, held while it runs."""
 

@@ -13,11 +13,7 @@ from fleet.boxes.inventory import Built
 from fleet.core import labels
 from fleet.core.boxes import Row, is_standing
 from fleet.core.config import Config
-from fleet.core.errors import (
-    BudgetExceeded,
-    FleetError,
-    UsageError,
-)
+from fleet.core.errors import BudgetExceeded, FleetError, UsageError
 from fleet.core.times import now_iso, parse_iso
 from fleet.core.verdicts import Health
 from fleet.ops import budget, destroy, disruption, judgement

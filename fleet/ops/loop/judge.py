@@ -5,7 +5,6 @@ are pure (`fleet.ops.judgement`); this gathers the listings and the checks for t
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from fleet.boxes.inventory import Built, host_data
 from fleet.boxes.sshkeys import write_known_hosts
@@ -13,17 +12,10 @@ from fleet.core.boxes import Row, is_standing
 from fleet.core.times import now_iso
 from fleet.core.verdicts import Health
 from fleet.ops import judgement
-from fleet.ops.loop.base import (
-    LoopBase,
-    Tick,
-    epoch,
-)
+from fleet.ops.loop.base import LoopBase, Tick, epoch
 from fleet.providers.base import Box
 from fleet.providers.sync import View
 from fleet.state.loop_memory import Memory
-
-if TYPE_CHECKING:
-    pass
 
 
 class Judging(LoopBase):

@@ -5,32 +5,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from fleet.core.boxes import Row, unfinished
 from fleet.core.config import Role
-from fleet.core.errors import (
-    BudgetExceeded,
-    ProviderError,
-    UsageError,
-)
+from fleet.core.errors import BudgetExceeded, ProviderError, UsageError
 from fleet.core.verdicts import Health
+from fleet.ops import moving, ports, spread
 from fleet.ops import offers as offers_mod
-from fleet.ops import ports, spread
 from fleet.ops import rent as rent_mod
 from fleet.ops.check import MESH_IN
-from fleet.ops.loop.base import (
-    MOVE_COOLDOWN_S,
-    MOVE_TRIES,
-    LoopBase,
-    Tick,
-    epoch,
-    peers_sig,
-)
+from fleet.ops.loop.base import MOVE_COOLDOWN_S, MOVE_TRIES, LoopBase, Tick, epoch, peers_sig
 from fleet.state.loop_memory import Memory
-
-if TYPE_CHECKING:
-    pass
 
 
 class Moving(LoopBase):
@@ -52,52 +37,35 @@ class Moving(LoopBase):
             if not new.live or old is None or not old.live or unfinished(new):
                 continue
             others = spread.holders(rows.values(), new.role, but=old.label)
-            crowd = [lb for lb in others.get(new.place or "", []) if lb != new.label]
-            age = time.time() - epoch(new.created_at) if new.created_at else 0.0
-            if new.move_for == "port":
-                h, was = checks.get(new.label), checks.get(old.label)
-                if _owes_no_port(was):
-                    # a mapping listed late, a passing verdict: the old box is well again
-                    self._abandon_move(t, new, old, failed, f"{old.label} owes no port any "
-                                       "more")
-                    continue
-                why = self._ported(new, h)
-                if why is None and new.label in done:
-                    if self._destroy_judged(t, mem, old, failed,
-                                            f"replaced by {new.label} for a port"):
-                        self.reg.update(old.label, note=f"replaced by {new.label}, which maps "
-                                                        f"a p2p port {new.public_ip}:"
-                                                        f"{new.p2p_public_port}")
-                        self._act(t, f"{old.label}: destroyed: replaced by {new.label} for a "
-                                     "port, checked well, synced and dialled")
-                    continue
-                if age > self.cfg.loop.move_timeout_s and h is not None:  # never on a blind tick
-                    self._abandon_move(t, new, old, failed, f"not done {age:.0f} s after its rent "
-                                       f"(move_timeout_s {self.cfg.loop.move_timeout_s:.0f})")
-                else:
-                    self._act(t, f"{old.label}: kept until {new.label} is checked well, synced "
-                                 f"and dialled ({why or 'not yet well and synced'})")
-                continue
-            if not new.place or crowd:
-                where = new.place or "a place its provider does not name"
-                held_by = f", held by {', '.join(crowd)}" if crowd else ""
-                self._abandon_move(t, new, old, failed, f"it landed on {where}{held_by}")
-                continue
-            # a p2p role's move keeps its mesh: the new box mapped and dialled like a port's
             role = self.cfg.roles.get(new.role)
-            ported = self._ported(new, checks.get(new.label)) \
-                if role is not None and role.p2p_port else None
-            if new.label not in done or ported is not None:
-                if age > self.cfg.loop.move_timeout_s and new.label in checks:
-                    self._abandon_move(t, new, old, failed, f"not well and synced {age:.0f} s "
-                                       f"after its rent (move_timeout_s "
-                                       f"{self.cfg.loop.move_timeout_s:.0f})")
-                else:
-                    self._act(t, f"{old.label}: moving to {new.label} ({new.place}); kept "
-                                 f"until {new.label} is checked well and synced"
-                                 + (f" and dialled ({ported})" if ported else ""))
-                continue
-            if self._destroy_judged(t, mem, old, failed, f"moved to {new.label}"):
+            # a p2p role's move keeps its mesh: the new box mapped and dialled like a port's
+            p2p = new.move_for == "port" or (role is not None and role.p2p_port is not None)
+            s = moving.step(new, old, done=new.label in done, checked=new.label in checks,
+                            ported=self._ported(new, checks.get(new.label)) if p2p else None,
+                            old_owes_no_port=new.move_for == "port"
+                            and _owes_no_port(checks.get(old.label)),
+                            crowd=[lb for lb in others.get(new.place or "", [])
+                                   if lb != new.label],
+                            age=time.time() - epoch(new.created_at) if new.created_at else 0.0,
+                            timeout=self.cfg.loop.move_timeout_s)
+            if s.do == "abandon":
+                self._abandon_move(t, new, old, failed, s.why)
+            elif s.do == "wait" and new.move_for == "port":
+                self._act(t, f"{old.label}: kept until {new.label} is checked well, synced "
+                             f"and dialled ({s.why})")
+            elif s.do == "wait":
+                self._act(t, f"{old.label}: moving to {new.label} ({new.place}); kept "
+                             f"until {new.label} is checked well and synced"
+                             + (f" and dialled ({s.why})" if s.why else ""))
+            elif new.move_for == "port":
+                if self._destroy_judged(t, mem, old, failed,
+                                        f"replaced by {new.label} for a port"):
+                    self.reg.update(old.label, note=f"replaced by {new.label}, which maps "
+                                                    f"a p2p port {new.public_ip}:"
+                                                    f"{new.p2p_public_port}")
+                    self._act(t, f"{old.label}: destroyed: replaced by {new.label} for a "
+                                 "port, checked well, synced and dialled")
+            elif self._destroy_judged(t, mem, old, failed, f"moved to {new.label}"):
                 self.reg.update(old.label, note=f"moved to {new.label} ({new.place}), off "
                                                 f"{old.place}")
                 self._act(t, f"{old.label}: destroyed: moved to {new.label} on {new.place}, "

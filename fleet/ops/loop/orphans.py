@@ -4,25 +4,13 @@ has the fleet's exact form and the registry is provably not behind."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
-from fleet.core import labels
-from fleet.core.errors import (
-    FleetError,
-    UsageError,
-)
+from fleet.core.errors import FleetError, UsageError
 from fleet.core.times import now_iso
-from fleet.ops import destroy, disruption, judgement
-from fleet.ops.loop.base import (
-    LoopBase,
-    Tick,
-    epoch,
-)
+from fleet.ops import destroy, disruption, sweep
+from fleet.ops.loop.base import LoopBase, Tick, epoch
 from fleet.providers.sync import View
 from fleet.state.loop_memory import Memory
-
-if TYPE_CHECKING:
-    pass
 
 
 class Sweeping(LoopBase):
@@ -37,36 +25,23 @@ class Sweeping(LoopBase):
         label the registry never recorded: every rent writes its row before the create, so
         the registry is behind (restored from an older copy, or another copy of it rents).
         Each destroy first reads the label's row again under the registry's lock."""
-        roles = tuple(self.cfg.roles)
-        form = self._form()
         now = time.time()
         seen = {}
         grace = self.cfg.loop.orphan_grace_s
-        ours = []
         rows = self.reg.rows()
-        given_up = {r.label for r in rows if not r.live}
-        for b in v.orphans:
-            label = b.label or ""
-            key = f"{b.provider}/{b.box_id}"
-            if key in self._adopted:
-                continue  # no orphan any more: its row was written this tick
-            if not (form.match(label) or labels.role_prefixed(label, roles)
-                    or key in v.duplicates or label in given_up):
-                continue  # another fleet's or a person's box, under no role of ours
-            what = "a second box under a live label" if key in v.duplicates else \
-                "its rent was given up or its box destroyed" if label in given_up else \
-                "not in the registry"
+        found = sweep.orphans(v.orphans, rows, self._form(), tuple(self.cfg.roles),
+                              v.duplicates, self._adopted)
+        ours = []
+        for o in found:
+            b, key, what = o.box, o.key, o.what
             t.orphans.append(f"{b.label} ({key})")
-            if not form.match(label):
+            if not o.ours:
                 self._act(t, f"orphan {b.label} ({key}, {b.rate()}): {what}; "
                              "its label is not of this fleet's form, so it is never destroyed")
                 continue
             seen[key] = mem.orphans.get(key, now_iso())
             ours.append((b, key, what))
-        live = [r for r in rows if r.live]
-        recorded = {r.label for r in rows}
-        unrecorded = sorted(b.label for b, _, _ in ours if b.label not in recorded)
-        refusal = judgement.sweep_refusal(len(live), len(ours), unrecorded)
+        refusal = sweep.refusal(found, rows)
         for b, key, what in ours:
             age = now - epoch(seen[key])
             if age < grace or not self.destroy_orphans or refusal:

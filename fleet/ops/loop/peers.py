@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from fleet.core.times import now_iso
-from fleet.ops.loop.base import (
-    LoopBase,
-    Tick,
-    peers_sig,
-)
+from fleet.ops.loop.base import LoopBase, Tick, peers_sig
 from fleet.providers.sync import View
 from fleet.state.loop_memory import Memory
-
-if TYPE_CHECKING:
-    pass
 
 
 class Peering(LoopBase):

@@ -8,23 +8,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from fleet.core.config import Role
-from fleet.core.errors import (
-    BudgetExceeded,
-    NoCapacity,
-    OfferGone,
-    ProviderError,
-    UsageError,
-)
+from fleet.core.errors import BudgetExceeded, NoCapacity, OfferGone, ProviderError, UsageError
 from fleet.core.times import now_iso
 from fleet.ops import offers as offers_mod
 from fleet.ops import owed as owed_mod
 from fleet.ops import rent as rent_mod
-from fleet.ops.loop.base import (
-    UNFIT_MACHINE_S,
-    LoopBase,
-    Tick,
-    epoch,
-)
+from fleet.ops.loop.base import UNFIT_MACHINE_S, LoopBase, Tick, epoch
 from fleet.state.loop_memory import Memory, Owe
 
 if TYPE_CHECKING:

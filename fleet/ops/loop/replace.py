@@ -4,20 +4,12 @@ gone."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from fleet.core.boxes import is_standing
 from fleet.core.times import now_iso
 from fleet.ops import destroy, disruption
-from fleet.ops.loop.base import (
-    LoopBase,
-    Tick,
-)
+from fleet.ops.loop.base import LoopBase, Tick
 from fleet.providers.sync import View
 from fleet.state.loop_memory import Memory, Owe
-
-if TYPE_CHECKING:
-    pass
 
 
 class Replacing(LoopBase):

@@ -11,18 +11,11 @@ from fleet.boxes import lifecycle
 from fleet.boxes.sshkeys import write_known_hosts
 from fleet.core import labels
 from fleet.core.boxes import Row, is_standing, unfinished
-from fleet.core.errors import (
-    FleetError,
-)
+from fleet.core.errors import FleetError
 from fleet.core.times import now_iso
 from fleet.ops import destroy, disruption
 from fleet.ops import owed as owed_mod
-from fleet.ops.loop.base import (
-    Late,
-    LoopBase,
-    Tick,
-    epoch,
-)
+from fleet.ops.loop.base import Late, LoopBase, Tick, epoch
 from fleet.providers.base import Box
 from fleet.providers.sync import View
 from fleet.state.loop_memory import Memory
