@@ -126,7 +126,7 @@ def guard(cfg: Config, reg: Registry, providers: Mapping[str, Provider], order: 
         if is_standing(cfg, row) and not (order.judged or order.force):
             raise Refused(f"{row.label} is a box of the standing role {row.role}; standing "
                           "boxes are replaced, not destroyed (use --force to destroy it anyway)")
-        if not row.provider_id and not order.force and not _form(cfg, reg).match(row.label):
+        if not row.provider_id and not order.force and not fleet_form(cfg, reg).match(row.label):
             raise Refused(f"{row.label} has no box id recorded and its label is not of this "
                           "fleet's form: a box under it may be a person's (use --force to "
                           "destroy whatever carries the label)")
@@ -151,7 +151,7 @@ def _owned(cfg: Config, reg: Registry, providers: Mapping[str, Provider],
         # (a row given up or vanished holds no box: one listed under it is an orphan)
         raise Refused(f"box {order.box_id} is, or may be, {order.label}'s own: not destroyed as "
                       "another box under its label")
-    if not _form(cfg, reg).match(order.label):
+    if not fleet_form(cfg, reg).match(order.label):
         raise Refused(f"{order.label} is not of this fleet's label form: box {order.box_id} "
                       "under it may be a person's or another fleet's, and is never destroyed")
     p = lifecycle.provider_for(dict(providers), row.provider, f"cannot destroy {order.label}")
@@ -163,7 +163,9 @@ def _owned(cfg: Config, reg: Registry, providers: Mapping[str, Provider],
     return row
 
 
-def _form(cfg: Config, reg: Registry) -> re.Pattern[str]:
+def fleet_form(cfg: Config, reg: Registry) -> re.Pattern[str]:
+    """The exact form of the labels this fleet makes (`fleet.core.labels`): its roles in
+    fleet.toml, its fleet id in the registry."""
     return labels.fleet_form(tuple(cfg.roles), reg.fleet_id())
 
 

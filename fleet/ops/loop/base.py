@@ -237,8 +237,7 @@ class LoopBase:
                     if label.startswith(f"{r}-"))
 
     def _form(self) -> re.Pattern[str]:
-        """The exact form of the labels this fleet makes (`fleet.core.labels`)."""
-        return labels.fleet_form(tuple(self.cfg.roles), self.reg.fleet_id())
+        return destroy.fleet_form(self.cfg, self.reg)
 
 
 def peers_sig(rows: list[Row]) -> str:
