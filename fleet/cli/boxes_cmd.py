@@ -335,7 +335,11 @@ def _destroy_dry_run(c: Config, reg: Registry, label: str, force: bool) -> None:
 def destroy_cmd(label: str,
                 force: bool = typer.Option(False, help="also destroy a standing box, or a "
                                            "one-shot box whose outputs were not read back"),
-                dry_run: bool = typer.Option(False, "--dry-run")) -> None:
+                dry_run: bool = typer.Option(False, "--dry-run"),
+                gone: bool = typer.Option(False, "--gone", help="its box is gone at its "
+                                          "provider (checked in the console) though the "
+                                          "fleet's key cannot see it: mark the row vanished, "
+                                          "destroy nothing")) -> None:
     """Destroy the box LABEL (boxes of standing roles only with --force).
 
     A row without a provider id (a rent stopped before it learnt one) is looked up by its
@@ -343,6 +347,12 @@ def destroy_cmd(label: str,
     """
     c, reg = cfg(), registry()
     check_label(label)
+    if gone and dry_run:
+        raise UsageError("--gone and --dry-run: choose one (--gone changes only the row)")
+    if gone:
+        destroy.mark_gone(reg, _providers(), label, force=force)
+        out.print(f"marked {label} vanished: its box is gone at its provider, by your word")
+        return
     if dry_run:
         _destroy_dry_run(c, reg, label, force)
         return

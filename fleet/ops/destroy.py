@@ -19,6 +19,10 @@ It applies, in this order, and stops at the first that refuses:
 A refusal is a `Refused` (one line, exit status 2 at the CLI), before anything changed. A
 provider that fails, or still lists the box, is a ProviderError: the row stays live (the box
 may still bill), and the caller says so and tries again.
+
+`mark_gone` is the operator's way out where the fleet's key cannot see a row's box (it opens
+another account): a person who checked the provider's console says the box is gone, and the
+row is marked vanished, never while the key still shows the box.
 """
 
 from __future__ import annotations
@@ -101,7 +105,37 @@ def destroy(cfg: Config, reg: Registry, providers: Mapping[str, Provider], order
     return Destroyed(row.label, ids, _mark(reg, row.label, ids, order))
 
 
-def _mark(reg: Registry, label: str, ids: list[str], order: Order) -> Row:
+def mark_gone(reg: Registry, providers: Mapping[str, Provider], label: str, *,
+              force: bool = False) -> Row:
+    """Mark the live row `label` vanished on an operator's word that its box is gone at its
+    provider (checked in the console), without a destroy: for a box the fleet's key cannot
+    see. Refused while the key still shows a box by the row's id or under its label (it is
+    then destroyed, not marked), and for unread one-shot outputs without `force` (they are
+    lost with the box). A provider that cannot be asked refuses too: nothing is marked blind.
+    The loop takes the row back if its box is listed running again."""
+    row = reg.get(label)
+    if row is None:
+        raise Refused(f"no box labelled {label!r} in the registry")
+    if not row.live:
+        raise Refused(f"{label} is already {row.status}")
+    if unread(row) and not force:
+        raise Refused(f"{label} holds job {row.job}, whose outputs were not read back: if its "
+                      "box is gone they are lost (add --force to mark it gone anyway)")
+    p = lifecycle.provider_for(dict(providers), row.provider, f"cannot mark {label} gone")
+    shown = p.box(row.provider_id) if row.provider_id else None
+    shown = shown or p.find_by_label(label)
+    if shown is not None:
+        raise Refused(f"{row.provider} shows box {shown.box_id} ({shown.status}) for {label} "
+                      f"to this key: not gone; `fleet destroy {label}` destroys it")
+    ids = [row.provider_id] if row.provider_id else []
+    return _mark(reg, label, ids, Order(label, also={
+        "note": f"marked gone by the operator: {row.provider}'s console shows no box "
+                f"{row.provider_id or 'under its label'} (the fleet's key could not see it)"}),
+                 status="vanished")
+
+
+def _mark(reg: Registry, label: str, ids: list[str], order: Order,
+          status: str = "destroyed") -> Row:
     """Mark the row destroyed, in one locked step with the check that it still names a box
     just destroyed (or none): a row rented again meanwhile (its rent resumed by an operator)
     stays live, its new box counted and kept."""
@@ -112,7 +146,7 @@ def _mark(reg: Registry, label: str, ids: list[str], order: Order) -> Row:
             now = "gone" if row is None else f"{row.status}, box {row.provider_id}"
             raise Refused(f"{label} changed while box {', '.join(ids) or 'none'} was destroyed "
                           f"(now {now}): its row is left as it is")
-        row.status, row.destroyed_at = "destroyed", now_iso()
+        row.status, row.destroyed_at = status, now_iso()
         for k, v in order.also.items():
             setattr(row, k, v)
         return row

@@ -196,3 +196,45 @@ def test_every_destroy_in_the_fleets_code_goes_through_the_one_path() -> None:
     found = {str(p.relative_to(ROOT)): lines for p in sorted((ROOT / "fleet").rglob("*.py"))
              if p not in allowed and (lines := _destroy_calls(p))}
     assert found == {}, f"destroys outside fleet.ops.destroy: {found}"
+
+
+def test_a_row_whose_box_the_key_cannot_see_is_marked_gone_only_on_the_operators_word(
+        fleet: FleetRun, monkeypatch: pytest.MonkeyPatch) -> None:
+    label = fleet_label(fleet)
+    box = fleet.land("vast", label)
+    fleet.row(label, status="running", provider_id=box.box_id)
+    monkeypatch.setenv("VAST_API_KEY", fleet.sbx.world.add_account("vast"))  # another account
+    refused = fleet("destroy", label)
+    assert refused.code != 0 and "no such box on this key's account" in refused.err, refused
+    assert fleet.reg.get(label).live  # type: ignore[union-attr]
+    marked = fleet("destroy", label, "--gone")
+    assert marked.code == 0 and f"marked {label} vanished" in marked.out, marked
+    row = fleet.reg.get(label)
+    assert row is not None and row.status == "vanished" and row.destroyed_at
+    assert "console shows no box" in (row.note or "")
+
+
+def test_a_row_is_never_marked_gone_while_the_key_shows_its_box(fleet: FleetRun) -> None:
+    label = fleet_label(fleet)
+    box = fleet.land("vast", label)
+    fleet.row(label, status="running", provider_id=box.box_id)
+    got = fleet("destroy", label, "--gone")
+    assert got.code == 2 and f"shows box {box.box_id}" in got.err, got
+    unrecorded = fleet_label(fleet, suffix="0c0c0c")  # a rent that never learnt its id
+    fleet.land("vast", unrecorded)
+    fleet.row(unrecorded, status="renting")
+    got = fleet("destroy", unrecorded, "--gone")
+    assert got.code == 2 and "not gone" in got.err, got
+    assert fleet.reg.get(label).live and fleet.reg.get(unrecorded).live  # type: ignore[union-attr]
+
+
+def test_unread_outputs_are_marked_gone_only_with_force(fleet: FleetRun,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    label = fleet_label(fleet)
+    box = fleet.land("vast", label)
+    fleet.row(label, status="running", provider_id=box.box_id, job="cold")
+    monkeypatch.setenv("VAST_API_KEY", fleet.sbx.world.add_account("vast"))
+    got = fleet("destroy", label, "--gone")
+    assert got.code == 2 and "outputs were not read back" in got.err, got
+    assert fleet("destroy", label, "--gone", "--force").code == 0
+    assert fleet.reg.get(label).status == "vanished"  # type: ignore[union-attr]
