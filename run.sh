@@ -33,9 +33,15 @@ setup() {
     fi
 }
 
-# The whole suite. Every benchmark's smoke run (tests/bench) goes beside the tests, in a network
-# namespace of its own: its sandboxes take the subnet the tests' take, and both mostly wait.
-# A namespace has no route out, so the agent's wheels are fetched first.
+# The whole suite. The tests, the simulation and the integration modules run on WORKERS
+# pytest-xdist workers, a whole module to each (`--dist loadfile`: a module's sandbox is its
+# own), the longest modules first (tests/conftest.py); each worker is in a network namespace of
+# its own (tests/lane-python), so their sandboxes take the same bridge and subnet apart. Every
+# benchmark's smoke run (tests/bench) goes beside them, in one more namespace and one process
+# (they compare bench/out before and after). The tests mostly wait on boxes, so WORKERS is
+# more than the cores. A namespace has no route out: the agent's wheels are fetched first.
+WORKERS=4
+
 suite() {
     .venv/bin/python -c 'from fleet.boxes.bundle import fetch_wheels; fetch_wheels()'
     local log status=0 bench_status=0
@@ -43,9 +49,8 @@ suite() {
     unshare --net sh -c 'ip link set lo up && exec .venv/bin/pytest -q -p no:cacheprovider tests/bench' \
         >"$log" 2>&1 &
     local bench=$!
-    .venv/bin/pytest -q || status=$?
-    # the fleet loop under generated faults: 500 seeds (tests/sim/conftest.py), a few minutes
-    .venv/bin/pytest -q -p no:cacheprovider tests/sim || status=$?
+    .venv/bin/pytest -q --tx "$WORKERS*popen//python=$PWD/tests/lane-python" --dist loadfile \
+        --no-loadscope-reorder tests/integration tests/unit tests/sim || status=$?
     # pyinfra-testing monkeypatches with gevent on import: its own process
     .venv/bin/pytest -q -p no:cacheprovider tests/pyinfra || status=$?
     wait "$bench" || bench_status=$?
