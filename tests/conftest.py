@@ -11,13 +11,16 @@ import pytest
 LONGEST_FIRST = (
     "tests/integration/test_loop_faults_sandbox.py",
     "tests/integration/test_loop_sandbox.py",
-    "tests/sim/test_sim.py",  # its 500 seeds keep a core busy while the others wait on boxes
     "tests/integration/test_loop_guards_sandbox.py",
-    "tests/integration/test_spread_sandbox.py",
-    "tests/integration/test_mesh_sandbox.py",
-    "tests/integration/test_boxes.py",
-    "tests/integration/test_publish.py",
     "tests/integration/test_standing.py",
+    "tests/integration/test_spread_sandbox.py",
+    "tests/sim/test_sim.py",  # its 500 seeds keep a core busy while the others wait on boxes
+    "tests/integration/test_publish.py",
+    "tests/integration/test_oneshot.py",
+    "tests/integration/test_storage_sandbox.py",
+    "tests/integration/test_oneshot_guards_sandbox.py",
+    "tests/integration/test_mesh_sandbox.py",
+    "tests/integration/test_ports_sandbox.py",
 )
 
 
