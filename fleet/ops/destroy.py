@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleet.boxes import lifecycle
 from fleet.core import labels
-from fleet.core.boxes import Row, is_standing, unread
+from fleet.core.boxes import Row, is_standing, unfinished, unread
 from fleet.core.errors import ProviderError, UsageError
 from fleet.core.times import now_iso
 
@@ -110,14 +110,22 @@ def mark_gone(reg: Registry, providers: Mapping[str, Provider], label: str, *,
     """Mark the live row `label` vanished on an operator's word that its box is gone at its
     provider (checked in the console), without a destroy: for a box the fleet's key cannot
     see. Refused while the key still shows a box by the row's id or under its label (it is
-    then destroyed, not marked), and for unread one-shot outputs without `force` (they are
-    lost with the box). A provider that cannot be asked refuses too: nothing is marked blind.
-    The loop takes the row back if its box is listed running again."""
+    then destroyed, not marked), for a rent that has no box id yet (its create may still
+    land), and for unread one-shot outputs without `force` (they are lost with the box). A
+    provider that cannot be asked refuses too: nothing is marked blind. A box listed running
+    again under the row's id is the loop's to judge like any vanished box: taken back while
+    its place is not yet filled by a converted replacement, else an orphan, swept within the
+    disruption budget."""
     row = reg.get(label)
     if row is None:
         raise Refused(f"no box labelled {label!r} in the registry")
     if not row.live:
         raise Refused(f"{label} is already {row.status}")
+    if unfinished(row) and not row.provider_id:
+        raise Refused(f"{label} is a rent not finished ({row.status}, no box id yet): its "
+                      "create may still land, and its box would bill with no row to own it; "
+                      "the loop gives it up at its deadline, or `fleet destroy "
+                      f"{label}` looks it up by its label")
     if unread(row) and not force:
         raise Refused(f"{label} holds job {row.job}, whose outputs were not read back: if its "
                       "box is gone they are lost (add --force to mark it gone anyway)")
