@@ -32,23 +32,19 @@ def step(new: Row, old: Row, *, done: bool, checked: bool, ported: str | None,
     port any more. A place move is given up when `new` landed on a held place (or one its
     provider does not name), and finishes once done (and ported, for a p2p role). Either is
     given up past `timeout` on a tick that checked `new`."""
-    late = age > timeout and checked
     if new.move_for == "port":
         if old_owes_no_port:  # a mapping listed late, a passing verdict: old is well again
             return Step("abandon", f"{old.label} owes no port any more")
-        if ported is None and done:
-            return Step("finish")
-        if late:
-            return Step("abandon", f"not done {age:.0f} s after its rent (move_timeout_s "
-                                   f"{timeout:.0f})")
-        return Step("wait", ported or "not yet well and synced")
-    if not new.place or crowd:
-        where = new.place or "a place its provider does not name"
-        held_by = f", held by {', '.join(crowd)}" if crowd else ""
-        return Step("abandon", f"it landed on {where}{held_by}")
+        overdue, waiting = "not done", "not yet well and synced"
+    else:
+        if not new.place or crowd:
+            where = new.place or "a place its provider does not name"
+            held_by = f", held by {', '.join(crowd)}" if crowd else ""
+            return Step("abandon", f"it landed on {where}{held_by}")
+        overdue, waiting = "not well and synced", ""
     if done and ported is None:
         return Step("finish")
-    if late:
-        return Step("abandon", f"not well and synced {age:.0f} s after its rent "
-                               f"(move_timeout_s {timeout:.0f})")
-    return Step("wait", ported or "")
+    if age > timeout and checked:
+        return Step("abandon", f"{overdue} {age:.0f} s after its rent (move_timeout_s "
+                               f"{timeout:.0f})")
+    return Step("wait", ported or waiting)
