@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -86,22 +87,50 @@ class Fleet(FleetCli):
             box_id = next(i["box_id"] for i in control.instances() if i["label"] == label)
         return Path(self.env["FLEET_SANDBOX_DIR"]) / "boxes" / box_id
 
-    def sshd(self, label: str) -> psutil.Process | None:
-        init = psutil.Process(json.loads((self.box_dir(label) / "box.json").read_text())["pid"])
-        return next((p for p in init.children() if p.name() == "sshd"), None)
+    def init(self, label: str) -> int:
+        """The pid (on the host) of the box's init: its namespaces are the box's."""
+        pid: int = json.loads((self.box_dir(label) / "box.json").read_text())["pid"]
+        return pid
+
+    def sshds(self, label: str) -> list[psutil.Process]:
+        """Every sshd in the box: its listener and its sessions. A session outlives a killed
+        listener (its init adopts it), and a listener started again (`ssh_up`) is a child of
+        nsenter: neither is told apart by its parent."""
+        ns = os.readlink(f"/proc/{self.init(label)}/ns/pid")
+        found = []
+        for p in psutil.process_iter(["name"]):
+            try:
+                if p.info["name"] == "sshd" and os.readlink(f"/proc/{p.pid}/ns/pid") == ns:
+                    found.append(p)
+            except (OSError, psutil.Error):
+                continue  # gone meanwhile
+        return found
+
+    def listening(self, label: str) -> bool:
+        """Whether something listens on port 22 in the box's network namespace."""
+        for table in ("tcp", "tcp6"):
+            with open(f"/proc/{self.init(label)}/net/{table}") as f:
+                for line in f.read().splitlines()[1:]:
+                    local, state = line.split()[1], line.split()[3]
+                    if local.endswith(":0016") and state == "0A":  # port 22, LISTEN
+                        return True
+        return False
 
     def ssh_down(self, label: str) -> None:
-        """Nothing listens on the box's port 22 any more (its sshd is killed, host-side)."""
-        proc = self.sshd(label)
-        assert proc is not None
-        proc.kill()
-        proc.wait(10)
+        """Nothing listens on the box's port 22 any more (its sshds are killed, host-side)."""
+        found = self.sshds(label)
+        assert found, f"{label}: no sshd runs in the box"
+        for proc in found:
+            proc.kill()
+        psutil.wait_procs(found, timeout=10)
+        wait_for(f"{label}: port 22 closed", lambda: not self.listening(label))
 
     def ssh_up(self, label: str) -> None:
-        """A new sshd in the box's namespaces, as its init started the first one."""
-        if self.sshd(label) is not None:
+        """A new sshd in the box's namespaces, as its init started the first one; none while
+        one listens (a second could not bind the port)."""
+        if self.listening(label):
             return
-        init = json.loads((self.box_dir(label) / "box.json").read_text())["pid"]
+        init = self.init(label)
         path = self.box_dir(label) / "log" / "sshd.log"
         with open(path, "ab") as log:
             since = log.tell()
