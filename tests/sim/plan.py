@@ -32,6 +32,7 @@ KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
     "kill": (4, ("0", "1", "2", "3")),  # the loop SIGKILLed before its Nth provider change
     "kill_after": (2, ("0", "1")),  # ... right after its Nth change, before it hears back
     "second_registry": (1, ("",)),  # an operator starts a loop on another registry
+    "mark_gone": (1, ("",)),  # an operator runs `fleet destroy LABEL --gone` on a fleet box
 }
 
 

@@ -12,6 +12,8 @@ the loop takes and after every tick.
   daily budget.
 - I5: no tick fails, and every tick ends within its deadline.
 - I6: the disruption budget is never exceeded.
+- I7: an operator's `fleet destroy LABEL --gone` is never taken while the key shows the box
+  (a box so marked is the operator's word: I2 and I3 leave it out).
 - L1: once the faults stop, and offers exist within a generous budget, the roster is filled
   and every box converted within `HEAL_TICKS` ticks.
 """
@@ -39,7 +41,7 @@ from fleet.boxes import lifecycle
 from fleet.core import config as config_mod
 from fleet.core.boxes import Row
 from fleet.core.errors import FleetError
-from fleet.ops import disruption
+from fleet.ops import destroy, disruption
 from fleet.ops import loop as loop_mod
 from fleet.ops import rent as rent_mod
 from fleet.state.registry import Registry
@@ -126,6 +128,9 @@ class Sim:
         self.kill_at: int | None = None  # kill before (or, negative, after) this mutation
         self.mutations = 0
         self.disruptions: list[tuple[float, str]] = []  # destroys on the loop's judgement
+        # boxes an operator said were gone while the key could not see them: their word, not
+        # the fleet's judgement (the box may be swept as an orphan, or run beside its re-rent)
+        self.said_gone: set[str] = set()
         self.cloud.after_action = self.on_action
         self.cloud.before_mutation = self.on_mutation
         self._person_boxes()
@@ -249,6 +254,8 @@ class Sim:
             self.kill_at = self.mutations + int(e.arg)
         elif e.kind == "kill_after":
             self.kill_at = -(self.mutations + int(e.arg))
+        elif e.kind == "mark_gone" and target is not None:
+            self.mark_gone(target)
         elif e.kind == "second_registry" and "second" not in self.fleets:
             cfg = self._config(self.root / "second")
             try:  # as `fleet loop` does before it starts
@@ -257,6 +264,21 @@ class Sim:
                 self.out.trace.append(f"second registry refused: {refused}")
                 return
             self.fleets["second"] = cfg
+
+    def mark_gone(self, target: Any) -> None:
+        """`fleet destroy LABEL --gone` on a live fleet box. I7: it is never taken while the
+        fleet's key shows the box (its id, or its label): only an account the key cannot see
+        leaves room for the operator's word."""
+        try:
+            destroy.mark_gone(Registry(self.cfg.registry), self.cloud.providers("main"),
+                              target.label)
+        except FleetError as refused:
+            self.out.trace.append(f"--gone refused: {refused}")
+            return
+        self.said_gone.add(target.key)
+        if target.provider not in self.cloud.truth.blind and target.phase != "destroyed":
+            self.violate(f"I7: {target.label} ({target.key}) marked gone while the key shows "
+                         "it")
 
     def on_mutation(self) -> None:
         if self.kill_at is not None and self.kill_at >= 0 and self.mutations >= self.kill_at:
@@ -307,7 +329,7 @@ class Sim:
         lone = inst.provider in truth.cut and sum(
             1 for r in rows.values() if r.live and r.provider == inst.provider
             and self.cloud.alive(self.cloud.instance(r.provider, r.provider_id))) < 2
-        if was_healthy and not moved and not lone:
+        if was_healthy and not moved and not lone and a.key not in self.said_gone:
             self.violate(f"I2: {a.fleet} destroyed {a.label} ({a.key}), healthy in the ground "
                          f"truth (row: {row.status if row else 'none'})")
         judged = a.phase_before not in ("exited", "stopped") and (
@@ -325,7 +347,7 @@ class Sim:
         self.snapshots.append(self.cfg.registry.read_bytes() if self.cfg.registry.exists()
                               else b"")
         rows = self.rows()
-        live = [i for i in self.fleet_instances()]
+        live = [i for i in self.fleet_instances() if i.key not in self.said_gone]
         moving = sum(1 for r in rows.values() if r.live and r.move_of
                      and (old := rows.get(r.move_of)) is not None and old.live)
         if len(live) > 4 + moving:
