@@ -31,18 +31,15 @@ class Sweeping(LoopBase):
         rows = self.reg.rows()
         found = sweep.orphans(v.orphans, rows, self._form(), tuple(self.cfg.roles),
                               v.duplicates, self._adopted)
-        ours = []
         for o in found:
-            b, key, what = o.box, o.key, o.what
-            t.orphans.append(f"{b.label} ({key})")
+            t.orphans.append(f"{o.box.label} ({o.key})")
             if not o.ours:
-                self._act(t, f"orphan {b.label} ({key}, {b.rate()}): {what}; "
+                self._act(t, f"orphan {o.box.label} ({o.key}, {o.box.rate()}): {o.what}; "
                              "its label is not of this fleet's form, so it is never destroyed")
                 continue
-            seen[key] = mem.orphans.get(key, now_iso())
-            ours.append((b, key, what))
+            seen[o.key] = mem.orphans.get(o.key, now_iso())
         refusal = sweep.refusal(found, rows)
-        for b, key, what in ours:
+        for b, key, what in ((o.box, o.key, o.what) for o in found if o.ours):
             age = now - epoch(seen[key])
             if age < grace or not self.destroy_orphans or refusal:
                 left = "" if not self.destroy_orphans else (
