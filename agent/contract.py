@@ -28,6 +28,7 @@ STANDING_LOG = f"{OUT}/standing.log"
 POINTER = "standing.node"
 POINTER_DIGEST = "standing.node.sha256"
 POINTER_PREVIOUS = "standing.node.previous"  # what `agent switch` moved away from (kept)
+RELEASES_STAGED = "releases.staged"  # <sha16>: staged by a publish at the file's mtime (kept)
 STATUS = f"{RUN}/status.json"
 AGENT_PID = f"{RUN}/agent.pid"
 BOOT_LOG = f"{LOGS}/boot.log"

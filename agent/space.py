@@ -6,9 +6,9 @@ The rules live here once: the review (`python -m agent storage`) and the clean (
 agent storage clean`) ask the same `category` of every path, so a clean never deletes what
 the rules keep, whatever a review file says. A box's rules (`Rules`), regenerable:
 
-- releases/<d>: a release no pointer, agent.toml or previous-release record names (the
-  previous release is the one `agent switch` moved away from; where none is recorded, the
-  newest other release stands for it);
+- releases/<d>: a release no pointer, agent.toml, previous-release record or staging record
+  names (the previous release is the one `agent switch` recorded moving away from; with no
+  record of the switch that wrote the pointer, every release is kept, never a guess);
 - rotated logs numbered beyond the rotation window (`log_keep`): `<log>.<n>`, n > log_keep;
 - pip, Hugging Face and apt caches (~/.cache/pip, ~/.cache/huggingface, apt's archives), and
   the agent's own toolchain cache (cache/: the Hub's downloads) while no job runs;
@@ -16,17 +16,24 @@ the rules keep, whatever a review file says. A box's rules (`Rules`), regenerabl
 - finished recovery snapshots: snapshots/*, unless a recovery runs now (or the state cannot
   be read: then they are kept).
 
-Kept: the running, previous and wanted releases, current logs and those within the window,
+Fail closed: the rules are read once per clean, and again only where a file they come from
+changed; anything of them that cannot be read (a FIFO, a file that is not one, no descriptor
+left) keeps every file for the rest of the clean. Nothing is deleted across a mount, and only
+inodes actually freed count as freed (a hard link to a kept file frees nothing).
+
+Kept: the running, previous, staged and wanted releases, current logs and those within the window,
 jobs/ (outputs the operator reads back), the miner's pack, models/, everything else under the
 root, and anything outside it that the fleet did not write (never scanned).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import stat
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -41,10 +48,12 @@ from agent.contract import (
     POINTER,
     POINTER_PREVIOUS,
     RELEASES,
+    RELEASES_STAGED,
     RUN,
     TERMINAL,
 )
 
+PARTIAL = ".partial"  # a release being unpacked (operations/release.py)
 ROTATED = re.compile(r"^(?P<log>.+)\.(?P<n>[0-9]+)$")
 
 # category -> (regenerable, why), in the order a review lists them
@@ -84,6 +93,11 @@ class Classifier(Protocol):
         """The rules as the files say now (a switch may have moved the pointer meanwhile)."""
         ...
 
+    @property
+    def problem(self) -> str | None:
+        """What of the rules could not be read (then the clean keeps everything)."""
+        ...
+
     def category(self, path: Path) -> str | None: ...
 
     def keeps(self, path: Path) -> bool:
@@ -93,23 +107,44 @@ class Classifier(Protocol):
 
 @dataclass(frozen=True)
 class Rules:
-    """The categories of one box's files, from what the agent wrote."""
+    """The categories of one box's files, from what the agent wrote, read once (`of`) and
+    again only when one of the files they come from changed (`now`)."""
 
     root: Path
     log_keep: int
-    kept_releases: frozenset[str]  # release directory names
+    kept_releases: frozenset[str] | None  # release directory names; None: every release
     recovery_running: bool
     jobs_active: bool
     caches: tuple[tuple[str, Path], ...]  # (category, directory) outside the root
+    keep: frozenset[str] = frozenset()  # releases the operator wants kept (its wanted one)
+    problem: str | None = None  # what of the rules could not be read: then everything is kept
+    signature: tuple[Any, ...] = ()
 
     @classmethod
     def of(cls, root: Path, log_keep: int, home: Path | None = None,
-           apt: Path = Path("/var/cache/apt/archives")) -> Rules:
+           apt: Path = Path("/var/cache/apt/archives"), keep: frozenset[str] = frozenset()
+           ) -> Rules:
         home = home if home is not None else Path.home()
-        return cls(root, log_keep, kept_releases(root), recovery_running(root), jobs_active(root),
-                   (("pip cache", home / ".cache" / "pip"),
-                    ("huggingface cache", home / ".cache" / "huggingface"),
-                    ("apt cache", apt)))
+        caches = (("pip cache", home / ".cache" / "pip"),
+                  ("huggingface cache", home / ".cache" / "huggingface"), ("apt cache", apt))
+        return cls(root, log_keep, None, True, True, caches, keep)._read()
+
+    def _read(self) -> Rules:
+        signature = inputs_signature(self.root)  # first: a change while reading shows next time
+        problems = []
+        kept, why = read_kept_releases(self.root, self.keep)
+        if why:
+            problems.append(why)
+        running, why = read_recovery_running(self.root)
+        if why:
+            problems.append(why)
+        active, why = read_jobs_active(self.root)
+        if why:
+            problems.append(why)
+        return replace(self, kept_releases=None if problems else kept,
+                       recovery_running=running or bool(problems),
+                       jobs_active=active or bool(problems),
+                       problem="; ".join(problems) or None, signature=signature)
 
     def category(self, path: Path) -> str | None:
         """The category of `path` (a file, link or directory), or None when it is neither
@@ -129,7 +164,9 @@ class Rules:
             return "fleet files"
         top = parts[0]
         if top == RELEASES and len(parts) > 1:
-            return "releases" if parts[1] in self.kept_releases else "old releases"
+            name = parts[1].removesuffix(PARTIAL)  # a release's unpack goes with it
+            kept = self.kept_releases is None or name in self.kept_releases
+            return "releases" if kept else "old releases"
         if top in (LOGS, OUT) and len(parts) == 2:
             m = ROTATED.match(parts[1])
             if m and int(m["n"]) > self.log_keep:
@@ -157,9 +194,11 @@ class Rules:
         return [self.root] + [d for _, d in self.caches]
 
     def now(self) -> Rules:
-        return replace(self, kept_releases=kept_releases(self.root),
-                       recovery_running=recovery_running(self.root),
-                       jobs_active=jobs_active(self.root))
+        """The rules as the files say now: read again only where one of them changed (a
+        pointer written by a deploy, a publish's staging, a job or a recovery starting)."""
+        if self.problem is None and inputs_signature(self.root) == self.signature:
+            return self
+        return self._read()
 
     def keeps(self, path: Path) -> bool:
         return path in {c for _, c in self.caches} or path == self.root / RELEASES
@@ -169,72 +208,144 @@ def _under(path: Path, top: Path) -> bool:
     return path == top or top in path.parents
 
 
-def kept_releases(root: Path) -> frozenset[str]:
-    """The release directories a cleanup never deletes: those the pointer, agent.toml, the
-    previous-release record or the node binary the agent recorded running names, and, where
-    no previous release is recorded, the newest other one. No pointer, or a file that cannot
-    be read, keeps every release (nothing can be told)."""
-    names: set[str] = set()
-    try:
-        dirs = [d for d in (root / RELEASES).iterdir() if d.is_dir()]
-    except OSError:
-        return frozenset()
-    every = frozenset(d.name for d in dirs)
-    texts = []
-    for f in (POINTER, CONFIG, POINTER_PREVIOUS, f"{RUN}/state.json"):
+# what the rules are read from; a changed file (replaced by rename, or written in place) or
+# folder (a job, a staged release added) changes its lstat
+INPUTS = (POINTER, CONFIG, POINTER_PREVIOUS, f"{RUN}/state.json", RELEASES_STAGED, JOBS)
+
+
+def inputs_signature(root: Path) -> tuple[Any, ...]:
+    sig: list[Any] = []
+    for name in INPUTS:
         try:
-            texts.append((root / f).read_text(errors="replace"))
+            st = os.lstat(root / name)
         except FileNotFoundError:
-            texts.append("")
-        except OSError:
-            return every
-    if not texts[0].strip():
-        return every  # no pointer: the node runs what the agent adopted, or nothing is known
+            sig.append(None)
+        except OSError as e:
+            sig.append(("error", e.errno, time.monotonic_ns()))  # never equal: read again
+        else:
+            sig.append((st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size))
+    return tuple(sig)
+
+
+MAX_RULE_BYTES = 1 << 20
+
+
+def read_rule_file(path: Path) -> str:
+    """A rule file's text, "" when absent; OSError when it cannot be read or is not a regular
+    file (opened non-blocking: a FIFO in its place cannot hang the review or the clean)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RULE_BYTES:
+            raise OSError(errno.EINVAL, "not a regular file of a sane size", str(path))
+        return os.read(fd, MAX_RULE_BYTES + 1).decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
+RELEASE_NAME = re.compile(rf"{RELEASES}/([^/\s\"']+)")
+
+
+def previous_record(text: str) -> dict[str, str] | None:
+    """The previous-release record `agent switch` writes (agent/base/releases_record.py):
+    where the pointer was (`previous`) and where the switch led it (`to`); None when it is
+    not one (an older record that does not say where it led)."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str)
+                                            for k in ("previous", "to")):
+        return None
+    return doc
+
+
+def read_kept_releases(root: Path, keep: frozenset[str] = frozenset()
+                       ) -> tuple[frozenset[str] | None, str | None]:
+    """The release directories a cleanup never deletes, or (None, why) where that cannot be
+    told (then every release is kept): those the pointer, agent.toml, the node binary the
+    agent recorded running, the previous-release record or a staging record names, and those
+    in `keep`. No pointer, or no record of the switch that wrote it, keeps every release."""
+    try:
+        pointer, config, recorded, state = (read_rule_file(root / f) for f in (
+            POINTER, CONFIG, POINTER_PREVIOUS, f"{RUN}/state.json"))
+        pointer_st = os.lstat(root / POINTER) if pointer.strip() else None
+        staged = _staged_since(root, pointer_st.st_mtime_ns) if pointer_st else set()
+    except OSError as e:
+        return None, f"the release rules cannot be read: {e.strerror or e}"
+    if pointer_st is None:
+        return None, None  # no pointer: the node runs what the agent adopted, or nothing
+    record = previous_record(recorded)
+    if record is None or record["to"] != pointer.strip():
+        return None, None  # switched before the record, or since by other means: keep all
     try:  # what the node runs now, as the agent recorded it (a pointer may be pending)
-        state = json.loads(texts[3]) if texts[3].strip() else {}
-        texts[3] = json.dumps(state.get("node_binary"))
+        node_binary = json.dumps((json.loads(state) if state.strip() else {}).get("node_binary"))
     except (ValueError, AttributeError):
-        return every
-    for d in dirs:
-        if any(f"{RELEASES}/{d.name}" in t for t in texts):
-            names.add(d.name)
-    if not texts[2].strip():  # no previous recorded: the newest of the others stands for it
-        others = sorted((d for d in dirs if d.name not in names),
-                        key=lambda d: d.stat().st_mtime, reverse=True)
-        names.update(d.name for d in others[:1])
-    return frozenset(names)
+        return None, "the agent's state cannot be read"
+    names = set(keep) | staged
+    for text in (pointer, config, record["previous"], node_binary):
+        names.update(RELEASE_NAME.findall(text))
+    return frozenset(names), None
+
+
+def _staged_since(root: Path, pointer_ns: int) -> set[str]:
+    """The releases a publish staged since the pointer was last written: each waits for its
+    switch (release.present writes the record, by rename)."""
+    try:
+        entries = list(os.scandir(root / RELEASES_STAGED))
+    except FileNotFoundError:
+        return set()
+    return {e.name for e in entries if e.stat(follow_symlinks=False).st_mtime_ns >= pointer_ns}
+
+
+def kept_releases(root: Path, keep: frozenset[str] = frozenset()) -> frozenset[str] | None:
+    """The releases a cleanup keeps; None: every one."""
+    return read_kept_releases(root, keep)[0]
+
+
+def read_recovery_running(root: Path) -> tuple[bool, str | None]:
+    """Whether a recovery runs now, by the agent's state; (True, why) when it cannot be read."""
+    try:
+        text = read_rule_file(root / RUN / "state.json")
+        state = json.loads(text) if text.strip() else {}
+        return (state.get("recovery") or {}).get("state") == "running", None
+    except OSError as e:
+        return True, f"the agent's state cannot be read: {e.strerror or e}"
+    except (ValueError, AttributeError):
+        return True, "the agent's state cannot be read"
+
+
+def read_jobs_active(root: Path) -> tuple[bool, str | None]:
+    """Whether a job on the box has not ended (its toolchain is in the cache); (True, why)
+    when a job's state cannot be read."""
+    try:
+        jobs = [d for d in os.scandir(root / JOBS) if d.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return False, None
+    except OSError as e:
+        return True, f"the jobs cannot be read: {e.strerror or e}"
+    for d in jobs:
+        try:
+            text = read_rule_file(Path(d.path) / JOB_STATE)
+            phase = json.loads(text).get("phase") if text.strip() else None
+        except OSError as e:
+            return True, f"job {d.name}'s state cannot be read: {e.strerror or e}"
+        except (ValueError, AttributeError):
+            return True, f"job {d.name}'s state cannot be read"
+        if phase is not None and phase not in TERMINAL:  # no state yet: nothing fetched
+            return True, None
+    return False, None
 
 
 def recovery_running(root: Path) -> bool:
-    """Whether a recovery runs now, by the agent's state; True when the state cannot be read."""
-    try:
-        state = json.loads((root / RUN / "state.json").read_text())
-        return (state.get("recovery") or {}).get("state") == "running"
-    except FileNotFoundError:
-        return False
-    except (OSError, ValueError, AttributeError):
-        return True
+    return read_recovery_running(root)[0]
 
 
 def jobs_active(root: Path) -> bool:
-    """Whether a job on the box has not ended (its toolchain is in the cache); True when a
-    job's state cannot be read."""
-    try:
-        jobs = [d for d in (root / JOBS).iterdir() if d.is_dir()]
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    for d in jobs:
-        try:
-            phase = json.loads((d / JOB_STATE).read_text()).get("phase")
-        except FileNotFoundError:
-            continue  # a job folder with no state yet: nothing of it was fetched
-        except (OSError, ValueError, AttributeError):
-            return True
-        if phase not in TERMINAL:
-            return True
-    return False
+    return read_jobs_active(root)[0]
 
 
 @dataclass
@@ -245,9 +356,9 @@ class Category:
     oldest: float | None = None  # mtime
     paths: list[list[Any]] = field(default_factory=list)  # [path, size, mtime_ns, bytes]
 
-    def add(self, path: Path, st: os.stat_result, keep_paths: bool) -> None:
+    def add(self, path: Path, st: os.stat_result, keep_paths: bool, freed: int) -> None:
         alloc = st.st_blocks * 512
-        self.bytes += alloc
+        self.bytes += freed
         self.files += 1
         self.oldest = st.st_mtime if self.oldest is None else min(self.oldest, st.st_mtime)
         if keep_paths:
@@ -296,13 +407,14 @@ def review(rules: Classifier) -> dict[str, Any]:
     each file (path, size, mtime_ns, allocated bytes) for a clean to check. Reads only."""
     table = rules.categories
     cats: dict[str, Category] = {}
+    links: dict[tuple[int, int, str], int] = {}  # inode, category -> links seen
     for top in rules.tops():
         for path, st in walk(top):
             name = rules.category(path)
             if name is None:
                 continue
             cat = cats.setdefault(name, Category(name))
-            cat.add(path, st, table[name][0])
+            cat.add(path, st, table[name][0], _frees(st, links, name))
     space = disk(rules.root)
     freeable = sum(c.bytes for c in cats.values() if table[c.name][0])
     out = []
@@ -314,8 +426,18 @@ def review(rules: Classifier) -> dict[str, Any]:
                     "files": c.files, "oldest": c.oldest, "paths": c.paths})
     free = space["free_bytes"]
     return {"root": str(rules.root), "disk": space, "categories": out,
-            "freeable_bytes": freeable,
+            "freeable_bytes": freeable, "rules_problem": rules.problem,
             "free_after_bytes": None if free is None else free + freeable}
+
+
+def _frees(st: os.stat_result, links: dict[tuple[int, int, str], int], category: str) -> int:
+    """What deleting this link frees: its blocks once every link of its inode was seen in
+    the same category (a hard link to a kept file frees nothing)."""
+    if st.st_nlink <= 1:
+        return st.st_blocks * 512
+    key = (st.st_dev, st.st_ino, category)
+    seen = links[key] = links.get(key, 0) + 1
+    return st.st_blocks * 512 if seen == st.st_nlink else 0
 
 
 def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
@@ -330,18 +452,32 @@ def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) ->
     skipped: list[dict[str, str]] = []
     refused: list[dict[str, str]] = []
     emptied: set[Path] = set()
+    links: dict[tuple[int, int, str], int] = {}
     before = disk(rules.root)["free_bytes"]
+    tops = _devices(rules.tops())
+    try:
+        mounts = mounts_below(list(tops))
+        failed = rules.problem
+    except OSError as e:
+        mounts, failed = [], f"the mounts cannot be read: {e.strerror or e}"
     for cat in reviewed["categories"]:
         name = str(cat.get("name"))
         tally = done.setdefault(name, {"promised": cat["bytes"] if cat.get("regenerable")
                                        else 0, "freed": 0, "files": 0})
         for entry in cat["paths"]:
             path, size, mtime_ns = Path(entry[0]), entry[1], entry[2]
-            crooked = _crooked(entry[0])
+            if failed is None:
+                rules = rules.now()  # read again where a file it comes from changed
+                failed = rules.problem
+            if failed is not None:  # once anything of the rules could not be read: keep all
+                refused.append({"path": entry[0], "why": f"preserved (the rules cannot be "
+                                f"read: {failed})"})
+                continue
+            crooked = _crooked(entry[0]) or _mounted(path, tops, mounts)
             if crooked:
                 refused.append({"path": entry[0], "why": f"preserved ({crooked})"})
                 continue
-            now = rules.now().category(path)  # read again: a switch may have landed
+            now = rules.category(path)
             if now is None or not rules.categories[now][0]:
                 why = "not the fleet's" if now is None else f"{now}: {rules.categories[now][1]}"
                 refused.append({"path": str(path), "why": f"preserved ({why})"})
@@ -354,6 +490,9 @@ def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) ->
             if stat.S_ISDIR(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
                 skipped.append({"path": str(path), "why": "changed since the review"})
                 continue
+            if _mounted(path, tops, mounts, st):
+                refused.append({"path": str(path), "why": "preserved (across a mount)"})
+                continue
             if not dry_run:
                 try:
                     path.unlink()
@@ -361,12 +500,56 @@ def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) ->
                     skipped.append({"path": str(path), "why": f"cannot delete: {e.strerror}"})
                     continue
                 emptied.add(path.parent)
-            tally["freed"] += st.st_blocks * 512
+            # another link keeps the inode: only the last one unlinked frees it
+            tally["freed"] += _frees(st, links, "") if dry_run else \
+                st.st_blocks * 512 if st.st_nlink <= 1 else 0
             tally["files"] += 1
-    for d in sorted(emptied, key=lambda p: len(p.parts), reverse=True):
-        _prune(d, rules)
+    if failed is None:
+        for d in sorted(emptied, key=lambda p: len(p.parts), reverse=True):
+            _prune(d, rules)
     return {"dry_run": dry_run, "categories": done, "skipped": skipped, "refused": refused,
             "free_before_bytes": before, "free_after_bytes": disk(rules.root)["free_bytes"]}
+
+
+def _devices(tops: list[Path]) -> dict[Path, int | None]:
+    """Each top's filesystem (None: it cannot be told, so nothing under it is deleted)."""
+    devs: dict[Path, int | None] = {}
+    for top in tops:
+        try:
+            devs[top] = top.lstat().st_dev
+        except OSError:
+            devs[top] = None
+    return devs
+
+
+def mounts_below(tops: list[Path], mountinfo: str = "/proc/self/mountinfo") -> list[Path]:
+    """The mount points strictly below any of `tops` (a bind mount of the same filesystem
+    included, which st_dev cannot tell); OSError when the mounts cannot be read."""
+    with open(mountinfo, "rb") as f:
+        text = f.read()
+    points = []
+    for line in text.splitlines():
+        fields = line.split(b" ")
+        if len(fields) < 5:
+            continue
+        point = Path(os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]),
+                                        fields[4])))
+        if any(top in point.parents for top in tops):
+            points.append(point)
+    return points
+
+
+def _mounted(path: Path, tops: dict[Path, int | None], mounts: list[Path],
+             st: os.stat_result | None = None) -> str | None:
+    """Why `path` lies across a mount from the top it is under: below a mount point, or (by
+    its lstat `st`) on another filesystem than that top."""
+    if any(m in path.parents for m in mounts):
+        return "across a mount"
+    if st is not None:
+        under = [t for t in tops if _under(path, t)]
+        if not under or any(tops[t] != st.st_dev for t in under):
+            return "across a mount"
+    return None
 
 
 def invalid(reviewed: Any) -> str | None:

@@ -22,13 +22,14 @@ import signal
 import time
 from typing import Any
 
+from agent.base import releases_record
 from agent.base.config import Config
 from agent.base.files import DigestCache, atomic_write
 from agent.base.lock import AgentLock
 from agent.base.pointer import read_pointer
 from agent.commands.readback import readback
 from agent.commands.stop import live_agent
-from agent.contract import NODE, POINTER_PREVIOUS, SWITCH_EXIT, Layout
+from agent.contract import NODE, SWITCH_EXIT, Layout
 
 POLL_S = 0.25
 LOCK_WAIT_S = 900.0  # a switch waits this long for another to end (its deadline and revert)
@@ -57,20 +58,6 @@ def switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: f
         lock.release()
 
 
-def _record_previous(layout: Layout, previous: dict[str, str]) -> None:
-    """What the switch moves away from, kept by every storage clean (agent/space.py). A
-    record that cannot be written is removed, so that no older one names a wrong release (the
-    clean then keeps the newest other release in its place); neither failure stops a switch."""
-    path = layout.root / POINTER_PREVIOUS
-    try:
-        atomic_write(path, f"{previous['target']}\n{previous['sha256']}\n", durable=True)
-    except OSError:
-        try:
-            path.unlink(missing_ok=True)
-        except OSError:
-            pass
-
-
 def _switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: float
             ) -> tuple[dict[str, Any], int]:
     layout = cfg.layout
@@ -91,7 +78,7 @@ def _switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: 
         return result("unchanged", None)
     if not pointed:
         if previous is not None:
-            _record_previous(layout, previous)
+            releases_record.record(layout, previous, wanted)
         write_pointer(layout, target, sha256)
         _nudge(cfg)
     deadline = time.monotonic() + deadline_s
@@ -106,6 +93,7 @@ def _switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: 
         newer = f"{now.target} ({now.digest_text[:16]})" if now else "nothing"
         return result("superseded", f"{why}; not reverted: the pointer now names {newer}, "
                       "written by someone else meanwhile")
+    releases_record.record(layout, wanted, previous)
     write_pointer(layout, previous["target"], previous["sha256"])
     _nudge(cfg)
     if _wait_running(cfg, previous["sha256"], time.monotonic() + deadline_s):

@@ -90,6 +90,10 @@ class LocalRules:
     def keeps(self, path: Path) -> bool:
         return path in (self.root, self.cache, self.archive, self.releases, self.sandbox)
 
+    @property
+    def problem(self) -> str | None:
+        return None  # fixed paths: nothing to read
+
     def now(self) -> LocalRules:
         return self  # the local rules are fixed paths
 

@@ -32,7 +32,8 @@ cd {ROOT}
 for d in prev old1 old2; do
   mkdir -p releases/$d; head -c 4194304 /dev/urandom > releases/$d/igneumd
 done
-printf '%s\\n' {ROOT}/releases/prev/igneumd > standing.node.previous
+printf '{{"previous": "%s", "previous_sha256": "ff", "to": "%s", "to_sha256": "ff"}}\\n' \\
+  {ROOT}/releases/prev/igneumd "$(cat standing.node)" > standing.node.previous
 head -c 1048576 /dev/urandom > log/agent.log.9
 mkdir -p /root/.cache/pip/wheels; head -c 2097152 /dev/urandom > /root/.cache/pip/wheels/x.whl
 mkdir -p pack.old; head -c 1048576 /dev/urandom > pack.old/pack.json

@@ -25,6 +25,14 @@ def put(path: Path, size: int = 4096) -> Path:
     return path
 
 
+def record(root: Path, previous: str, to: str) -> None:
+    """The previous-release record `agent switch` leaves when it moves the pointer from
+    releases/`previous` to releases/`to` (agent/base/releases_record.py)."""
+    (root / "standing.node.previous").write_text(json.dumps(
+        {"previous": f"{root}/releases/{previous}/igneumd", "previous_sha256": "aa" * 32,
+         "to": f"{root}/releases/{to}/igneumd", "to_sha256": "bb" * 32}) + "\n")
+
+
 def filled(tmp: Path) -> tuple[Path, Path, Path]:
     """A box root after months: releases old and kept, logs rotated beyond the window,
     caches, an old pack export, a finished snapshot, an unread output, a model."""
@@ -32,7 +40,7 @@ def filled(tmp: Path) -> tuple[Path, Path, Path]:
     for d in ("aaaa", "bbbb", "cccc", "dddd", "eeee"):
         put(root / "releases" / d / "igneumd", 64 << 10)
     (root / "standing.node").write_text(f"{root}/releases/aaaa/igneumd\n")
-    (root / "standing.node.previous").write_text(f"{root}/releases/bbbb/igneumd\nff\n")
+    record(root, "bbbb", "aaaa")
     (root / "agent.toml").write_text(f'command = ["{root}/releases/cccc/igneum-miner"]\n')
     put(root / "log" / "agent.log")
     put(root / "log" / "agent.log.1")
@@ -146,15 +154,6 @@ def test_snapshots_are_kept_while_a_recovery_runs_or_its_state_cannot_be_read(
     assert cats["snapshots in use"]["files"] == 1 and "recovery snapshots" not in cats
 
 
-def test_with_no_previous_recorded_the_newest_other_release_is_kept(tmp_path: Path) -> None:
-    root, home, apt = filled(tmp_path)
-    (root / "standing.node.previous").unlink()
-    os.utime(root / "releases" / "eeee", (1, 1))
-    os.utime(root / "releases" / "bbbb", (1, 1))
-    kept = space.kept_releases(root)
-    assert kept == {"aaaa", "cccc", "dddd"}  # dddd: the newest of the others
-
-
 def cli(root: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     (root / "agent.toml").write_text(f'root = "{root}"\n')
     return subprocess.run([sys.executable, "-m", "agent", "storage", "--config",
@@ -187,7 +186,7 @@ def test_the_cli_reviews_then_cleans_from_the_saved_review(tmp_path: Path) -> No
     put(root / "releases" / "old" / "igneumd", 32 << 10)
     put(root / "releases" / "new" / "igneumd")
     (root / "standing.node").write_text(f"{root}/releases/new/igneumd\n")
-    (root / "standing.node.previous").write_text(f"{root}/releases/new/igneumd\n")
+    record(root, "new", "new")
     reviewed = cli(root)
     assert reviewed.returncode == 0, reviewed.stderr
     saved = tmp_path / "review.json"
@@ -218,7 +217,7 @@ def test_no_clean_runs_while_a_switch_holds_its_lock(tmp_path: Path) -> None:
     put(root / "releases" / "old" / "igneumd", 32 << 10)
     put(root / "releases" / "new" / "igneumd")
     (root / "standing.node").write_text(f"{root}/releases/new/igneumd\n")
-    (root / "standing.node.previous").write_text(f"{root}/releases/new/igneumd\n")
+    record(root, "new", "new")
     saved = tmp_path / "review.json"
     saved.write_text(cli(root).stdout)
     (root / "run").mkdir()

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from test_agent_storage import put
+from test_agent_storage import put, record
 
 from agent import space
 
@@ -23,7 +23,7 @@ def box(tmp: Path) -> tuple[Path, Path, Path]:
     for d in ("aaaa", "bbbb", "dddd"):
         put(root / "releases" / d / "igneumd", 16 << 10)
     (root / "standing.node").write_text(f"{root}/releases/aaaa/igneumd\n")
-    (root / "standing.node.previous").write_text(f"{root}/releases/bbbb/igneumd\nff\n")
+    record(root, "bbbb", "aaaa")
     (root / "agent.toml").write_text(f'root = "{root}"\n')
     put(root / "jobs" / "bench" / "outputs" / "result.bin")
     (root / "jobs" / "bench" / "state.json").write_text('{"phase": "finished"}')
@@ -172,8 +172,9 @@ def test_a_release_named_by_a_prefix_keeps_both(tmp_path: Path) -> None:
     put(root / "releases" / "abc" / "igneumd")
     put(root / "releases" / "ab" / "igneumd")
     (root / "standing.node").write_text(f"{root}/releases/abc/igneumd\n")
+    record(root, "bbbb", "abc")
     kept = space.kept_releases(root)
-    assert {"abc", "bbbb"} <= kept
+    assert kept is not None and {"abc", "bbbb"} <= kept
 
 
 def test_relative_trailing_slash_and_directory_paths_are_not_deleted(tmp_path: Path) -> None:
@@ -204,7 +205,7 @@ def test_an_empty_pointer_keeps_the_release_the_node_still_runs(tmp_path: Path) 
     root, home, apt = box(tmp_path)
     write_state(root, root / "releases" / "aaaa" / "igneumd")
     (root / "standing.node").write_text("")
-    assert "aaaa" in space.kept_releases(root), \
+    assert space.kept_releases(root) is None, \
         "with an empty pointer the running release (run/state.json) is deletable"
 
 
@@ -212,7 +213,7 @@ def test_a_missing_pointer_keeps_the_adopted_running_release(tmp_path: Path) -> 
     root, home, apt = box(tmp_path)
     write_state(root, root / "releases" / "aaaa" / "igneumd")
     (root / "standing.node").unlink()
-    assert "aaaa" in space.kept_releases(root), \
+    assert space.kept_releases(root) is None, \
         "with no pointer the running (adopted) release is deletable"
 
 
@@ -221,7 +222,7 @@ def test_an_unreadable_pointer_keeps_every_release(tmp_path: Path) -> None:
     root, home, apt = box(tmp_path)
     (root / "standing.node").unlink()
     (root / "standing.node").mkdir()
-    assert space.kept_releases(root) == {"aaaa", "bbbb", "dddd"}
+    assert space.kept_releases(root) is None
 
 
 # ---------------------------------------------------------------- wrong types mid-clean
@@ -290,7 +291,7 @@ def test_a_switch_landing_mid_clean_keeps_its_release(tmp_path: Path, monkeypatc
             switched.append(True)
             other = "eeee" if self.parent.name == "dddd" else "dddd"
             target.append(other)
-            (root / "standing.node.previous").write_text(f"{root}/releases/aaaa/igneumd\n")
+            record(root, "aaaa", other)
             (root / "standing.node").write_text(f"{root}/releases/{other}/igneumd\n")
         real_unlink(self, missing_ok=missing_ok)
 
