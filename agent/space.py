@@ -205,7 +205,10 @@ class Rules:
 
 
 def _under(path: Path, top: Path) -> bool:
-    return path == top or top in path.parents
+    """Whether `path` is `top` or below it (both absolute and normal: compared as text, a
+    clean asks this of every file)."""
+    p, t = str(path), str(top).rstrip("/")
+    return p == t or p.startswith(t + "/") or t == ""
 
 
 # what the rules are read from; a changed file (replaced by rename, or written in place) or
@@ -217,7 +220,7 @@ def inputs_signature(root: Path) -> tuple[Any, ...]:
     sig: list[Any] = []
     for name in INPUTS:
         try:
-            st = os.lstat(root / name)
+            st = os.lstat(f"{root}/{name}")
         except FileNotFoundError:
             sig.append(None)
         except OSError as e:
@@ -543,7 +546,7 @@ def _mounted(path: Path, tops: dict[Path, int | None], mounts: list[Path],
              st: os.stat_result | None = None) -> str | None:
     """Why `path` lies across a mount from the top it is under: below a mount point, or (by
     its lstat `st`) on another filesystem than that top."""
-    if any(m in path.parents for m in mounts):
+    if any(_under(path, m) for m in mounts):
         return "across a mount"
     if st is not None:
         under = [t for t in tops if _under(path, t)]

@@ -99,10 +99,16 @@ def sim_soak(out: str) -> None:
     assert d["seeds"] == 8 and d["failed"] == 0 and numbers(d["seeds_per_s"]), d
 
 
+def storage_clean(out: str) -> None:
+    d = first_json(out)
+    assert d["freed_files"] == d["files"] == 2000 and d["kept_releases_survive"], d
+    assert numbers(d["review_s"], d["clean_s"]), d
+
+
 MEASURED: dict[str, Callable[[str], None]] = {
     f"{check.__name__}.py": check for check in (
         agent_vs_supervisord, boxes_ready, demo_repeat, inventory_1000, loop, mesh_replace,
-        nvml_device, oneshot, publish, sim_soak, standing_convert)
+        nvml_device, oneshot, publish, sim_soak, standing_convert, storage_clean)
 }
 
 
