@@ -27,7 +27,10 @@ STAMP = f"{AGENT_CODE}/{BUNDLE_STAMP}"  # the installed bundle's digest
 # Unpack the bundle and make the agent's environment without pip or a package index: a bare
 # venv whose site-packages receives the wheels' contents (the wheels are plain zips) and a .pth
 # naming the fleet root, so `venv/bin/python -m agent` finds the agent's code. The bundle
-# holds agent/, wheels/ and in/ (fleet's bundle builder).
+# holds agent/, wheels/ and in/ (fleet's bundle builder). The code is compiled here, once, and
+# the .pth turns bytecode writing off for every run of the venv's python after (the agent, its
+# boot script, every command the fleet sends): no command, a read-only review included, writes
+# outside the agent's state and logs.
 _INSTALL = rf"""
 set -e
 root=$1 tarball=$2 sha=$3
@@ -39,18 +42,21 @@ if [ ! -x "$root/{VENV_PYTHON}" ]; then
     {{ echo "python3 -m venv failed on this box" >&2; exit 1; }}
 fi
 "$root/{VENV_PYTHON}" - "$root" "$root"/.unpack/wheels/*.whl <<'PY'
-import os, sys, sysconfig, zipfile
+import compileall, os, sys, sysconfig, zipfile
 site = sysconfig.get_paths()["purelib"]
 for wheel in sys.argv[2:]:
     zipfile.ZipFile(wheel).extractall(site)
 with open(os.path.join(site, "fleet-agent.pth"), "w") as f:
     f.write(sys.argv[1] + "\n")
+    f.write("import sys; sys.dont_write_bytecode = True\n")
+compileall.compile_dir(site, quiet=2)
 PY
 mkdir -p "$root/{INBOX}"
 cp -a "$root"/.unpack/in/. "$root/{INBOX}/" 2>/dev/null || true
 rm -rf "$root/{AGENT_CODE}.old"
 [ -d "$root/{AGENT_CODE}" ] && mv "$root/{AGENT_CODE}" "$root/{AGENT_CODE}.old"
 mv "$root/.unpack/agent" "$root/{AGENT_CODE}"
+"$root/{VENV_PYTHON}" -m compileall -q "$root/{AGENT_CODE}" >/dev/null
 echo "$sha" > "$root/{STAMP}.tmp" && mv "$root/{STAMP}.tmp" "$root/{STAMP}"
 rm -rf "$root/.unpack" "$root/{AGENT_CODE}.old" "$tarball"
 """

@@ -12,16 +12,32 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 from pyinfra.api.command import QuoteString
 
-from agent.contract import CONFIG, NODE, POINTER, POINTER_DIGEST, RELEASES, ROOT, VENV_PYTHON
+from agent.contract import (
+    CONFIG,
+    NODE,
+    POINTER,
+    POINTER_DIGEST,
+    RELEASES,
+    RELEASES_STAGED,
+    ROOT,
+    VENV_PYTHON,
+)
 from facts.box import NodeReadback
 from operations.util import box_state
+
+# The staging record, <root>/releases.staged/<sha16> (by rename, so that a clean running now
+# sees its folder change): a release staged since the pointer was last written waits for its
+# switch, and the storage clean keeps it (agent/space.py).
+_STAGED = rf"""
+rec="${{dest%/{RELEASES}/*}}/{RELEASES_STAGED}/${{dest##*/}}"
+mkdir -p "${{rec%/*}}" && : > "$rec.new" && mv -f "$rec.new" "$rec"
+"""
 
 # Unpack into a temporary folder, check every file against the digests the operator sent, and
 # only then rename the folder into place: a half-copied release never looks present.
 _UNPACK = r"""
 set -e
-dest=$1 tarball=$2 sums=$3
-tmp="$dest.partial"
+dest=$1 tarball=$2 sums=$3""" + _STAGED + r"""tmp="$dest.partial"
 rm -rf "$tmp" && mkdir -p "$tmp"
 tar -xf "$tarball" -C "$tmp"
 cd "$tmp" && printf '%s' "$sums" | sha256sum -c --quiet -
@@ -32,8 +48,7 @@ rm -rf "$dest" && mv "$tmp" "$dest" && rm -f "$tarball"
 # box fails here, naming it, instead of being switched to.
 _VERIFY = r"""
 set -e
-dest=$1 sums=$2
-cd "$dest"
+dest=$1 sums=$2""" + _STAGED + r"""cd "$dest"
 if ! out=$(printf '%s' "$sums" | sha256sum -c --quiet - 2>&1); then
   printf '%s\n' "$out" | grep FAILED | sed "s|^|$dest/|" >&2
   echo "release files on the box differ from the release's digests" >&2

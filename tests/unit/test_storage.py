@@ -157,3 +157,32 @@ def test_the_review_never_crosses_into_a_filesystem_mounted_below(tmp_path: Path
         assert not any(p.startswith(str(mnt)) for p in paths)
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_release_staged_by_a_publish_is_kept_until_a_switch_moves_on(tmp_path: Path) -> None:
+    """release.present's unpack (run as the box runs it) records the staging; the box's clean
+    keeps the staged release although nothing names it yet, and not after a later switch."""
+    import hashlib
+    import subprocess
+    import tarfile
+
+    from agent import space
+    from operations.release import _UNPACK
+
+    root = tmp_path / "fleet"
+    put(root / "releases" / "aaaa" / "igneumd")
+    put(root / "releases" / "bbbb" / "igneumd")
+    (root / "standing.node").write_text(f"{root}/releases/aaaa/igneumd\n")
+    (root / "standing.node.previous").write_text(json.dumps(
+        {"previous": f"{root}/releases/bbbb/igneumd", "to": f"{root}/releases/aaaa/igneumd"}))
+    binary = put(tmp_path / "igneumd")
+    tarball = tmp_path / "release.tar"
+    with tarfile.open(tarball, "w") as t:
+        t.add(binary, "igneumd")
+    sums = f"{hashlib.sha256(binary.read_bytes()).hexdigest()}  igneumd\n"
+    r = subprocess.run(["sh", "-c", _UNPACK, "release", f"{root}/releases/cccc", str(tarball),
+                        sums], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert space.kept_releases(root) == {"aaaa", "bbbb", "cccc"}
+    os.utime(root / "releases.staged" / "cccc", ns=(1, 1))  # a switch came after it
+    assert space.kept_releases(root) == {"aaaa", "bbbb"}
