@@ -36,6 +36,13 @@ def size(n: Any) -> str:
     return f"{value:.1f} TiB"
 
 
+def printable(text: Any) -> str:
+    """`text` with every character a terminal would act on written as its escape (`\\x1b`):
+    a box's file names and messages are not trusted to be plain."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in str(text))
+
+
 def _standing(labels: list[str]) -> list[Row]:
     """The live standing boxes the review reads: `labels`, or all of them."""
     rows = [r for r in registry().rows() if r.live and r.kind == "standing" and r.host_key]
@@ -86,7 +93,7 @@ def review_cmd(labels: list[str] = typer.Argument(None, metavar="[LABEL]..."),
     if "local" in doc:
         tables.show(out, review_table("local state", doc["local"]))
     for label, why in doc["errors"].items():
-        err.print(f"{label}: not reviewed: {why}", markup=False, highlight=False)
+        err.print(f"{label}: not reviewed: {printable(why)}", markup=False, highlight=False)
     out.print(f"a cleanup would free {size(doc['freeable_bytes'])} in all; save the review "
               "with --json and clean by it: fleet storage clean --from REVIEW.json",
               markup=False, highlight=False, soft_wrap=True)
@@ -136,10 +143,11 @@ def clean_cmd(source: Path = typer.Option(None, "--from", metavar="REVIEW.json",
             tables.show(out, clean_table(label, part))
             for what in ("skipped", "refused"):
                 for x in part[what]:
-                    out.print(f"{label}: {what} {x['path']}: {x['why']}", markup=False,
+                    out.print(f"{label}: {what} {printable(x['path'])}: "
+                              f"{printable(x['why'])}", markup=False,
                               highlight=False, soft_wrap=True)
     for label, why in done["errors"].items():
-        err.print(f"{label}: not cleaned: {why}", markup=False, highlight=False)
+        err.print(f"{label}: not cleaned: {printable(why)}", markup=False, highlight=False)
     if done["errors"]:
         raise FleetError(f"{len(done['errors'])} reviewed boxes were not cleaned")
 

@@ -186,3 +186,18 @@ def test_a_release_staged_by_a_publish_is_kept_until_a_switch_moves_on(tmp_path:
     assert space.kept_releases(root) == {"aaaa", "bbbb", "cccc"}
     os.utime(root / "releases.staged" / "cccc", ns=(1, 1))  # a switch came after it
     assert space.kept_releases(root) == {"aaaa", "bbbb"}
+
+
+def test_paths_with_escape_sequences_reach_the_terminal_escaped(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    crooked = put(state / "cache" / "bundle-\x1b[2J\x1b]0;owned\x07.tar")
+    review = fleet(tmp_path, "storage", "review", "--archive", "--json")
+    assert review.returncode == 0, review.stderr
+    saved = tmp_path / "review.json"
+    saved.write_text(review.stdout)
+    with crooked.open("ab") as f:
+        f.write(b"changed")  # skipped by the clean, which names it
+    r = fleet(tmp_path, "storage", "clean", "--from", str(saved))
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout
+    assert "bundle-\\x1b[2J\\x1b]0;owned\\x07.tar" in r.stdout
