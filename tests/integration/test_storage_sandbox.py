@@ -73,6 +73,22 @@ def cats(doc: dict[str, Any], label: str) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in doc["boxes"][label]["categories"]}
 
 
+# the box's tree but the agent's own state and logs (and the node's data) that change anyway
+TREE = (f"find / -xdev \\( -path {ROOT}/run -o -path {ROOT}/log -o -path {ROOT}/out "
+        "-o -path /proc -o -path /sys -o -path /dev -o -path /tmp \\) -prune -o "
+        "-printf '%p %s %T@\\n' | sort")
+
+
+def test_the_review_writes_nothing_on_the_box(fleet: Loopy) -> None:
+    """The first review after the conversion included: no bytecode, nothing at all."""
+    [row] = fleet.settle()
+    before = fleet.ssh(row, TREE)
+    assert f"{ROOT}/agent/__pycache__/space.cpython" in before  # compiled at install
+    fleet.fleet("storage", "review", "--json")
+    after = fleet.ssh(row, TREE)
+    assert after == before, "\n".join(sorted(set(after.splitlines()) ^ set(before.splitlines())))
+
+
 def test_review_then_clean_frees_only_regenerable_files_and_a_full_disk_recovers(
         fleet: Loopy) -> None:
     [row] = fleet.settle()
@@ -148,3 +164,4 @@ def test_review_then_clean_frees_only_regenerable_files_and_a_full_disk_recovers
     after = status(fleet, row)
     assert after["agent_pid"] == agent_pid and after["disk"]["full"] is False
     assert after["programs"]["node"]["pid"] == node_pid
+
