@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -50,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--from", dest="source", metavar="FILE",
                     help="clean: the saved review (- for stdin)")
     st.add_argument("--dry-run", action="store_true", help="clean: delete nothing")
+    st.add_argument("--keep", action="append", default=[], metavar="SHA16",
+                    help="clean: also keep releases/SHA16 (the release the fleet wants)")
     st.add_argument("--lock-wait-s", type=float, default=600.0, metavar="S",
                     help="clean: how long to wait for a running switch (default 600)")
     sw = with_config("switch", "point the node at a release, wait until it runs synced, "
@@ -157,13 +160,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         from agent.commands import storage
 
         if args.action == "review":
-            if args.source or args.dry_run:
-                raise usage_error("--from and --dry-run are for `storage clean`")
+            if args.source or args.dry_run or args.keep:
+                raise usage_error("--from, --dry-run and --keep are for `storage clean`")
             return _print(storage.review(cfg))
         if not args.source:
             raise usage_error("storage clean needs --from REVIEW.json (a saved review): "
                               "nothing is deleted without one")
-        return _print(storage.clean(cfg, args.source, args.dry_run, args.lock_wait_s))
+        bad = [k for k in args.keep if not re.fullmatch(r"[0-9A-Za-z_-]{1,64}", k)]
+        if bad:
+            raise usage_error(f"--keep {bad[0]!r} is not a release's folder name")
+        return _print(storage.clean(cfg, args.source, args.dry_run, args.lock_wait_s,
+                                    frozenset(args.keep)))
     if args.command == "switch":
         from agent.base.pointer import HEX64
         from agent.commands.switch import switch

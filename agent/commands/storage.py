@@ -25,10 +25,10 @@ def review(cfg: Config) -> dict[str, Any]:
     return space.review(space.Rules.of(cfg.root, cfg.log_keep))
 
 
-def clean(cfg: Config, source: str, dry_run: bool, lock_wait_s: float = 600.0
-          ) -> dict[str, Any]:
-    """Clean by the review in `source` (a path, or - for stdin); a review that is not one is
-    a usage error and deletes nothing."""
+def clean(cfg: Config, source: str, dry_run: bool, lock_wait_s: float = 600.0,
+          keep: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Clean by the review in `source` (a path, or - for stdin), keeping the releases named
+    in `keep` too; a review that is not one is a usage error and deletes nothing."""
     try:
         text = sys.stdin.read(MAX_REVIEW_BYTES + 1) if source == "-" else \
             Path(source).read_text()
@@ -57,7 +57,8 @@ def clean(cfg: Config, source: str, dry_run: bool, lock_wait_s: float = 600.0
         raise AgentError(f"a switch has held {cfg.layout.switch_lock} for {lock_wait_s:.0f} s: "
                          "nothing deleted; clean again once it ended")
     try:
-        return space.clean(space.Rules.of(cfg.root, cfg.log_keep), reviewed, dry_run)
+        return space.clean(space.Rules.of(cfg.root, cfg.log_keep, keep=keep), reviewed,
+                           dry_run)
     finally:
         lock.release()
 

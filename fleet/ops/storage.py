@@ -20,6 +20,7 @@ A review file (`--json`, saved by the operator):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -144,6 +145,13 @@ def load_review(path: Path) -> dict[str, Any]:
     return doc
 
 
+def keep_wanted(row: Row) -> str:
+    """The box's clean keeps the release the registry wants on it (a publish may not have
+    staged it there yet)."""
+    wanted = row.node_sha16_wanted
+    return f" --keep {wanted}" if wanted and re.fullmatch(r"[0-9a-f]{16}", wanted) else ""
+
+
 def clean(cfg: Config, reviewed: dict[str, Any], rows: dict[str, Row],
           local: LocalRules | None, dry_run: bool) -> dict[str, Any]:
     """Each reviewed box cleaned by its part of the review (only while the registry still
@@ -159,7 +167,7 @@ def clean(cfg: Config, reviewed: dict[str, Any], rows: dict[str, Row],
         if row is None or not row.live or row.provider_id != part.get("provider_id"):
             errors[label] = "not the live box the review read: nothing deleted"
             continue
-        command = CLEAN + (" --dry-run" if dry_run else "")
+        command = CLEAN + (" --dry-run" if dry_run else "") + keep_wanted(row)
         try:
             r = boxssh.run(cfg, row, command, timeout=REVIEW_DEADLINE_S,
                            stdin=json.dumps(part))

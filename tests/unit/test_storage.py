@@ -201,3 +201,13 @@ def test_paths_with_escape_sequences_reach_the_terminal_escaped(tmp_path: Path) 
     assert r.returncode == 0, r.stderr
     assert "\x1b" not in r.stdout and "\x07" not in r.stdout
     assert "bundle-\\x1b[2J\\x1b]0;owned\\x07.tar" in r.stdout
+
+
+def test_the_box_s_clean_keeps_the_release_the_registry_wants_on_it() -> None:
+    from fleet.core.boxes import Row
+
+    row = Row("live-a", "vast", "live", "standing", "RTX 4090", 1, 0.3, "running",
+              node_sha16_wanted="ce417bb64b68f0b8")
+    assert storage_ops.keep_wanted(row) == " --keep ce417bb64b68f0b8"
+    row.node_sha16_wanted = "x; rm -rf /"
+    assert storage_ops.keep_wanted(row) == ""

@@ -168,7 +168,8 @@ def cli(root: Path, *args: str, stdin: str | None = None) -> subprocess.Complete
      "is not a storage review of"),
     (["clean", "--from", "-"], '{"root": "ROOT", "categories": [{"paths": [["x", "1", 2]]}]}',
      "a path that is not [path, size, mtime_ns, ...]"),
-    (["--dry-run"], None, "--from and --dry-run are for `storage clean`"),
+    (["--dry-run"], None, "--from, --dry-run and --keep are for `storage clean`"),
+    (["clean", "--from", "-", "--keep", "../etc"], "{}", "--keep '../etc' is not a release"),
 ])
 def test_a_bad_clean_is_one_line_and_status_2_and_deletes_nothing(
         tmp_path: Path, args: list[str], stdin: str | None, said: str) -> None:

@@ -200,3 +200,18 @@ def test_a_switch_records_each_pointer_move_and_the_clean_keeps_what_it_moved_fr
     assert done["outcome"] == "failed" and (root / "standing.node").read_text().strip() == \
         f"{root}/releases/aaaa/igneumd"
     assert old_releases(space.review(rules(root, home, apt))) == ["cccc"]
+
+
+def test_the_release_the_operator_wants_is_kept_by_the_clean(tmp_path: Path) -> None:
+    """The fleet passes the registry's wanted release (`--keep SHA16`): a publish may not
+    have staged it on this box yet, or its staging record may be gone."""
+    root, home, apt = box(tmp_path, "aaaa", "bbbb", "cccc")
+    record(root, "bbbb", "aaaa")
+    wanted = root / "releases" / "cccc" / "igneumd"
+    r = subprocess.run([sys.executable, "-m", "agent", "storage", "clean", "--from", "-",
+                        "--keep", "cccc", "--config", str(root / "agent.toml")], cwd=REPO,
+                       input=json.dumps(forged(root, wanted)), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert wanted.exists() and [x["path"] for x in json.loads(r.stdout)["refused"]] == \
+        [str(wanted)]
