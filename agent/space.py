@@ -457,9 +457,8 @@ def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) ->
     emptied: set[Path] = set()
     links: dict[tuple[int, int, str], int] = {}
     before = disk(rules.root)["free_bytes"]
-    tops = _devices(rules.tops())
     try:
-        mounts = mounts_below(list(tops))
+        mounts = mounts_below(rules.tops())
         failed = rules.problem
     except OSError as e:
         mounts, failed = [], f"the mounts cannot be read: {e.strerror or e}"
@@ -476,7 +475,7 @@ def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) ->
                 refused.append({"path": entry[0], "why": f"preserved (the rules cannot be "
                                 f"read: {failed})"})
                 continue
-            crooked = _crooked(entry[0]) or _mounted(path, tops, mounts)
+            crooked = _crooked(entry[0]) or _mounted(path, mounts)
             if crooked:
                 refused.append({"path": entry[0], "why": f"preserved ({crooked})"})
                 continue
@@ -492,9 +491,6 @@ def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) ->
                 continue
             if stat.S_ISDIR(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
                 skipped.append({"path": str(path), "why": "changed since the review"})
-                continue
-            if _mounted(path, tops, mounts, st):
-                refused.append({"path": str(path), "why": "preserved (across a mount)"})
                 continue
             if not dry_run:
                 try:
@@ -514,17 +510,6 @@ def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) ->
             "free_before_bytes": before, "free_after_bytes": disk(rules.root)["free_bytes"]}
 
 
-def _devices(tops: list[Path]) -> dict[Path, int | None]:
-    """Each top's filesystem (None: it cannot be told, so nothing under it is deleted)."""
-    devs: dict[Path, int | None] = {}
-    for top in tops:
-        try:
-            devs[top] = top.lstat().st_dev
-        except OSError:
-            devs[top] = None
-    return devs
-
-
 def mounts_below(tops: list[Path], mountinfo: str = "/proc/self/mountinfo") -> list[Path]:
     """The mount points strictly below any of `tops` (a bind mount of the same filesystem
     included, which st_dev cannot tell); OSError when the mounts cannot be read."""
@@ -542,17 +527,10 @@ def mounts_below(tops: list[Path], mountinfo: str = "/proc/self/mountinfo") -> l
     return points
 
 
-def _mounted(path: Path, tops: dict[Path, int | None], mounts: list[Path],
-             st: os.stat_result | None = None) -> str | None:
-    """Why `path` lies across a mount from the top it is under: below a mount point, or (by
-    its lstat `st`) on another filesystem than that top."""
-    if any(_under(path, m) for m in mounts):
-        return "across a mount"
-    if st is not None:
-        under = [t for t in tops if _under(path, t)]
-        if not under or any(tops[t] != st.st_dev for t in under):
-            return "across a mount"
-    return None
+def _mounted(path: Path, mounts: list[Path]) -> str | None:
+    """Why `path` lies across a mount: below a mount point under its top. (Not by st_dev: on
+    overlayfs, a container's root, a file's st_dev is its layer's, not its folder's.)"""
+    return "across a mount" if any(_under(path, m) for m in mounts) else None
 
 
 def invalid(reviewed: Any) -> str | None:
