@@ -343,14 +343,6 @@ def read_jobs_active(root: Path) -> tuple[bool, str | None]:
     return False, None
 
 
-def recovery_running(root: Path) -> bool:
-    return read_recovery_running(root)[0]
-
-
-def jobs_active(root: Path) -> bool:
-    return read_jobs_active(root)[0]
-
-
 @dataclass
 class Category:
     name: str
