@@ -317,7 +317,7 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
     manifest = pulled.manifest
     out.files, out.bytes = pulled.files, pulled.bytes
     if pulled.problems:
-        _keep(reg, row, pulled.problems, f"archive copy in {pulled.path}")
+        _keep(reg, row, pulled.problems, f"archive ({pulled.path.parent})")
     log.info(f"{row.label}: {len(manifest)} files, {pulled.bytes} bytes; archive verified against "
          f"the box's manifest ({pulled.path})")
     row = _guarded(cfg, reg, row.label)

@@ -6,10 +6,12 @@ manifest the box made of the same bytes as it sent them (`python -m agent manife
 Layout: `<archive>/<label>/<job>/` holds `outputs/` (the outputs) and `fleet-manifest.json`
 (the box's manifest), which no output's name can reach. A pull lands in a sibling
 `.incoming.<random>.<job>` folder of its own first and replaces the archive only once every
-file matched, so an archive folder is always a verified copy. The copy it replaces waits in
+file matched, so an archive folder is always a verified copy; a pull that fails, is stopped or
+differs removes its incoming folder before it returns (the box, kept, still holds the
+outputs), so a full disk is not left full. The copy it replaces waits in
 `.previous.<random>.<job>` until the new one is durable (`make_durable`), and is put back if a
 pull was killed between the two renames. The teardown holds the label's lock around a pull;
-an incoming folder another pull left behind is removed at the next one.
+an incoming folder a killed process left behind is removed at the next pull.
 
 The files are written by direct I/O (`lowio.directio`), past the page cache: the push reads them
 once more the same way, and nothing else reads them soon. A pull is not durable by itself
@@ -46,7 +48,7 @@ MAX_MANIFEST_BYTES = 64 << 20
 
 @dataclass
 class Pulled:
-    path: Path  # the verified outputs folder (or the incoming one's, when problems)
+    path: Path  # the verified outputs folder (where it would be, when problems)
     files: int
     bytes: int
     problems: list[str]
@@ -266,6 +268,14 @@ def pull(stream: IO[bytes], archive: Path, label: str, job: str) -> Pulled:
         raise FleetError(f"{label}: cannot make room for the outputs in {final.parent}: "
                          f"{e}") from None
     try:
+        return _land(stream, incoming, final, label, job)
+    finally:  # a pull that failed, was stopped or differs leaves nothing behind
+        shutil.rmtree(incoming, ignore_errors=True)
+
+
+def _land(stream: IO[bytes], incoming: Path, final: Path, label: str, job: str) -> Pulled:
+    """Receive into `incoming`, compare, and make it `final` when every file matched."""
+    try:
         got, sent = receive(stream, incoming / OUTPUTS)
     except (tarfile.TarError, OSError, ValueError) as e:
         raise FleetError(f"{label}: pulling the outputs into {incoming} failed: {e}") from None
@@ -274,7 +284,7 @@ def pull(stream: IO[bytes], archive: Path, label: str, job: str) -> Pulled:
         problems += compare(manifest, got, f"the archive ({final})")
     total = sum(v["size"] for v in got.values())
     if problems:
-        return Pulled(incoming / OUTPUTS, len(got), total, problems, manifest)
+        return Pulled(final / OUTPUTS, len(got), total, problems, manifest)
     try:
         (incoming / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         if final.exists():  # the verified copy before: kept aside until the new one is durable
