@@ -64,6 +64,10 @@ class StoreError(ProviderError):
         super().__init__("store", call, detail, hint)
 
 
+class Unstorable(UsageError):
+    """Outputs the store cannot hold by their names: they stay so until someone renames them."""
+
+
 class StaleHead(StoreError):
     """The store's 412: the commit was made on a head that is not main's any more."""
 
@@ -295,7 +299,7 @@ def push(repo: str, files: Path, manifest: Sequence[Mapping[str, Any]], path_in_
     prefix = _prefix(path_in_repo)
     unstorable = [why for e in rows if (why := _unstorable(e.path))]
     if unstorable:
-        raise UsageError(f"the store cannot hold {len(unstorable)} of the outputs: "
+        raise Unstorable(f"the store cannot hold {len(unstorable)} of the outputs: "
                          + "; ".join(unstorable[:5]))
     ops: list[Any] = []
     for e in rows:

@@ -53,6 +53,9 @@ class Pulled:
     bytes: int
     problems: list[str]
     manifest: list[dict[str, Any]]  # the box's: path, size, sha256 of each file it sent
+    # every problem is an output that is not a file (a link, a fifo): a pull again would find
+    # the same until someone changes the outputs on the box
+    lasting: bool = False
 
 
 def _member_path(name: str) -> str | None:
@@ -177,23 +180,24 @@ def _read_exact(stream: IO[bytes], n: int) -> bytes:
     return data
 
 
-def _box_manifest(sent: Any) -> tuple[list[dict[str, Any]], list[str]]:
-    """The stream's manifest as path/size/sha256 rows, and what it says went wrong on the box
-    (a file written to while it was read, no manifest at all: the stream was cut short)."""
+def _box_manifest(sent: Any) -> tuple[list[dict[str, Any]], list[str], int]:
+    """The stream's manifest as path/size/sha256 rows, what it says went wrong on the box
+    (a file written to while it was read, no manifest at all: the stream was cut short), and
+    how many of those are outputs that are not files (the first lines)."""
     if not isinstance(sent, list):
-        return [], ["the box sent no manifest after its files (the stream was cut short?)"]
+        return [], ["the box sent no manifest after its files (the stream was cut short?)"], 0
     others = [e for e in sent if _not_a_file(e)]
     try:
         rows = [{"path": str(e["path"]), "size": int(e["size"]), "sha256": str(e["sha256"])}
                 for e in sent if not _not_a_file(e)]
     except (TypeError, KeyError, ValueError):
-        return [], ["the box's manifest is malformed"]
+        return [], ["the box's manifest is malformed"], 0
     # a link or a fifo is never followed nor copied, so its output would be lost with the box
     problems = [f"{e['path']}: a link to {e['link']} on the box, not a file (copy the file "
                 "there in its place, or remove the link)" if "link" in e else
                 f"{e['path']}: a {e['special']} on the box, not a file" for e in others]
     return rows, problems + [f"{e['path']}: written to on the box while it was read"
-                             for e in sent if e.get("changed")]
+                             for e in sent if e.get("changed")], len(problems)
 
 
 def _not_a_file(entry: Any) -> bool:
@@ -279,12 +283,13 @@ def _land(stream: IO[bytes], incoming: Path, final: Path, label: str, job: str) 
         got, sent = receive(stream, incoming / OUTPUTS)
     except (tarfile.TarError, OSError, ValueError) as e:
         raise FleetError(f"{label}: pulling the outputs into {incoming} failed: {e}") from None
-    manifest, problems = _box_manifest(sent)
+    manifest, problems, not_files = _box_manifest(sent)
     if manifest or not problems:  # without the box's manifest there is nothing to compare with
         problems += compare(manifest, got, f"the archive ({final})")
     total = sum(v["size"] for v in got.values())
     if problems:
-        return Pulled(final / OUTPUTS, len(got), total, problems, manifest)
+        return Pulled(final / OUTPUTS, len(got), total, problems, manifest,
+                      lasting=0 < not_files == len(problems))
     try:
         (incoming / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         if final.exists():  # the verified copy before: kept aside until the new one is durable
