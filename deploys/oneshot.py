@@ -42,10 +42,11 @@ def oneshot() -> None:
     role = support.config().role(host.data.role)
     spec = spec_job.box_spec(role, support.store_endpoint())
     bundle = support.agent_bundle()
-    if host.data.get("job_name") != spec_job.name:
+    if (host.data.get("job_name"), host.data.get("job_outputs")) != \
+            (spec_job.name, spec_job.outputs):
         python.call(name="Registry: job and TTL", function=mark_job, label=host.name,
                     job=spec_job.name, ttl_minutes=spec_job.ttl_minutes,
-                    gates=len(spec_job.gates))
+                    gates=len(spec_job.gates), outputs=spec_job.outputs)
 
     agent.installed(name="Agent installed", bundle=str(bundle.path),
                     bundle_sha256=bundle.sha256, root=ROOT)

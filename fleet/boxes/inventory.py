@@ -57,6 +57,7 @@ def host_data(cfg: Config, row: Row, box: Box) -> dict[str, Any]:
         "p2p_public_port": p2p_public_port,
         "node_sha16_wanted": row.node_sha16_wanted,
         "job_name": row.job,  # a one-shot box's job (the job *file* comes as --data job=...)
+        "job_outputs": row.outputs,  # and the outputs folder its teardown reads back
     }
     if role is not None:
         data.update({

@@ -50,6 +50,9 @@ class Row:
     note: str | None = None
     # one-shot boxes: the job, its deadline and what became of it
     job: str | None = None
+    # the job's outputs folder under its work directory, from the operator's job file: the
+    # teardown reads back this folder and no other (never what the box's job.json says)
+    outputs: str | None = None
     expires_at: str | None = None  # created + the job's TTL: past it the meter is flagged
     job_state: str | None = None  # the box's phase: refused, running, finished, failed, ...
     invocations: int | None = None  # 0 when refused: a fault of the box, never a result
@@ -57,6 +60,9 @@ class Row:
     store_commit: str | None = None  # the store commit the outputs were read back at
     read_back: str | None = None  # the job whose outputs both copies matched (None: not yet)
     teardown: str | None = None  # why the last teardown kept the box (None: not tried or done)
+    # the job whose outputs keep the box for a reason that lasts until someone changes them
+    # (a link, a name the store cannot hold, no outputs folder): `--expired` reads it no more
+    kept_lasting: str | None = None
     # why the fleet wants this box gone though its destroy failed (over budget at the price
     # listed after its rent): the loop destroys it, never adopts it; the budget counts it
     destroy_wanted: str | None = None

@@ -72,22 +72,29 @@ def deadline_minutes(ttl_minutes: int, gates: int) -> int:
     return ttl_minutes * (gates + 1)
 
 
-def mark_job(label: str, job: str, ttl_minutes: int, gates: int = 0) -> None:
-    """The deploy's registry step: the row names its job and its deadline (a box rented by
-    `fleet rent` and given a job by hand gets its deadline from now). A new job on a box whose
-    last job was not read back is refused: its outputs would never be pulled."""
+def mark_job(label: str, job: str, ttl_minutes: int, gates: int = 0,
+             outputs: str | None = None) -> None:
+    """The deploy's registry step: the row names its job, its outputs folder and its deadline
+    (a box rented by `fleet rent` and given a job by hand gets its deadline from now). A new
+    job on a box whose last job was not read back is refused: its outputs would never be
+    pulled."""
     from fleet.boxes.deploy_support import config
 
     reg = Registry(config().registry)
     with teardown.one_at_a_time(reg, label):  # never while a teardown reads the last job
         row = reg.get(label)
-        if row is None or (row.job == job and row.expires_at):
+        if row is None:
+            return
+        if row.job == job and row.expires_at:
+            if outputs and not row.outputs:  # a row written before rows named the folder
+                reg.update(label, outputs=outputs, kept_lasting=None)
             return
         if row.job != job and unread(row):
             raise UsageError(f"{label} still holds job {row.job}, not read back: run `fleet "
                              f"teardown {label} --keep-box` before giving it job {job}")
-        reg.update(label, job=job, read_back=None, store_commit=None, job_state=None,
-                   invocations=None, refusal=None, teardown=None,
+        reg.update(label, job=job, outputs=outputs, read_back=None, store_commit=None,
+                   job_state=None, invocations=None, refusal=None, teardown=None,
+                   kept_lasting=None,
                    expires_at=row.expires_at if row.job == job and row.expires_at else
                    in_hours(deadline_minutes(ttl_minutes, gates) / 60))
 
@@ -118,7 +125,7 @@ def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: s
         log.info(f"warning: {f}")
     minutes = deadline_minutes(job.ttl_minutes, len(job.gates))
     res = rent_mod.rent(cfg, reg, role, found, providers, job=(job.name, minutes))
-    row = res.row
+    row = reg.update(res.row.label, outputs=job.outputs)  # the teardown reads this folder only
     log.info(f"rented {row.label}: {row.card} x{row.gpu_count} on {row.provider} at "
          f"${row.usd_per_hour:.3f}/h, TTL {job.ttl_minutes} min (the box's deadline "
          f"{minutes} min, gates included)")

@@ -12,10 +12,22 @@
 5. Only then destroyed through the provider; the row is marked destroyed once the provider no
    longer lists the box.
 
-Any mismatch keeps the box, records why on its row (`teardown`), and is raised as a
-`KeptBox` naming each file that differs and where. A destroy that fails leaves the row live
-with the store commit recorded; the next teardown reads back at that commit (and pushes anew
-when the box's outputs no longer match it) and destroys.
+The teardown trusts the registry row alone for what it reads: the outputs folder is the one
+the operator's job file named when the job was placed (`outputs` on the row), never the box's
+`job.json`, which the job can rewrite. A row that names none (written before rows recorded it)
+and an outputs folder missing on the box (the agent makes it for every job that ended) keep
+the box: neither is "zero outputs". The pull has an overall deadline (PULL_DEADLINE_S).
+
+Any mismatch keeps the box, and is raised as a `KeptBox` naming each file that differs and
+where; every failure of the read (an SSH error, the store down, the archive's disk) keeps it
+too, and each records why on its row (`teardown`), which `fleet check` shows on every pass.
+A box kept for a reason that lasts until someone changes the outputs or the row (a link, a
+name the store cannot hold, no outputs folder) is marked (`kept_lasting`): `teardown
+--expired` does not pull it again; a teardown by label, once it is fixed, does.
+
+A destroy that fails leaves the row live with the store commit recorded; the next teardown
+reads back at that commit (and pushes anew when the box's outputs no longer match it) and
+destroys.
 
 A job is never read while it may still write: a running job is left alone until the box's
 own deadline (its `started_at` plus the job's TTL), then stopped on the box (TERM, then KILL)
@@ -30,10 +42,11 @@ import contextlib
 import json
 import logging
 import shlex
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from agent.contract import JOB_WORKDIR, JOBS, ROOT, TERMINAL, VENV_PYTHON
@@ -54,7 +67,15 @@ if TYPE_CHECKING:
 
 
 class KeptBox(FleetError):
-    """The outputs could not be verified: the box is kept (it still bills) and says why."""
+    """The outputs could not be verified: the box is kept (it still bills) and says why.
+
+    `reason` is what the row's `teardown` note says (default: the message); `lasting`, that
+    it stays true until someone changes the box's outputs or the row (`kept_lasting`)."""
+
+    def __init__(self, message: str, reason: str | None = None, lasting: bool = False) -> None:
+        super().__init__(message)
+        self.reason = reason or message
+        self.lasting = lasting
 
 
 @dataclass
@@ -83,7 +104,9 @@ def _remote_job(cfg: Config, row: Row, job: str) -> dict[str, Any]:
 
 
 def _manifest(cfg: Config, row: Row, outputs: str) -> list[dict[str, Any]]:
-    res = boxssh.run(cfg, row, _agent_manifest(outputs), timeout=3600)
+    res = boxssh.run(cfg, row, _in_folder(outputs, _agent_manifest(outputs)), timeout=3600)
+    if res.returncode == NO_FOLDER:
+        _no_folder(row, outputs)
     if res.returncode != 0:
         raise KeptBox(f"{row.label}: the box could not make its outputs' manifest "
                       f"({res.stderr.strip()[-200:]}); box kept")
@@ -93,24 +116,64 @@ def _manifest(cfg: Config, row: Row, outputs: str) -> list[dict[str, Any]]:
     return data
 
 
+PULL_DEADLINE_S = 4 * 3600.0  # the whole pull: past it, ssh is killed and the box kept
+
+
 def _pull(cfg: Config, row: Row, outputs: str, job: str) -> archive.Pulled:
     """The outputs as one tar stream, each file read once on the box and hashed there as it is
-    sent, then its manifest (also saved on the box, for `_unchanged`)."""
-    proc = boxssh.stream(cfg, row, _agent_manifest(outputs, "--tar", "--save", _saved(job)))
-    try:
-        assert proc.stdout is not None
-        pulled = archive.pull(proc.stdout, archive_dir(cfg), row.label, job)
-    except BaseException:
-        # the local side failed mid-stream (a full disk): ssh may be blocked on the full pipe
-        # and would never exit by itself
+    sent, then its manifest (also saved on the box, for `_unchanged`); within PULL_DEADLINE_S
+    in all, however the box or the link stalls."""
+    proc = boxssh.stream(cfg, row, _in_folder(
+        outputs, _agent_manifest(outputs, "--tar", "--save", _saved(job))))
+    late = threading.Event()
+
+    def too_late() -> None:
+        late.set()
         proc.kill()
-        proc.wait()
-        raise
-    rc = proc.wait()
+
+    timer = threading.Timer(PULL_DEADLINE_S, too_late)
+    timer.daemon = True
+    timer.start()
+    try:
+        try:
+            assert proc.stdout is not None
+            pulled = archive.pull(proc.stdout, archive_dir(cfg), row.label, job)
+        except BaseException:
+            # the local side failed mid-stream (a full disk): ssh may be blocked on the full
+            # pipe and would never exit by itself
+            proc.kill()
+            proc.wait()
+            if not late.is_set():
+                raise
+        rc = proc.wait()
+    finally:
+        timer.cancel()
+    if late.is_set():
+        raise KeptBox(f"{row.label}: reading the outputs off the box took longer than "
+                      f"{PULL_DEADLINE_S:.0f} s, its deadline; stopped, box kept")
+    if rc == NO_FOLDER:
+        _no_folder(row, outputs)
     if rc != 0:
         raise KeptBox(f"{row.label}: reading the outputs off the box failed "
                       f"({boxssh.stderr_tail(proc.stderr) or f'exit {rc}'}); box kept")
     return pulled
+
+
+NO_FOLDER = 3  # `_in_folder`'s exit status: the outputs folder is not on the box
+
+
+def _in_folder(outputs: str, command: str) -> str:
+    """`command`, run only where the outputs folder is a folder on the box: a job that ended
+    always has one (the agent writes its record there), so a missing one was removed or
+    renamed, never "no outputs"."""
+    q = shlex.quote(outputs)
+    return f"{{ test -d {q} && test ! -L {q}; }} || exit {NO_FOLDER}; {command}"
+
+
+def _no_folder(row: Row, outputs: str) -> NoReturn:
+    raise KeptBox(f"{row.label}: the outputs folder {outputs} is not a folder on the box (the "
+                  "job removed or renamed it?); nothing read, box kept",
+                  f"no outputs folder {outputs} on the box", lasting=True)
 
 
 def _agent_manifest(outputs: str, *args: str) -> str:
@@ -189,7 +252,9 @@ def teardown(cfg: Config, reg: Registry, providers: Mapping[str, Provider], labe
     """Read the box's job back, then destroy it (with `keep_box`, keep it for another job).
 
     A dry run writes nothing, here or on the box. `flagged_job` is the job the watchdog
-    judged (`teardown --expired`): a row that names another by now is left alone."""
+    judged (`teardown --expired`): a row that names another by now is left alone, and so is
+    one kept for a lasting reason (`kept_lasting`) until its job changes; a teardown of the
+    label by name reads it again."""
     row = _guarded(cfg, reg, label)
     p = providers.get(row.provider)
     if p is None:
@@ -199,20 +264,18 @@ def teardown(cfg: Config, reg: Registry, providers: Mapping[str, Provider], labe
         if flagged_job is not UNCHANGED and row.job != flagged_job:
             raise FleetError(f"{label}: its job is {row.job or 'none'} now, not the "
                              f"{flagged_job or 'none'} the watchdog flagged; left alone")
+        if flagged_job is not UNCHANGED and row.job and row.kept_lasting == row.job:
+            raise KeptBox(f"{label}: {row.teardown}; not read again until that changes: "
+                          f"fix it on the box, then `fleet teardown {label}`")
         out = Outcome(label, row.job, dry_run=dry_run)
-        if not row.host_key and not dry_run:
-            row = _pin_if_ready(cfg, reg, p, row)
-        if not row.host_key:
-            # every deploy reaches the box through its pinned key: nothing ran on it
-            out.steps.append("no pinned host key: would pin it if the box is SSH-ready now, "
-                             "then read back" if dry_run else
-                             "never SSH-ready: nothing to read back")
-            if row.job and not dry_run:
-                reg.update(label, read_back=row.job)
-        elif row.job:
-            _read_back(cfg, reg, row, out, dry_run)
-        else:
-            out.steps.append("no job on this box: nothing to read back")
+        try:
+            _read(cfg, reg, p, row, out, dry_run)
+        except UsageError:
+            raise  # not yet (a job still running) or not this teardown's (destroyed meanwhile)
+        except Exception as e:
+            if not dry_run:
+                _record_keep(reg, label, e)
+            raise
         if dry_run:
             out.steps.append(f"would destroy {row.provider} box {row.provider_id}")
             return out
@@ -221,6 +284,38 @@ def teardown(cfg: Config, reg: Registry, providers: Mapping[str, Provider], labe
             return out
         _destroy(cfg, reg, providers, _done(cfg, reg, label, out.job), out)
     return out
+
+
+def _read(cfg: Config, reg: Registry, p: Provider, row: Row, out: Outcome,
+          dry_run: bool) -> None:
+    """Everything before the destroy: the host key pinned if need be, the job read back."""
+    if not row.host_key and not dry_run:
+        row = _pin_if_ready(cfg, reg, p, row)
+    if not row.host_key:
+        # every deploy reaches the box through its pinned key: nothing ran on it
+        out.steps.append("no pinned host key: would pin it if the box is SSH-ready now, "
+                         "then read back" if dry_run else
+                         "never SSH-ready: nothing to read back")
+        if row.job and not dry_run:
+            reg.update(row.label, read_back=row.job)
+    elif row.job:
+        _read_back(cfg, reg, row, out, dry_run)
+    else:
+        out.steps.append("no job on this box: nothing to read back")
+
+
+def _record_keep(reg: Registry, label: str, e: Exception) -> None:
+    """Why the box is kept, on its row (`fleet check` shows it on every pass): every failure
+    of the read, not only a mismatch."""
+    if isinstance(e, KeptBox):
+        reason, lasting = e.reason, e.lasting
+    else:
+        reason, lasting = (str(e) if isinstance(e, FleetError) else
+                           f"{type(e).__name__}: {e}"), False
+    row = reg.get(label)
+    if row is not None and row.live:
+        reg.update(label, teardown=f"kept: {reason}"[:300],
+                   kept_lasting=row.job if lasting else None)
 
 
 def _done(cfg: Config, reg: Registry, label: str, job: str | None) -> Row:
@@ -299,7 +394,7 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
         else:
             state = _ended(cfg, reg, row, job, spec, state, info.get("box_now"))
             out.phase = state["phase"]
-    outputs = f"{ROOT}/{JOBS}/{job}/{JOB_WORKDIR}/{spec.get('outputs', 'out')}"
+    outputs = _outputs(row, job)
     if dry_run:
         manifest = _manifest(cfg, row, outputs)
         links = [str(e.get("path")) for e in manifest if "size" not in e]
@@ -317,28 +412,33 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
     manifest = pulled.manifest
     out.files, out.bytes = pulled.files, pulled.bytes
     if pulled.problems:
-        _keep(reg, row, pulled.problems, f"archive copy in {pulled.path}")
+        _keep(row, pulled.problems, f"archive ({pulled.path.parent})", pulled.lasting)
     log.info(f"{row.label}: {len(manifest)} files, {pulled.bytes} bytes; archive verified against "
          f"the box's manifest ({pulled.path})")
+    from fleet.providers import store
+
     row = _guarded(cfg, reg, row.label)
     repo, prefix = store_repo(cfg), f"{job}/{row.label}"
     try:
         commit, problems = _stored(reg, row, repo, prefix, pulled)
-    except FleetError as e:
-        _keep(reg, row, [str(e)], "store")
+    except store.Unstorable as e:
+        raise KeptBox(f"{row.label}: box kept: {e}", str(e), lasting=True) from None
+    except (FleetError, OSError) as e:  # the store failed: nothing says the copies differ
+        raise KeptBox(f"{row.label}: box kept, the push to the store failed: {e}",
+                      f"the push to the store failed: {e}") from None
     if problems:
-        _keep(reg, row, problems, f"store {repo} at {commit}")
+        _keep(row, problems, f"store {repo} at {commit}")
     log.info(f"{row.label}: store read back at {commit[:12]}")
     row = _guarded(cfg, reg, row.label)
     changed = _unchanged(cfg, row, outputs, job)
     if changed:  # a straggler wrote on: both copies are stale, the next teardown pushes anew
         reg.update(row.label, store_commit=None)
-        _keep(reg, row, changed, "box (written to after they were read)")
+        _keep(row, changed, "box (written to after they were read)")
     try:
         archive.make_durable(pulled.path.parent)
     except OSError as e:
-        _keep(reg, row, [f"{pulled.path}: cannot be made durable ({e})"], "archive")
-    reg.update(row.label, read_back=job)
+        _keep(row, [f"{pulled.path}: cannot be made durable ({e})"], "archive")
+    reg.update(row.label, read_back=job, teardown=None, kept_lasting=None)
     out.commit = commit
 
 
@@ -403,10 +503,25 @@ def _refusal(state: dict[str, Any]) -> str | None:
     return f"{r.get('step')}: {r.get('reason')}" if isinstance(r, dict) else None
 
 
-def _keep(reg: Registry, row: Row, problems: list[str], where: str) -> NoReturn:
-    reg.update(row.label, teardown=f"kept: {problems[0]}"[:300])
+def _keep(row: Row, problems: list[str], where: str, lasting: bool = False) -> NoReturn:
     lines = "\n  ".join(problems)
-    raise KeptBox(f"{row.label}: box kept, its outputs do not match in the {where}:\n  {lines}")
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    raise KeptBox(f"{row.label}: box kept, its outputs do not match in the {where}:\n  {lines}",
+                  problems[0] + more, lasting)
+
+
+def _outputs(row: Row, job: str) -> str:
+    """The outputs folder on the box, from the row (the operator's own record of the job,
+    made when it was placed), never from the box's job.json, which the job can rewrite."""
+    rel = row.outputs
+    parts = PurePosixPath(rel).parts if rel else ()
+    if not parts or PurePosixPath(rel or "").is_absolute() or ".." in parts:
+        raise KeptBox(f"{row.label}: its row names no outputs folder for job {job} ("
+                      f"{rel!r}: a row written before rows recorded it?); nothing read, box "
+                      f"kept: deploy the job file again (it records the folder), then "
+                      f"`fleet teardown {row.label}`",
+                      f"the row names no outputs folder for job {job}", lasting=True)
+    return f"{ROOT}/{JOBS}/{job}/{JOB_WORKDIR}/{rel}"
 
 
 def _destroy(cfg: Config, reg: Registry, providers: Mapping[str, Provider], row: Row,

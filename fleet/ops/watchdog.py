@@ -6,7 +6,9 @@ allows each gate a full TTL), when its job has ended (finished, failed, interrup
 refused) and it still runs, when it has had no job for NO_JOB_GRACE_MIN minutes, when a
 teardown kept it (its outputs could not be verified: reported on every check, never destroyed
 silently), and when its job's state cannot be read at all (SSH failing, the agent failing:
-unknown is not well). The first three are `due`: what `fleet teardown --expired` tears down.
+unknown is not well). The first three are `due`: what `fleet teardown --expired` tears down,
+but for a box a teardown kept for a lasting reason (the row's `kept_lasting` names its job):
+that one is not pulled again on every pass (`fleet.ops.teardown`), only reported here.
 """
 
 from __future__ import annotations

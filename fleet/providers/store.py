@@ -64,6 +64,14 @@ class StoreError(ProviderError):
         super().__init__("store", call, detail, hint)
 
 
+class Unstorable(UsageError):
+    """Outputs the store cannot hold by their names: they stay so until someone renames them."""
+
+
+class StaleHead(StoreError):
+    """The store's 412: the commit was made on a head that is not main's any more."""
+
+
 @dataclass(frozen=True)
 class Entry:
     path: str
@@ -188,7 +196,7 @@ def _refusal(call: str, repo: str, e: HfHubHTTPError, where: str = "") -> FleetE
         return AuthFailed("store", call, f"the store refused the token ({said})",
                           "check HF_TOKEN")
     if status == 412:
-        return StoreError(call, f"{repo}: someone committed since its head was read",
+        return StaleHead(call, f"{repo}: someone committed since its head was read",
                           "push again onto the new head")
     if status == 403:
         return StoreError(call, f"{repo} refused the upload (403): {where}{said}",
@@ -246,14 +254,32 @@ class _KnownAdd(CommitOperationAdd):
             yield cast(BinaryIO, fh)
 
 
+STALE_TRIES = 5  # commits on a head that moved meanwhile (412), each on the head read anew
+
+
 def _commit(api: HfApi, repo: str, ops: list[Any], message: str) -> str:
-    """One commit of `ops` on main's current head; the returned id is checked to be the head."""
+    """One commit of `ops` on main's current head; the returned id is checked to be the head.
+
+    The commit pins the head it was made on (`parent_commit`): a store that moved meanwhile
+    (another teardown's push to the same repository) refuses it with 412, and it is made
+    again on the head read anew, STALE_TRIES times in all. The files were uploaded by the
+    first try (huggingface_hub marks them so): a try again sends only the commit. Each push
+    writes under a path of its own (`<job>/<label>`), so no try replaces another's files."""
     with _call("create_repo", repo):
         api.create_repo(repo, repo_type=REPO_TYPE, private=True, exist_ok=True)
-    parent = _head(api, repo)
-    with _call("create_commit", repo):
-        info = api.create_commit(repo, ops, commit_message=message, repo_type=REPO_TYPE,
-                                 revision=BRANCH, parent_commit=parent)
+    for attempt in range(1, STALE_TRIES + 1):
+        parent = _head(api, repo)
+        try:
+            with _call("create_commit", repo):
+                info = api.create_commit(repo, ops, commit_message=message,
+                                         repo_type=REPO_TYPE, revision=BRANCH,
+                                         parent_commit=parent)
+        except StaleHead as e:
+            if attempt == STALE_TRIES:
+                raise StaleHead("create_commit", f"{e.detail} ({attempt} tries)",
+                                e.hint) from None
+            continue
+        break
     now = _head(api, repo)
     if now != info.oid:
         raise StoreError("create_commit", f"{repo} answered commit {info.oid}, but its {BRANCH} "
@@ -273,7 +299,7 @@ def push(repo: str, files: Path, manifest: Sequence[Mapping[str, Any]], path_in_
     prefix = _prefix(path_in_repo)
     unstorable = [why for e in rows if (why := _unstorable(e.path))]
     if unstorable:
-        raise UsageError(f"the store cannot hold {len(unstorable)} of the outputs: "
+        raise Unstorable(f"the store cannot hold {len(unstorable)} of the outputs: "
                          + "; ".join(unstorable[:5]))
     ops: list[Any] = []
     for e in rows:

@@ -6,10 +6,12 @@ manifest the box made of the same bytes as it sent them (`python -m agent manife
 Layout: `<archive>/<label>/<job>/` holds `outputs/` (the outputs) and `fleet-manifest.json`
 (the box's manifest), which no output's name can reach. A pull lands in a sibling
 `.incoming.<random>.<job>` folder of its own first and replaces the archive only once every
-file matched, so an archive folder is always a verified copy. The copy it replaces waits in
+file matched, so an archive folder is always a verified copy; a pull that fails, is stopped or
+differs removes its incoming folder before it returns (the box, kept, still holds the
+outputs), so a full disk is not left full. The copy it replaces waits in
 `.previous.<random>.<job>` until the new one is durable (`make_durable`), and is put back if a
 pull was killed between the two renames. The teardown holds the label's lock around a pull;
-an incoming folder another pull left behind is removed at the next one.
+an incoming folder a killed process left behind is removed at the next pull.
 
 The files are written by direct I/O (`lowio.directio`), past the page cache: the push reads them
 once more the same way, and nothing else reads them soon. A pull is not durable by itself
@@ -46,11 +48,14 @@ MAX_MANIFEST_BYTES = 64 << 20
 
 @dataclass
 class Pulled:
-    path: Path  # the verified outputs folder (or the incoming one's, when problems)
+    path: Path  # the verified outputs folder (where it would be, when problems)
     files: int
     bytes: int
     problems: list[str]
     manifest: list[dict[str, Any]]  # the box's: path, size, sha256 of each file it sent
+    # every problem is an output that is not a file (a link, a fifo): a pull again would find
+    # the same until someone changes the outputs on the box
+    lasting: bool = False
 
 
 def _member_path(name: str) -> str | None:
@@ -175,23 +180,24 @@ def _read_exact(stream: IO[bytes], n: int) -> bytes:
     return data
 
 
-def _box_manifest(sent: Any) -> tuple[list[dict[str, Any]], list[str]]:
-    """The stream's manifest as path/size/sha256 rows, and what it says went wrong on the box
-    (a file written to while it was read, no manifest at all: the stream was cut short)."""
+def _box_manifest(sent: Any) -> tuple[list[dict[str, Any]], list[str], int]:
+    """The stream's manifest as path/size/sha256 rows, what it says went wrong on the box
+    (a file written to while it was read, no manifest at all: the stream was cut short), and
+    how many of those are outputs that are not files (the first lines)."""
     if not isinstance(sent, list):
-        return [], ["the box sent no manifest after its files (the stream was cut short?)"]
+        return [], ["the box sent no manifest after its files (the stream was cut short?)"], 0
     others = [e for e in sent if _not_a_file(e)]
     try:
         rows = [{"path": str(e["path"]), "size": int(e["size"]), "sha256": str(e["sha256"])}
                 for e in sent if not _not_a_file(e)]
     except (TypeError, KeyError, ValueError):
-        return [], ["the box's manifest is malformed"]
+        return [], ["the box's manifest is malformed"], 0
     # a link or a fifo is never followed nor copied, so its output would be lost with the box
     problems = [f"{e['path']}: a link to {e['link']} on the box, not a file (copy the file "
                 "there in its place, or remove the link)" if "link" in e else
                 f"{e['path']}: a {e['special']} on the box, not a file" for e in others]
     return rows, problems + [f"{e['path']}: written to on the box while it was read"
-                             for e in sent if e.get("changed")]
+                             for e in sent if e.get("changed")], len(problems)
 
 
 def _not_a_file(entry: Any) -> bool:
@@ -266,15 +272,24 @@ def pull(stream: IO[bytes], archive: Path, label: str, job: str) -> Pulled:
         raise FleetError(f"{label}: cannot make room for the outputs in {final.parent}: "
                          f"{e}") from None
     try:
+        return _land(stream, incoming, final, label, job)
+    finally:  # a pull that failed, was stopped or differs leaves nothing behind
+        shutil.rmtree(incoming, ignore_errors=True)
+
+
+def _land(stream: IO[bytes], incoming: Path, final: Path, label: str, job: str) -> Pulled:
+    """Receive into `incoming`, compare, and make it `final` when every file matched."""
+    try:
         got, sent = receive(stream, incoming / OUTPUTS)
     except (tarfile.TarError, OSError, ValueError) as e:
         raise FleetError(f"{label}: pulling the outputs into {incoming} failed: {e}") from None
-    manifest, problems = _box_manifest(sent)
+    manifest, problems, not_files = _box_manifest(sent)
     if manifest or not problems:  # without the box's manifest there is nothing to compare with
         problems += compare(manifest, got, f"the archive ({final})")
     total = sum(v["size"] for v in got.values())
     if problems:
-        return Pulled(incoming / OUTPUTS, len(got), total, problems, manifest)
+        return Pulled(final / OUTPUTS, len(got), total, problems, manifest,
+                      lasting=0 < not_files == len(problems))
     try:
         (incoming / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         if final.exists():  # the verified copy before: kept aside until the new one is durable

@@ -97,11 +97,10 @@ def test_each_differing_file_is_named_and_the_archive_left_alone(tmp_path: Path)
     assert "results.json: the archive" in text and "sha256" in text
     assert "gone.txt: missing from the archive" in text
     assert "late.txt: in the archive" in text and "not in the box's manifest" in text
-    # the verified copy from before is untouched; the bad pull waits beside it
+    # the verified copy from before is untouched; the bad pull's copy is gone (the box,
+    # kept, still holds the outputs)
     assert (tmp_path / "box-1/job/outputs/results.json").read_bytes() == FILES["results.json"]
-    landed = pulled.path.parent.name
-    assert landed.startswith(".incoming.") and landed.endswith(".job")
-    assert pulled.path.parent.parent == tmp_path / "box-1"
+    assert sorted(p.name for p in (tmp_path / "box-1").iterdir()) == ["job"]
 
 
 def test_a_link_or_a_fifo_in_the_outputs_is_named_and_nothing_becomes_the_archive(
@@ -256,3 +255,45 @@ def test_long_names_and_a_stream_cut_anywhere(tmp_path: Path) -> None:
     for cut in (first - 100, first + 10):  # inside a file, inside a header
         with pytest.raises(FleetError, match="ended"):
             archive.pull(io.BytesIO(whole[:cut]), tmp_path / f"c{cut}", "box", "job")
+
+
+def left_in(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir()) if parent.exists() else []
+
+
+def test_a_pull_cut_inside_a_file_leaves_no_partial_copy(tmp_path: Path) -> None:
+    whole = tar_stream(FILES).getvalue()
+    with pytest.raises(FleetError, match="ended"):
+        archive.pull(io.BytesIO(whole[:2 * tarfile.BLOCKSIZE + 100]), tmp_path, "box-1", "job")
+    assert left_in(tmp_path / "box-1") == []
+
+
+def test_a_pull_onto_a_full_disk_leaves_no_partial_copy_and_the_last_verified_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    archive.pull(tar_stream(FILES), tmp_path, "box-1", "job")
+    written: list[int] = []
+    real = archive.DirectWriter.write
+
+    def fills_up(self, data) -> None:  # type: ignore[no-untyped-def]
+        if written:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(len(data))
+        real(self, data)
+
+    monkeypatch.setattr(archive.DirectWriter, "write", fills_up)
+    with pytest.raises(FleetError, match="No space left"):
+        archive.pull(tar_stream(FILES), tmp_path, "box-1", "job")
+    assert left_in(tmp_path / "box-1") == ["job"]
+    assert (tmp_path / "box-1/job/outputs/results.json").read_bytes() == FILES["results.json"]
+
+
+def test_a_pull_killed_by_its_caller_leaves_no_partial_copy(tmp_path: Path) -> None:
+    class Interrupted(io.BytesIO):
+        def readinto(self, b):  # type: ignore[no-untyped-def,override]
+            if self.tell() > 2 * tarfile.BLOCKSIZE:
+                raise KeyboardInterrupt
+            return super().readinto(b)
+
+    with pytest.raises(KeyboardInterrupt):
+        archive.pull(Interrupted(tar_stream(FILES).getvalue()), tmp_path, "box-1", "job")
+    assert left_in(tmp_path / "box-1") == []

@@ -95,7 +95,7 @@ def reg(tmp_path: Path) -> Registry:
     r = Registry(tmp_path / "state" / "boxes.json")
     r.add(Row(label="bench-1", provider="vast", role="bench", kind="oneshot", card="RTX 4090",
               gpu_count=1, usd_per_hour=0.4, status="running", provider_id="42", job="j1",
-              host_key=KEY, ssh_host="127.0.0.1", ssh_port=2222))
+              outputs="out", host_key=KEY, ssh_host="127.0.0.1", ssh_port=2222))
     return r
 
 

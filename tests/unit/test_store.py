@@ -15,32 +15,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from huggingface_hub import CommitOperationAdd, HfApi, constants, lfs
+from hub_client import TOKEN, point_client
+from huggingface_hub import CommitOperationAdd, HfApi, lfs
 
 from fleet.core.errors import AuthFailed, FleetError, UsageError
 from fleet.providers import store
 from fleet.providers.http import RetryPolicy
-from sandbox.hub import HubServer, client_env
+from sandbox.hub import HubServer
 
-TOKEN = "hf_sandbox_store_token_9876543210"
 REPO = "fleet/outputs"
 MiB = 1 << 20
-
-
-def point_client(monkeypatch: pytest.MonkeyPatch, url: str, home: Path) -> None:
-    """The environment `.sandbox/env` gives, and the library's copies of what it reads at
-    import (which may have happened before this test)."""
-    for name, value in {**client_env(url, TOKEN), "HF_HOME": str(home)}.items():
-        monkeypatch.setenv(name, value)
-    library: dict[str, object] = {
-        "ENDPOINT": url,
-        "HUGGINGFACE_CO_URL_TEMPLATE": url + "/{repo_id}/resolve/{revision}/{filename}",
-        "HF_HUB_DISABLE_XET": True, "HF_HUB_DISABLE_TELEMETRY": True, "HF_HOME": str(home),
-        "HF_HUB_CACHE": str(home / "hub"), "HF_TOKEN_PATH": str(home / "token"),
-        "HF_STORED_TOKENS_PATH": str(home / "stored_tokens"),
-    }
-    for name, setting in library.items():
-        monkeypatch.setattr(constants, name, setting)
 
 
 @pytest.fixture
@@ -237,7 +221,7 @@ def test_a_refused_upload_is_one_line_naming_the_call_and_what_to_do(
     assert store.read_back(REPO, store.push(REPO, root, manifest, "j", "ok"), "j", manifest) == []
 
 
-def test_a_commit_on_a_head_that_moved_is_refused_not_merged(
+def test_a_commit_on_a_head_that_moved_is_made_again_on_the_new_head(
         api: HfApi, hub: HubServer, outputs: tuple[Path, list[dict[str, Any]]],
         monkeypatch: pytest.MonkeyPatch) -> None:
     root, manifest = outputs
@@ -245,18 +229,85 @@ def test_a_commit_on_a_head_that_moved_is_refused_not_merged(
     real_head = store._head
 
     def stale_then_real(api_: HfApi, repo: str) -> str | None:
-        # someone commits between push's read of the head and its commit
+        # someone commits between push's read of the head and its commit (the store says 412)
         monkeypatch.setattr(store, "_head", real_head)
         api.create_commit(REPO, [CommitOperationAdd("other.txt", b"x\n")],
                           commit_message="someone else", repo_type="dataset")
         return first
 
     monkeypatch.setattr(store, "_head", stale_then_real)
+    second = store.push(REPO, root, manifest, "j2", "second")
+    titles = [c.title for c in api.list_repo_commits(REPO, repo_type="dataset")]
+    assert titles[:3] == ["second", "someone else", "first"]  # on the new head, nothing lost
+    assert store.head(REPO) == second
+    assert store.read_back(REPO, second, "j2", manifest) == []
+    assert store.read_back(REPO, second, "j1", manifest) == []
+
+
+def test_a_head_that_moves_before_every_try_is_one_line_after_a_bounded_number(
+        api: HfApi, hub: HubServer, outputs: tuple[Path, list[dict[str, Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    root, manifest = outputs
+    store.push(REPO, root, manifest, "j1", "first")
+    real_head = store._head
+    tries: list[str | None] = []
+
+    def always_stale(api_: HfApi, repo: str) -> str | None:
+        head = real_head(api_, repo)
+        tries.append(head)
+        api.create_commit(REPO, [CommitOperationAdd(f"other-{len(tries)}.txt", b"x\n")],
+                          commit_message="someone else", repo_type="dataset")
+        return head
+
+    monkeypatch.setattr(store, "_head", always_stale)
     with pytest.raises(store.StoreError) as e:
         store.push(REPO, root, manifest, "j2", "second")
-    assert "someone committed since" in one_line(e)
+    assert "someone committed since" in one_line(e) and f"{store.STALE_TRIES} tries" in str(e.value)
+    assert len(tries) == store.STALE_TRIES
     assert [c.title for c in api.list_repo_commits(REPO, repo_type="dataset")][0] == \
         "someone else"
+
+
+def test_two_pushes_to_one_repository_at_once_both_land(
+        api: HfApi, hub: HubServer, outputs: tuple[Path, list[dict[str, Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # two teardowns push at once: both read the same head, one commits first and the other's
+    # commit on that head is refused (412); it is made again on the new head
+    root, manifest = outputs
+    store.push(REPO, root, manifest, "j0", "first")
+    real_head = store._head
+    both_read = threading.Barrier(2)
+    first_read: set[int] = set()
+
+    def read_together(api_: HfApi, repo: str) -> str | None:
+        head = real_head(api_, repo)
+        me = threading.get_ident()
+        if me not in first_read:
+            first_read.add(me)
+            both_read.wait(timeout=60)
+        return head
+
+    monkeypatch.setattr(store, "_head", read_together)
+    commits: dict[str, str] = {}
+    errors: list[BaseException] = []
+
+    def push(prefix: str) -> None:
+        try:
+            commits[prefix] = store.push(REPO, root, manifest, prefix, prefix)
+        except BaseException as e:  # noqa: BLE001 - the test's thread reports it below
+            errors.append(e)
+
+    threads = [threading.Thread(target=push, args=(p,)) for p in ("j1/box-a", "j2/box-b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == [] and sorted(commits) == ["j1/box-a", "j2/box-b"], errors
+    monkeypatch.setattr(store, "_head", real_head)
+    head = store.head(REPO)
+    assert head in commits.values()
+    for prefix in commits:
+        assert store.read_back(REPO, head or "", prefix, manifest) == []
 
 
 def test_a_local_copy_that_is_not_the_manifests_is_not_pushed(

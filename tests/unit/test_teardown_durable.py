@@ -44,7 +44,7 @@ def setup(tmp_path: Path, monkeypatch) -> tuple[Any, Registry, list[str]]:
     reg = Registry(tmp_path / "state" / "boxes.json")
     reg.add(Row(label="bench-1", provider="vast", role="bench", kind="oneshot",
                 card="RTX 4090", gpu_count=1, usd_per_hour=0.4, status="running",
-                provider_id="42", job="j1", host_key="ssh-ed25519 AAAA"))
+                provider_id="42", job="j1", outputs="out", host_key="ssh-ed25519 AAAA"))
     steps: list[str] = []
     monkeypatch.setattr(teardown, "_remote_job", lambda *a: {
         "spec": {"outputs": "out"}, "state": {"phase": "finished", "invocations": 1}})
