@@ -45,7 +45,8 @@ def fresh_state(job: Job) -> dict[str, Any]:
     return {"name": job.name, "phase": NEW, "refused": None, "admission": None,
             "toolchain": None, "scan": None, "gates": None, "invocations": 0, "exit_code": None,
             "started_at": None, "finished_at": None, "timed_out": False, "interrupted": None,
-            "runner": None, "process": None, "gating": None, "stopped": None}
+            "runner": None, "process": None, "gating": None, "stopped": None,
+            "steps": {}, "step": None, "killed": None}
 
 
 def load_state(job: Job) -> dict[str, Any]:
@@ -150,22 +151,35 @@ def drop_token(job: Job, strict: bool = True) -> None:
 
 
 def with_deadline(job: Job, state: dict[str, Any]) -> dict[str, Any]:
-    """The state as printed: `deadline_at` (UTC ISO) when the run or a gate ends at the ttl,
-    by this box's clock: the run's started_at + ttl while running, a gate's start + ttl while
-    it runs (each gate may take a full ttl)."""
+    """The state as printed, with `deadline_at` (UTC ISO, by this box's clock): when what the
+    job does now must end. Each part of the job counts from its own start, as this agent
+    recorded it, never from the rent: the run from its `started_at`, a gate that runs from its
+    own start (each gate may take a full ttl), any other step that runs (a cold fetch, the
+    scan) from that step's start, and a job between steps from the end of its last step (the
+    next step must start within a ttl). Each gets the job's ttl. None when the job has ended,
+    was refused, or has had no step yet (the rent's deadline then holds, on the operator's
+    side)."""
     from agent.base import procs
 
     started: Any = None
-    gating = state.get("gating")
+    gating, step = state.get("gating"), state.get("step")
     if gating is not None and procs.from_record(gating) is None:
         gating = None  # its gate (and the step that ran it) died: the job is between steps
+    if step is not None and procs.from_record(step) is None:
+        step = None
     if state["phase"] == RUNNING:
         started = state.get("started_at")
     elif isinstance(gating, dict):
         started = gating.get("started_at")
+    elif isinstance(step, dict):
+        started = step.get("started_at")
+    elif state["phase"] in RANK and state["phase"] not in (FINISHED, FAILED, INTERRUPTED):
+        ends = [_epoch(r.get("ended_at")) for r in (state.get("steps") or {}).values()
+                if isinstance(r, dict)]
+        started = max((e for e in ends if e is not None), default=None)
     at = _epoch(started)
-    return {**state, "gating": gating, "deadline_at": None if at is None else
-            utc(at + job.ttl_s)}
+    return {**state, "gating": gating, "step": step,
+            "deadline_at": None if at is None else utc(at + job.ttl_s)}
 
 
 def _epoch(value: Any) -> float | None:
