@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agent.base.errors import usage_error
-from agent.contract import JOB_FILE, JOB_STATE, JOB_WORKDIR, JOBS
+from agent.contract import JOB_FILE, JOB_OUTCOME, JOB_STATE, JOB_WORKDIR, JOBS
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 REPO_TYPES = ("model", "dataset", "space")
@@ -83,6 +83,10 @@ class Job:
     @property
     def state_path(self) -> Path:
         return self.dir / JOB_STATE
+
+    @property
+    def outcome_path(self) -> Path:
+        return self.dir / JOB_OUTCOME
 
     @property
     def log(self) -> Path:

@@ -13,14 +13,14 @@ Order of events, each recorded durably before the next:
    starts `sh -c <command>` in workdir/ (its own process group) and records the command's
    identity;
 5. when the command ends (or is killed at the job's ttl), the runner records its exit status,
-   `finished_at` and `phase: finished|failed`, writes `workdir/<outputs>/fleet-job.json`, and
+   `finished_at` and `phase: finished|failed`, writes `JOBDIR/outcome.json`, and
    kills whatever the command left behind, in any session (the runner is its kill domain,
    agent.job.domain), recording how many (`killed`); a stop asked for
    (`job stop`, which TERMs and then KILLs the command's group) is recorded as `stopped`.
 
 A runner that is gone while the state still says running (a reboot, a SIGKILL) can never record
 the end: whoever looks next (`job run`, `job state`) records `phase: interrupted`, kills what is
-left of the command, and writes fleet-job.json. Nothing is ever run a second time.
+left of the command, and writes outcome.json. Nothing is ever run a second time.
 """
 
 from __future__ import annotations

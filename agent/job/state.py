@@ -2,7 +2,8 @@
 
 Each step holds `JOBDIR/.lock` while it changes the state. A refusal is recorded here
 (`phase: refused`), and so is a stop before the run (`phase: interrupted`); both write
-`workdir/<outputs>/fleet-job.json` beside the outputs and remove the store token.
+`JOBDIR/outcome.json` (outside the work directory: nothing of the agent's is ever written among
+the job's outputs) and remove the store token.
 """
 
 from __future__ import annotations
@@ -71,19 +72,20 @@ def save_state(job: Job, state: dict[str, Any]) -> None:
 
 
 def write_outcome(job: Job, state: dict[str, Any]) -> None:
-    """workdir/<outputs>/fleet-job.json: what happened, beside the outputs themselves."""
+    """JOBDIR/outcome.json: what happened, in the job directory, never among the job's outputs
+    (an output may carry any name). The outputs folder is made, empty where the job wrote
+    nothing, so that the operator always has one to read back."""
     outcome = {"job": job.name, "phase": state["phase"], "invocations": state["invocations"],
                "refused": state["refused"], "admission": state["admission"],
                "gates": state["gates"], "exit_code": state["exit_code"],
                "timed_out": state["timed_out"], "interrupted": state["interrupted"],
                "stopped": state["stopped"], "started_at": state["started_at"],
-               "finished_at": state["finished_at"]}
+               "finished_at": state["finished_at"], "killed": state.get("killed")}
     try:
         job.outputs_dir.mkdir(parents=True, exist_ok=True)
-        write_json(job.outputs_dir / "fleet-job.json", outcome, durable=True)
+        write_json(job.outcome_path, outcome, durable=True)
     except OSError as e:
-        print(f"warning: cannot write {job.outputs_dir / 'fleet-job.json'}: {e.strerror or e}",
-              file=sys.stderr)
+        print(f"warning: cannot write {job.outcome_path}: {e.strerror or e}", file=sys.stderr)
 
 
 @contextmanager

@@ -7,7 +7,7 @@ module enforces, failing closed:
     admit (driver, GPUs) -> fetch (toolchain) -> scan (modules) -> gate (gates) -> run
 
 A refusal at any step is recorded (`phase: refused`, `refused: {step, reason}`, invocations 0,
-`workdir/<outputs>/fleet-job.json`) and every later step refuses too: a refused job never runs, and
+`JOBDIR/outcome.json`) and every later step refuses too: a refused job never runs, and
 its refusal is an operational fault, not a result. A step already done prints the state and
 changes nothing; a step whose predecessor is not done is a usage error (exit 2).
 

@@ -84,9 +84,7 @@ def test_a_running_job_is_read_only_after_the_boxs_deadline_and_its_stop(
         assert done.status == "destroyed" and done.read_back == "long"
         assert done.job_state in ("failed", "interrupted") and done.invocations == 1
         copy = archive_copy(fleet, label, "long")
-        assert copy["part.txt"] == b"first half"
-        record = json.loads(copy["fleet-job.json"])  # written once the end was recorded
-        assert record["invocations"] == 1 and record["exit_code"] != 0, record
+        assert copy == {"part.txt": b"first half"}
     finally:
         _stop(deploy)
 
@@ -235,11 +233,10 @@ def test_a_job_stopped_between_steps_is_closed_and_the_box_destroyed(fleet: OneS
     done = fleet.rows()[label]
     assert done.status == "destroyed" and done.read_back == "halted", done
     assert done.job_state == "interrupted" and done.invocations == 0
-    # nothing of the job's own: the closing record is all its outputs hold
-    copy = archive_copy(fleet, label, "halted")
-    assert list(copy) == ["fleet-job.json"], sorted(copy)
-    record = json.loads(copy["fleet-job.json"])
-    assert record["invocations"] == 0 and record["stopped"]["phase"] == "scanned", record
+    # nothing of the job's own, and nothing of the agent's: its outputs are empty
+    assert archive_copy(fleet, label, "halted") == {}
+    state = _state(fleet, row, "halted")
+    assert state["invocations"] == 0 and state["stopped"]["phase"] == "scanned", state
 
 
 def test_a_job_naming_no_modules_for_a_role_that_bans_symbols_rents_nothing(
@@ -249,3 +246,16 @@ def test_a_job_naming_no_modules_for_a_role_that_bans_symbols_rents_nothing(
     assert r.returncode == 2 and "must name its compiled modules" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert len(fleet.rows()) == before
+
+
+def test_a_gates_daemon_in_its_own_session_is_gone_from_a_kept_box(fleet: OneShot) -> None:
+    daemon = "sleep 6017"  # a command line no other test's box runs
+    gates = ('[[gates]]\nname = "parity"\ncommand = "setsid ' + daemon + ' </dev/null '
+             '>/dev/null 2>&1 & python3 parity.py"\nmin_passed = 4\n')
+    rc, s = fleet.run_job("bench", fleet.job("daemon", _gates=gates), "--keep")
+    assert rc == 0 and s["verdict"] == "ran" and not s["destroyed"], s
+    assert s["gates"][0]["ok"] and s["gates"][0]["killed"] == 1, s["gates"]
+    row = fleet.rows()[s["label"]]
+    assert fleet.ssh(row, f"pgrep -f '^{daemon}$' || true").strip() == ""
+    fleet.fleet("teardown", row.label)
+    assert fleet.rows()[row.label].status == "destroyed"
