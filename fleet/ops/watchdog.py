@@ -2,11 +2,12 @@
 
 A live one-shot box is flagged when it is past its deadline (the box's own wherever its agent
 tells one: the start of the step, gate or run in progress, or the end of the last step, plus
-the job's TTL; otherwise, before the job's first step, the registry's from the rent), when
-its job has ended (finished, failed, interrupted or refused) and it still runs, when it has had no job for NO_JOB_GRACE_MIN minutes, when a
-teardown kept it (its outputs could not be verified: reported on every check, never destroyed
-silently), and when its job's state cannot be read at all (SSH failing, the agent failing:
-unknown is not well). The first three are `due`: what `fleet teardown --expired` tears down.
+the job's TTL; otherwise, before the job's first step, the registry's from the rent), when its
+job has ended (finished, failed, interrupted or refused) and it still runs, when it has had no
+job for NO_JOB_GRACE_MIN minutes, when a teardown kept it (its outputs could not be verified:
+reported on every check, never destroyed silently), and when its job's state cannot be read at
+all (SSH failing, the agent failing: unknown is not well). The first three are `due`: what
+`fleet teardown --expired` tears down.
 """
 
 from __future__ import annotations
