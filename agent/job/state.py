@@ -157,8 +157,9 @@ def with_deadline(job: Job, state: dict[str, Any]) -> dict[str, Any]:
     job does now must end. Each part of the job counts from its own start, as this agent
     recorded it, never from the rent: the run from its `started_at`, a gate that runs from its
     own start (each gate may take a full ttl), any other step that runs (a cold fetch, the
-    scan) from that step's start, and a job between steps from the end of its last step (the
-    next step must start within a ttl). Each gets the job's ttl. None when the job has ended,
+    scan) from that step's start, and a job between steps from the end of its last step, or
+    the start of one that died without recording its end (the next step must start within a
+    ttl). Each gets the job's ttl. None when the job has ended,
     was refused, or has had no step yet (the rent's deadline then holds, on the operator's
     side)."""
     from agent.base import procs
@@ -176,9 +177,10 @@ def with_deadline(job: Job, state: dict[str, Any]) -> dict[str, Any]:
     elif isinstance(step, dict):
         started = step.get("started_at")
     elif state["phase"] in RANK and state["phase"] not in (FINISHED, FAILED, INTERRUPTED):
-        ends = [_epoch(r.get("ended_at")) for r in (state.get("steps") or {}).values()
-                if isinstance(r, dict)]
-        started = max((e for e in ends if e is not None), default=None)
+        # the last step's end (or its start, where it died without recording an end)
+        marks = [_epoch(r.get(k)) for r in (state.get("steps") or {}).values()
+                 if isinstance(r, dict) for k in ("started_at", "ended_at")]
+        started = max((m for m in marks if m is not None), default=None)
     at = _epoch(started)
     return {**state, "gating": gating, "step": step,
             "deadline_at": None if at is None else utc(at + job.ttl_s)}
