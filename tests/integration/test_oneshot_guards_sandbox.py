@@ -261,3 +261,22 @@ def test_a_gates_daemon_in_its_own_session_is_gone_from_a_kept_box(fleet: OneSho
     assert s["gates"][0]["ok"] and s["gates"][0]["killed"] == 1, s["gates"]
     fleet.fleet("teardown", row.label)
     assert fleet.rows()[row.label].status == "destroyed"
+
+
+def test_a_refused_job_leaves_no_process_of_its_own_on_the_box(fleet: OneShot) -> None:
+    label = _rent(fleet)
+    daemon = "sleep 6018"
+    gates = ('[[gates]]\nname = "parity"\ncommand = "setsid ' + daemon + ' </dev/null '
+             ">/dev/null 2>&1 & echo '1 failed, 4 passed in 0.1s'\"\nmin_passed = 4\n")
+    deploy = _deploy_in_background(fleet, label, fleet.job("refusedd", _gates=gates))
+    try:
+        assert deploy.wait(timeout=300) != 0  # the deploy fails for the refused box
+    finally:
+        _stop(deploy)
+    row = fleet.rows()[label]
+    state = _state(fleet, row, "refusedd")
+    assert state["phase"] == "refused" and state["invocations"] == 0, state
+    assert fleet.ssh(row, f"pgrep -f '^{daemon}$' || true").strip() == ""
+    assert "1 failed" in state["refused"]["reason"] and state["gates"][0]["killed"] == 1
+    fleet.fleet("teardown", label)
+    assert fleet.rows()[label].status == "destroyed"
