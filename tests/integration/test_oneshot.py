@@ -254,6 +254,11 @@ def test_a_box_past_its_ttl_is_flagged_and_torn_down_by_expired(fleet: OneShot) 
     ({"colour": '"blue"'}, "unknown key 'colour'"),
     ({"command": None}, "missing key 'command'"),
     ({"_branch": True}, "is not a commit"),
+    # the agent's own parser refuses these: before, the box was rented and the agent crashed
+    ({"outputs": '"o\\u0000ut"'}, "outputs"),
+    ({"outputs": '"toolchain"'}, "overlap"),
+    ({"_gates": '[[gates]]\nname = "p"\ncommand = "set +e; python3 parity.py"\n'},
+     "set -e"),
 ])
 def test_a_bad_job_file_rents_nothing(fleet: OneShot, changes: dict[str, Any],
                                       says: str) -> None:
