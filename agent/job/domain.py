@@ -7,17 +7,29 @@ a gate ends (passed, refused, timed out or stopped) and when the step itself end
 descendant the step still has is SIGKILLed and reaped, and the number killed goes into the
 step's record. A step that cannot become a subreaper refuses to start the job's code: it could
 not find what that code leaves behind.
+
+A step that dies without its cleanup (SIGKILL, a reboot of the agent's process) takes its
+subreaper role with it, and what it started is reparented away. So every process of the job's
+code also carries the job's mark in its environment (`FLEET_JOB_DOMAIN=<random per job>`, an
+opaque token that names nothing): whoever finds such a step dead (the next step, `job stop`, a
+run found interrupted) kills every process carrying the mark (`strays` in the state). A process
+that clears its own environment escapes this second net, not the first.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import signal
+from collections.abc import Mapping
 
 import psutil
 
+from agent.base import procs
 from agent.base.detach import become_subreaper
 
 KIND = "subreaper"
+MARK = "FLEET_JOB_DOMAIN"
 ROUNDS = 20  # a killed process's own orphans come to us next: collect again, this many times
 REAP_S = 5.0
 
@@ -58,3 +70,68 @@ def kill_descendants(keep: set[int] | None = None) -> int:
             killed.add(ident)
         psutil.wait_procs(found, timeout=REAP_S)
     return len(killed)
+
+
+def new_mark() -> str:
+    return secrets.token_hex(16)
+
+
+def environment(mark: str) -> Mapping[str, str]:
+    """The environment of the job's code: this process's, with the job's mark."""
+    return {**os.environ, MARK: mark}
+
+
+def kill_marked(mark: str) -> int:
+    """SIGKILL every process whose environment carries the job's mark (but this process and
+    its ancestors); how many. Reaped by whoever is their parent now."""
+    if not mark:
+        return 0
+    needle = f"{MARK}={mark}".encode()
+    spared = _ancestors()
+    killed: set[tuple[int, int]] = set()
+    for _ in range(ROUNDS):
+        found = [pid for pid in _pids() if pid not in spared and _carries(pid, needle)]
+        if not found:
+            break
+        for pid in found:
+            stat = procs.start_ticks_of(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            killed.add((pid, stat or -1))
+        psutil.wait_procs(_alive(found), timeout=REAP_S)
+    return len(killed)
+
+
+def _pids() -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+
+
+def _carries(pid: int, needle: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return needle in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _ancestors() -> set[int]:
+    spared, pid = set(), os.getpid()
+    while pid > 1 and pid not in spared:
+        spared.add(pid)
+        info = procs.identify(pid)
+        if info is None:
+            break
+        pid = info.ppid
+    return spared
+
+
+def _alive(pids: list[int]) -> list[psutil.Process]:
+    out = []
+    for pid in pids:
+        try:
+            out.append(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    return out

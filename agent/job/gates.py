@@ -71,6 +71,7 @@ def run_gate(job: Job, gate: Gate, log: Any, state: dict[str, Any]) -> dict[str,
     with open(log, "wb") as out:
         try:
             child = subprocess.Popen([*SHELL, gate.command], cwd=job.work,
+                                     env=domain.environment(state["mark"]),
                                      stdin=subprocess.DEVNULL, stdout=out,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as e:

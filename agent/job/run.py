@@ -46,6 +46,7 @@ from agent.job.state import (
     RANK,
     close,
     drop_token,
+    kill_strays,
     load_state,
     locked,
     refuse,
@@ -115,7 +116,8 @@ def _start(job: Job, state: dict[str, Any]) -> subprocess.Popen[bytes] | None:
         try:
             child = subprocess.Popen(
                 [sys.executable, "-m", "agent", "job", "runner", str(job.dir)],
-                cwd=AGENT_HOME, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                env=domain.environment(state["mark"]), cwd=AGENT_HOME,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True)
         finally:
             os.close(out)
@@ -138,6 +140,7 @@ def interrupt(job: Job, state: dict[str, Any], reason: str | None = None) -> Non
     command = procs.from_record(state.get("process"))
     if command is not None:
         procs.signal_program(command.pid, command.pgid, signal.SIGKILL)
+    kill_strays(state)  # what the command started in other groups or sessions
     runner = state.get("runner") or {}
     why = reason or (f"the runner (pid {runner.get('pid')}) is gone without recording the end "
                      "(a reboot or a kill); the command's exit status is unknown")

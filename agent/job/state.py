@@ -34,6 +34,7 @@ from agent.contract import (
     TOKEN,
     TOKEN_UPLOAD,
 )
+from agent.job import domain
 from agent.job.model import Job, Refused, now
 
 RANK = {NEW: 0, ADMITTED: 1, FETCHED: 2, SCANNED: 3, GATED: 4, RUNNING: 5,
@@ -47,7 +48,8 @@ def fresh_state(job: Job) -> dict[str, Any]:
             "toolchain": None, "scan": None, "gates": None, "invocations": 0, "exit_code": None,
             "started_at": None, "finished_at": None, "timed_out": False, "interrupted": None,
             "runner": None, "process": None, "gating": None, "stopped": None,
-            "steps": {}, "step": None, "killed": None}
+            "steps": {}, "step": None, "killed": None, "strays": 0,
+            "mark": domain.new_mark()}
 
 
 def load_state(job: Job) -> dict[str, Any]:
@@ -130,6 +132,7 @@ def stopped_marker(job: Job, phase: str) -> dict[str, Any] | None:
 def close(job: Job, state: dict[str, Any]) -> None:
     """A job stopped before its run: ended without running (invocations stay 0)."""
     was = state["phase"]
+    kill_strays(state)
     state.update(phase=INTERRUPTED, gating=None, stopped=stopped_marker(job, was),
                  interrupted={"at": now(), "reason": f"stopped by the operator before it ran "
                                                      f"(it was {was})"})
@@ -201,7 +204,14 @@ def _epoch(value: Any) -> float | None:
     return None
 
 
+def kill_strays(state: dict[str, Any]) -> None:
+    """Kill what a dead step or runner of this job left behind (agent.job.domain's mark), and
+    count it in `strays`."""
+    state["strays"] = int(state.get("strays") or 0) + domain.kill_marked(str(state.get("mark")))
+
+
 def refuse(job: Job, state: dict[str, Any], step: str, reason: str) -> None:
+    kill_strays(state)
     state.update(phase=REFUSED, refused={"step": step, "reason": reason}, gating=None)
     save_state(job, state)
     write_outcome(job, state)

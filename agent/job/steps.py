@@ -42,6 +42,7 @@ from agent.job.state import (
     RANK,
     close,
     drop_token,
+    kill_strays,
     load_state,
     locked,
     refuse,
@@ -111,6 +112,7 @@ def _in_domain(step: str, job: Job, state: dict[str, Any]) -> None:
         kind = domain.enter()
     except domain.DomainError as e:
         raise Refused(str(e)) from None
+    kill_strays(state)  # what an earlier step that died left behind
     started = now()
     record: dict[str, Any] = {"domain": kind, "started_at": started, "ended_at": None,
                               "killed": 0}

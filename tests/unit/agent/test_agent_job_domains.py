@@ -4,6 +4,8 @@ the step's record says how many processes it killed."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -87,3 +89,41 @@ def test_every_step_records_its_domain(box: Box) -> None:
         domain = state["steps"][step]
         assert domain["domain"] == "subreaper" and domain["killed"] == 0, (step, domain)
         assert domain["started_at"] <= domain["ended_at"]
+
+
+def test_what_a_killed_gate_step_left_behind_dies_at_the_stop(box: Box) -> None:
+    jobdir = write_job(box, gates=[{"name": "g", "command": f"{DAEMON}; touch gating; sleep 600",
+                                    "min_passed": 1}])
+    through(box, jobdir, "admit", "fetch", "scan")
+    gating = subprocess.Popen([PY, "-m", "agent", "job", "gate", str(jobdir)], env=box.env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (jobdir / "workdir" / "gating").exists(), "the gate started")
+        gate = wait_for(lambda: state_of(job(box, "state", jobdir))["gating"], "the gate named")
+    finally:
+        gating.kill()  # the step dies (a dropped deploy, a KILL): it can clean nothing up
+        gating.wait()
+    os.killpg(gate["pgid"], signal.SIGKILL)  # and its gate's group with it
+    assert daemon_alive(jobdir)  # in its own session: reparented away from the dead step
+    done = job(box, "stop", jobdir, "--grace", "1")
+    assert done.returncode == 0, done.stderr
+    state = state_of(done)
+    assert state["phase"] == "interrupted" and state["invocations"] == 0
+    assert not daemon_alive(jobdir)
+    assert state["strays"] == 1
+
+
+def test_what_a_killed_runner_left_behind_dies_when_the_run_is_found_interrupted(
+        box: Box) -> None:
+    jobdir = write_job(box, command=f"{DAEMON}; touch started; sleep 600")
+    through(box, jobdir, "admit", "fetch", "scan", "gate")
+    step_ok(box, "run", jobdir)
+    wait_for(lambda: (jobdir / "workdir" / "started").exists(), "the command started")
+    state = step_ok(box, "state", jobdir)
+    os.kill(state["runner"]["pid"], signal.SIGKILL)  # a runner killed: no end recorded
+    os.killpg(state["process"]["pgid"], signal.SIGKILL)
+    assert daemon_alive(jobdir)
+    after = wait_for(lambda: (lambda s: s if s["phase"] == "interrupted" else None)(
+        step_ok(box, "state", jobdir)), "the run found interrupted")
+    assert after["invocations"] == 1 and not daemon_alive(jobdir)
+    assert after["strays"] == 1
