@@ -4,10 +4,12 @@ run's ttl, and the watchdog does not call such a job due."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
 from datetime import UTC, datetime, timedelta
 
-from agentbox import Box
-from jobtools import step_ok, write_job
+from agentbox import PY, Box, wait_for
+from jobtools import HUB_TOKEN, step_ok, write_job, write_token
 
 from fleet.core.boxes import Row
 from fleet.ops.watchdog import judge
@@ -39,3 +41,30 @@ def test_a_rent_that_took_longer_than_the_jobs_deadline_does_not_make_it_due(box
     w = judge(row, {**state, "box_now": now.timestamp()}, None, now)
     assert not w.due, w.problems
     assert w.ttl_left_min is not None and 19 < w.ttl_left_min <= 20
+
+
+def test_a_cold_fetch_counts_its_deadline_from_its_own_start(box: Box) -> None:
+    # a store that takes the connection and never answers: the fetch is in progress meanwhile
+    with socket.socket() as store:
+        store.bind(("127.0.0.1", 0))
+        store.listen(8)
+        jobdir = write_job(box, ttl_minutes=20, store_endpoint=f"http://127.0.0.1:"
+                           f"{store.getsockname()[1]}", toolchain={
+                               "repo": "fleet/toolchains", "revision": "0" * 40,
+                               "path": "toolchain", "repo_type": "dataset"})
+        write_token(box, HUB_TOKEN)
+        step_ok(box, "admit", jobdir)
+        fetching = subprocess.Popen([PY, "-m", "agent", "job", "fetch", str(jobdir)],
+                                    env=box.env(), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+        try:
+            state = wait_for(lambda: (lambda s: s if (s["step"] or {}).get("name") == "fetch"
+                                      else None)(step_ok(box, "state", jobdir)),
+                             "the fetch in progress")
+            started = state["step"]["started_at"]
+            assert started >= state["steps"]["admit"]["ended_at"]
+            assert at(state["deadline_at"]) == datetime.fromtimestamp(int(started + 20 * 60),
+                                                                       UTC)
+        finally:
+            fetching.kill()
+            fetching.wait()
