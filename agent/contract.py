@@ -38,6 +38,7 @@ TOKEN_UPLOAD = "hf_token.fleet-new"  # a deploy's upload of it, renamed into pla
 # in a job's directory, <root>/jobs/<name>/
 JOB_FILE = "job.json"
 JOB_STATE = "state.json"
+JOB_OUTCOME = "outcome.json"  # how the job ended, written by the agent (never in the outputs)
 JOB_INPUTS_DIGEST = "inputs.sha256"
 JOB_WORKDIR = "workdir"
 

@@ -2,16 +2,20 @@
 
 A gate proves something only when it ran tests and none failed. It passes when all of these
 hold, and fails closed otherwise:
-- it exits 0 within the job's ttl, run under `bash -o pipefail -c` (a `pytest | tee log` that
-  failed exits non-zero);
+- it exits 0 within the job's ttl, run under `bash -e -o pipefail -c` (a `pytest | tee log`
+  that failed exits non-zero, and so does `pytest a; pytest b` where `a` failed);
 - the last non-empty line of its output is pytest's final summary line, read strictly:
   `[=== ]<count> <outcome>[, <count> <outcome>...] in <secs>s[ (h:mm:ss)][ ===]` with outcomes
   among passed, failed, error(s), skipped, deselected, xfailed, xpassed, warning(s), rerun(s),
   or `no tests ran in <secs>s` (a count like `0/12 passed` is no summary);
-- it reports no `failed` and no `error`;
-- it reports at least `min_passed` (at least 1) passed tests: an all-skipped run fails.
+- no summary line anywhere in its output reports `failed` or `error` (every pytest run of a
+  gate counts, not only the last);
+- its summaries report at least `min_passed` (at least 1) passed tests in all: an all-skipped
+  run fails.
 Gates run in order; the first that fails refuses the job and the rest do not run. Each gate's
-output goes to `JOBDIR/gates/<n>-<name>.log`. While a gate runs, `state.gating` names it (its
+output goes to `JOBDIR/gates/<n>-<name>.log`. The gate step is the kill domain of its gates
+(agent.job.domain): when a gate ends, whatever it started is killed, and its record says how
+many (`killed`). While a gate runs, `state.gating` names it (its
 process identity and start) so that `job state` can tell its deadline and `job stop` end it.
 """
 
@@ -25,11 +29,13 @@ import time
 from typing import Any
 
 from agent.base import procs
+from agent.job import domain
 from agent.job.model import Gate, Job, now
 from agent.job.state import save_state, stop_requested
 
-SHELL = ("/bin/bash", "-o", "pipefail", "-c")  # Debian's /bin/sh (dash) has no pipefail
-TAIL_BYTES = 64 * 1024  # the summary line is at the end of the output
+# errexit for `;` as for pipes (Debian's /bin/sh, dash, has no pipefail); a gate that turns
+# either off is refused when the job file is read (agent.job.model)
+SHELL = ("/bin/bash", "-e", "-o", "pipefail", "-c")
 UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 OUTCOMES = {"passed": "passed", "failed": "failed", "error": "errors", "errors": "errors",
@@ -38,6 +44,7 @@ OUTCOMES = {"passed": "passed", "failed": "failed", "error": "errors", "errors":
             "rerun": "reruns", "reruns": "reruns"}
 SUMMARY = re.compile(r"(?:=+ )?(?P<body>.+?) in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?(?: =+)?")
 ITEM = re.compile(r"(\d+) ([a-z]+)")
+LOOSE = re.compile(r"(\d+) (failed|errors?)\b")
 
 
 def run_gates(job: Job, state: dict[str, Any]) -> str | None:
@@ -64,11 +71,12 @@ def run_gate(job: Job, gate: Gate, log: Any, state: dict[str, Any]) -> dict[str,
     with open(log, "wb") as out:
         try:
             child = subprocess.Popen([*SHELL, gate.command], cwd=job.work,
+                                     env=domain.environment(state["mark"]),
                                      stdin=subprocess.DEVNULL, stdout=out,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as e:
-            return _record(gate, None, started, False, None, log, job,
-                           f"cannot start {SHELL[0]}: {e.strerror or e}")
+            return {**_record(gate, None, started, False, None, log, job,
+                              f"cannot start {SHELL[0]}: {e.strerror or e}"), "killed": 0}
     ticks = procs.start_ticks_of(child.pid)
     state["gating"] = {"gate": gate.name, "started_at": now(), "pid": child.pid,
                        "start_ticks": ticks if ticks is not None else -1,
@@ -84,9 +92,10 @@ def run_gate(job: Job, gate: Gate, log: Any, state: dict[str, Any]) -> dict[str,
             procs.signal_program(child.pid, child.pid, signal.SIGKILL)
             code = child.wait()
     finally:
-        procs.kill_group_leftovers(child.pid)  # what the gate left behind in its group
+        killed = domain.kill_descendants()  # what the gate left behind, in any session
         state["gating"] = None
-    return _record(gate, code, started, timed_out, summary_of(log), log, job, None)
+    return {**_record(gate, code, started, timed_out, summary_of(log), log, job, None),
+            "killed": killed}
 
 
 def _record(gate: Gate, code: int | None, started: float, timed_out: bool,
@@ -124,17 +133,28 @@ def _problem(gate: Gate, code: int | None, timed_out: bool, summary: dict[str, A
 
 
 def summary_of(log: Any) -> dict[str, Any] | None:
-    """pytest's final summary line of the gate's output: {line, counts}, or None when the last
-    non-empty line is not one."""
+    """Every pytest summary line in the gate's output, read strictly: {line, counts} where
+    `line` is the last non-empty line, which must be one, and `counts` are summed over all of
+    them (a run of several pytest invocations counts each one's failures); None when the last
+    non-empty line is not a summary. A line that reads like a summary with a failure or an
+    error but not strictly counts them too: a failure is never lost to its wording."""
+    counts: dict[str, int] = {}
+    last = ""
     try:
         with open(log, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - TAIL_BYTES))
-            tail = f.read().decode("utf-8", "replace")
+            for raw in f:
+                line = ANSI.sub("", raw.decode("utf-8", "replace")).strip()
+                if not line:
+                    continue
+                last = line
+                found = parse_summary(line)
+                if found is None and SUMMARY.fullmatch(line):
+                    found = {"counts": {OUTCOMES[k]: int(n) for n, k in LOOSE.findall(line)}}
+                for key, n in (found or {}).get("counts", {}).items():
+                    counts[key] = counts.get(key, 0) + n
     except OSError:
         return None
-    lines = [ANSI.sub("", line).strip() for line in tail.splitlines()]
-    lines = [line for line in lines if line]
-    return parse_summary(lines[-1]) if lines else None
+    return {"line": last, "counts": counts} if parse_summary(last) else None
 
 
 def parse_summary(line: str) -> dict[str, Any] | None:

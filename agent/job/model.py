@@ -6,6 +6,7 @@ A job directory is `<root>/jobs/<name>`; the operator uploads `job.json` and the
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -13,9 +14,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 from agent.base.errors import usage_error
-from agent.contract import JOB_FILE, JOB_STATE, JOB_WORKDIR, JOBS
+from agent.contract import JOB_FILE, JOB_OUTCOME, JOB_STATE, JOB_WORKDIR, JOBS
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 REPO_TYPES = ("model", "dataset", "space")
@@ -24,6 +26,9 @@ TOP_KEYS = ("name", "command", "outputs", "ttl_minutes", "gates", "modules", "to
 ADMISSION_KEYS = ("driver", "qualified_gpus", "banned_symbols", "allowed_symbols")
 GATE_KEYS = ("name", "command", "min_passed")
 TOOLCHAIN_KEYS = ("repo", "revision", "path", "repo_type")
+# `set +e`, `set -o pipefail +e`, `set +o errexit`, `set +o pipefail`: a gate runs under
+# `bash -e -o pipefail` and may not turn either off
+ERREXIT_OFF = re.compile(r"\bset\b[^;&|\n]*?(?:\+[A-Za-z]*e|\+o\s*(?:errexit|pipefail))")
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,10 @@ class Job:
         return self.dir / JOB_STATE
 
     @property
+    def outcome_path(self) -> Path:
+        return self.dir / JOB_OUTCOME
+
+    @property
     def log(self) -> Path:
         return self.dir / "job.log"
 
@@ -97,8 +106,6 @@ def load_job(jobdir: Path) -> Job:
     if jobdir.parent.name != JOBS:
         raise usage_error(f"{jobdir}: a job directory is <root>/jobs/<name>")
     try:
-        import json
-
         raw = json.loads(path.read_bytes())
     except FileNotFoundError:
         raise usage_error(f"{path} not found") from None
@@ -106,7 +113,13 @@ def load_job(jobdir: Path) -> Job:
         raise usage_error(f"{path} unreadable: {e.strerror}") from None
     except ValueError as e:
         raise usage_error(f"{path} is not JSON: {e}") from None
-    where = str(path)
+    return parse_job(raw, jobdir, str(path))
+
+
+def parse_job(raw: Any, jobdir: Path, where: str) -> Job:
+    """A job spec (what `job.json` holds), checked key by key, for the job directory `jobdir`:
+    any problem is one usage error (exit 2). The operator checks the spec it is about to
+    upload with this very function, so that a job the agent would refuse rents no box."""
     top = _keys(raw, TOP_KEYS, where)
     name = _string(top, "name", where)
     if not NAME.match(name) or name != jobdir.name:
@@ -124,11 +137,16 @@ def load_job(jobdir: Path) -> Job:
         if isinstance(low, bool) or not isinstance(low, int) or low < 1:
             # a gate that ran no test proves nothing
             raise usage_error(f"{gw}.min_passed must be a whole number >= 1, got {low!r}")
-        gates.append(Gate(_string(gt, "name", gw), _string(gt, "command", gw), low))
+        command = _string(gt, "command", gw)
+        if ERREXIT_OFF.search(command):
+            raise usage_error(f"{gw}.command turns off `set -e` or pipefail ({command!r}): a "
+                              "gate's failures must stop it")
+        gates.append(Gate(_string(gt, "name", gw), command, low))
     if len({g.name for g in gates}) != len(gates):
         raise usage_error(f"{where}: gate names must be unique")
     modules = tuple(_relative(m, f"{where}: modules[{i}]")
                     for i, m in enumerate(_strings(top, "modules", where)))
+    outputs = _relative(_string(top, "outputs", where), f"{where}: outputs")
     toolchain = None
     if top["toolchain"] is not None:
         tw = f"{where}: toolchain"
@@ -139,9 +157,12 @@ def load_job(jobdir: Path) -> Job:
                               f"got {repo_type!r}")
         toolchain = Toolchain(_string(tt, "repo", tw), _string(tt, "revision", tw),
                               _relative(_string(tt, "path", tw), f"{tw}.path"), repo_type)
+        if _overlap(outputs, toolchain.path):
+            raise usage_error(f"{where}: outputs {outputs!r} and toolchain.path "
+                              f"{toolchain.path!r} overlap: the outputs read back would hold "
+                              "the toolchain, or the toolchain would hide them")
     endpoint = top["store_endpoint"]
-    if endpoint is not None and (not isinstance(endpoint, str)
-                                 or not endpoint.startswith(("http://", "https://"))):
+    if endpoint is not None and not _url(endpoint):
         raise usage_error(f"{where}: store_endpoint must be null or an http(s) URL, "
                           f"got {endpoint!r}")
     aw = f"{where}: admission"
@@ -149,9 +170,22 @@ def load_job(jobdir: Path) -> Job:
     admission = JobAdmission(_string(at, "driver", aw), tuple(_strings(at, "qualified_gpus", aw)),
                              tuple(_strings(at, "banned_symbols", aw)),
                              tuple(_strings(at, "allowed_symbols", aw)))
-    return Job(jobdir, name, _string(top, "command", where),
-               _relative(_string(top, "outputs", where), f"{where}: outputs"), float(ttl),
+    return Job(jobdir, name, _string(top, "command", where), outputs, float(ttl),
                tuple(gates), modules, toolchain, endpoint, admission)
+
+
+def _overlap(a: str, b: str) -> bool:
+    """True when one relative path is the other or lies inside it."""
+    pa, pb = PurePosixPath(a).parts, PurePosixPath(b).parts
+    n = min(len(pa), len(pb))
+    return pa[:n] == pb[:n]
+
+
+def _url(value: Any) -> bool:
+    if not isinstance(value, str) or "\0" in value or value.strip() != value:
+        return False
+    parts = urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _keys(raw: Any, keys: tuple[str, ...], where: str) -> dict[str, Any]:
@@ -168,8 +202,9 @@ def _keys(raw: Any, keys: tuple[str, ...], where: str) -> dict[str, Any]:
 
 def _string(t: dict[str, Any], key: str, where: str) -> str:
     value = t[key]
-    if not isinstance(value, str) or not value.strip():
-        raise usage_error(f"{where}: {key} must be a non-empty string, got {value!r}")
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
+        raise usage_error(f"{where}: {key} must be a non-empty string without NUL, "
+                          f"got {value!r}")
     return value
 
 
@@ -183,15 +218,17 @@ def _list(t: dict[str, Any], key: str, where: str) -> list[Any]:
 def _strings(t: dict[str, Any], key: str, where: str) -> list[str]:
     values = _list(t, key, where)
     for v in values:
-        if not isinstance(v, str) or not v.strip():
-            raise usage_error(f"{where}: {key} must hold non-empty strings, got {v!r}")
+        if not isinstance(v, str) or not v.strip() or "\0" in v:
+            raise usage_error(f"{where}: {key} must hold non-empty strings without NUL, "
+                              f"got {v!r}")
     return values
 
 
 def _relative(path: str, where: str) -> str:
     """A path (or glob) that stays inside workdir/: relative, no '..'."""
     p = PurePosixPath(path)
-    if p.is_absolute() or ".." in p.parts or not p.parts or path.strip() != path:
+    if p.is_absolute() or ".." in p.parts or not p.parts or path.strip() != path \
+            or any(c < " " for c in path):
         raise usage_error(f"{where}: {path!r} must be a relative path inside workdir/ (no '..')")
     return path
 

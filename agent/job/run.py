@@ -13,13 +13,14 @@ Order of events, each recorded durably before the next:
    starts `sh -c <command>` in workdir/ (its own process group) and records the command's
    identity;
 5. when the command ends (or is killed at the job's ttl), the runner records its exit status,
-   `finished_at` and `phase: finished|failed`, writes `workdir/<outputs>/fleet-job.json`, and
-   kills whatever the command left behind (the runner is their subreaper); a stop asked for
+   `finished_at` and `phase: finished|failed`, writes `JOBDIR/outcome.json`, and
+   kills whatever the command left behind, in any session (the runner is its kill domain,
+   agent.job.domain), recording how many (`killed`); a stop asked for
    (`job stop`, which TERMs and then KILLs the command's group) is recorded as `stopped`.
 
 A runner that is gone while the state still says running (a reboot, a SIGKILL) can never record
 the end: whoever looks next (`job run`, `job state`) records `phase: interrupted`, kills what is
-left of the command, and writes fleet-job.json. Nothing is ever run a second time.
+left of the command, and writes outcome.json. Nothing is ever run a second time.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ from agent.base import procs
 from agent.base.errors import AgentError, usage_error
 from agent.base.journal import utc
 from agent.contract import ENDED, FAILED, FINISHED, GATED, INTERRUPTED, REFUSED, RUNNING
+from agent.job import domain
 from agent.job.admit import check_admission
 from agent.job.model import Job, Refused, load_job, now
 from agent.job.state import (
     RANK,
     close,
     drop_token,
+    kill_strays,
     load_state,
     locked,
     refuse,
@@ -113,7 +116,8 @@ def _start(job: Job, state: dict[str, Any]) -> subprocess.Popen[bytes] | None:
         try:
             child = subprocess.Popen(
                 [sys.executable, "-m", "agent", "job", "runner", str(job.dir)],
-                cwd=AGENT_HOME, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                env=domain.environment(state["mark"]), cwd=AGENT_HOME,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True)
         finally:
             os.close(out)
@@ -136,6 +140,7 @@ def interrupt(job: Job, state: dict[str, Any], reason: str | None = None) -> Non
     command = procs.from_record(state.get("process"))
     if command is not None:
         procs.signal_program(command.pid, command.pgid, signal.SIGKILL)
+    kill_strays(state)  # what the command started in other groups or sessions
     runner = state.get("runner") or {}
     why = reason or (f"the runner (pid {runner.get('pid')}) is gone without recording the end "
                      "(a reboot or a kill); the command's exit status is unknown")
@@ -183,11 +188,16 @@ def _wait(job: Job, state: dict[str, Any],
 
 def runner_main(jobdir: Path) -> int:
     """`python -m agent job runner JOBDIR` (started by `job run` only)."""
-    from agent.base.detach import become_subreaper
-
     job = load_job(jobdir)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    become_subreaper()  # the command's orphans come to us, and are killed at its end
+    try:
+        domain.enter()  # the command's orphans come to us, and are killed at its end
+    except domain.DomainError as e:
+        with locked(job):
+            state = load_state(job)
+            if state["phase"] == RUNNING and (state.get("runner") or {}).get("pid") == os.getpid():
+                interrupt(job, state, f"the command was not started: {e}")
+        return 1
     with locked(job):
         state = load_state(job)
         me = state.get("runner") or {}
@@ -208,18 +218,17 @@ def runner_main(jobdir: Path) -> int:
         try:
             save_state(job, state)
         except AgentError:
-            _kill_all(child.pid)  # never leave a command running that the state does not name
-            child.wait()
+            domain.kill_descendants()  # never leave a command running that the state does not name
             raise
     started_at = float(state["started_at"] or time.time())
     code, timed_out = _supervise(child, started_at + job.ttl_s)
-    _kill_all(child.pid)
+    killed = domain.kill_descendants()
     print(f"--- {utc()} exit {code}" + (" (killed at the job's ttl)" if timed_out else ""),
           flush=True)
     with locked(job):
         state = load_state(job)
         state.update(phase=FINISHED if code == 0 and not timed_out else FAILED,
-                     exit_code=code, finished_at=now(), timed_out=timed_out,
+                     exit_code=code, finished_at=now(), timed_out=timed_out, killed=killed,
                      stopped=stopped_marker(job, RUNNING))
         save_state(job, state)
         write_outcome(job, state)
@@ -239,24 +248,3 @@ def _supervise(child: subprocess.Popen[bytes], deadline: float) -> tuple[int, bo
     except subprocess.TimeoutExpired:
         procs.signal_program(child.pid, child.pid, signal.SIGKILL)
         return child.wait(), True
-
-
-def _kill_all(pgid: int) -> None:
-    """SIGKILL the command's group and every descendant the runner still has (orphans that
-    left the group come to the runner as their subreaper), and reap them."""
-    import psutil
-
-    procs.kill_group_leftovers(pgid)
-    for _ in range(10):
-        try:
-            children = psutil.Process().children(recursive=True)
-        except psutil.Error:
-            return
-        if not children:
-            return
-        for p in children:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(children, timeout=5)

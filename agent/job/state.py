@@ -2,7 +2,8 @@
 
 Each step holds `JOBDIR/.lock` while it changes the state. A refusal is recorded here
 (`phase: refused`), and so is a stop before the run (`phase: interrupted`); both write
-`workdir/<outputs>/fleet-job.json` beside the outputs and remove the store token.
+`JOBDIR/outcome.json` (outside the work directory: nothing of the agent's is ever written among
+the job's outputs) and remove the store token.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from agent.contract import (
     TOKEN,
     TOKEN_UPLOAD,
 )
+from agent.job import domain
 from agent.job.model import Job, Refused, now
 
 RANK = {NEW: 0, ADMITTED: 1, FETCHED: 2, SCANNED: 3, GATED: 4, RUNNING: 5,
@@ -45,7 +47,9 @@ def fresh_state(job: Job) -> dict[str, Any]:
     return {"name": job.name, "phase": NEW, "refused": None, "admission": None,
             "toolchain": None, "scan": None, "gates": None, "invocations": 0, "exit_code": None,
             "started_at": None, "finished_at": None, "timed_out": False, "interrupted": None,
-            "runner": None, "process": None, "gating": None, "stopped": None}
+            "runner": None, "process": None, "gating": None, "stopped": None,
+            "steps": {}, "step": None, "killed": None, "strays": 0,
+            "mark": domain.new_mark()}
 
 
 def load_state(job: Job) -> dict[str, Any]:
@@ -70,19 +74,20 @@ def save_state(job: Job, state: dict[str, Any]) -> None:
 
 
 def write_outcome(job: Job, state: dict[str, Any]) -> None:
-    """workdir/<outputs>/fleet-job.json: what happened, beside the outputs themselves."""
+    """JOBDIR/outcome.json: what happened, in the job directory, never among the job's outputs
+    (an output may carry any name). The outputs folder is made, empty where the job wrote
+    nothing, so that the operator always has one to read back."""
     outcome = {"job": job.name, "phase": state["phase"], "invocations": state["invocations"],
                "refused": state["refused"], "admission": state["admission"],
                "gates": state["gates"], "exit_code": state["exit_code"],
                "timed_out": state["timed_out"], "interrupted": state["interrupted"],
                "stopped": state["stopped"], "started_at": state["started_at"],
-               "finished_at": state["finished_at"]}
+               "finished_at": state["finished_at"], "killed": state.get("killed")}
     try:
         job.outputs_dir.mkdir(parents=True, exist_ok=True)
-        write_json(job.outputs_dir / "fleet-job.json", outcome, durable=True)
+        write_json(job.outcome_path, outcome, durable=True)
     except OSError as e:
-        print(f"warning: cannot write {job.outputs_dir / 'fleet-job.json'}: {e.strerror or e}",
-              file=sys.stderr)
+        print(f"warning: cannot write {job.outcome_path}: {e.strerror or e}", file=sys.stderr)
 
 
 @contextmanager
@@ -127,6 +132,7 @@ def stopped_marker(job: Job, phase: str) -> dict[str, Any] | None:
 def close(job: Job, state: dict[str, Any]) -> None:
     """A job stopped before its run: ended without running (invocations stay 0)."""
     was = state["phase"]
+    kill_strays(state)
     state.update(phase=INTERRUPTED, gating=None, stopped=stopped_marker(job, was),
                  interrupted={"at": now(), "reason": f"stopped by the operator before it ran "
                                                      f"(it was {was})"})
@@ -150,22 +156,37 @@ def drop_token(job: Job, strict: bool = True) -> None:
 
 
 def with_deadline(job: Job, state: dict[str, Any]) -> dict[str, Any]:
-    """The state as printed: `deadline_at` (UTC ISO) when the run or a gate ends at the ttl,
-    by this box's clock: the run's started_at + ttl while running, a gate's start + ttl while
-    it runs (each gate may take a full ttl)."""
+    """The state as printed, with `deadline_at` (UTC ISO, by this box's clock): when what the
+    job does now must end. Each part of the job counts from its own start, as this agent
+    recorded it, never from the rent: the run from its `started_at`, a gate that runs from its
+    own start (each gate may take a full ttl), any other step that runs (a cold fetch, the
+    scan) from that step's start, and a job between steps from the end of its last step, or
+    the start of one that died without recording its end (the next step must start within a
+    ttl). Each gets the job's ttl. None when the job has ended,
+    was refused, or has had no step yet (the rent's deadline then holds, on the operator's
+    side)."""
     from agent.base import procs
 
     started: Any = None
-    gating = state.get("gating")
+    gating, step = state.get("gating"), state.get("step")
     if gating is not None and procs.from_record(gating) is None:
         gating = None  # its gate (and the step that ran it) died: the job is between steps
+    if step is not None and procs.from_record(step) is None:
+        step = None
     if state["phase"] == RUNNING:
         started = state.get("started_at")
     elif isinstance(gating, dict):
         started = gating.get("started_at")
+    elif isinstance(step, dict):
+        started = step.get("started_at")
+    elif state["phase"] in RANK and state["phase"] not in (FINISHED, FAILED, INTERRUPTED):
+        # the last step's end (or its start, where it died without recording an end)
+        marks = [_epoch(r.get(k)) for r in (state.get("steps") or {}).values()
+                 if isinstance(r, dict) for k in ("started_at", "ended_at")]
+        started = max((m for m in marks if m is not None), default=None)
     at = _epoch(started)
-    return {**state, "gating": gating, "deadline_at": None if at is None else
-            utc(at + job.ttl_s)}
+    return {**state, "gating": gating, "step": step,
+            "deadline_at": None if at is None else utc(at + job.ttl_s)}
 
 
 def _epoch(value: Any) -> float | None:
@@ -183,7 +204,14 @@ def _epoch(value: Any) -> float | None:
     return None
 
 
+def kill_strays(state: dict[str, Any]) -> None:
+    """Kill what a dead step or runner of this job left behind (agent.job.domain's mark), and
+    count it in `strays`."""
+    state["strays"] = int(state.get("strays") or 0) + domain.kill_marked(str(state.get("mark")))
+
+
 def refuse(job: Job, state: dict[str, Any], step: str, reason: str) -> None:
+    kill_strays(state)
     state.update(phase=REFUSED, refused={"step": step, "reason": reason}, gating=None)
     save_state(job, state)
     write_outcome(job, state)

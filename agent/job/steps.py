@@ -7,7 +7,7 @@ module enforces, failing closed:
     admit (driver, GPUs) -> fetch (toolchain) -> scan (modules) -> gate (gates) -> run
 
 A refusal at any step is recorded (`phase: refused`, `refused: {step, reason}`, invocations 0,
-`workdir/<outputs>/fleet-job.json`) and every later step refuses too: a refused job never runs, and
+`JOBDIR/outcome.json`) and every later step refuses too: a refused job never runs, and
 its refusal is an operational fault, not a result. A step already done prints the state and
 changes nothing; a step whose predecessor is not done is a usage error (exit 2).
 
@@ -27,18 +27,22 @@ under the lock and closes the job instead of going on (`phase: interrupted`, `st
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from agent.base import procs
 from agent.base.errors import usage_error
 from agent.contract import AFTER, BEFORE, EXIT_JOB_REFUSED, REFUSED, STEPS
+from agent.job import domain
 from agent.job.admit import admit
-from agent.job.model import Job, Refused, load_job
+from agent.job.model import Job, Refused, load_job, now
 from agent.job.state import (
     RANK,
     close,
     drop_token,
+    kill_strays,
     load_state,
     locked,
     refuse,
@@ -89,7 +93,7 @@ def _step(step: str, job: Job, wait: bool, grace: float) -> tuple[dict[str, Any]
             close(job, state)
             return state, 0
         try:
-            _STEPS[step](job, state)
+            _in_domain(step, job, state)
         except Refused as r:
             refuse(job, state, STEP_NAMES.get(step, step), r.reason)
             return state, _refused_status(state, 0)
@@ -99,6 +103,30 @@ def _step(step: str, job: Job, wait: bool, grace: float) -> tuple[dict[str, Any]
         state["phase"] = AFTER[step]
         save_state(job, state)
         return state, 0
+
+
+def _in_domain(step: str, job: Job, state: dict[str, Any]) -> None:
+    """The step in its own kill domain (agent.job.domain): whatever it started is dead when it
+    returns, and `steps.<step>` records the domain, its start and end, and how many it killed."""
+    try:
+        kind = domain.enter()
+    except domain.DomainError as e:
+        raise Refused(str(e)) from None
+    kill_strays(state)  # what an earlier step that died left behind
+    started = now()
+    record: dict[str, Any] = {"domain": kind, "started_at": started, "ended_at": None,
+                              "killed": 0}
+    state["steps"] = {**(state.get("steps") or {}), step: record}
+    state["step"] = {"name": step, "started_at": started, "pid": os.getpid(),
+                     "start_ticks": procs.start_ticks_of(os.getpid()) or -1,
+                     "boot_id": procs.boot_id()}
+    save_state(job, state)  # `job state` tells this step's deadline from its start
+    try:
+        _STEPS[step](job, state)
+    finally:
+        record["killed"] += domain.kill_descendants()
+        record["ended_at"] = now()
+        state["step"] = None
 
 
 def _refused_status(state: dict[str, Any], code: int) -> int:

@@ -115,9 +115,10 @@ def job_inputs(path: str) -> bytes | None:
     return deterministic_tar(entries)
 
 
-def store_endpoint() -> str:
+def store_endpoint(cfg: Config | None = None) -> str:
     """The store's URL as the boxes reach it: HF_ENDPOINT, else fleet.toml's, else the Hub."""
-    return os.environ.get("HF_ENDPOINT") or config().store.get("endpoint") or DEFAULT_ENDPOINT
+    return os.environ.get("HF_ENDPOINT") or (cfg or config()).store.get("endpoint") \
+        or DEFAULT_ENDPOINT
 
 
 def store_token() -> str | None:

@@ -80,8 +80,9 @@ def read_job(cfg: Config, row: Row, job: str) -> dict[str, Any]:
 
 
 def deadline(spec: dict[str, Any], state: dict[str, Any]) -> datetime | None:
-    """When a running job's (or running gate's) own TTL ends, by the box's clock:
-    `deadline_at` where the agent says it, else the run's `started_at` plus the job's TTL;
+    """When what the job does now must end, by the box's clock: `deadline_at` where the
+    agent says it (the run's, a gate's or another step's start, or the last step's end, plus
+    the job's TTL: never the rent's time), else the run's `started_at` plus the job's TTL;
     None when the box cannot tell."""
     with contextlib.suppress(TypeError, ValueError, KeyError, OverflowError, OSError):
         if state.get("deadline_at"):

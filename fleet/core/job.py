@@ -19,12 +19,14 @@
     command = "python3 -m pytest -q parity"
     min_passed = 12                        # optional, at least 1 (default 1)
 
-A gate passes only when it exits 0 and its output ends with pytest's summary line reporting at
-least `min_passed` passed tests and no failed or error ones (the agent's rule, agent/jobgates.py).
+A gate passes only when it exits 0 under `bash -e -o pipefail`, its output ends with pytest's
+summary line, no summary in it reports a failed or error test, and they report at least
+`min_passed` passed tests (the agent's rule, agent/job/gates.py).
 
 Every mistake is one `UsageError` line naming the file and the key (exit 2, nothing rented).
-This parser refuses at least everything the box's agent refuses in `job.json` (agent/job.py),
-so that a job the agent would refuse never rents a box; `check_role` adds the role's rule.
+`check_role` puts the job and the role's admission policy through the box's agent's own parser
+(agent/job/model.py) on the `job.json` the deploy would upload, so that a job the agent would
+refuse never rents a box.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from agent.contract import JOBS, ROOT
 from fleet.core import cards
 from fleet.core.config import PROVIDERS, Role, read_toml
 from fleet.core.errors import UsageError
@@ -73,9 +76,15 @@ class Job:
     gpus: int = 1
     provider: str | None = None
 
-    def check_role(self, role: Role) -> None:
-        """The role's rule for jobs: where it bans symbols, the job names the modules to scan
-        (the agent refuses the job at its scan otherwise), and it admits an exact driver."""
+    def check_role(self, role: Role, store_endpoint: str | None = None) -> None:
+        """The job with the role's admission policy, checked by the box's agent's own rules
+        (agent.job.model.parse_job, on the very `job.json` the deploy would upload): whatever
+        the agent would refuse is refused here, before a box is rented. Where the role bans
+        symbols, the job names the modules to scan (the agent refuses it at its scan
+        otherwise), and the role admits an exact driver."""
+        from agent.base.errors import AgentError
+        from agent.job.model import parse_job
+
         if not role.admitted_driver:
             raise UsageError(f"role {role.name} names no admitted_driver: a one-shot job runs "
                              "only on the admitted driver")
@@ -83,11 +92,20 @@ class Job:
             raise UsageError(f"{self.path}: modules: role {role.name} bans symbols "
                              f"({', '.join(role.banned_symbols)}), so the job must name its "
                              "compiled modules to scan")
+        try:
+            parse_job(self._spec(role, store_endpoint), Path(ROOT, JOBS, self.name),
+                      f"{self.path} (role {role.name})")
+        except AgentError as e:
+            raise UsageError(str(e)) from None
 
     def box_spec(self, role: Role, store_endpoint: str | None) -> dict[str, Any]:
         """The job as the box's agent reads it (`job.json`): the job plus the role's
-        admission policy; never a key or a token."""
-        self.check_role(role)
+        admission policy; never a key or a token. Refused (UsageError) where the agent would
+        refuse it."""
+        self.check_role(role, store_endpoint)
+        return self._spec(role, store_endpoint)
+
+    def _spec(self, role: Role, store_endpoint: str | None) -> dict[str, Any]:
         return {
             "name": self.name, "command": self.command, "outputs": self.outputs,
             "ttl_minutes": self.ttl_minutes,

@@ -111,7 +111,11 @@ def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: s
     role = cfg.role(role_name)
     if role.kind != "oneshot":
         raise UsageError(f"role {role_name} is {role.kind}: `fleet run` takes a one-shot role")
-    job.check_role(role)  # a job the box would refuse rents nothing
+    from fleet.boxes.deploy_support import store_endpoint
+
+    # a job the box would refuse rents nothing: the very job.json the deploy uploads, checked
+    # by the agent's own parser
+    job.box_spec(role, store_endpoint(cfg))
     if job.toolchain is not None:
         from fleet.providers import store
 

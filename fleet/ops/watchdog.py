@@ -1,14 +1,15 @@
 """The meter watchdog: one-shot boxes that bill for nothing.
 
-A live one-shot box is flagged when it is past its deadline (while its job or one of its
-gates runs, the box's own: that start plus the job's TTL; otherwise the registry's, which
-allows each gate a full TTL), when its job has ended (finished, failed, interrupted or
-refused) and it still runs, when it has had no job for NO_JOB_GRACE_MIN minutes, when a
-teardown kept it (its outputs could not be verified: reported on every check, never destroyed
-silently), and when its job's state cannot be read at all (SSH failing, the agent failing:
-unknown is not well). The first three are `due`: what `fleet teardown --expired` tears down,
-but for a box a teardown kept for a lasting reason (the row's `kept_lasting` names its job):
-that one is not pulled again on every pass (`fleet.ops.teardown`), only reported here.
+A live one-shot box is flagged when it is past its deadline (the box's own wherever its agent
+tells one: the start of the step, gate or run in progress, or the end of the last step, plus
+the job's TTL; otherwise, before the job's first step, the registry's from the rent), when its
+job has ended (finished, failed, interrupted or refused) and it still runs, when it has had no
+job for NO_JOB_GRACE_MIN minutes, when a teardown kept it (its outputs could not be verified:
+reported on every check, never destroyed silently), and when its job's state cannot be read at
+all (SSH failing, the agent failing: unknown is not well). The first three are `due`: what
+`fleet teardown --expired` tears down, but for a box a teardown kept for a lasting reason (the
+row's `kept_lasting` names its job): that one is not pulled again on every pass
+(`fleet.ops.teardown`), only reported here.
 """
 
 from __future__ import annotations

@@ -94,6 +94,13 @@ def agent_vs_supervisord(out: str) -> None:
         assert re.search(rf"^\| {supervisor} \| 3 \| [\d.]+ ms \|", out, re.M), out
 
 
+def job_domain(out: str) -> None:
+    d = first_json(out)
+    assert d["kill_marked"]["killed"] == 0 and d["kill_descendants"]["killed"] == [2, 2], d
+    assert d["others_alive_after"] == d["others"] == 20, d
+    assert numbers(d["kill_marked"]["median_ms"], d["kill_descendants"]["median_ms"]), d
+
+
 def sim_soak(out: str) -> None:
     d = first_json(out)
     assert d["seeds"] == 8 and d["failed"] == 0 and numbers(d["seeds_per_s"]), d
@@ -107,8 +114,8 @@ def storage_clean(out: str) -> None:
 
 MEASURED: dict[str, Callable[[str], None]] = {
     f"{check.__name__}.py": check for check in (
-        agent_vs_supervisord, boxes_ready, demo_repeat, inventory_1000, loop, mesh_replace,
-        nvml_device, oneshot, publish, sim_soak, standing_convert, storage_clean)
+        agent_vs_supervisord, boxes_ready, demo_repeat, inventory_1000, job_domain, loop,
+        mesh_replace, nvml_device, oneshot, publish, sim_soak, standing_convert, storage_clean)
 }
 
 

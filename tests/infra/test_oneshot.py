@@ -1,9 +1,9 @@
 """What every one-shot box must show after the one-shot deploy (testinfra, over SSH).
 
-Every job on the box has its spec and a readable state; an ended job's outputs say what
-happened (`fleet-job.json`), a refused one with zero invocations; the store token is gone from
-the box once every job is past its fetch (the fetch consumes it; the job never runs with it),
-and appears in no file the jobs wrote.
+Every job on the box has its spec and a readable state; an ended job's record says what
+happened (`outcome.json`, beside its state, never among its outputs), a refused one with zero
+invocations; the store token is gone from the box once every job is past its fetch (the fetch
+consumes it; the job never runs with it), and appears in no file the jobs wrote.
 """
 
 from __future__ import annotations
@@ -40,15 +40,13 @@ def test_every_job_has_a_spec_and_a_readable_state(oneshot_host: Any) -> None:
         assert state["phase"] in PHASES, state
 
 
-def test_an_ended_job_says_what_happened_in_its_outputs(oneshot_host: Any) -> None:
+def test_an_ended_job_says_what_happened_in_its_record(oneshot_host: Any) -> None:
     for name in jobs(oneshot_host):
         d = f"{ROOT}/jobs/{name}"
-        spec = json.loads(oneshot_host.file(f"{d}/job.json").content_string)
         state = json.loads(oneshot_host.file(f"{d}/state.json").content_string)
         if state["phase"] not in ("finished", "failed", "interrupted", "refused"):
             continue
-        record = json.loads(oneshot_host.file(
-            f"{d}/workdir/{spec['outputs']}/fleet-job.json").content_string)
+        record = json.loads(oneshot_host.file(f"{d}/outcome.json").content_string)
         if state["phase"] == "refused":
             # a refusal is a fault of the box: nothing ran, no result
             assert state["invocations"] == 0 and record["invocations"] == 0, record

@@ -55,8 +55,8 @@ def test_the_happy_path_ends_with_the_box_gone_and_both_copies_equal(fleet: OneS
     archived = archive_copy(fleet, row.label, "happy")
     manifest = archived_manifest(fleet, row.label, "happy")
     assert {e["path"]: e["sha256"] for e in manifest} == manifest_of(archived)
-    assert {"results.json", "samples.bin", "fleet-job.json"} <= set(archived)
-    assert json.loads(archived["fleet-job.json"])["invocations"] == 1
+    assert {"results.json", "samples.bin"} <= set(archived)
+    assert "fleet-job.json" not in archived  # the agent's record stays out of the outputs
     stored, stored_manifest = stored_outputs(fleet, s["store_commit"], f"happy/{row.label}")
     assert stored_manifest == manifest and stored == archived
 
@@ -86,11 +86,8 @@ def _refused_and_torn_down(fleet: OneShot, s: dict[str, Any], job: str) -> None:
     row = fleet.rows()[s["label"]]
     assert row.invocations == 0 and row.refusal == s["refusal"] and row.job_state == "refused"
     assert row.status == "destroyed" and not fleet.listed(row)
-    archived = archive_copy(fleet, row.label, job)
-    record = json.loads(archived["fleet-job.json"])
-    assert record["invocations"] == 0 and record["refused"]
-    # the job's own outputs never appeared: it did not run
-    assert "results.json" not in archived and "samples.bin" not in archived
+    # the job's own outputs never appeared: it did not run, and the agent writes none
+    assert archive_copy(fleet, row.label, job) == {}
     roster = fleet.fleet("roster", "--all").stdout
     assert "REFUSED" in roster and "0 invocations" in roster
 
@@ -257,6 +254,11 @@ def test_a_box_past_its_ttl_is_flagged_and_torn_down_by_expired(fleet: OneShot) 
     ({"colour": '"blue"'}, "unknown key 'colour'"),
     ({"command": None}, "missing key 'command'"),
     ({"_branch": True}, "is not a commit"),
+    # the agent's own parser refuses these: before, the box was rented and the agent crashed
+    ({"outputs": '"o\\u0000ut"'}, "outputs"),
+    ({"outputs": '"toolchain"'}, "overlap"),
+    ({"_gates": '[[gates]]\nname = "p"\ncommand = "set +e; python3 parity.py"\n'},
+     "set -e"),
 ])
 def test_a_bad_job_file_rents_nothing(fleet: OneShot, changes: dict[str, Any],
                                       says: str) -> None:

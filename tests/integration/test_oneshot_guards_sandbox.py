@@ -84,9 +84,7 @@ def test_a_running_job_is_read_only_after_the_boxs_deadline_and_its_stop(
         assert done.status == "destroyed" and done.read_back == "long"
         assert done.job_state in ("failed", "interrupted") and done.invocations == 1
         copy = archive_copy(fleet, label, "long")
-        assert copy["part.txt"] == b"first half"
-        record = json.loads(copy["fleet-job.json"])  # written once the end was recorded
-        assert record["invocations"] == 1 and record["exit_code"] != 0, record
+        assert copy == {"part.txt": b"first half"}
     finally:
         _stop(deploy)
 
@@ -229,17 +227,18 @@ def test_a_job_stopped_between_steps_is_closed_and_the_box_destroyed(fleet: OneS
     fleet.ssh(row, f"pkill -9 -f 'agent job [g]ate' ; kill -9 -- -{int(gating['pgid'])} || true")
     state = wait_for("the gate gone", lambda: (lambda s: s if not s.get("gating") else None)(
         _state(fleet, row, "halted")))
-    assert state["phase"] == "scanned" and state["deadline_at"] is None, state
+    # between steps, the box's own deadline counts from the dead gate step's start
+    started = state["steps"]["gate"]["started_at"]
+    assert state["phase"] == "scanned" and state["steps"]["gate"]["ended_at"] is None, state
+    assert state["deadline_at"] == datetime.fromtimestamp(int(started + 30 * 60), UTC) \
+        .isoformat().replace("+00:00", "Z"), state
     assert "workdir/out" not in fleet.ssh(row, "ls -d /root/fleet/jobs/halted/workdir/* || true")
     fleet.fleet("teardown", label)
     done = fleet.rows()[label]
     assert done.status == "destroyed" and done.read_back == "halted", done
     assert done.job_state == "interrupted" and done.invocations == 0
-    # nothing of the job's own: the closing record is all its outputs hold
-    copy = archive_copy(fleet, label, "halted")
-    assert list(copy) == ["fleet-job.json"], sorted(copy)
-    record = json.loads(copy["fleet-job.json"])
-    assert record["invocations"] == 0 and record["stopped"]["phase"] == "scanned", record
+    # nothing of the job's own, and nothing of the agent's: its outputs are empty
+    assert archive_copy(fleet, label, "halted") == {}
 
 
 def test_a_job_naming_no_modules_for_a_role_that_bans_symbols_rents_nothing(
@@ -249,3 +248,35 @@ def test_a_job_naming_no_modules_for_a_role_that_bans_symbols_rents_nothing(
     assert r.returncode == 2 and "must name its compiled modules" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert len(fleet.rows()) == before
+
+
+def test_a_gates_daemon_in_its_own_session_is_gone_from_a_kept_box(fleet: OneShot) -> None:
+    daemon = "sleep 6017"  # a command line no other test's box runs
+    gates = ('[[gates]]\nname = "parity"\ncommand = "setsid ' + daemon + ' </dev/null '
+             '>/dev/null 2>&1 & python3 parity.py"\nmin_passed = 4\n')
+    rc, s = fleet.run_job("bench", fleet.job("daemon", _gates=gates), "--keep")
+    assert rc == 0 and s["verdict"] == "ran" and not s["destroyed"], s
+    row = fleet.rows()[s["label"]]
+    assert fleet.ssh(row, f"pgrep -f '^{daemon}$' || true").strip() == ""
+    assert s["gates"][0]["ok"] and s["gates"][0]["killed"] == 1, s["gates"]
+    fleet.fleet("teardown", row.label)
+    assert fleet.rows()[row.label].status == "destroyed"
+
+
+def test_a_refused_job_leaves_no_process_of_its_own_on_the_box(fleet: OneShot) -> None:
+    label = _rent(fleet)
+    daemon = "sleep 6018"
+    gates = ('[[gates]]\nname = "parity"\ncommand = "setsid ' + daemon + ' </dev/null '
+             ">/dev/null 2>&1 & echo '1 failed, 4 passed in 0.1s'\"\nmin_passed = 4\n")
+    deploy = _deploy_in_background(fleet, label, fleet.job("refusedd", _gates=gates))
+    try:
+        assert deploy.wait(timeout=300) != 0  # the deploy fails for the refused box
+    finally:
+        _stop(deploy)
+    row = fleet.rows()[label]
+    state = _state(fleet, row, "refusedd")
+    assert state["phase"] == "refused" and state["invocations"] == 0, state
+    assert fleet.ssh(row, f"pgrep -f '^{daemon}$' || true").strip() == ""
+    assert "1 failed" in state["refused"]["reason"] and state["gates"][0]["killed"] == 1
+    fleet.fleet("teardown", label)
+    assert fleet.rows()[label].status == "destroyed"

@@ -76,8 +76,9 @@ def runs(jobdir: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def outcome(jobdir: Path, outputs: str = "out") -> dict[str, Any]:
-    value = json.loads((jobdir / "workdir" / outputs / "fleet-job.json").read_text())
+def outcome(jobdir: Path) -> dict[str, Any]:
+    """The agent's record of how the job ended (JOBDIR/outcome.json, outside its outputs)."""
+    value = json.loads((jobdir / "outcome.json").read_text())
     assert isinstance(value, dict)
     return value
 

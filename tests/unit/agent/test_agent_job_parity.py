@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,23 @@ BAD = {
         "fleet/toolchains", "fleet/-toolchains")),
     "a toolchain repo with a double dash": (TOOLCHAIN, TOOLCHAIN.replace(
         "fleet/toolchains", "fleet--x/toolchains")),
+    "a NUL in outputs": ('outputs = "out"', 'outputs = "o\\u0000ut"'),
+    "a NUL in a gate command": ("command = \"echo '3 passed in 0.01s'\"",
+                                "command = \"echo '3 passed in 0.01s' \\u0000\""),
+    "a NUL in a module": ('["kernels/*.ptx"]', '["kernels/*.ptx", "k\\u0000"]'),
+    "a gate that turns errexit off": ("command = \"echo '3 passed in 0.01s'\"",
+                                      "command = \"set +e; echo '3 passed in 0.01s'\""),
+    "outputs equal to the toolchain path": (TOOLCHAIN, TOOLCHAIN + 'path = "out"\n'),
+    "outputs inside the toolchain path": ('outputs = "out"', 'outputs = "toolchain/out"'),
+    "the toolchain path inside outputs": (TOOLCHAIN, TOOLCHAIN + 'path = "out/tc"\n'),
+}
+# the role's admission policy, as fleet.toml gives it, and the store the boxes reach
+BAD_ROLES = {
+    "an empty banned symbol": {"banned_symbols": ("cublas*", "")},
+    "an empty qualified GPU": {"qualified_gpus": ("",)},
+    "an empty allowed symbol": {"allowed_symbols": ("",)},
+    "a NUL in the driver": {"admitted_driver": DRIVER + "\0"},
+    "a store endpoint without a scheme": {"endpoint": "store.example:8080"},
 }
 
 
@@ -60,17 +78,20 @@ def text(case: str | None) -> str:
     return base.replace(old, new, 1)
 
 
-def fleet_refuses(tmp: Path, toml: str) -> str | None:
+def fleet_refuses(tmp: Path, toml: str, role: Role = ROLE,
+                  endpoint: str = "http://127.0.0.1:9") -> str | None:
+    """What `fleet run` says before it rents (None: it would rent)."""
     path = tmp / "job.toml"
     path.write_text(toml)
     try:
-        load(path).check_role(ROLE)
+        load(path).box_spec(role, endpoint)
     except UsageError as e:
         return str(e)
     return None
 
 
-def agent_spec(toml: str) -> dict[str, Any]:
+def agent_spec(toml: str, role: Role = ROLE, endpoint: str = "http://127.0.0.1:9"
+               ) -> dict[str, Any]:
     """The job.json the deploy writes (Job.box_spec), made here without fleet's checks."""
     data = tomllib.loads(toml)
     t = data.get("toolchain")
@@ -83,18 +104,20 @@ def agent_spec(toml: str) -> dict[str, Any]:
         "toolchain": None if t is None else {"repo": t["repo"], "revision": t["revision"],
                                              "path": t.get("path", "toolchain"),
                                              "repo_type": "dataset"},
-        "store_endpoint": None if t is None else "http://127.0.0.1:9",
-        "admission": {"driver": ROLE.admitted_driver, "qualified_gpus": [],
-                      "banned_symbols": list(ROLE.banned_symbols), "allowed_symbols": []},
+        "store_endpoint": None if t is None else endpoint,
+        "admission": {"driver": role.admitted_driver, "qualified_gpus": list(role.qualified_gpus),
+                      "banned_symbols": list(role.banned_symbols),
+                      "allowed_symbols": list(role.allowed_symbols)},
     }
 
 
-def agent_outcome(box: Box, toml: str) -> tuple[str, int]:
+def agent_outcome(box: Box, toml: str, role: Role = ROLE,
+                  endpoint: str = "http://127.0.0.1:9") -> tuple[str, int]:
     """(the step that stopped the job, its exit status), or ("run", 0) when it ran."""
     jobdir = box.root / "jobs" / "bench"
     (jobdir / "workdir" / "kernels").mkdir(parents=True, exist_ok=True)
     (jobdir / "workdir" / "kernels" / "clean.ptx").write_text(ptx("add_k"))
-    (jobdir / "job.json").write_text(json.dumps(agent_spec(toml)))
+    (jobdir / "job.json").write_text(json.dumps(agent_spec(toml, role, endpoint)))
     for step in ("admit", "fetch", "scan", "gate", "run"):
         done = job(box, step, jobdir, *(["--wait"] if step == "run" else []))
         if done.returncode != 0:
@@ -118,4 +141,19 @@ def test_a_job_the_agent_refuses_is_refused_before_renting(box: Box, tmp_path: P
     assert runs(box.root / "jobs" / "bench") == 0
     why = fleet_refuses(tmp_path, toml)
     assert why is not None, f"fleet/job.py accepts a job the agent refuses at {step}: {case}"
+    assert "\n" not in why
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ROLES))
+def test_a_role_policy_the_agent_refuses_is_refused_before_renting(box: Box, tmp_path: Path,
+                                                                   case: str) -> None:
+    change = dict(BAD_ROLES[case])
+    endpoint = str(change.pop("endpoint", "http://127.0.0.1:9"))
+    role = replace(ROLE, **change)
+    toml = text(None) + TOOLCHAIN  # the endpoint is the toolchain's store
+    step, code = agent_outcome(box, toml, role, endpoint)
+    assert step != "run" and code in (2, 3), (case, step, code)
+    assert runs(box.root / "jobs" / "bench") == 0
+    why = fleet_refuses(tmp_path, toml, role, endpoint)
+    assert why is not None, f"fleet run rents for a role policy the agent refuses: {case}"
     assert "\n" not in why
