@@ -26,6 +26,8 @@ from agent.daemon.context import Context
 from agent.daemon.program import Program
 
 SYNC_WATCH_S = 0.25
+POST_EXEC_WAIT_S = 2.0  # how long a new process's empty command line is waited out
+POST_EXEC_POLL_S = 0.005
 SYNC_WATCH_FOR_S = 120.0  # the fast watch's span after the new node's start; then each tick
 
 
@@ -55,23 +57,41 @@ class NodeSwitch:
     def verify_started(self, node: Program) -> None:
         """Right after a spawn: the process must run the digest it was started for. A file
         swapped between spawn_refusal's check and the exec would otherwise run under the
-        pointer's name; such a node is stopped (and the next start refused by the check)."""
+        pointer's name; such a node is stopped (and the next start refused by the check).
+        Right after an exec /proc/<pid>/cmdline can still read empty: that is waited out
+        (bounded); a process whose program still cannot be read is stopped, never kept."""
         p = node.proc
-        info = procs.identify(p.pid) if p is not None else None
-        if p is None or info is None:
+        if p is None:
+            return
+        readable, actual = self._running_sha256(p.pid, p.start_ticks)
+        if not readable:
             return  # already gone: its exit is booked like any other
-        actual = self.sha256_of(info)[1]
         if actual == p.sha256:
             return
-        if actual is None:  # what it runs cannot be read here: its file was checked before
-            self.ctx.journal(f"node: cannot read what pid {p.pid} runs; checked before the "
-                             "start only")
-            return
-        why = (f"pid {p.pid} runs {(actual or 'an unknown digest')[:16]}, not the node it was "
-               f"started as ({(p.sha256 or '?')[:16]}): its file changed before the exec")
-        p.sha256 = actual
+        if actual is None:
+            why = (f"cannot read what pid {p.pid} runs within {POST_EXEC_WAIT_S:g} s of its "
+                   "start; stopped (never kept unchecked)")
+        else:
+            why = (f"pid {p.pid} runs {actual[:16]}, not the node it was started as "
+                   f"({(p.sha256 or '?')[:16]}): its file changed before the exec")
+            p.sha256 = actual
         self.ctx.journal(f"node: {why}")
         node.begin_stop(self.ctx.cfg.grace(node.cfg), why, as_crash=True)
+
+    def _running_sha256(self, pid: int, start_ticks: int) -> tuple[bool, str | None]:
+        """(alive, sha256 of what it runs or None) for a process just spawned, waiting up to
+        POST_EXEC_WAIT_S while its command line still reads empty."""
+        deadline = time.monotonic() + POST_EXEC_WAIT_S
+        while True:
+            info = procs.identify(pid)
+            if info is None or info.start_ticks != start_ticks:
+                if not procs.is_same(pid, start_ticks):
+                    return False, None
+            elif info.argv:
+                return True, self.sha256_of(info)[1]
+            if time.monotonic() >= deadline:
+                return True, None
+            time.sleep(POST_EXEC_POLL_S)
 
     def spawn_refusal(self) -> str | None:
         """Why the node binary must not be started now, or None: before every start, its
