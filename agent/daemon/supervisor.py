@@ -50,7 +50,12 @@ from agent.base.template import render_argv, render_env, render_text
 from agent.contract import MINER, NODE
 from agent.daemon import status
 from agent.daemon.backoff import Backoff
-from agent.daemon.freshness import admission_limit_s, fresh_readings, reading_limit_s
+from agent.daemon.freshness import (
+    admission_limit_s,
+    fresh_readings,
+    of_running,
+    reading_limit_s,
+)
 from agent.daemon.health import restart_unhealthy
 from agent.daemon.node_switch import SYNC_WATCH_S, NodeSwitch
 from agent.daemon.nvmlcheck import AdmissionChecks
@@ -717,10 +722,14 @@ class Supervisor:
                                      node.proc.sha256)
 
     def readings(self) -> dict[str, Reading]:
-        """The observer's readings, each one past the freshness limit made unknown."""
+        """The observer's readings, each one past the freshness limit, or of a program that
+        is not running now, made unknown."""
         if self.observer is None:
             return {}
-        return fresh_readings(self.observer.readings, reading_limit_s(self.cfg))
+        started = {name: p.proc.started_mono if p.state == "running" and p.proc else None
+                   for name, p in self.programs.items()}
+        return of_running(fresh_readings(self.observer.readings, reading_limit_s(self.cfg)),
+                          started)
 
     def observer_view(self) -> dict[str, Any]:
         obs = self.observer
