@@ -3,7 +3,9 @@
 `standing.node` names the node binary, `standing.node.sha256` its digest (see pointer.py). A
 pointer is *applied* once the agent has recorded it durably in its state; only then does the
 switch begin (stop the old node, start the new one), so a failed write never leaves a pointer
-that reads "applied" while the old node runs.
+that reads "applied" while the old node runs. A pointer reads applied only while the recorded
+binary is the pointer's own digest: the same pointer written again after another release was
+adopted (the pointer had gone meanwhile) is applied afresh, and the adopted node is stopped.
 
 Once a pointer is applied, the node binary is pinned to its digest: adoption (after the agent's
 own restart, or a node someone started) never replaces it, and a node running any other digest
@@ -46,6 +48,12 @@ class NodeSwitch:
         if binary is None or binary.source != "pointer" or read_pointer(self.ctx.layout) is None:
             return None
         return binary.sha256
+
+    def _pinned_to(self, sha256: str) -> bool:
+        """Whether the recorded node binary is this pointer digest's: a pointer written again
+        after another release was adopted is applied afresh, not trusted by its key."""
+        binary = self.ctx.state.node_binary
+        return binary is not None and binary.source == "pointer" and binary.sha256 == sha256
 
     def sha256_of(self, info: procs.ProcInfo) -> tuple[str | None, str | None]:
         """(program file, its sha256) of a running node, the digest read from what it runs
@@ -159,7 +167,7 @@ class NodeSwitch:
         if pointer is None:
             self.view = {"state": "absent", "path": None, "reason": None}
             return
-        if pointer.key == state.pointer_applied and state.node_binary is not None:
+        if pointer.key == state.pointer_applied and self._pinned_to(pointer.digest_text):
             self.view = {"state": "applied", "path": pointer.target, "reason": None}
             return
         verdict = check_pointer(pointer, self.ctx.digests)
