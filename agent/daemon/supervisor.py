@@ -10,7 +10,7 @@ Each tick (tick_s) writes the heartbeat and status.json, follows the standing po
 (node_switch.py), runs the exec-snapshot recovery (recovery.py) and the miner's pack export
 (pack.py) when due, and appends the RESULT line when due. Each reconcile (reconcile_s) checks
 every process again from scratch, stops duplicates, adopts programs someone else started and
-rotates logs. The observer thread (observer.py) probes the programs and re-checks admission.
+rotates logs. The observer (observer.py) probes each program in a worker thread of its own.
 
 Writes that fail (a full disk, an unwritable run/) never stop supervision: they are reported
 in the status's `storage` and the RESULT line, and whatever depends on a durable record (a
@@ -99,6 +99,7 @@ class Supervisor:
         self._nvml_hung_told = False
         self.observer: Observer | None = None
         self.observer_restarts = 0
+        self._hung_probes: set[str] = set()  # programs whose probe is stuck, told once
         self.started_at = time.time()
         self.started_mono = time.monotonic()
         self._step_errors: dict[str, str] = {}  # a failing step's last error, told once
@@ -669,22 +670,23 @@ class Supervisor:
         self.observer.start()
 
     def _keep_observer(self) -> None:
-        """A dead observer, or one whose last round is stale (stuck where no probe deadline
-        reaches), would freeze the readings: start a new one (a stuck thread is abandoned)."""
+        """A probe worker whose thread ended is started again. One stuck where no probe
+        deadline reaches is told, never replaced (its reading turns unknown by freshness, the
+        other probes go on): the threads stay bounded at one per program."""
         obs = self.observer
         if obs is None or self.mode is not None:
             return
-        age = time.monotonic() - obs.round_mono
-        if obs.is_alive() and age <= reading_limit_s(self.cfg):
-            return
-        if obs.is_alive():
-            obs.stop()
-            why = f"no round for {age:.0f} s (stuck)"
-        else:
-            why = f"thread ended ({obs.last_error or 'no error'})"
-        self.observer_restarts += 1
-        self.journal(f"observer: {why}; restarting it (restart {self.observer_restarts})")
-        self._start_observer()
+        for name, why in obs.revive():
+            self.observer_restarts += 1
+            self.journal(f"observer: the probe thread of {name} ended ({why}); restarting it "
+                         f"(restart {self.observer_restarts})")
+        hung = obs.hung(reading_limit_s(self.cfg))
+        for name in sorted(hung.keys() - self._hung_probes):
+            self.journal(f"observer: the probe of {name} has not returned for {hung[name]:.0f} s "
+                         "(hung?); its reading is unknown, the other probes go on")
+        for name in sorted(self._hung_probes - hung.keys()):
+            self.journal(f"observer: the probe of {name} returned")
+        self._hung_probes = set(hung)
 
     def _fresh_admission(self) -> Admission:
         """NVML's latest verdict, or a refusal when it is too old to trust (NVML hung): a
@@ -735,7 +737,7 @@ class Supervisor:
         obs = self.observer
         return {"alive": bool(obs and obs.is_alive()), "restarts": self.observer_restarts,
                 "last_error": obs.last_error if obs else None,
-                "round_at": obs.round_at if obs else None}
+                "round_at": obs.round_at if obs else None, "hung": sorted(self._hung_probes)}
 
     def pointer_view(self) -> dict[str, Any]:
         return dict(self.switch.view)
