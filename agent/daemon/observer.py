@@ -118,9 +118,10 @@ class Observer:
         return {name: w.hung_s(now) for name, w in self.workers.items()
                 if w.hung_s(now) > limit_s}
 
-    def revive(self) -> list[tuple[str, str]]:
-        """A new worker for each whose thread ended (never for a stuck one: it is still alive
-        and bounded at one per program); (program, why it ended) for each."""
+    def revive(self, values: Callable[[str], Values]) -> list[tuple[str, str]]:
+        """A new worker, filled from `values`, for each whose thread ended (never for a stuck
+        one: it is still alive, and bounded at one per program); (program, why) for each."""
+        self.values = values
         ended = []
         for name, w in list(self.workers.items()):
             if w.is_alive():

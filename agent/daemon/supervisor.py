@@ -676,7 +676,7 @@ class Supervisor:
         obs = self.observer
         if obs is None or self.mode is not None:
             return
-        for name, why in obs.revive():
+        for name, why in obs.revive(self.values):
             self.observer_restarts += 1
             self.journal(f"observer: the probe thread of {name} ended ({why}); restarting it "
                          f"(restart {self.observer_restarts})")
