@@ -58,7 +58,7 @@ def of_running(readings: dict[str, Reading], started: dict[str, float | None]
     out = {}
     for name, r in readings.items():
         since = started.get(name)
-        if since is None or r.mono < since:
+        if not r.stale and (since is None or r.mono < since):  # a stale one is unknown already
             r = Reading(None, "not running" if since is None else "no reading since its start",
                         r.at, None, r.mono)
         out[name] = r
