@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -117,11 +118,16 @@ def open_regular(path: Path | str, limit: int | None = None) -> tuple[int, os.st
     return fd, st
 
 
-def _hash_fd(fd: int, size: int) -> str:
+# The built-in sha256 holds the GIL while it hashes a block; each read releases it. A thread
+# hashing beside the agent's loop reads small blocks, so the loop waits at most one of them.
+SHARED_BLOCK = 64 << 10
+
+
+def _hash_fd(fd: int, size: int, block_size: int = 1 << 20) -> str:
     digest = _sha256()
     left = size + 1  # never more than fstat said (plus one byte: a file still growing differs)
     while left > 0:
-        block = os.read(fd, min(1 << 20, left))
+        block = os.read(fd, min(block_size, left))
         if not block:
             break
         digest.update(block)
@@ -139,6 +145,11 @@ def sha256_file(path: Path | str, limit: int | None = None) -> str:
         os.close(fd)
 
 
+def identity(st: os.stat_result) -> tuple[int, ...]:
+    """What a digest is cached by: device, inode, size, mtime, ctime."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 class DigestCache:
     """sha256 of files, recomputed only when the file's identity (device, inode, size, mtime,
     ctime) changes: a release replaced by rename has another inode, one rewritten in place
@@ -146,28 +157,56 @@ class DigestCache:
     the fstat of the very fd that is hashed, so a swap between a stat and the read cannot pair
     one file's identity with another's content. Keyed by identity, not path, so
     /proc/<pid>/exe (the very file a process runs) shares the entry of its path. The pointer
-    is checked every tick and a node binary may be hundreds of MiB.
+    is checked every tick and a node binary may be hundreds of MiB. Shared between the agent's
+    loop and its digest worker (agent/daemon/digests.py), hence the lock.
     """
 
     LIMIT = 64  # entries kept; the oldest go first
 
     def __init__(self) -> None:
         self._known: dict[tuple[int, ...], str] = {}
+        self._lock = threading.Lock()
+
+    def known(self, st: os.stat_result) -> str | None:
+        """The cached sha256 of the file with this fstat, or None."""
+        with self._lock:
+            return self._known.get(identity(st))
+
+    def _remember(self, st: os.stat_result, value: str) -> None:
+        with self._lock:
+            if len(self._known) >= self.LIMIT:
+                del self._known[next(iter(self._known))]
+            self._known[identity(st)] = value
 
     def sha256(self, path: Path | str) -> str:
         return self.digest(path)[0]
 
     def digest(self, path: Path | str) -> tuple[str, os.stat_result]:
-        """(sha256, the fstat it belongs to) of the regular file at path; OSError otherwise."""
+        """(sha256, the fstat it belongs to) of the regular file at path, hashed here and now
+        when not cached; OSError otherwise."""
         fd, st = open_regular(path, MAX_PROGRAM_BYTES)
         try:
-            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            value = self._known.get(key)
+            value = self.known(st)
             if value is None:
                 value = _hash_fd(fd, st.st_size)
-                if len(self._known) >= self.LIMIT:
-                    del self._known[next(iter(self._known))]
-                self._known[key] = value
+                self._remember(st, value)
         finally:
             os.close(fd)
         return value, st
+
+    def hash_unchanged(self, path: Path | str) -> os.stat_result | None:
+        """Hash the file at path into the cache, unless it is there already. A file whose
+        identity changed while it was hashed is not cached: its fstat after the hash is
+        returned instead (None otherwise). OSError as open_regular."""
+        fd, st = open_regular(path, MAX_PROGRAM_BYTES)
+        try:
+            if self.known(st) is not None:
+                return None
+            value = _hash_fd(fd, st.st_size, SHARED_BLOCK)
+            after = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if identity(after) != identity(st):
+            return after
+        self._remember(st, value)
+        return None

@@ -22,7 +22,7 @@ from typing import Any
 
 from agent.base import procs
 from agent.base.persist import NodeBinary
-from agent.base.pointer import check_pointer, pointer_signature, read_pointer
+from agent.base.pointer import PENDING, check_pointer, pointer_signature, read_pointer
 from agent.contract import NODE
 from agent.daemon.context import Context
 from agent.daemon.program import Program
@@ -48,6 +48,12 @@ class NodeSwitch:
         if binary is None or binary.source != "pointer" or read_pointer(self.ctx.layout) is None:
             return None
         return binary.sha256
+
+    def no_binary_reason(self) -> str:
+        """Why no node binary is known: no pointer, or one not taken (yet)."""
+        if self.view.get("state") in ("hashing", "refused"):
+            return f"no node binary: the pointer is {self.view['state']}: {self.view['reason']}"
+        return "no node binary: standing.node is absent and no node runs"
 
     def _pinned_to(self, sha256: str) -> bool:
         """Whether the recorded node binary is this pointer digest's: a pointer written again
@@ -104,14 +110,17 @@ class NodeSwitch:
     def spawn_refusal(self) -> str | None:
         """Why the node binary must not be started now, or None: before every start, its
         digest (cached by inode, size, mtime and ctime) must still be the recorded one, so a release
-        replaced in place is never run under the pointer's name."""
+        replaced in place is never run under the pointer's name. The digest comes from the
+        digest worker: while it is not known, the node waits."""
         binary = self.ctx.state.node_binary
         if binary is None:
             return "no node binary: standing.node is absent and no node runs"
         try:
-            actual = self.ctx.digests.sha256(binary.path)
+            actual, _ = self.ctx.hasher.lookup(binary.path)
         except OSError as e:
             return f"{binary.path} cannot be read: {e.strerror or e}"
+        if actual is None:  # never started on a digest not known
+            return f"{binary.path}: its sha256 is not known yet ({PENDING}); not starting it yet"
         if actual != binary.sha256:
             return (f"{binary.path} has sha256 {actual[:16]}, not the {binary.source} "
                     f"{binary.sha16} (changed in place?); not starting it")
@@ -159,7 +168,7 @@ class NodeSwitch:
 
     def _take_pointer(self) -> None:
         seen = pointer_signature(self.ctx.layout)
-        if seen == self._seen and self.view.get("state") not in ("refused", "pending"):
+        if seen == self._seen and self.view.get("state") not in ("refused", "pending", "hashing"):
             return  # unchanged since the last look, which applied it or found it absent
         self._seen = seen
         pointer = read_pointer(self.ctx.layout)
@@ -170,7 +179,12 @@ class NodeSwitch:
         if pointer.key == state.pointer_applied and self._pinned_to(pointer.digest_text):
             self.view = {"state": "applied", "path": pointer.target, "reason": None}
             return
-        verdict = check_pointer(pointer, self.ctx.digests)
+        verdict = check_pointer(pointer, self.ctx.hasher.lookup)
+        if verdict.pending:  # looked at again every tick; the node keeps what it runs
+            if self.view.get("reason") != verdict.reason:
+                self.ctx.journal(f"pointer: {verdict.reason}; the node keeps running")
+            self.view = {"state": "hashing", "path": pointer.target, "reason": verdict.reason}
+            return
         if not verdict.ok:
             if self.view.get("reason") != verdict.reason:
                 self.ctx.journal(f"pointer refused: {verdict.reason}; the node keeps running")

@@ -50,6 +50,7 @@ from agent.base.template import render_argv, render_env, render_text
 from agent.contract import MINER, NODE
 from agent.daemon import status
 from agent.daemon.backoff import Backoff
+from agent.daemon.digests import DigestWorker
 from agent.daemon.freshness import (
     admission_limit_s,
     fresh_readings,
@@ -83,6 +84,7 @@ class Supervisor:
         if raw is None and self.layout.state.exists():
             self._dropped = ["the whole file (unreadable, not JSON, or over 16 MiB)"]
         self.digests = DigestCache()
+        self.hasher = DigestWorker(self.digests, self._digest_done)
         backoff = Backoff(cfg.backoff_base_s, cfg.backoff_cap_s, cfg.backoff_jitter)
         self.programs = {
             name: Program(p, self.layout, backoff, cfg.degraded_after, journal)
@@ -110,7 +112,7 @@ class Supervisor:
         self.storage = Storage(journal)  # writes that fail (a full disk), reported
         self._logs: list[Path] = []
         self.selector = selectors.DefaultSelector()
-        self._wakeup_r = -1
+        self._wakeup_r = self._wakeup_w = -1
         now = time.monotonic()
         self.next_tick = now
         self.next_reconcile = now + cfg.reconcile_s
@@ -171,6 +173,9 @@ class Supervisor:
                 self._pidfd_fired(obj)
             elif kind == "task" and not obj.alive():
                 self._exited(obj.pid, None)
+        if self.hasher.done.is_set():  # a digest became known: the pointer is looked at now
+            self.hasher.done.clear()
+            self._tick_now()
         self._reap()
         self._poll_without_pidfd()
         now = time.monotonic()
@@ -233,7 +238,7 @@ class Supervisor:
         r, w = os.pipe()
         os.set_blocking(r, False)
         os.set_blocking(w, False)
-        self._wakeup_r = r
+        self._wakeup_r, self._wakeup_w = r, w
         signal.set_wakeup_fd(w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, lambda *_: self._request("leave"))
@@ -242,6 +247,14 @@ class Supervisor:
         signal.signal(signal.SIGUSR2, lambda *_: self._tick_now())  # `agent switch` pointed
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.selector.register(r, selectors.EVENT_READ, ("wakeup", None))
+
+    def _digest_done(self) -> None:
+        """Called by the digest worker's thread: wake the loop (its select) now."""
+        if self._wakeup_w >= 0:
+            try:
+                os.write(self._wakeup_w, b"d")
+            except OSError:
+                pass  # the pipe is full: the loop is awake already
 
     def _tick_now(self) -> None:
         """Look at the pointer (and everything else a tick does) now, not at the next tick."""
@@ -291,7 +304,7 @@ class Supervisor:
         if prog.cfg.needs_gpu and not self.admission.admitted:
             return False, f"admission refused: {self.admission.reason}"
         if prog.name == NODE and self.state.node_binary is None:
-            return False, "no node binary: standing.node is absent and no node runs"
+            return False, self.switch.no_binary_reason()
         return True, None
 
     def _may_stay(self, prog: Program) -> bool:
@@ -738,6 +751,12 @@ class Supervisor:
         return {"alive": bool(obs and obs.is_alive()), "restarts": self.observer_restarts,
                 "last_error": obs.last_error if obs else None,
                 "round_at": obs.round_at if obs else None, "hung": sorted(self._hung_probes)}
+
+    def digests_view(self) -> dict[str, Any]:
+        busy = self.hasher.hashing()
+        return {"hashing": busy[0] if busy else None,
+                "for_s": round(busy[1], 1) if busy else None,
+                "restarts": self.hasher.restarts, "last_error": self.hasher.last_error}
 
     def pointer_view(self) -> dict[str, Any]:
         return dict(self.switch.view)

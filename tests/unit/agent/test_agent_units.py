@@ -172,7 +172,7 @@ def test_pointer_verdicts(tmp_path: Path) -> None:
         layout.pointer_digest.write_text(digest)
         pointer = read_pointer(layout)
         assert pointer is not None
-        v = check_pointer(pointer, cache)
+        v = check_pointer(pointer, cache.digest)
         return v.ok, v.reason
 
     assert verdict(str(binary), sha + "  node\n") == (True, None)  # sha256sum format accepted
