@@ -6,6 +6,8 @@ import errno
 import json
 import os
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -118,21 +120,36 @@ def open_regular(path: Path | str, limit: int | None = None) -> tuple[int, os.st
     return fd, st
 
 
-# The built-in sha256 holds the GIL while it hashes a block; each read releases it. A thread
-# hashing beside the agent's loop reads small blocks, so the loop waits at most one of them.
-SHARED_BLOCK = 64 << 10
-
-
-def _hash_fd(fd: int, size: int, block_size: int = 1 << 20) -> str:
+def _hash_fd(fd: int, size: int) -> str:
     digest = _sha256()
     left = size + 1  # never more than fstat said (plus one byte: a file still growing differs)
     while left > 0:
-        block = os.read(fd, min(block_size, left))
+        block = os.read(fd, min(1 << 20, left))
         if not block:
             break
         digest.update(block)
         left -= len(block)
     return digest.hexdigest()
+
+
+_CHILD = "import os, sys; os.nice(19); from agent.base.files import _hash_fd; " \
+         "print(_hash_fd(0, int(sys.argv[1])))"
+
+
+def _hash_in_child(fd: int, size: int) -> str:
+    """_hash_fd's digest of the open fd, computed by a child process at the lowest CPU
+    priority. The built-in sha256 holds the GIL while it hashes a block, so a thread hashing
+    beside the agent's loop would hold the loop back at each of its system calls; a thread
+    that waits for a child holds nothing."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(size)], stdin=fd,
+                          capture_output=True, env=env, check=False)
+    out = done.stdout.decode(errors="replace").strip()
+    if done.returncode != 0 or len(out) != 64:
+        why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [out]
+        raise OSError(errno.EIO, f"the hashing process failed ({done.returncode}): {why[0]}")
+    return out
 
 
 def sha256_file(path: Path | str, limit: int | None = None) -> str:
@@ -202,7 +219,7 @@ class DigestCache:
         try:
             if self.known(st) is not None:
                 return None
-            value = _hash_fd(fd, st.st_size, SHARED_BLOCK)
+            value = _hash_in_child(fd, st.st_size)
             after = os.fstat(fd)
         finally:
             os.close(fd)

@@ -1,7 +1,8 @@
 """The digest worker: the node releases the loop needs a sha256 of (the pointer's target, the
-node binary before each start) are hashed in one thread of its own, so hashing a release of
+node binary before each start) are hashed by one thread of its own, so hashing a release of
 hundreds of MiB never holds the supervision loop (a SIGKILLed miner's restart, a stop's
-deadline, the heartbeat).
+deadline, the heartbeat). The thread has a child process at the lowest CPU priority do the
+hashing (files.DigestCache.hash_unchanged): hashing in the thread itself would hold the GIL.
 
 The loop asks `lookup(path)` and gets the digest when it is known for the file as it is now
 (one open and fstat: the cache is keyed by the file's identity, see files.DigestCache), or None
@@ -93,10 +94,6 @@ class DigestWorker:
         self._thread.start()
 
     def _run(self) -> None:
-        try:  # this thread alone at the lowest CPU priority: the loop and the programs first
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except OSError:
-            pass
         try:
             while True:
                 with self._cond:

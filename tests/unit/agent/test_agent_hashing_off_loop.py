@@ -20,15 +20,15 @@ BIG = 1 << 20
 GATED_HASH = f"""
 import os, time
 from agent.base import files
-real = files._hash_fd
-def gated(fd, size, *rest):
+real = files._hash_in_child
+def gated(fd, size):
     if size > {BIG}:
         with open(os.environ["HASH_LOG"], "a") as log:
             log.write(os.readlink(f"/proc/self/fd/{{fd}}") + "\\n")
         while not os.path.exists(os.environ["HASH_GATE"]):
             time.sleep(0.01)
-    return real(fd, size, *rest)
-files._hash_fd = gated
+    return real(fd, size)
+files._hash_in_child = gated
 """
 
 
