@@ -43,6 +43,7 @@ class DigestWorker:
         self._cond = threading.Condition()
         self._queue: dict[str, None] = {}  # paths to hash, in the order asked
         self._seen: dict[str, tuple[tuple[int, ...], float]] = {}  # identity, monotonic since
+        self._settling: dict[str, float] = {}  # path: when it is due to be looked at again
         self._thread: threading.Thread | None = None
         self.busy: tuple[str, float] | None = None  # (path, monotonic start) of the hash now
         self.done = threading.Event()  # set after each hash; the loop clears it
@@ -67,11 +68,29 @@ class DigestWorker:
             else:
                 due = now - seen[1] >= self._settle_s
             busy = self.busy
-            if due and path not in self._queue and (busy is None or busy[0] != path):
+            if not due:
+                self._settling[path] = self._seen[path][1] + self._settle_s
+            elif path not in self._queue and (busy is None or busy[0] != path):
+                self._settling.pop(path, None)
                 self._queue[path] = None
                 self._cond.notify()
         self._keep_thread()
         return None, st
+
+    def settles_at(self) -> float | None:
+        """The monotonic time the first file waiting to settle is due to be asked for again
+        (the loop wakes then: a long tick must not hold it back), or None."""
+        with self._cond:
+            return min(self._settling.values(), default=None)
+
+    def take_settled(self, now: float) -> bool:
+        """Whether a file waiting to settle is due now; each is told once (asking for it
+        again puts it back if it changed meanwhile)."""
+        with self._cond:
+            due = [p for p, at in self._settling.items() if at <= now]
+            for path in due:
+                del self._settling[path]
+        return bool(due)
 
     def hashing(self) -> tuple[str, float] | None:
         """(path, seconds so far) of the hash in progress, or None."""

@@ -173,12 +173,14 @@ class Supervisor:
                 self._pidfd_fired(obj)
             elif kind == "task" and not obj.alive():
                 self._exited(obj.pid, None)
-        if self.hasher.done.is_set():  # a digest became known: the pointer is looked at now
-            self.hasher.done.clear()
-            self._tick_now()
         self._reap()
         self._poll_without_pidfd()
         now = time.monotonic()
+        if self.hasher.done.is_set() or self.hasher.take_settled(now):
+            # a digest known, or a file settled: follow the pointer now, not a tick later, and
+            # the node's start waits no longer either (the step just below)
+            self.hasher.done.clear()
+            self._guard("pointer", self._follow_pointer)
         self._check_strays(now)
         self._check_tasks(now)
         self._step(now)
@@ -487,6 +489,9 @@ class Supervisor:
             wake.append(now + STRAY_POLL_S)
         if self.switch.awaiting_sync():
             wake.append(now + SYNC_WATCH_S)
+        settles = self.hasher.settles_at()
+        if settles is not None:
+            wake.append(settles)
         return min(wake)
 
     # ================================================================== tasks
@@ -608,11 +613,9 @@ class Supervisor:
         """Each step on its own guard: one failing never silences the heartbeat, the status
         or the RESULT line."""
         self.ticks += 1
-        node = self.programs.get(NODE)
-        grace = self.cfg.grace(node.cfg) if node else self.cfg.stop_grace_s
         self._guard("observer", self._keep_observer)
         self._guard("admission", self._take_admission)
-        self._guard("pointer", lambda: self.switch.follow(grace))
+        self._guard("pointer", self._follow_pointer)
         self._guard("health", lambda: restart_unhealthy(self.cfg, self.programs.values(),
                                                         self.readings()))
         self._guard("switch timeline", self._watch_switch)
@@ -624,6 +627,10 @@ class Supervisor:
         self._current = None
         self._guard("status", self._write_status)
         self._guard("RESULT line", self._maybe_result)
+
+    def _follow_pointer(self) -> None:
+        node = self.programs.get(NODE)
+        self.switch.follow(self.cfg.grace(node.cfg) if node else self.cfg.stop_grace_s)
 
     def _take_admission(self) -> None:
         admission = self._fresh_admission()
