@@ -42,6 +42,8 @@ JOB_OUTCOME = "outcome.json"  # how the job ended, written by the agent (never i
 JOB_INPUTS_DIGEST = "inputs.sha256"
 JOB_WORKDIR = "workdir"
 
+SWITCH_LOCK = "switch.lock"  # under RUN: held by `agent switch` and the deploy's pointer write
+
 DEFAULT_ROOT = Path(ROOT)
 DEFAULT_CONFIG = DEFAULT_ROOT / CONFIG
 
@@ -63,7 +65,7 @@ class Layout:
         self.status = root / STATUS
         self.heartbeat = self.run / "heartbeat"  # its mtime is the heartbeat
         self.lock = self.run / "agent.lock"
-        self.switch_lock = self.run / "switch.lock"  # held by `agent switch` while it runs
+        self.switch_lock = self.run / SWITCH_LOCK  # held by `agent switch` while it runs
         self.agent_pid = root / AGENT_PID
         self.state = self.run / "state.json"
         self.agent_log = self.logs / "agent.log"

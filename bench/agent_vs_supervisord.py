@@ -7,8 +7,15 @@ instance's own start stamp. Then both sit idle for `idle_s` while their CPU time
 supervisor process alone, not its children) are read.
 
     python bench/agent_vs_supervisord.py [--kills 51] [--stable-s 10] [--idle-s 60]
+                                         [--hash-release-mib 1024]
 
-Prints a Markdown table and writes bench/out/agent_vs_supervisord.json.
+With --hash-release-mib, the pointer names a release of that size whose digest file never
+matches, and the agent is kept hashing it: each time a hash ends, the file's mtime is changed
+and the agent told to look (SIGUSR2), so it hashes it again once it has settled. Each of the
+agent's kills waits until a hash is in progress (the agent holds the release open).
+
+Prints a Markdown table and writes bench/out/agent_vs_supervisord.json (with a release being
+hashed: agent_vs_supervisord_hashing.json).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,12 +161,67 @@ stdout_logfile={logs}/{name}.log
     return [sys.executable, "-m", "supervisor.supervisord", "-c", str(conf)]
 
 
-def kill_and_time(target: Supervised, stable_s: float, rng: random.Random) -> float:
+class Hashing:
+    """Keeps the agent hashing a large release the pointer names (see the module's doc)."""
+
+    def __init__(self, root: Path, mib: int) -> None:
+        self.release = root / "releases" / "big" / "node"
+        self.release.parent.mkdir(parents=True)
+        block = os.urandom(1 << 20)
+        with open(self.release, "wb") as f:
+            for _ in range(mib):
+                f.write(block)
+        self.release.chmod(0o755)
+        self.agent_pid = 0
+        self.hashes = 0
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._drive, daemon=True)
+
+    def point(self, root: Path, agent_pid: int) -> None:
+        """Point at the release (a digest that never matches: it is never switched to)."""
+        (root / "standing.node.sha256").write_text("0" * 64 + "\n")
+        (root / "standing.node").write_text(f"{self.release}\n")
+        self.agent_pid = agent_pid
+        self._thread.start()
+
+    def in_progress(self) -> bool:
+        """Whether the agent holds the release open for longer than a look (two polls)."""
+        if not self._open():
+            return False
+        time.sleep(0.002)
+        return self._open()
+
+    def _open(self) -> bool:
+        fds = Path(f"/proc/{self.agent_pid}/fd")
+        try:
+            return any(os.readlink(fd) == str(self.release) for fd in fds.iterdir())
+        except OSError:
+            return False
+
+    def _drive(self) -> None:
+        while not self._halt.is_set():
+            now = time.time_ns()
+            os.utime(self.release, ns=(now, now))  # a changed file: hashed once it settles
+            while not self.in_progress() and not self._halt.is_set():
+                os.kill(self.agent_pid, signal.SIGUSR2)  # look at the pointer now
+                self._halt.wait(0.3)
+            self.hashes += 1
+            while self.in_progress() and not self._halt.is_set():
+                self._halt.wait(0.05)
+
+    def stop(self) -> None:
+        self._halt.set()
+
+
+def kill_and_time(target: Supervised, stable_s: float, rng: random.Random,
+                  hashing: Hashing | None = None) -> float:
     """Wait until the program has been up stable_s (plus a random 0.2-1.2 s, so that kills
     do not fall at one fixed phase of either supervisor's loop), SIGKILL it, time its next
-    start."""
+    start. With `hashing`, an agent's program is killed only while the agent hashes."""
     pid, started = wait_until(target.last, f"{target.supervisor} {target.name} started")
     time.sleep(max(0.0, started + stable_s + rng.uniform(0.2, 1.2) - time.time()))
+    if hashing is not None and target.supervisor == "agent":
+        wait_until(hashing.in_progress, "the agent hashing the release")
     killed_at = time.time()
     os.kill(pid, signal.SIGKILL)
 
@@ -207,6 +270,8 @@ def main() -> None:
     ap.add_argument("--stable-s", type=float, default=10.0,
                     help="kill only after this long up (the agent's default stable_s)")
     ap.add_argument("--idle-s", type=float, default=60.0)
+    ap.add_argument("--hash-release-mib", type=int, default=0,
+                    help="kill the agent's programs while it hashes a release of this size")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = _smoke.parse(ap, kills=3, stable_s=3.0, idle_s=3.0)
     out_dir = REPO / "bench" / "out"
@@ -219,6 +284,8 @@ def main() -> None:
     prog = build_program(work)
     agent_argv, agent_env = setup_agent(work, args.stable_s, nvml_dir, prog)
     sv_argv = setup_supervisord(work, prog)
+    root = work / "agent-root"
+    hashing = Hashing(root, args.hash_release_mib) if args.hash_release_mib else None
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         procs["agent"] = subprocess.Popen(agent_argv, env=agent_env, stdout=subprocess.DEVNULL,
@@ -229,18 +296,23 @@ def main() -> None:
                    for name in PROGRAMS for sup in ("agent", "supervisord")]
         for t in targets:
             wait_until(t.last, f"{t.supervisor} {t.name} first start")
+        if hashing is not None:
+            hashing.point(root, procs["agent"].pid)
         rounds = math.ceil(args.kills / len(PROGRAMS))
         rng = random.Random(4)
         started = time.monotonic()
         for r in range(rounds):
             for t in targets:
                 if len(t.latencies) < rounds:
-                    t.latencies.append(kill_and_time(t, args.stable_s, rng))
+                    t.latencies.append(kill_and_time(t, args.stable_s, rng, hashing))
             print(f"round {r + 1}/{rounds} done ({time.monotonic() - started:.0f} s)",
                   file=sys.stderr)
         for name, p in procs.items():
             if p.poll() is not None:
                 raise SystemExit(f"{name} died during the kills")
+        if hashing is not None:
+            hashing.stop()
+            wait_until(lambda: not hashing.in_progress(), "the last hash's end")
         # idle: let both settle after the last restart, then watch them do nothing
         time.sleep(args.stable_s + 2)
         watched = {name: psutil.Process(p.pid) for name, p in procs.items()}
@@ -252,6 +324,8 @@ def main() -> None:
         rss = {n: w.memory_info().rss for n, w in watched.items()}
         cpu = {n: 100.0 * (after[n] - before[n]) / elapsed for n in watched}
     finally:
+        if hashing is not None:
+            hashing.stop()
         for p in procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -291,11 +365,16 @@ def main() -> None:
     command = " ".join(["python bench/agent_vs_supervisord.py", *sys.argv[1:]])
     result = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": machine(),
               "command": command, "stable_s": args.stable_s, "idle_s": args.idle_s,
-              **figures, "ratios": ratios}
+              "hash_release_mib": args.hash_release_mib,
+              "hashes_driven": hashing.hashes if hashing else 0, **figures, "ratios": ratios}
+    name = "agent_vs_supervisord_hashing" if hashing else "agent_vs_supervisord"
     if not args.smoke:
-        (out_dir / "agent_vs_supervisord.json").write_text(json.dumps(result, indent=1) + "\n")
+        (out_dir / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"\n{result['date']}, {result['machine']}")
     print(f"`{command}` (stable_s {args.stable_s:g} s, idle {args.idle_s:g} s)\n")
+    if hashing is not None:
+        print(f"each agent kill while it hashed a {args.hash_release_mib} MiB release "
+              f"({hashing.hashes} hashes driven)\n")
     print("| supervisor | kills | restart median | restart p99 | RSS | idle CPU (% of a core) |")
     print("|---|---|---|---|---|---|")
     for sup, row in figures.items():

@@ -20,6 +20,8 @@ from agent.contract import (
     RELEASES,
     RELEASES_STAGED,
     ROOT,
+    RUN,
+    SWITCH_LOCK,
     VENV_PYTHON,
 )
 from facts.box import NodeReadback
@@ -56,14 +58,28 @@ if ! out=$(printf '%s' "$sums" | sha256sum -c --quiet - 2>&1); then
 fi
 """
 
-_POINT = rf"""
+# Under the box's switch lock (the one `agent switch` holds for its whole life), so a deploy's
+# write never interleaves with a switch; `only_if_absent` is decided there, on the pointer as
+# it is then. The digest is written first, so the agent never sees a path without its digest.
+POINT_SCRIPT = rf"""
 set -e
-root=$1 node=$2 sha=$3
+root=$1 node=$2 sha=$3 only_if_absent=$4 wait_s=$5
+mkdir -p "$root/{RUN}"
+exec 9>>"$root/{RUN}/{SWITCH_LOCK}"
+if ! flock -w "$wait_s" 9; then
+  echo "another switch has held {RUN}/{SWITCH_LOCK} for $wait_s s; pointer not written" >&2
+  exit 1
+fi
+if [ "$only_if_absent" = 1 ] && [ -e "$root/{POINTER}" ]; then
+  echo "pointer exists; left alone"
+  exit 0
+fi
 echo "$sha" > "$root/.{POINTER_DIGEST}.new"
 echo "$node" > "$root/.{POINTER}.new"
 mv -f "$root/.{POINTER_DIGEST}.new" "$root/{POINTER_DIGEST}"
 mv -f "$root/.{POINTER}.new" "$root/{POINTER}"
 """
+POINT_LOCK_WAIT_S = 900  # as long as `agent switch` waits for another switch
 
 
 @operation()
@@ -120,8 +136,9 @@ def pointer(node: str, sha256: str, root: str = ROOT, only_if_absent: bool = Fal
     if current == node and state.get("pointer_sha256") == sha256:
         host.noop("pointer is current")
         return
-    yield StringCommand("sh -c", QuoteString(_POINT), "pointer", QuoteString(root),
-                        QuoteString(node), QuoteString(sha256))
+    yield StringCommand("sh -c", QuoteString(POINT_SCRIPT), "pointer", QuoteString(root),
+                        QuoteString(node), QuoteString(sha256),
+                        "1" if only_if_absent else "0", str(POINT_LOCK_WAIT_S))
 
 
 @operation()

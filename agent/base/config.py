@@ -205,13 +205,17 @@ def _programs(t: _Table) -> dict[str, ProgramConfig]:
 
 def _check_template(text: str, allowed: frozenset[str], where: str) -> None:
     try:
-        fields = [f for _, f, spec, conv in string.Formatter().parse(text) if f is not None]
+        fields = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
     except ValueError as e:
         raise usage_error(f"{where}: bad template {text!r}: {e}") from None
     for name in fields:
         if name not in allowed:
             known = ", ".join("{" + p + "}" for p in sorted(allowed))
             raise usage_error(f"{where}: unknown placeholder {{{name}}} (known: {known})")
+    try:  # rendered once with sample values: a bad conversion or format spec fails here
+        text.format_map(dict.fromkeys(allowed, "sample"))
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+        raise usage_error(f"{where}: bad template {text!r}: {e}") from None
 
 
 class _Table:

@@ -6,6 +6,9 @@ import errno
 import json
 import os
 import stat
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +132,26 @@ def _hash_fd(fd: int, size: int) -> str:
     return digest.hexdigest()
 
 
+_CHILD = "import os, sys; os.nice(19); from agent.base.files import _hash_fd; " \
+         "print(_hash_fd(0, int(sys.argv[1])))"
+
+
+def _hash_in_child(fd: int, size: int) -> str:
+    """_hash_fd's digest of the open fd, computed by a child process at the lowest CPU
+    priority. The built-in sha256 holds the GIL while it hashes a block, so a thread hashing
+    beside the agent's loop would hold the loop back at each of its system calls; a thread
+    that waits for a child holds nothing."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(size)], stdin=fd,
+                          capture_output=True, env=env, check=False)
+    out = done.stdout.decode(errors="replace").strip()
+    if done.returncode != 0 or len(out) != 64:
+        why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [out]
+        raise OSError(errno.EIO, f"the hashing process failed ({done.returncode}): {why[0]}")
+    return out
+
+
 def sha256_file(path: Path | str, limit: int | None = None) -> str:
     """sha256 of the regular file at path (OSError otherwise, see open_regular); a program
     file is hashed with limit=MAX_PROGRAM_BYTES."""
@@ -139,6 +162,11 @@ def sha256_file(path: Path | str, limit: int | None = None) -> str:
         os.close(fd)
 
 
+def identity(st: os.stat_result) -> tuple[int, ...]:
+    """What a digest is cached by: device, inode, size, mtime, ctime."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 class DigestCache:
     """sha256 of files, recomputed only when the file's identity (device, inode, size, mtime,
     ctime) changes: a release replaced by rename has another inode, one rewritten in place
@@ -146,28 +174,56 @@ class DigestCache:
     the fstat of the very fd that is hashed, so a swap between a stat and the read cannot pair
     one file's identity with another's content. Keyed by identity, not path, so
     /proc/<pid>/exe (the very file a process runs) shares the entry of its path. The pointer
-    is checked every tick and a node binary may be hundreds of MiB.
+    is checked every tick and a node binary may be hundreds of MiB. Shared between the agent's
+    loop and its digest worker (agent/daemon/digests.py), hence the lock.
     """
 
     LIMIT = 64  # entries kept; the oldest go first
 
     def __init__(self) -> None:
         self._known: dict[tuple[int, ...], str] = {}
+        self._lock = threading.Lock()
+
+    def known(self, st: os.stat_result) -> str | None:
+        """The cached sha256 of the file with this fstat, or None."""
+        with self._lock:
+            return self._known.get(identity(st))
+
+    def _remember(self, st: os.stat_result, value: str) -> None:
+        with self._lock:
+            if len(self._known) >= self.LIMIT:
+                del self._known[next(iter(self._known))]
+            self._known[identity(st)] = value
 
     def sha256(self, path: Path | str) -> str:
         return self.digest(path)[0]
 
     def digest(self, path: Path | str) -> tuple[str, os.stat_result]:
-        """(sha256, the fstat it belongs to) of the regular file at path; OSError otherwise."""
+        """(sha256, the fstat it belongs to) of the regular file at path, hashed here and now
+        when not cached; OSError otherwise."""
         fd, st = open_regular(path, MAX_PROGRAM_BYTES)
         try:
-            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            value = self._known.get(key)
+            value = self.known(st)
             if value is None:
                 value = _hash_fd(fd, st.st_size)
-                if len(self._known) >= self.LIMIT:
-                    del self._known[next(iter(self._known))]
-                self._known[key] = value
+                self._remember(st, value)
         finally:
             os.close(fd)
         return value, st
+
+    def hash_unchanged(self, path: Path | str) -> os.stat_result | None:
+        """Hash the file at path into the cache, unless it is there already. A file whose
+        identity changed while it was hashed is not cached: its fstat after the hash is
+        returned instead (None otherwise). OSError as open_regular."""
+        fd, st = open_regular(path, MAX_PROGRAM_BYTES)
+        try:
+            if self.known(st) is not None:
+                return None
+            value = _hash_in_child(fd, st.st_size)
+            after = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if identity(after) != identity(st):
+            return after
+        self._remember(st, value)
+        return None

@@ -31,7 +31,20 @@ class Journal:
         except OSError:
             pass
         if self.echo:
-            sys.stderr.write(line)
+            self._echo(line)
+
+    def _echo(self, line: str) -> None:
+        """A copy on stderr (--foreground); a closed stderr (EPIPE) ends the echo, never the
+        agent: the log file goes on."""
+        try:
+            os.write(sys.stderr.fileno(), line.encode(errors="replace"))
+        except (OSError, ValueError) as e:
+            self.echo = False
+            note = f"{utc()} stderr closed ({getattr(e, 'strerror', None) or e}); echo off\n"
+            try:
+                os.write(self._fd, note.encode(errors="replace"))
+            except OSError:
+                pass
 
     def close(self) -> None:
         os.close(self._fd)

@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.base.files import DigestCache
 from agent.contract import Layout
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
+PENDING = "being hashed, or waiting for the file to stay unchanged"
 MAX_POINTER_BYTES = 4096  # one path (or one sha256sum line); anything larger is not a pointer
 
 
@@ -39,6 +40,7 @@ class Verdict:
     path: str
     sha256: str | None = None
     reason: str | None = None
+    pending: bool = False  # the file's digest is not known yet: asked again later
 
 
 def pointer_signature(layout: Layout) -> tuple[tuple[int, int, int] | None, ...]:
@@ -92,7 +94,12 @@ def _read_small(path: Path) -> str:
         os.close(fd)
 
 
-def check_pointer(pointer: Pointer, digests: DigestCache) -> Verdict:
+Digest = Callable[[str], tuple[str | None, os.stat_result]]  # (sha256 or None: not known yet)
+
+
+def check_pointer(pointer: Pointer, digest: Digest) -> Verdict:
+    """Whether the pointer can be taken. `digest` is a DigestCache's (hashes at once) or the
+    agent's digest worker's lookup (None while the file is being hashed: a pending verdict)."""
     path = pointer.target
 
     def refuse(reason: str) -> Verdict:
@@ -111,13 +118,16 @@ def check_pointer(pointer: Pointer, digests: DigestCache) -> Verdict:
     if not HEX64.match(pointer.digest_text):
         return refuse(f"standing.node.sha256 holds {pointer.digest_text[:20]!r}, not a sha256")
     try:  # one open: the file checked is the file hashed (a swap in between cannot split them)
-        actual, st = digests.digest(path)
+        actual, st = digest(path)
     except FileNotFoundError:
         return refuse(f"{path} does not exist")
     except OSError as e:
         return refuse(f"{path} cannot be read: {e.strerror or e}")
     if not st.st_mode & 0o111 or not os.access(path, os.X_OK):
         return refuse(f"{path} is not executable")
+    if actual is None:
+        return Verdict(False, path, None, f"{path}: its sha256 is not known yet ({PENDING})",
+                       pending=True)
     if actual != pointer.digest_text:
         return refuse(
             f"{path} has sha256 {actual[:16]}..., standing.node.sha256 says "

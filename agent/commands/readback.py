@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.base import procs
 from agent.base.config import Config
-from agent.base.files import MAX_PROGRAM_BYTES, DigestCache, sha256_file
+from agent.base.files import DigestCache
 from agent.base.identity import instances
 from agent.base.journal import utc, utc_ms
 from agent.base.persist import AgentState
@@ -25,20 +25,24 @@ from agent.contract import NODE, PROGRAMS
 from agent.daemon.probes import ProbeError, http_get_json
 
 
-def process_view(cfg: Config, name: str) -> dict[str, Any] | None:
+def process_view(cfg: Config, name: str, digests: DigestCache | None = None
+                 ) -> dict[str, Any] | None:
     found = instances(cfg, name)
     if not found:
         return None
     info = found[0]
-    path, digest, kind = procs.running_digest(info, DigestCache().digest)
+    path, digest, kind = procs.running_digest(info, (digests or DigestCache()).digest)
     return {"pid": info.pid, "exe_kind": kind, "path": path, "sha256": digest,
             "started_at": utc(time.time() - info.age_s), "started_ts": time.time() - info.age_s,
             "instances": len(found)}
 
 
-def readback(cfg: Config) -> dict[str, Any]:
+def readback(cfg: Config, digests: DigestCache | None = None) -> dict[str, Any]:
+    """What runs now. `digests`: a cache kept across read-backs (`agent switch` polls), so a
+    file is hashed again only when it changed."""
     layout = cfg.layout
-    out: dict[str, Any] = {name: process_view(cfg, name) for name in PROGRAMS
+    digests = digests or DigestCache()
+    out: dict[str, Any] = {name: process_view(cfg, name, digests) for name in PROGRAMS
                            if name in cfg.programs}
     node = out.get(NODE)
     if node is not None:
@@ -60,7 +64,7 @@ def readback(cfg: Config) -> dict[str, Any]:
         except OSError:
             written = None
         try:  # a FIFO or a device there is refused (see files.open_regular), never read
-            target_sha = sha256_file(pointer.target, MAX_PROGRAM_BYTES) if pointer.target else None
+            target_sha = digests.sha256(pointer.target) if pointer.target else None
         except OSError:
             target_sha = None
         out["pointer"] = {"target": pointer.target, "sha256": pointer.digest_text or None,

@@ -61,6 +61,7 @@ def switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: f
 def _switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: float
             ) -> tuple[dict[str, Any], int]:
     layout = cfg.layout
+    digests = DigestCache()  # one for the whole wait: each file hashed once per change
     wanted = {"target": target, "sha256": sha256}
     current = read_pointer(layout)
     previous = ({"target": current.target, "sha256": current.digest_text}
@@ -68,13 +69,13 @@ def _switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: 
 
     def result(outcome: str, reason: str | None) -> tuple[dict[str, Any], int]:
         return ({"outcome": outcome, "reason": reason, "previous": previous, "target": wanted,
-                 "readback": readback(cfg)}, SWITCH_EXIT[outcome])
+                 "readback": readback(cfg, digests)}, SWITCH_EXIT[outcome])
 
     refusal = _check_file(target, sha256)
     if refusal:
         return result("refused", refusal)
     pointed = previous == wanted
-    if pointed and _healthy(cfg, sha256):
+    if pointed and _healthy(cfg, sha256, digests):
         return result("unchanged", None)
     if not pointed:
         if previous is not None:
@@ -82,7 +83,7 @@ def _switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: 
         write_pointer(layout, target, sha256)
         _nudge(cfg)
     deadline = time.monotonic() + deadline_s
-    if _wait_healthy(cfg, sha256, stable_s, deadline):
+    if _wait_healthy(cfg, sha256, stable_s, deadline, digests):
         return result("switched", None)
     why = (f"the node did not run {sha256[:16]} synced for {stable_s:.0f} s within "
            f"{deadline_s:.0f} s")
@@ -96,7 +97,7 @@ def _switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: 
     releases_record.record(layout, wanted, previous)
     write_pointer(layout, previous["target"], previous["sha256"])
     _nudge(cfg)
-    if _wait_running(cfg, previous["sha256"], time.monotonic() + deadline_s):
+    if _wait_running(cfg, previous["sha256"], time.monotonic() + deadline_s, digests):
         return result("reverted", f"{why}; reverted to {previous['sha256'][:16]}")
     return result("failed", f"{why}; the revert to {previous['sha256'][:16]} did not come back "
                   f"within {deadline_s:.0f} s")
@@ -127,16 +128,17 @@ def _check_file(target: str, sha256: str) -> str | None:
     return None
 
 
-def _healthy(cfg: Config, sha256: str) -> bool:
-    node = readback(cfg).get(NODE) or {}
+def _healthy(cfg: Config, sha256: str, digests: DigestCache) -> bool:
+    node = readback(cfg, digests).get(NODE) or {}
     return node.get("sha256") == sha256 and node.get("synced") is True
 
 
-def _wait_healthy(cfg: Config, sha256: str, stable_s: float, deadline: float) -> bool:
+def _wait_healthy(cfg: Config, sha256: str, stable_s: float, deadline: float,
+                  digests: DigestCache) -> bool:
     since: float | None = None
     while time.monotonic() < deadline:
         now = time.monotonic()
-        if _healthy(cfg, sha256):
+        if _healthy(cfg, sha256, digests):
             since = now if since is None else since
             if now - since >= stable_s:
                 return True
@@ -146,9 +148,9 @@ def _wait_healthy(cfg: Config, sha256: str, stable_s: float, deadline: float) ->
     return False
 
 
-def _wait_running(cfg: Config, sha256: str, deadline: float) -> bool:
+def _wait_running(cfg: Config, sha256: str, deadline: float, digests: DigestCache) -> bool:
     while time.monotonic() < deadline:
-        node = readback(cfg).get(NODE) or {}
+        node = readback(cfg, digests).get(NODE) or {}
         if node.get("sha256") == sha256 and node.get("version") is not None:
             return True
         time.sleep(POLL_S)

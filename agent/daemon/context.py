@@ -14,6 +14,7 @@ from agent.base.config import Config
 from agent.base.files import DigestCache
 from agent.base.persist import AgentState
 from agent.contract import Layout
+from agent.daemon.digests import DigestWorker
 from agent.daemon.program import Program
 from agent.daemon.tasks import Task
 
@@ -22,7 +23,8 @@ class Context(Protocol):
     cfg: Config
     layout: Layout
     state: AgentState
-    digests: DigestCache
+    digests: DigestCache  # hashes at once: for what a running process runs
+    hasher: DigestWorker  # hashes off the loop: for the pointer's target and each node start
 
     @property
     def journal(self) -> Callable[[str], None]:

@@ -6,6 +6,10 @@ nor ages a reading. A reading past its limit (the observer stuck, NVML hung) is 
 unknown one before anyone sees it: `healthy: null` and no figures in the status, `-` in the
 RESULT line, no unhealthy restart, no recovery recipe and no pack export decided on it. For
 admission, unknown is a refusal: a guard that cannot tell says no.
+
+Likewise a reading of a program that is not running now, or one taken before its current process
+started, is unknown: a dead miner's status file still reads fresh for a while, but its figures
+are not current (`-` in the RESULT line).
 """
 
 from __future__ import annotations
@@ -45,3 +49,17 @@ def fresh_readings(readings: dict[str, Reading], limit_s: float,
 def unknown(reading: Reading, age: float) -> Reading:
     return Reading(None, f"no fresh reading: the last is {age:.0f} s old", reading.at, None,
                    reading.mono, stale=True)
+
+
+def of_running(readings: dict[str, Reading], started: dict[str, float | None]
+               ) -> dict[str, Reading]:
+    """The readings, each one of a program that is not running (`started`: the monotonic start
+    of its current process, None when it has none) or taken before that start made unknown."""
+    out = {}
+    for name, r in readings.items():
+        since = started.get(name)
+        if not r.stale and (since is None or r.mono < since):  # a stale one is unknown already
+            r = Reading(None, "not running" if since is None else "no reading since its start",
+                        r.at, None, r.mono)
+        out[name] = r
+    return out

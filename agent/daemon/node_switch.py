@@ -3,7 +3,9 @@
 `standing.node` names the node binary, `standing.node.sha256` its digest (see pointer.py). A
 pointer is *applied* once the agent has recorded it durably in its state; only then does the
 switch begin (stop the old node, start the new one), so a failed write never leaves a pointer
-that reads "applied" while the old node runs.
+that reads "applied" while the old node runs. A pointer reads applied only while the recorded
+binary is the pointer's own digest: the same pointer written again after another release was
+adopted (the pointer had gone meanwhile) is applied afresh, and the adopted node is stopped.
 
 Once a pointer is applied, the node binary is pinned to its digest: adoption (after the agent's
 own restart, or a node someone started) never replaces it, and a node running any other digest
@@ -20,12 +22,14 @@ from typing import Any
 
 from agent.base import procs
 from agent.base.persist import NodeBinary
-from agent.base.pointer import check_pointer, pointer_signature, read_pointer
+from agent.base.pointer import PENDING, check_pointer, pointer_signature, read_pointer
 from agent.contract import NODE
 from agent.daemon.context import Context
 from agent.daemon.program import Program
 
 SYNC_WATCH_S = 0.25
+POST_EXEC_WAIT_S = 2.0  # how long a new process's empty command line is waited out
+POST_EXEC_POLL_S = 0.005
 SYNC_WATCH_FOR_S = 120.0  # the fast watch's span after the new node's start; then each tick
 
 
@@ -45,6 +49,18 @@ class NodeSwitch:
             return None
         return binary.sha256
 
+    def no_binary_reason(self) -> str:
+        """Why no node binary is known: no pointer, or one not taken (yet)."""
+        if self.view.get("state") in ("hashing", "refused"):
+            return f"no node binary: the pointer is {self.view['state']}: {self.view['reason']}"
+        return "no node binary: standing.node is absent and no node runs"
+
+    def _pinned_to(self, sha256: str) -> bool:
+        """Whether the recorded node binary is this pointer digest's: a pointer written again
+        after another release was adopted is applied afresh, not trusted by its key."""
+        binary = self.ctx.state.node_binary
+        return binary is not None and binary.source == "pointer" and binary.sha256 == sha256
+
     def sha256_of(self, info: procs.ProcInfo) -> tuple[str | None, str | None]:
         """(program file, its sha256) of a running node, the digest read from what it runs
         (/proc/<pid>/exe, or the script it was started with), never from the path in its
@@ -55,35 +71,56 @@ class NodeSwitch:
     def verify_started(self, node: Program) -> None:
         """Right after a spawn: the process must run the digest it was started for. A file
         swapped between spawn_refusal's check and the exec would otherwise run under the
-        pointer's name; such a node is stopped (and the next start refused by the check)."""
+        pointer's name; such a node is stopped (and the next start refused by the check).
+        Right after an exec /proc/<pid>/cmdline can still read empty: that is waited out
+        (bounded); a process whose program still cannot be read is stopped, never kept."""
         p = node.proc
-        info = procs.identify(p.pid) if p is not None else None
-        if p is None or info is None:
+        if p is None:
+            return
+        readable, actual = self._running_sha256(p.pid, p.start_ticks)
+        if not readable:
             return  # already gone: its exit is booked like any other
-        actual = self.sha256_of(info)[1]
         if actual == p.sha256:
             return
-        if actual is None:  # what it runs cannot be read here: its file was checked before
-            self.ctx.journal(f"node: cannot read what pid {p.pid} runs; checked before the "
-                             "start only")
-            return
-        why = (f"pid {p.pid} runs {(actual or 'an unknown digest')[:16]}, not the node it was "
-               f"started as ({(p.sha256 or '?')[:16]}): its file changed before the exec")
-        p.sha256 = actual
+        if actual is None:
+            why = (f"cannot read what pid {p.pid} runs within {POST_EXEC_WAIT_S:g} s of its "
+                   "start; stopped (never kept unchecked)")
+        else:
+            why = (f"pid {p.pid} runs {actual[:16]}, not the node it was started as "
+                   f"({(p.sha256 or '?')[:16]}): its file changed before the exec")
+            p.sha256 = actual
         self.ctx.journal(f"node: {why}")
         node.begin_stop(self.ctx.cfg.grace(node.cfg), why, as_crash=True)
+
+    def _running_sha256(self, pid: int, start_ticks: int) -> tuple[bool, str | None]:
+        """(alive, sha256 of what it runs or None) for a process just spawned, waiting up to
+        POST_EXEC_WAIT_S while its command line still reads empty."""
+        deadline = time.monotonic() + POST_EXEC_WAIT_S
+        while True:
+            info = procs.identify(pid)
+            if info is None or info.start_ticks != start_ticks:
+                if not procs.is_same(pid, start_ticks):
+                    return False, None
+            elif info.argv:
+                return True, self.sha256_of(info)[1]
+            if time.monotonic() >= deadline:
+                return True, None
+            time.sleep(POST_EXEC_POLL_S)
 
     def spawn_refusal(self) -> str | None:
         """Why the node binary must not be started now, or None: before every start, its
         digest (cached by inode, size, mtime and ctime) must still be the recorded one, so a release
-        replaced in place is never run under the pointer's name."""
+        replaced in place is never run under the pointer's name. The digest comes from the
+        digest worker: while it is not known, the node waits."""
         binary = self.ctx.state.node_binary
         if binary is None:
             return "no node binary: standing.node is absent and no node runs"
         try:
-            actual = self.ctx.digests.sha256(binary.path)
+            actual, _ = self.ctx.hasher.lookup(binary.path)
         except OSError as e:
             return f"{binary.path} cannot be read: {e.strerror or e}"
+        if actual is None:  # never started on a digest not known
+            return f"{binary.path}: its sha256 is not known yet ({PENDING}); not starting it yet"
         if actual != binary.sha256:
             return (f"{binary.path} has sha256 {actual[:16]}, not the {binary.source} "
                     f"{binary.sha16} (changed in place?); not starting it")
@@ -131,7 +168,7 @@ class NodeSwitch:
 
     def _take_pointer(self) -> None:
         seen = pointer_signature(self.ctx.layout)
-        if seen == self._seen and self.view.get("state") not in ("refused", "pending"):
+        if seen == self._seen and self.view.get("state") not in ("refused", "pending", "hashing"):
             return  # unchanged since the last look, which applied it or found it absent
         self._seen = seen
         pointer = read_pointer(self.ctx.layout)
@@ -139,10 +176,15 @@ class NodeSwitch:
         if pointer is None:
             self.view = {"state": "absent", "path": None, "reason": None}
             return
-        if pointer.key == state.pointer_applied and state.node_binary is not None:
+        if pointer.key == state.pointer_applied and self._pinned_to(pointer.digest_text):
             self.view = {"state": "applied", "path": pointer.target, "reason": None}
             return
-        verdict = check_pointer(pointer, self.ctx.digests)
+        verdict = check_pointer(pointer, self.ctx.hasher.lookup)
+        if verdict.pending:  # looked at again every tick; the node keeps what it runs
+            if self.view.get("reason") != verdict.reason:
+                self.ctx.journal(f"pointer: {verdict.reason}; the node keeps running")
+            self.view = {"state": "hashing", "path": pointer.target, "reason": verdict.reason}
+            return
         if not verdict.ok:
             if self.view.get("reason") != verdict.reason:
                 self.ctx.journal(f"pointer refused: {verdict.reason}; the node keeps running")

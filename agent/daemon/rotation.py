@@ -1,9 +1,11 @@
 """Size-based log rotation, copy-truncate style.
 
 Programs keep their log file descriptors (opened O_APPEND), so the file cannot be renamed away
-under them: its content is copied to <log>.1 (older copies shift to .2 ... .keep) and the file
-is truncated in place; the next append lands at offset 0. Lines written between the copy and
-the truncate are lost, the usual price of copy-truncate.
+under them: its tail, at most max_bytes from the first whole line on, is copied to <log>.1
+(older copies shift to .2 ... .keep) and the file is truncated in place; the next append lands
+at offset 0. So a rotation reads and needs free disk for max_bytes at most, however far the log
+grew past it between two reconciles. Lines before the tail, and lines written between the copy
+and the truncate, are lost: the usual price of copy-truncate.
 
 A failed copy (a full disk) never leaves its temporary file behind, and the log is truncated
 anyway: on a full disk an untruncated log keeps growing and a leftover copy takes the space
@@ -27,7 +29,7 @@ def rotate_if_big(path: Path, max_bytes: int, keep: int) -> bool:
         return False
     tmp = path.with_name(f".{path.name}.1.tmp")
     try:
-        _copy(path, tmp, size)
+        _copy_tail(path, tmp, size, max_bytes)
         _shift(path, keep)
         os.replace(tmp, path.with_name(f"{path.name}.1"))
     finally:
@@ -36,9 +38,18 @@ def rotate_if_big(path: Path, max_bytes: int, keep: int) -> bool:
     return True
 
 
-def _copy(path: Path, tmp: Path, size: int) -> None:
+def _copy_tail(path: Path, tmp: Path, size: int, max_bytes: int) -> None:
+    """The last max_bytes of the log's first `size` bytes, from the first whole line on
+    (from the cut itself when the tail holds no line end)."""
+    start = max(0, size - max_bytes)
     with open(path, "rb") as src, open(tmp, "wb") as dst:
-        remaining = size
+        if start:
+            src.seek(start - 1)
+            head = src.read(min(size - start + 1, 1 << 16))
+            cut = head.find(b"\n")
+            start += cut if 0 <= cut < len(head) - 1 else 0
+            src.seek(start)
+        remaining = size - start
         while remaining > 0:
             block = src.read(min(remaining, 1 << 20))
             if not block:

@@ -10,7 +10,7 @@ Each tick (tick_s) writes the heartbeat and status.json, follows the standing po
 (node_switch.py), runs the exec-snapshot recovery (recovery.py) and the miner's pack export
 (pack.py) when due, and appends the RESULT line when due. Each reconcile (reconcile_s) checks
 every process again from scratch, stops duplicates, adopts programs someone else started and
-rotates logs. The observer thread (observer.py) probes the programs and re-checks admission.
+rotates logs. The observer (observer.py) probes each program in a worker thread of its own.
 
 Writes that fail (a full disk, an unwritable run/) never stop supervision: they are reported
 in the status's `storage` and the RESULT line, and whatever depends on a durable record (a
@@ -50,7 +50,13 @@ from agent.base.template import render_argv, render_env, render_text
 from agent.contract import MINER, NODE
 from agent.daemon import status
 from agent.daemon.backoff import Backoff
-from agent.daemon.freshness import admission_limit_s, fresh_readings, reading_limit_s
+from agent.daemon.digests import DigestWorker
+from agent.daemon.freshness import (
+    admission_limit_s,
+    fresh_readings,
+    of_running,
+    reading_limit_s,
+)
 from agent.daemon.health import restart_unhealthy
 from agent.daemon.node_switch import SYNC_WATCH_S, NodeSwitch
 from agent.daemon.nvmlcheck import AdmissionChecks
@@ -78,6 +84,7 @@ class Supervisor:
         if raw is None and self.layout.state.exists():
             self._dropped = ["the whole file (unreadable, not JSON, or over 16 MiB)"]
         self.digests = DigestCache()
+        self.hasher = DigestWorker(self.digests, self._digest_done)
         backoff = Backoff(cfg.backoff_base_s, cfg.backoff_cap_s, cfg.backoff_jitter)
         self.programs = {
             name: Program(p, self.layout, backoff, cfg.degraded_after, journal)
@@ -94,6 +101,7 @@ class Supervisor:
         self._nvml_hung_told = False
         self.observer: Observer | None = None
         self.observer_restarts = 0
+        self._hung_probes: set[str] = set()  # programs whose probe is stuck, told once
         self.started_at = time.time()
         self.started_mono = time.monotonic()
         self._step_errors: dict[str, str] = {}  # a failing step's last error, told once
@@ -104,7 +112,7 @@ class Supervisor:
         self.storage = Storage(journal)  # writes that fail (a full disk), reported
         self._logs: list[Path] = []
         self.selector = selectors.DefaultSelector()
-        self._wakeup_r = -1
+        self._wakeup_r = self._wakeup_w = -1
         now = time.monotonic()
         self.next_tick = now
         self.next_reconcile = now + cfg.reconcile_s
@@ -168,6 +176,11 @@ class Supervisor:
         self._reap()
         self._poll_without_pidfd()
         now = time.monotonic()
+        if self.hasher.done.is_set() or self.hasher.take_settled(now):
+            # a digest known, or a file settled: follow the pointer now, not a tick later, and
+            # the node's start waits no longer either (the step just below)
+            self.hasher.done.clear()
+            self._guard("pointer", self._follow_pointer)
         self._check_strays(now)
         self._check_tasks(now)
         self._step(now)
@@ -227,7 +240,7 @@ class Supervisor:
         r, w = os.pipe()
         os.set_blocking(r, False)
         os.set_blocking(w, False)
-        self._wakeup_r = r
+        self._wakeup_r, self._wakeup_w = r, w
         signal.set_wakeup_fd(w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, lambda *_: self._request("leave"))
@@ -236,6 +249,14 @@ class Supervisor:
         signal.signal(signal.SIGUSR2, lambda *_: self._tick_now())  # `agent switch` pointed
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.selector.register(r, selectors.EVENT_READ, ("wakeup", None))
+
+    def _digest_done(self) -> None:
+        """Called by the digest worker's thread: wake the loop (its select) now."""
+        if self._wakeup_w >= 0:
+            try:
+                os.write(self._wakeup_w, b"d")
+            except OSError:
+                pass  # the pipe is full: the loop is awake already
 
     def _tick_now(self) -> None:
         """Look at the pointer (and everything else a tick does) now, not at the next tick."""
@@ -285,7 +306,7 @@ class Supervisor:
         if prog.cfg.needs_gpu and not self.admission.admitted:
             return False, f"admission refused: {self.admission.reason}"
         if prog.name == NODE and self.state.node_binary is None:
-            return False, "no node binary: standing.node is absent and no node runs"
+            return False, self.switch.no_binary_reason()
         return True, None
 
     def _may_stay(self, prog: Program) -> bool:
@@ -468,6 +489,9 @@ class Supervisor:
             wake.append(now + STRAY_POLL_S)
         if self.switch.awaiting_sync():
             wake.append(now + SYNC_WATCH_S)
+        settles = self.hasher.settles_at()
+        if settles is not None:
+            wake.append(settles)
         return min(wake)
 
     # ================================================================== tasks
@@ -589,11 +613,9 @@ class Supervisor:
         """Each step on its own guard: one failing never silences the heartbeat, the status
         or the RESULT line."""
         self.ticks += 1
-        node = self.programs.get(NODE)
-        grace = self.cfg.grace(node.cfg) if node else self.cfg.stop_grace_s
         self._guard("observer", self._keep_observer)
         self._guard("admission", self._take_admission)
-        self._guard("pointer", lambda: self.switch.follow(grace))
+        self._guard("pointer", self._follow_pointer)
         self._guard("health", lambda: restart_unhealthy(self.cfg, self.programs.values(),
                                                         self.readings()))
         self._guard("switch timeline", self._watch_switch)
@@ -605,6 +627,10 @@ class Supervisor:
         self._current = None
         self._guard("status", self._write_status)
         self._guard("RESULT line", self._maybe_result)
+
+    def _follow_pointer(self) -> None:
+        node = self.programs.get(NODE)
+        self.switch.follow(self.cfg.grace(node.cfg) if node else self.cfg.stop_grace_s)
 
     def _take_admission(self) -> None:
         admission = self._fresh_admission()
@@ -664,22 +690,23 @@ class Supervisor:
         self.observer.start()
 
     def _keep_observer(self) -> None:
-        """A dead observer, or one whose last round is stale (stuck where no probe deadline
-        reaches), would freeze the readings: start a new one (a stuck thread is abandoned)."""
+        """A probe worker whose thread ended is started again. One stuck where no probe
+        deadline reaches is told, never replaced (its reading turns unknown by freshness, the
+        other probes go on): the threads stay bounded at one per program."""
         obs = self.observer
         if obs is None or self.mode is not None:
             return
-        age = time.monotonic() - obs.round_mono
-        if obs.is_alive() and age <= reading_limit_s(self.cfg):
-            return
-        if obs.is_alive():
-            obs.stop()
-            why = f"no round for {age:.0f} s (stuck)"
-        else:
-            why = f"thread ended ({obs.last_error or 'no error'})"
-        self.observer_restarts += 1
-        self.journal(f"observer: {why}; restarting it (restart {self.observer_restarts})")
-        self._start_observer()
+        for name, why in obs.revive(self.values):
+            self.observer_restarts += 1
+            self.journal(f"observer: the probe thread of {name} ended ({why}); restarting it "
+                         f"(restart {self.observer_restarts})")
+        hung = obs.hung(reading_limit_s(self.cfg))
+        for name in sorted(hung.keys() - self._hung_probes):
+            self.journal(f"observer: the probe of {name} has not returned for {hung[name]:.0f} s "
+                         "(hung?); its reading is unknown, the other probes go on")
+        for name in sorted(self._hung_probes - hung.keys()):
+            self.journal(f"observer: the probe of {name} returned")
+        self._hung_probes = set(hung)
 
     def _fresh_admission(self) -> Admission:
         """NVML's latest verdict, or a refusal when it is too old to trust (NVML hung): a
@@ -717,16 +744,26 @@ class Supervisor:
                                      node.proc.sha256)
 
     def readings(self) -> dict[str, Reading]:
-        """The observer's readings, each one past the freshness limit made unknown."""
+        """The observer's readings, each one past the freshness limit, or of a program that
+        is not running now, made unknown."""
         if self.observer is None:
             return {}
-        return fresh_readings(self.observer.readings, reading_limit_s(self.cfg))
+        started = {name: p.proc.started_mono if p.state == "running" and p.proc else None
+                   for name, p in self.programs.items()}
+        return of_running(fresh_readings(self.observer.readings, reading_limit_s(self.cfg)),
+                          started)
 
     def observer_view(self) -> dict[str, Any]:
         obs = self.observer
         return {"alive": bool(obs and obs.is_alive()), "restarts": self.observer_restarts,
                 "last_error": obs.last_error if obs else None,
-                "round_at": obs.round_at if obs else None}
+                "round_at": obs.round_at if obs else None, "hung": sorted(self._hung_probes)}
+
+    def digests_view(self) -> dict[str, Any]:
+        busy = self.hasher.hashing()
+        return {"hashing": busy[0] if busy else None,
+                "for_s": round(busy[1], 1) if busy else None,
+                "restarts": self.hasher.restarts, "last_error": self.hasher.last_error}
 
     def pointer_view(self) -> dict[str, Any]:
         return dict(self.switch.view)

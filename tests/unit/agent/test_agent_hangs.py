@@ -6,6 +6,9 @@ $SANDBOX_NVML_HANG exists."""
 
 from __future__ import annotations
 
+import os
+import signal
+
 from agentbox import Box, wait_for
 
 
@@ -79,3 +82,39 @@ def test_a_node_rpc_that_drips_is_cut_off_at_the_probe_deadline(box: Box) -> Non
     assert box.status()["programs"]["node"]["healthy"] is False
     drip.unlink()
     wait_for(lambda: box.status()["node"]["rpc"], "good readings again", timeout=15)
+
+
+def threads_of(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def test_a_hung_nvml_refuses_only_gpu_work_and_leaks_no_thread(box: Box) -> None:
+    path, sha = box.release("v1")
+    box.point(path, sha)
+    box.configure()
+    box.env_extra["SANDBOX_NVML_HANG"] = str(box.tmp / "nvml-hang")
+    agent = box.start_agent()
+    for name in ("node", "miner", "prover"):
+        wait_for(lambda n=name: box.pid_of(n), f"{name} running")
+    (box.tmp / "nvml-hang").write_text("")
+    wait_for(lambda: "has not answered (hung?)" in box.journal(), "an NVML check hung")
+    threads = threads_of(agent.pid)
+    reconciles = box.ticks() + 15  # 3 s: three reconciles, each of which would check NVML
+    # the node (no GPU) is supervised as usual: restarted after a SIGKILL, probed
+    old = box.pid_of("node")
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: box.pid_of("node") not in (None, old), "the node restarted")
+    box.set_node_state(blocks=777)
+    wait_for(lambda: (box.status()["node"]["rpc"] or {}).get("blocks") == 777,
+             "the restarted node probed while NVML hangs")
+    wait_for(lambda: box.ticks() >= reconciles, "three more reconciles")
+    assert threads_of(agent.pid) == threads  # the hung check is not joined by another
+    for name in ("miner", "prover"):  # the GPU verdict ages into a refusal
+        wait_for(lambda n=name: not box.running(n), f"{name} stopped", timeout=40)
+    assert "not checked for" in box.status()["admission"]["reason"]
+    assert threads_of(agent.pid) == threads
+    (box.tmp / "nvml-hang").unlink()
+    for name in ("miner", "prover"):
+        wait_for(lambda n=name: box.pid_of(n), f"{name} running again")
+    wait_for(lambda: threads_of(agent.pid) <= threads, "the check's thread ended")

@@ -131,7 +131,7 @@ def test_a_dead_observer_is_restarted_and_reported(tmp_path: Path) -> None:
     sup._keep_observer()
     view = sup.observer_view()
     assert view["alive"] is True and view["restarts"] == 1
-    assert "observer: thread ended" in cfg.layout.agent_log.read_text()
+    assert "observer: the probe thread of node ended" in cfg.layout.agent_log.read_text()
     sup.observer.stop()
 
 

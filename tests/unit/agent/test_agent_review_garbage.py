@@ -28,7 +28,7 @@ def test_a_nul_byte_in_the_recorded_node_path_is_dropped() -> None:
 
 
 def test_a_nul_byte_in_the_pointer_is_refused() -> None:
-    verdict = check_pointer(Pointer("/a\x00b", "0" * 64), DigestCache())
+    verdict = check_pointer(Pointer("/a\x00b", "0" * 64), DigestCache().digest)
     assert not verdict.ok and "NUL" in (verdict.reason or "")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.daemon import rotation
-from agent.daemon.rotation import rotate_logs
+from agent.daemon.rotation import rotate_if_big, rotate_logs
 
 
 def test_a_failed_rotation_removes_its_copy_and_truncates_the_log(
@@ -35,11 +35,22 @@ def test_a_copy_that_fails_midway_leaves_nothing_either(
     log = tmp_path / "miner.log"
     log.write_bytes(b"y" * 5000)
 
-    def half(path: Path, tmp: Path, size: int) -> None:
+    def half(path: Path, tmp: Path, size: int, max_bytes: int) -> None:
         tmp.write_bytes(b"y" * 100)
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(rotation, "_copy", half, raising=False)
+    monkeypatch.setattr(rotation, "_copy_tail", half)
     rotate_logs([log], 1000, 3, lambda _: None)
     assert [p.name for p in tmp_path.iterdir()] == ["miner.log"]
     assert os.path.getsize(log) == 0
+
+
+def test_rotation_keeps_only_the_tail_within_log_max_bytes(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    lines = [f"line {i:06d} ".encode() + b"x" * 50 + b"\n" for i in range(20000)]
+    log.write_bytes(b"".join(lines))  # about 1.2 MB, twelve times the limit
+    assert rotate_if_big(log, 100_000, keep=2)
+    kept = (tmp_path / "big.log.1").read_bytes()
+    assert 0 < len(kept) <= 100_000
+    assert b"".join(lines).endswith(kept) and kept.startswith(b"line ")  # whole lines, the last
+    assert log.stat().st_size == 0
