@@ -1,5 +1,16 @@
 """A step's kill domain: everything a step of a job starts dies when the step ends.
 
+Where the box has a writable cgroup v2 and the agent may create a cgroup in it, the step's
+domain is a new cgroup (agent.job.cgroup), `fleet-job-<job>-<step>-<pid>` below the agent's own:
+every process of the job's code the step starts (a gate, the run's command) joins it before it
+execs, and nothing it does (setsid, a double fork, a cleared environment) takes it or what it
+starts out. When a gate or the step ends, the cgroup is killed and waited until empty, counted,
+and at the step's end removed; its path is recorded in the state (`cgroups`) before it is made,
+so that whoever finds the step dead kills and removes it too. A cgroup that cannot be emptied
+or removed fails the step: it is not clean, and the job goes no further. Without such a
+cgroup (no cgroup v2, a read-only one as in most containers, or a refusal), the domain is the
+subreaper below, and the step's record says which it had (`domain: cgroup|subreaper`).
+
 Each step (`job admit|fetch|scan|gate`, and the runner of `job run`) makes its own process a
 child subreaper before it starts anything: a descendant that leaves its process group or its
 session (`setsid`) is still reparented to the step when its parent exits, never to PID 1. When
@@ -19,16 +30,21 @@ that clears its own environment escapes this second net, not the first.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import psutil
 
 from agent.base import procs
 from agent.base.detach import become_subreaper
+from agent.job import cgroup
 
 KIND = "subreaper"
+CGROUP = "cgroup"
+UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 MARK = "FLEET_JOB_DOMAIN"
 ROUNDS = 20  # a killed process's own orphans come to us next: collect again, this many times
 REAP_S = 5.0
@@ -44,6 +60,74 @@ def enter() -> str:
         raise DomainError("cannot become a child subreaper (prctl PR_SET_CHILD_SUBREAPER "
                           "failed): what the job's code starts could not be ended")
     return KIND
+
+
+class Domain:
+    """Where one step's job code runs: its cgroup (a path in the hierarchy), or None for the
+    step's subreaper alone."""
+
+    def __init__(self, rel: str | None) -> None:
+        self.cgroup = rel
+        self.kind = KIND if rel is None else CGROUP
+
+    def preexec(self) -> Callable[[], None] | None:
+        """For the child that execs the job's code: join the cgroup first (a child that cannot
+        never execs, and its Popen fails)."""
+        rel = self.cgroup
+        return None if rel is None else (lambda: cgroup.join(rel))
+
+    def clear(self, keep: set[int] | None = None) -> int:
+        """Kill everything of the job's code in the domain now; how many. DomainError when the
+        cgroup cannot be emptied."""
+        killed = 0
+        if self.cgroup is not None:
+            try:
+                killed += cgroup.kill(self.cgroup)
+            except cgroup.CgroupError as e:
+                raise DomainError(str(e)) from None
+        return killed + kill_descendants(keep)  # and reap: the subreaper inherited them
+
+    def close(self, state: dict[str, Any]) -> int:
+        """clear(), then remove the cgroup (and forget it in `state["cgroups"]`)."""
+        killed = self.clear()
+        if self.cgroup is not None:
+            try:
+                cgroup.remove(self.cgroup)
+            except cgroup.CgroupError as e:
+                raise DomainError(str(e)) from None
+            state["cgroups"] = [c for c in state.get("cgroups") or [] if c != self.cgroup]
+        return killed
+
+
+def open_domain(job_name: str, step: str, state: dict[str, Any],
+                save: Callable[[], None]) -> Domain:
+    """The step's domain: this process a subreaper (always), and a new cgroup where the box
+    can give one, recorded in `state["cgroups"]` (saved) before it is made."""
+    enter()
+    name = UNSAFE.sub("_", f"{cgroup.PREFIX}{job_name}-{step}")[:200] + f"-{os.getpid()}"
+    rel = cgroup.planned(name)
+    if rel is None:
+        return Domain(None)
+    state["cgroups"] = [*(state.get("cgroups") or []), rel]
+    save()
+    return Domain(rel if cgroup.create(rel) else None)
+
+
+def kill_cgroups(state: dict[str, Any]) -> tuple[int, str | None]:
+    """Kill and remove every job cgroup the state records (a dead step's); (how many killed,
+    the first that could not be emptied or removed, or None)."""
+    killed, problem, left = 0, None, []
+    for rel in state.get("cgroups") or []:
+        if not cgroup.valid(rel):
+            continue
+        try:
+            killed += cgroup.kill(rel)
+            cgroup.remove(rel)
+        except cgroup.CgroupError as e:
+            problem = problem or str(e)
+            left.append(rel)
+    state["cgroups"] = left
+    return killed, problem
 
 
 def kill_descendants(keep: set[int] | None = None) -> int:

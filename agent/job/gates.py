@@ -47,7 +47,7 @@ ITEM = re.compile(r"(\d+) ([a-z]+)")
 LOOSE = re.compile(r"(\d+) (failed|errors?)\b")
 
 
-def run_gates(job: Job, state: dict[str, Any]) -> str | None:
+def run_gates(job: Job, state: dict[str, Any], dom: domain.Domain) -> str | None:
     """Run the gates, appending one record each to `state["gates"]`; the first failure's
     reason, or None when every gate passed (or a stop was asked for: the caller looks)."""
     folder = job.dir / "gates"
@@ -58,14 +58,15 @@ def run_gates(job: Job, state: dict[str, Any]) -> str | None:
         if stop_requested(job):
             return None
         log = folder / f"{i:02d}-{UNSAFE.sub('_', gate.name)[:60]}.log"
-        record = run_gate(job, gate, log, state)
+        record = run_gate(job, gate, log, state, dom)
         records.append(record)
         if not record["ok"]:
             return None if stop_requested(job) else _why(record)
     return None
 
 
-def run_gate(job: Job, gate: Gate, log: Any, state: dict[str, Any]) -> dict[str, Any]:
+def run_gate(job: Job, gate: Gate, log: Any, state: dict[str, Any],
+             dom: domain.Domain) -> dict[str, Any]:
     started = time.monotonic()
     timed_out = False
     with open(log, "wb") as out:
@@ -73,10 +74,12 @@ def run_gate(job: Job, gate: Gate, log: Any, state: dict[str, Any]) -> dict[str,
             child = subprocess.Popen([*SHELL, gate.command], cwd=job.work,
                                      env=domain.environment(state["mark"]),
                                      stdin=subprocess.DEVNULL, stdout=out,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        except OSError as e:
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=dom.preexec())
+        except (OSError, subprocess.SubprocessError) as e:
             return {**_record(gate, None, started, False, None, log, job,
-                              f"cannot start {SHELL[0]}: {e.strerror or e}"), "killed": 0}
+                              f"cannot start {SHELL[0]} in the step's domain: {e}"),
+                    "killed": 0}
     ticks = procs.start_ticks_of(child.pid)
     state["gating"] = {"gate": gate.name, "started_at": now(), "pid": child.pid,
                        "start_ticks": ticks if ticks is not None else -1,
@@ -92,9 +95,12 @@ def run_gate(job: Job, gate: Gate, log: Any, state: dict[str, Any]) -> dict[str,
             procs.signal_program(child.pid, child.pid, signal.SIGKILL)
             code = child.wait()
     finally:
-        killed = domain.kill_descendants()  # what the gate left behind, in any session
         state["gating"] = None
-    return {**_record(gate, code, started, timed_out, summary_of(log), log, job, None),
+        try:
+            killed, problem = dom.clear(), None  # what the gate left behind, in any session
+        except domain.DomainError as e:
+            killed, problem = 0, f"what it started could not be ended: {e}"
+    return {**_record(gate, code, started, timed_out, summary_of(log), log, job, problem),
             "killed": killed}
 
 

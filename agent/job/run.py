@@ -210,29 +210,57 @@ def runner_main(jobdir: Path) -> int:
             return 0
         job.outputs_dir.mkdir(parents=True, exist_ok=True)  # the command writes its outputs here
         print(f"--- {utc()} job {job.name}: {job.command}", flush=True)
-        child = subprocess.Popen(["/bin/sh", "-c", job.command], cwd=job.work,
-                                 stdin=subprocess.DEVNULL, process_group=0)
+        dom = domain.open_domain(job.name, "run", state, lambda: save_state(job, state))
+        state["steps"] = {**(state.get("steps") or {}),
+                          "run": {"domain": dom.kind, "cgroup": dom.cgroup, "clean": None}}
+        try:
+            child = subprocess.Popen(["/bin/sh", "-c", job.command], cwd=job.work,
+                                     stdin=subprocess.DEVNULL, process_group=0,
+                                     preexec_fn=dom.preexec())
+        except (OSError, subprocess.SubprocessError) as e:
+            _close_quietly(dom, state)
+            interrupt(job, state, f"the command could not be started: {e}")
+            return 1
         ticks = procs.start_ticks_of(child.pid)
         state["process"] = {"pid": child.pid, "start_ticks": ticks if ticks is not None else -1,
                             "boot_id": procs.boot_id(), "pgid": child.pid}
         try:
             save_state(job, state)
         except AgentError:
-            domain.kill_descendants()  # never leave a command running that the state does not name
+            _close_quietly(dom, state)  # never leave a command running the state does not name
             raise
     started_at = float(state["started_at"] or time.time())
     code, timed_out = _supervise(child, started_at + job.ttl_s)
-    killed = domain.kill_descendants()
-    print(f"--- {utc()} exit {code}" + (" (killed at the job's ttl)" if timed_out else ""),
-          flush=True)
     with locked(job):
         state = load_state(job)
-        state.update(phase=FINISHED if code == 0 and not timed_out else FAILED,
+        record = (state.get("steps") or {}).get("run") or {}
+        try:
+            killed, problem = dom.close(state), None
+        except domain.DomainError as e:
+            killed, problem = 0, f"what the command started could not be ended: {e}"
+        record.update(clean=problem is None, killed=killed, **({"problem": problem}
+                                                                if problem else {}))
+        state["steps"] = {**(state.get("steps") or {}), "run": record}
+        print(f"--- {utc()} exit {code}" + (" (killed at the job's ttl)" if timed_out else "")
+              + (f" ({problem})" if problem else ""), flush=True)
+        state.update(phase=FINISHED if code == 0 and not timed_out and problem is None
+                     else FAILED,
                      exit_code=code, finished_at=now(), timed_out=timed_out, killed=killed,
                      stopped=stopped_marker(job, RUNNING))
+        if problem:
+            state["domain_problem"] = problem
         save_state(job, state)
         write_outcome(job, state)
     return 0
+
+
+def _close_quietly(dom: domain.Domain, state: dict[str, Any]) -> None:
+    """End the domain on a path that already fails; what cannot be ended is left to the strays
+    sweep (its cgroup stays recorded)."""
+    try:
+        dom.close(state)
+    except domain.DomainError as e:
+        state["domain_problem"] = str(e)
 
 
 def _supervise(child: subprocess.Popen[bytes], deadline: float) -> tuple[int, bool]:

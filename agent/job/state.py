@@ -48,7 +48,7 @@ def fresh_state(job: Job) -> dict[str, Any]:
             "toolchain": None, "scan": None, "gates": None, "invocations": 0, "exit_code": None,
             "started_at": None, "finished_at": None, "timed_out": False, "interrupted": None,
             "runner": None, "process": None, "gating": None, "stopped": None,
-            "steps": {}, "step": None, "killed": None, "strays": 0,
+            "steps": {}, "step": None, "killed": None, "strays": 0, "cgroups": [],
             "mark": domain.new_mark()}
 
 
@@ -204,10 +204,16 @@ def _epoch(value: Any) -> float | None:
     return None
 
 
-def kill_strays(state: dict[str, Any]) -> None:
-    """Kill what a dead step or runner of this job left behind (agent.job.domain's mark), and
-    count it in `strays`."""
-    state["strays"] = int(state.get("strays") or 0) + domain.kill_marked(str(state.get("mark")))
+def kill_strays(state: dict[str, Any]) -> str | None:
+    """Kill what a dead step or runner of this job left behind (the cgroups it recorded, and
+    agent.job.domain's mark), counted in `strays`; what could not be ended (also recorded as
+    `domain_problem`), or None."""
+    killed, problem = domain.kill_cgroups(state)
+    killed += domain.kill_marked(str(state.get("mark")))
+    state["strays"] = int(state.get("strays") or 0) + killed
+    if problem is not None:
+        state["domain_problem"] = problem
+    return problem
 
 
 def refuse(job: Job, state: dict[str, Any], step: str, reason: str) -> None:

@@ -107,26 +107,37 @@ def _step(step: str, job: Job, wait: bool, grace: float) -> tuple[dict[str, Any]
 
 def _in_domain(step: str, job: Job, state: dict[str, Any]) -> None:
     """The step in its own kill domain (agent.job.domain): whatever it started is dead when it
-    returns, and `steps.<step>` records the domain, its start and end, and how many it killed."""
+    returns, and `steps.<step>` records the domain, its start and end, how many it killed, and
+    whether it ended clean (a domain that could not be emptied refuses the job)."""
+    problem = kill_strays(state)  # what an earlier step that died left behind
+    if problem is not None:
+        raise Refused(f"what an earlier step left cannot be ended: {problem}")
     try:
-        kind = domain.enter()
+        dom = domain.open_domain(job.name, step, state, lambda: save_state(job, state))
     except domain.DomainError as e:
         raise Refused(str(e)) from None
-    kill_strays(state)  # what an earlier step that died left behind
     started = now()
-    record: dict[str, Any] = {"domain": kind, "started_at": started, "ended_at": None,
-                              "killed": 0}
+    record: dict[str, Any] = {"domain": dom.kind, "cgroup": dom.cgroup, "started_at": started,
+                              "ended_at": None, "killed": 0, "clean": None}
     state["steps"] = {**(state.get("steps") or {}), step: record}
     state["step"] = {"name": step, "started_at": started, "pid": os.getpid(),
                      "start_ticks": procs.start_ticks_of(os.getpid()) or -1,
                      "boot_id": procs.boot_id()}
     save_state(job, state)  # `job state` tells this step's deadline from its start
+    ended = False
     try:
-        _STEPS[step](job, state)
+        _STEPS[step](job, state, dom)
+        ended = True
     finally:
-        record["killed"] += domain.kill_descendants()
         record["ended_at"] = now()
         state["step"] = None
+        try:
+            record["killed"] += dom.close(state)
+            record["clean"] = True
+        except domain.DomainError as e:
+            record.update(clean=False, problem=str(e))
+            if ended:  # a refusal already raised stands; either way the job goes no further
+                raise Refused(f"the step's kill domain did not end clean: {e}") from None
 
 
 def _refused_status(state: dict[str, Any], code: int) -> int:
@@ -145,7 +156,7 @@ def _missing(phase: str) -> str:
     return "nothing"
 
 
-def _fetch_step(job: Job, state: dict[str, Any]) -> None:
+def _fetch_step(job: Job, state: dict[str, Any], dom: domain.Domain) -> None:
     from agent.job.fetch import fetch
 
     try:
@@ -154,7 +165,7 @@ def _fetch_step(job: Job, state: dict[str, Any]) -> None:
         drop_token(job)  # fetch consumes the token: nothing after it may read it
 
 
-def _scan_step(job: Job, state: dict[str, Any]) -> None:
+def _scan_step(job: Job, state: dict[str, Any], dom: domain.Domain) -> None:
     from agent.job.scan import ScanRefused, scan_job
 
     try:
@@ -164,14 +175,18 @@ def _scan_step(job: Job, state: dict[str, Any]) -> None:
         raise Refused(e.reason) from None
 
 
-def _gate_step(job: Job, state: dict[str, Any]) -> None:
+def _gate_step(job: Job, state: dict[str, Any], dom: domain.Domain) -> None:
     from agent.job.gates import run_gates
 
     drop_token(job)  # a gate is the job's own code
     state["gates"] = []
-    failure = run_gates(job, state)
+    failure = run_gates(job, state, dom)
     if failure:
         raise Refused(failure)
 
 
-_STEPS = {"admit": admit, "fetch": _fetch_step, "scan": _scan_step, "gate": _gate_step}
+def _admit_step(job: Job, state: dict[str, Any], dom: domain.Domain) -> None:
+    admit(job, state)
+
+
+_STEPS = {"admit": _admit_step, "fetch": _fetch_step, "scan": _scan_step, "gate": _gate_step}

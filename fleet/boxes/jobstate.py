@@ -79,6 +79,21 @@ def read_job(cfg: Config, row: Row, job: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+# beyond the registry's deadline (the job's ttl for each gate and the run, from its mark): the
+# rent and install, and the toolchain fetch, each under a deadline of its own. Past this cap a
+# job is over whatever its box says: the box's deadline is in a file the job can rewrite
+CAP_ALLOWANCE_MIN = 60.0
+
+
+def past_cap(expires_at: str | None, now: datetime) -> bool:
+    """Whether the latest a legitimate job could still run (the registry's deadline plus
+    CAP_ALLOWANCE_MIN, by the operator's clock) has passed."""
+    with contextlib.suppress(TypeError, ValueError, OverflowError):
+        return bool(expires_at) and \
+            now >= parse_iso(str(expires_at)) + timedelta(minutes=CAP_ALLOWANCE_MIN)
+    return False
+
+
 def deadline(spec: dict[str, Any], state: dict[str, Any]) -> datetime | None:
     """When what the job does now must end, by the box's clock: `deadline_at` where the
     agent says it (the run's, a gate's or another step's start, or the last step's end, plus

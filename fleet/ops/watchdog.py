@@ -2,7 +2,8 @@
 
 A live one-shot box is flagged when it is past its deadline (the box's own wherever its agent
 tells one: the start of the step, gate or run in progress, or the end of the last step, plus
-the job's TTL; otherwise, before the job's first step, the registry's from the rent), when its
+the job's TTL; otherwise, before the job's first step, the registry's from the rent), never later
+than the registry's deadline plus OVERDUE_MIN (the job can rewrite the box's record), when its
 job has ended (finished, failed, interrupted or refused) and it still runs, when it has had no
 job for NO_JOB_GRACE_MIN minutes, when a teardown kept it (its outputs could not be verified:
 reported on every check, never destroyed silently), and when its job's state cannot be read at
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from fleet.state.registry import Registry
 
 NO_JOB_GRACE_MIN = 30.0  # a one-shot box rented without a job is flagged after this
-OVERDUE_MIN = 60.0  # past the registry's deadline by this, a box's later one is a problem
+OVERDUE_MIN = jobstate.CAP_ALLOWANCE_MIN  # the box's deadline never counts past this cap
 
 
 def _minutes(ts: str | None, now: datetime) -> float | None:
@@ -49,12 +50,16 @@ def judge(row: Row, state: dict[str, Any] | None, read_error: str | None,
         # by the box's clock (a box whose clock is off is judged in its own time)
         left = (at - jobstate.box_time((state or {}).get("box_now") or now.timestamp())
                 ).total_seconds() / 60
-    w = Watch(row.label, row.job, phase, -(created or 0.0), left)
     if registry_left is not None and left is not None and \
-            registry_left < -OVERDUE_MIN and left > 0:
-        # the box says its job runs on well past what the rent allowed: say so, never "well"
-        w.problems.append(f"{-registry_left:.0f} min past the deadline the rent allowed, "
-                          f"while the box says {left:.0f} min more")
+            registry_left + OVERDUE_MIN < left:
+        # the box says its job runs on past the latest a job could: the cap holds, never later
+        w_cap = f"the box says {left:.0f} min more, past the cap the rent allows"
+        left = registry_left + OVERDUE_MIN
+    else:
+        w_cap = None
+    w = Watch(row.label, row.job, phase, -(created or 0.0), left)
+    if w_cap:
+        w.problems.append(w_cap)
     if row.teardown:
         w.problems.append(f"teardown {row.teardown}")
     if read_error:

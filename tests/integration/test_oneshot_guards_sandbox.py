@@ -65,8 +65,10 @@ def test_a_running_job_is_read_only_after_the_boxs_deadline_and_its_stop(
         row = fleet.rows()[label]
         wait_for("the job running", lambda: _state(fleet, row, "long")["phase"] == "running",
                  timeout=180)
-        # the registry's deadline (from the rent) has passed; the box's (from the run) has not
-        fleet.registry.update(label, expires_at="2000-01-01T00:00:00Z")
+        # the registry's deadline (from the rent) has passed, within the cap that allows for the
+        # install and the fetch; the box's (from the run) has not
+        fleet.registry.update(label, expires_at=(datetime.now(UTC) - timedelta(minutes=10))
+                              .isoformat().replace("+00:00", "Z"))
         fleet.fleet("teardown", "--expired", check=False)
         row = fleet.rows()[label]
         assert row.live and fleet.listed(row) and row.read_back is None

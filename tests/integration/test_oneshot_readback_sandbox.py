@@ -36,3 +36,19 @@ def test_a_job_that_rewrites_its_spec_file_is_read_back_from_the_folder_the_oper
     assert s["outputs_files"] == len(archived)
     stored, _ = stored_outputs(fleet, s["store_commit"], f"respec/{row.label}")
     assert stored == archived
+
+
+# the job says it has finished (its state on the box) and goes on writing its outputs
+FORGE = ("import json, pathlib; p = pathlib.Path('../state.json'); s = json.loads(p.read_text()); "
+         "s.update(phase='finished', exit_code=0); p.write_text(json.dumps(s))")
+
+
+def test_a_job_that_writes_finished_into_its_state_while_it_writes_on_keeps_its_box(
+        fleet: OneShot) -> None:
+    command = json.dumps(f'python3 run.py && python3 -c "{FORGE}" && '
+                         'while :; do date >> out/tick.txt; sleep 0.05; done')
+    rc, s = fleet.run_job("bench", fleet.job("forged", command=command))
+    assert s["kept"] and not s["destroyed"], s  # what it read changed after: never trusted
+    row = fleet.rows()[s["label"]]
+    assert row.read_back is None and row.status != "destroyed", row
+    assert "tick.txt" in (row.teardown or ""), row.teardown  # the file it wrote on

@@ -123,8 +123,9 @@ def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Box:
 
 def test_a_running_job_within_the_boxs_deadline_is_refused_and_nothing_is_read(
         cfg: Config, reg: Registry, box: Box) -> None:
-    # the registry's TTL (from the rent) has passed, the box's (from the run's start) has not
-    reg.update("bench-1", expires_at="2000-01-01T00:00:00Z")
+    # the registry's TTL (from the rent) has passed, the box's (from the run's start) has not,
+    # within the cap (a run that started late, after a slow install and fetch)
+    reg.update("bench-1", expires_at=iso(datetime.now(UTC) - timedelta(minutes=10)))
     box.state = {"phase": "running", "invocations": 1,
                  "started_at": (datetime.now(UTC) - timedelta(minutes=5)).timestamp()}
     vast = Vast()
@@ -146,6 +147,20 @@ def test_a_running_job_past_the_boxs_deadline_is_stopped_before_it_is_read(
     assert out.destroyed and out.phase == "failed" and vast.destroyed == ["42"]
     row = reg.get("bench-1")
     assert row is not None and row.read_back == "j1" and row.job_state == "failed"
+
+
+def test_a_running_job_that_pushed_its_deadline_back_is_stopped_at_the_cap(
+        cfg: Config, reg: Registry, box: Box) -> None:
+    # the job rewrote its state.json: its run "started" now; the rent's deadline plus the
+    # allowance for the install and the fetch has passed
+    reg.update("bench-1", expires_at=iso(datetime.now(UTC) - timedelta(minutes=61)))
+    box.state = {"phase": "running", "invocations": 1, "started_at": datetime.now(UTC).timestamp(),
+                 "deadline_at": iso(datetime.now(UTC) + timedelta(days=3650))}
+    vast = Vast()
+    out = teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
+    assert "job stop" in box.sent[0]
+    assert box.sent[1:] == ["pull", "push", "read back"]
+    assert out.destroyed and vast.destroyed == ["42"]
 
 
 def test_a_gate_still_within_its_deadline_is_refused_like_a_run(

@@ -62,3 +62,27 @@ def test_the_budget_counts_a_one_shot_box_for_its_ttl_only() -> None:
     # past its TTL it still bills, and nothing says when it stops: until midnight
     late = budget.project([row(expires_at=iso(noon - timedelta(hours=1)))], 100.0, now=noon)
     assert round(late.committed_usd, 6) == round(0.4 * 12, 6)
+
+
+def test_a_box_deadline_the_job_pushed_back_is_due_at_the_cap() -> None:
+    # the job rewrote its state.json: its step started "now" and ends in 2099
+    state = {"phase": "gated", "deadline_at": "2099-01-01T00:00:00Z",
+             "box_now": str(NOW.timestamp())}
+    w = judge(row(expires_at=iso(NOW - timedelta(minutes=61))), state, None, NOW)
+    assert w.due and round(w.ttl_left_min or 0) == -1
+    assert "past the cap the rent allows" in w.problems[0]
+
+
+def test_a_box_deadline_earlier_than_the_cap_holds() -> None:
+    state = {"phase": "running", "deadline_at": iso(NOW - timedelta(minutes=2)),
+             "box_now": str(NOW.timestamp())}
+    w = judge(row(expires_at=iso(NOW + timedelta(minutes=30))), state, None, NOW)
+    assert w.due and round(w.ttl_left_min or 0) == -2
+
+
+def test_a_box_deadline_within_the_cap_holds_past_the_rents() -> None:
+    # a cold fetch counts from its own start: a little past the registry's deadline is its due
+    state = {"phase": "admitted", "deadline_at": iso(NOW + timedelta(minutes=20)),
+             "box_now": str(NOW.timestamp())}
+    w = judge(row(expires_at=iso(NOW - timedelta(minutes=10))), state, None, NOW)
+    assert not w.due and round(w.ttl_left_min or 0) == 20

@@ -105,6 +105,7 @@ class Box:
         self.config_path = self.root / "agent.toml"
         self.agents: list[subprocess.Popen[bytes]] = []
         self.env_extra: dict[str, str] = {}
+        self.wrap: list[str] = []  # a prefix for the agent's command line (a namespace to run in)
         for d in (self.root, self.bin, self.root / "releases"):
             d.mkdir(parents=True, exist_ok=True)
         self.set_gpu(gpu_spec())

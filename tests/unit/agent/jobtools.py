@@ -50,10 +50,22 @@ def pytest_gate(name: str, passed: int = 1, *before: str) -> dict[str, Any]:
     return {"name": name, "command": shell, "min_passed": 1}
 
 
+# the agent's view of cgroups, in a private mount namespace of its own (box.wrap): cgroup v2
+# mounted where a v2 box has it, none at all, or one read-only (a container's usual view)
+CGROUP_V2 = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+             'umount -a -t cgroup2; mount -t cgroup2 none /sys/fs/cgroup && exec "$@"', "sh"]
+NO_CGROUP_V2 = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                'umount -a -t cgroup2; exec "$@"', "sh"]
+READ_ONLY_CGROUP_V2 = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                       'umount -a -t cgroup2; mount -t cgroup2 -o ro none /sys/fs/cgroup && '
+                       'exec "$@"', "sh"]
+
+
 def job(box: Box, step: str, jobdir: Path, *extra: str,
         timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`python -m agent job STEP JOBDIR`, unchecked."""
-    return subprocess.run([PY, "-m", "agent", "job", step, *extra, str(jobdir)], env=box.env(),
+    """`python -m agent job STEP JOBDIR` (in box.wrap's namespace), unchecked."""
+    return subprocess.run([*box.wrap, PY, "-m", "agent", "job", step, *extra, str(jobdir)],
+                          env=box.env(),
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -1,6 +1,7 @@
 """Every step of a one-shot job runs in its own kill domain: whatever a gate or the run starts,
 even in a session of its own (setsid), is dead when the step ends, is refused or is stopped, and
-the step's record says how many processes it killed."""
+the step's record says how many processes it killed. Here on a box without cgroup v2 (the
+subreaper and the job's mark; the cgroup domain: test_agent_job_cgroup)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,20 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 from agentbox import PY, Box, wait_for
-from jobtools import job, state_of, step_ok, write_job
+from jobtools import NO_CGROUP_V2, job, state_of, step_ok, write_job
 
 from agent.base import procs
 
 # a daemon in a session of its own, its pid in workdir/daemon.pid before the gate goes on
 DAEMON = ("setsid sh -c 'echo $$ > daemon.pid; exec sleep 600' </dev/null >/dev/null 2>&1 & "
           "while [ ! -s daemon.pid ]; do sleep 0.05; done")
+
+
+@pytest.fixture(autouse=True)
+def without_cgroup_v2(box: Box) -> None:
+    box.wrap = NO_CGROUP_V2
 
 
 def daemon_alive(jobdir: Path) -> bool:
@@ -56,7 +63,8 @@ def test_a_stopped_gates_daemon_dies(box: Box) -> None:
     jobdir = write_job(box, gates=[{"name": "g", "command": f"{DAEMON}; touch gating; sleep 600",
                                     "min_passed": 1}])
     through(box, jobdir, "admit", "fetch", "scan")
-    gating = subprocess.Popen([PY, "-m", "agent", "job", "gate", str(jobdir)], env=box.env(),
+    gating = subprocess.Popen([*box.wrap, PY, "-m", "agent", "job", "gate", str(jobdir)],
+                              env=box.env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: (jobdir / "workdir" / "gating").exists(), "the gate started")
@@ -95,7 +103,8 @@ def test_what_a_killed_gate_step_left_behind_dies_at_the_stop(box: Box) -> None:
     jobdir = write_job(box, gates=[{"name": "g", "command": f"{DAEMON}; touch gating; sleep 600",
                                     "min_passed": 1}])
     through(box, jobdir, "admit", "fetch", "scan")
-    gating = subprocess.Popen([PY, "-m", "agent", "job", "gate", str(jobdir)], env=box.env(),
+    gating = subprocess.Popen([*box.wrap, PY, "-m", "agent", "job", "gate", str(jobdir)],
+                              env=box.env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: (jobdir / "workdir" / "gating").exists(), "the gate started")
