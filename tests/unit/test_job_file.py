@@ -73,6 +73,12 @@ def test_a_good_job_file_and_what_the_box_is_given(tmp_path: Path) -> None:
     (("ttl_minutes = 30", "ttl_minutes = 30\nprovider = \"aws\""), "provider: expected one of"),
     (("min_passed = 4", "min_passed = 4\n[[gates]]\nname = \"parity\"\ncommand = \"x\""),
      "two gates share a name"),
+    (('command = "python3 parity.py"', 'command = "python3 parity.py || true"'),
+     "gates[0].command 'python3 parity.py || true' cannot be read strictly: '||'"),
+    (('command = "python3 parity.py"', 'command = "s\\\\et +e; python3 parity.py"'),
+     "cannot be read strictly: 'set' re-enters a shell"),
+    (('command = "python3 parity.py"', 'command = "sh -c \'python3 parity.py\'"'),
+     "cannot be read strictly: 'sh' re-enters a shell"),
 ])
 def test_every_mistake_is_one_line(tmp_path: Path, change: tuple[str, str], says: str) -> None:
     assert change[0] in GOOD

@@ -75,7 +75,8 @@ def test_a_gate_passes_only_on_a_strict_summary_with_passes_and_no_failure(
 
 def test_a_gate_runs_with_pipefail(box: Box) -> None:
     # the pytest run failed (exit 1) but its summary, piped through cat, reads as a pass
-    jobdir = write_job(box, gates=[gate("parity", "{ echo '5 passed in 0.1s'; exit 1; } | cat")])
+    jobdir = write_job(box, gates=[gate("parity", f"{PY} -c \"print('5 passed in 0.1s'); "
+                                        "raise SystemExit(1)\" | cat")])
     through(box, jobdir, "admit", "fetch", "scan")
     state = refused(job(box, "gate", jobdir), "gates", "gate 'parity' failed: exited 1")
     assert state["gates"][0]["passed"] == 5 and state["gates"][0]["exit_code"] == 1
@@ -144,6 +145,7 @@ def test_a_module_changed_after_the_scan_refuses_the_run(box: Box, change: str,
 # ---------------------------------------------------------------- case 16: the store token
 
 PRESENCE = "(test -e {root}/hf_token && echo present || echo absent) >> {where}"
+GATE_PRESENCE = "test ! -e {root}/hf_token; echo absent >> {where}"  # the strict gate form
 
 
 def test_the_job_and_its_gates_run_without_the_store_token(box: Box) -> None:
@@ -151,7 +153,7 @@ def test_the_job_and_its_gates_run_without_the_store_token(box: Box) -> None:
     token.write_text("hf_secret_not_for_the_job\n")
     token.chmod(0o600)
     (box.root / "hf_token.fleet-new").write_text("hf_secret_not_for_the_job\n")
-    probe = PRESENCE.format(root=box.root, where="gate-saw")
+    probe = GATE_PRESENCE.format(root=box.root, where="gate-saw")
     jobdir = write_job(box, gates=[pytest_gate("probe", 1, probe)],
                        command=PRESENCE.format(root=box.root, where="out/saw"))
     through(box, jobdir, "admit")
