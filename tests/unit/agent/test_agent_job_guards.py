@@ -284,3 +284,22 @@ def test_stop_of_an_ended_or_refused_job_changes_nothing(box: Box) -> None:
     done = job(box, "stop", jobdir)
     assert done.returncode == 0 and state_of(done) == state
     assert not (jobdir / "stop.json").exists()
+
+
+# ---------------------------------------------------------------- the outputs folder's place
+
+@pytest.mark.parametrize("taken", ["out", "out-link"])
+def test_outputs_that_cannot_be_a_folder_refuse_the_run_before_it_is_counted(
+        box: Box, taken: str) -> None:
+    jobdir = write_job(box, command="echo ran >> runs.txt")
+    work = jobdir / "workdir"
+    if taken == "out":
+        (work / "out").write_text("a file where the outputs folder goes\n")
+    else:
+        (work / "elsewhere").mkdir()
+        (work / "out").symlink_to(work / "elsewhere")
+    through(box, jobdir, "admit", "fetch", "scan", "gate")
+    state = refused(job(box, "run", jobdir, "--wait"), "outputs",
+                    "workdir/out exists in the job's inputs and is not a folder")
+    assert state["started_at"] is None and state["interrupted"] is None and runs(jobdir) == 0
+    assert outcome(jobdir)["invocations"] == 0

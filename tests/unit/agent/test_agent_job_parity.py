@@ -92,9 +92,12 @@ def text(case: str | None) -> str:
 
 def fleet_refuses(tmp: Path, toml: str, role: Role = ROLE,
                   endpoint: str = "http://127.0.0.1:9") -> str | None:
-    """What `fleet run` says before it rents (None: it would rent)."""
+    """What `fleet run` says before it rents (None: it would rent), with the inputs the
+    agent's work directory holds (agent_outcome)."""
+    (tmp / "inputs" / "kernels").mkdir(parents=True, exist_ok=True)
+    (tmp / "inputs" / "kernels" / "clean.ptx").write_text(ptx("add_k"))
     path = tmp / "job.toml"
-    path.write_text(toml)
+    path.write_text(toml.replace("ttl_minutes = 30\n", 'ttl_minutes = 30\ninputs = "inputs"\n', 1))
     try:
         load(path).box_spec(role, endpoint)
     except UsageError as e:
