@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.base.files import read_json, write_json
+from agent.job.inputs import toolchain_place
 from agent.job.model import Job, Refused, Toolchain
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -198,11 +199,11 @@ def _show(job: Job, tc: Toolchain, snapshot: Path) -> None:
     """workdir/<path> -> the snapshot (replaced atomically; never over the job's own files)."""
     link = job.work / tc.path
     target = str(snapshot)
-    if link.is_symlink():
-        if os.readlink(link) == target:
-            return
-    elif link.exists():
-        raise Refused(f"workdir/{tc.path} exists in the job's inputs; the toolchain would hide it")
+    taken = toolchain_place(job.work, tc.path)
+    if taken is not None:
+        raise Refused(taken)
+    if link.is_symlink() and os.readlink(link) == target:
+        return
     try:
         link.parent.mkdir(parents=True, exist_ok=True)
         tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")

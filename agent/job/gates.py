@@ -2,8 +2,9 @@
 
 A gate proves something only when it ran tests and none failed. It passes when all of these
 hold, and fails closed otherwise:
-- it exits 0 within the job's ttl, run under `bash -e -o pipefail -c` (a `pytest | tee log`
-  that failed exits non-zero, and so does `pytest a; pytest b` where `a` failed);
+- it exits 0 within the job's ttl, run as agent.job.gate_command read it: every pipeline on a
+  line of its own under `bash -e -o pipefail -c` (a `pytest | tee log` that failed exits
+  non-zero, and so do `pytest a; pytest b` and `pytest a && pytest b` where `a` failed);
 - the last non-empty line of its output is pytest's final summary line, read strictly:
   `[=== ]<count> <outcome>[, <count> <outcome>...] in <secs>s[ (h:mm:ss)][ ===]` with outcomes
   among passed, failed, error(s), skipped, deselected, xfailed, xpassed, warning(s), rerun(s),
@@ -30,11 +31,13 @@ from typing import Any
 
 from agent.base import procs
 from agent.job import domain
+from agent.job.gate_command import read_gate
 from agent.job.model import Gate, Job, now
 from agent.job.state import save_state, stop_requested
 
-# errexit for `;` as for pipes (Debian's /bin/sh, dash, has no pipefail); a gate that turns
-# either off is refused when the job file is read (agent.job.model)
+# the script read from the gate's command (agent.job.gate_command), each pipeline stopping it
+# when it fails (Debian's /bin/sh, dash, has no pipefail); a command that does not read
+# strictly is refused when the job file is read (agent.job.model)
 SHELL = ("/bin/bash", "-e", "-o", "pipefail", "-c")
 UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -71,7 +74,7 @@ def run_gate(job: Job, gate: Gate, log: Any, state: dict[str, Any],
     timed_out = False
     with open(log, "wb") as out:
         try:
-            child = subprocess.Popen([*SHELL, gate.command], cwd=job.work,
+            child = subprocess.Popen([*SHELL, read_gate(gate.command).text()], cwd=job.work,
                                      env=domain.environment(state["mark"]),
                                      stdin=subprocess.DEVNULL, stdout=out,
                                      stderr=subprocess.STDOUT, start_new_session=True,

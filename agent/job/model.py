@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from agent.base.errors import usage_error
 from agent.contract import JOB_FILE, JOB_OUTCOME, JOB_STATE, JOB_WORKDIR, JOBS
+from agent.job.gate_command import GRAMMAR, Unreadable, read_gate
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 REPO_TYPES = ("model", "dataset", "space")
@@ -26,9 +27,6 @@ TOP_KEYS = ("name", "command", "outputs", "ttl_minutes", "gates", "modules", "to
 ADMISSION_KEYS = ("driver", "qualified_gpus", "banned_symbols", "allowed_symbols")
 GATE_KEYS = ("name", "command", "min_passed")
 TOOLCHAIN_KEYS = ("repo", "revision", "path", "repo_type")
-# `set +e`, `set -o pipefail +e`, `set +o errexit`, `set +o pipefail`: a gate runs under
-# `bash -e -o pipefail` and may not turn either off
-ERREXIT_OFF = re.compile(r"\bset\b[^;&|\n]*?(?:\+[A-Za-z]*e|\+o\s*(?:errexit|pipefail))")
 
 
 @dataclass(frozen=True)
@@ -138,9 +136,7 @@ def parse_job(raw: Any, jobdir: Path, where: str) -> Job:
             # a gate that ran no test proves nothing
             raise usage_error(f"{gw}.min_passed must be a whole number >= 1, got {low!r}")
         command = _string(gt, "command", gw)
-        if ERREXIT_OFF.search(command):
-            raise usage_error(f"{gw}.command turns off `set -e` or pipefail ({command!r}): a "
-                              "gate's failures must stop it")
+        check_gate_command(command, f"{gw}.command")
         gates.append(Gate(_string(gt, "name", gw), command, low))
     if len({g.name for g in gates}) != len(gates):
         raise usage_error(f"{where}: gate names must be unique")
@@ -172,6 +168,16 @@ def parse_job(raw: Any, jobdir: Path, where: str) -> Job:
                              tuple(_strings(at, "allowed_symbols", aw)))
     return Job(jobdir, name, _string(top, "command", where), outputs, float(ttl),
                tuple(gates), modules, toolchain, endpoint, admission)
+
+
+def check_gate_command(command: str, where: str) -> None:
+    """A usage error (one line) unless the gate's command reads strictly
+    (agent.job.gate_command): the operator checks its job file with this very rule."""
+    try:
+        read_gate(command)
+    except Unreadable as e:
+        raise usage_error(f"{where} {command!r} cannot be read strictly: {e}; {GRAMMAR}") \
+            from None
 
 
 def _overlap(a: str, b: str) -> bool:

@@ -2,7 +2,9 @@
 
 Order of events, each recorded durably before the next:
 1. under the job's lock: a stop asked for closes the job; the store token is removed (a
-   refusal when it cannot be); every scanned module must still have its recorded sha256; and
+   refusal when it cannot be); the outputs folder must be one the runner can make (nothing
+   but a folder at `outputs` or on its way: agent.job.inputs); every scanned module must
+   still have its recorded sha256; and
    admission is checked again (the driver may have changed since `admit`); a refusal here is
    recorded like any other and nothing starts;
 2. the intent: `phase: running`, `invocations: 1`, `started_at` (nothing may run unrecorded);
@@ -41,6 +43,7 @@ from agent.base.journal import utc
 from agent.contract import ENDED, FAILED, FINISHED, GATED, INTERRUPTED, REFUSED, RUNNING
 from agent.job import domain
 from agent.job.admit import check_admission
+from agent.job.inputs import outputs_place
 from agent.job.model import Job, Refused, load_job, now
 from agent.job.state import (
     RANK,
@@ -100,6 +103,9 @@ def _last_checks(job: Job, state: dict[str, Any]) -> tuple[str, str] | None:
         drop_token(job)
     except Refused as r:
         return "token", r.reason
+    taken = outputs_place(job.work, job.outputs)  # the runner could not make the folder
+    if taken is not None:
+        return "outputs", taken
     changed = check_digests(job, state.get("scan"))
     if changed is not None:
         return "scan", changed

@@ -25,9 +25,7 @@ pyelftools is imported here only (the supervising daemon never imports it).
 from __future__ import annotations
 
 import fnmatch
-import glob
 import io
-import os
 import re
 import struct
 from dataclasses import dataclass, field
@@ -35,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent.base.files import sha256_file
+from agent.job.inputs import module_files, unmatched
 from agent.job.model import Job
 
 ELF_MAGIC = b"\x7fELF"
@@ -103,7 +102,7 @@ def scan_job(job: Job) -> dict[str, Any]:
     for pattern in job.modules:
         matched = module_files(job.work, pattern)
         if not matched:
-            raise ScanRefused(f"module glob {pattern!r} matched nothing", record)
+            raise ScanRefused(unmatched(pattern), record)
         for rel in matched:
             if rel in seen:
                 continue
@@ -261,12 +260,6 @@ def _add(found: Names, name: str) -> None:
 
 def _first_line(e: Exception) -> str:
     return (str(e).strip().splitlines() or [""])[0][:200]
-
-
-def module_files(work: Path, pattern: str) -> list[str]:
-    """The files a module glob matches under workdir/ (relative, sorted)."""
-    return sorted(m for m in glob.glob(pattern, root_dir=work, recursive=True)
-                  if not os.path.isdir(work / m))
 
 
 def check_digests(job: Job, scan: Any) -> str | None:

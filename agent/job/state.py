@@ -85,6 +85,9 @@ def write_outcome(job: Job, state: dict[str, Any]) -> None:
                "finished_at": state["finished_at"], "killed": state.get("killed")}
     try:
         job.outputs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # something else stands there: the refusal that ends the job says so
+    try:
         write_json(job.outcome_path, outcome, durable=True)
     except OSError as e:
         print(f"warning: cannot write {job.outcome_path}: {e.strerror or e}", file=sys.stderr)

@@ -19,24 +19,30 @@
     command = "python3 -m pytest -q parity"
     min_passed = 12                        # optional, at least 1 (default 1)
 
-A gate passes only when it exits 0 under `bash -e -o pipefail`, its output ends with pytest's
-summary line, no summary in it reports a failed or error test, and they report at least
-`min_passed` passed tests (the agent's rule, agent/job/gates.py).
+A gate's command must read strictly (simple commands joined by `;`, `&&`, `|` and newlines:
+agent/job/gate_command.py, the agent's own reader, checks it as the file is loaded). A gate
+passes only when what was read exits 0 under `bash -e -o pipefail`, its output ends with
+pytest's summary line, no summary in it reports a failed or error test, and they report at
+least `min_passed` passed tests (the agent's rule, agent/job/gates.py).
 
 Every mistake is one `UsageError` line naming the file and the key (exit 2, nothing rented).
 `check_role` puts the job and the role's admission policy through the box's agent's own parser
-(agent/job/model.py) on the `job.json` the deploy would upload, so that a job the agent would
-refuse never rents a box.
+(agent/job/model.py) on the `job.json` the deploy would upload, and the inputs folder through
+the agent's rules for what the work directory may hold (agent/job/inputs.py), so that a job the
+agent would refuse never rents a box.
 """
 
 from __future__ import annotations
 
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from agent.base.errors import AgentError
 from agent.contract import JOBS, ROOT
+from agent.job.model import check_gate_command
 from fleet.core import cards
 from fleet.core.config import PROVIDERS, Role, read_toml
 from fleet.core.errors import UsageError
@@ -97,6 +103,25 @@ class Job:
                       f"{self.path} (role {role.name})")
         except AgentError as e:
             raise UsageError(str(e)) from None
+        self.check_inputs()
+
+    def check_inputs(self) -> None:
+        """The inputs folder (the box's work directory before the job's steps) put through
+        the rules the agent applies at its steps (agent.job.inputs): the toolchain's place,
+        module globs that match nothing (those the toolchain cannot add to), the outputs
+        folder's place. No inputs: an empty work directory."""
+        from agent.job import inputs as rules
+
+        with tempfile.TemporaryDirectory() as empty:
+            work = self.inputs or Path(empty)
+            problem = (rules.toolchain_place(work, self.toolchain.path) if self.toolchain
+                       else None) \
+                or rules.unmatched_module(work, self.modules,
+                                          self.toolchain.path if self.toolchain else None) \
+                or rules.outputs_place(work, self.outputs)
+        if problem is not None:
+            raise UsageError(f"{self.path}: inputs: {problem} (the box's agent would refuse "
+                             "the job)")
 
     def box_spec(self, role: Role, store_endpoint: str | None) -> dict[str, Any]:
         """The job as the box's agent reads it (`job.json`): the job plus the role's
@@ -188,8 +213,12 @@ def parse(data: dict[str, Any], path: Path) -> Job:
         if g.get("min_passed", 1) < 1:
             raise UsageError(f"{where}.min_passed: must be 1 or more (a gate that ran no test "
                              "proves nothing)")
-        gates.append(Gate(_text(f"{where}.name", g["name"]),
-                          _text(f"{where}.command", g["command"]), g.get("min_passed", 1)))
+        command = _text(f"{where}.command", g["command"])
+        try:
+            check_gate_command(command, f"{where}.command")
+        except AgentError as e:
+            raise UsageError(str(e)) from None
+        gates.append(Gate(_text(f"{where}.name", g["name"]), command, g.get("min_passed", 1)))
     if len({g.name for g in gates}) != len(gates):
         raise UsageError(f"{src}: gates: two gates share a name")
     toolchain = None

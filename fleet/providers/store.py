@@ -258,7 +258,7 @@ STALE_TRIES = 5  # commits on a head that moved meanwhile (412), each on the hea
 
 
 def _commit(api: HfApi, repo: str, ops: list[Any], message: str) -> str:
-    """One commit of `ops` on main's current head; the returned id is checked to be the head.
+    """One commit of `ops` on main's current head; the returned id is checked to resolve.
 
     The commit pins the head it was made on (`parent_commit`): a store that moved meanwhile
     (another teardown's push to the same repository) refuses it with 412, and it is made
@@ -280,12 +280,23 @@ def _commit(api: HfApi, repo: str, ops: list[Any], message: str) -> str:
                                 e.hint) from None
             continue
         break
-    now = _head(api, repo)
-    if now != info.oid:
-        raise StoreError("create_commit", f"{repo} answered commit {info.oid}, but its {BRANCH} "
-                         f"is at {now or 'no commit'}: the commit was not stored",
-                         "push again and report the store's fault")
+    if not _resolves(api, repo, info.oid):
+        now = _head(api, repo)
+        raise StoreError("create_commit", f"{repo} answered commit {info.oid}, but it does not "
+                         f"resolve and its {BRANCH} is at {now or 'no commit'}: the commit was "
+                         "not stored", "push again and report the store's fault")
     return str(info.oid)
+
+
+def _resolves(api: HfApi, repo: str, commit: str) -> bool:
+    """Whether the store holds `commit`, asked by its own id: another push may land right
+    after ours, so the head tells nothing about ours."""
+    with _call("repo_info", repo):
+        try:
+            info = api.repo_info(repo, repo_type=REPO_TYPE, revision=commit)
+        except RevisionNotFoundError:
+            return False
+    return bool(info.sha == commit)
 
 
 def push(repo: str, files: Path, manifest: Sequence[Mapping[str, Any]], path_in_repo: str,
@@ -293,7 +304,7 @@ def push(repo: str, files: Path, manifest: Sequence[Mapping[str, Any]], path_in_
     """Commit the manifest's files from `files` (and the manifest) under `path_in_repo`.
 
     One `create_commit` on main's head read just before (a commit in between is refused, not
-    merged); returns the commit id after checking that main is there.
+    merged); returns the commit id after checking that the store holds it.
     """
     rows = entries(manifest)
     prefix = _prefix(path_in_repo)

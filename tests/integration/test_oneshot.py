@@ -259,10 +259,20 @@ def test_a_box_past_its_ttl_is_flagged_and_torn_down_by_expired(fleet: OneShot) 
     ({"outputs": '"toolchain"'}, "overlap"),
     ({"_gates": '[[gates]]\nname = "p"\ncommand = "set +e; python3 parity.py"\n'},
      "set -e"),
+    ({"_gates": '[[gates]]\nname = "p"\ncommand = "python3 parity.py || true"\n'},
+     "cannot be read strictly: '||'"),
+    # inputs the agent would refuse at its steps, or break on at the run
+    ({"_files": {"toolchain/kernels/own.ptx": "x"}}, "the toolchain would hide it"),
+    ({"modules": '["toolchain/kernels/*.ptx", "kernels/*.cubin"]'},
+     "module glob 'kernels/*.cubin' matched nothing"),
+    ({"_files": {"out": "a file"}}, "workdir/out exists in the job's inputs and is not a folder"),
 ])
 def test_a_bad_job_file_rents_nothing(fleet: OneShot, changes: dict[str, Any],
                                       says: str) -> None:
-    job = fleet.job("bad", **{k: v for k, v in changes.items() if k != "_branch"})
+    job = fleet.job("bad", **{k: v for k, v in changes.items() if k not in ("_branch", "_files")})
+    for rel, data in changes.get("_files", {}).items():
+        (job.parent / "inputs" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (job.parent / "inputs" / rel).write_text(data)
     if "_branch" in changes:
         job.write_text(job.read_text().replace(fleet.revision, "main"))
     before = len(fleet.rows())

@@ -254,8 +254,8 @@ def test_a_job_naming_no_modules_for_a_role_that_bans_symbols_rents_nothing(
 
 def test_a_gates_daemon_in_its_own_session_is_gone_from_a_kept_box(fleet: OneShot) -> None:
     daemon = "sleep 6017"  # a command line no other test's box runs
-    gates = ('[[gates]]\nname = "parity"\ncommand = "setsid ' + daemon + ' </dev/null '
-             '>/dev/null 2>&1 & python3 parity.py"\nmin_passed = 4\n')
+    gates = ('[[gates]]\nname = "parity"\ncommand = "setsid -f ' + daemon + ' </dev/null '
+             '>/dev/null 2>&1; python3 parity.py"\nmin_passed = 4\n')
     rc, s = fleet.run_job("bench", fleet.job("daemon", _gates=gates), "--keep")
     assert rc == 0 and s["verdict"] == "ran" and not s["destroyed"], s
     row = fleet.rows()[s["label"]]
@@ -268,8 +268,8 @@ def test_a_gates_daemon_in_its_own_session_is_gone_from_a_kept_box(fleet: OneSho
 def test_a_refused_job_leaves_no_process_of_its_own_on_the_box(fleet: OneShot) -> None:
     label = _rent(fleet)
     daemon = "sleep 6018"
-    gates = ('[[gates]]\nname = "parity"\ncommand = "setsid ' + daemon + ' </dev/null '
-             ">/dev/null 2>&1 & echo '1 failed, 4 passed in 0.1s'\"\nmin_passed = 4\n")
+    gates = ('[[gates]]\nname = "parity"\ncommand = "setsid -f ' + daemon + ' </dev/null '
+             ">/dev/null 2>&1; echo '1 failed, 4 passed in 0.1s'\"\nmin_passed = 4\n")
     deploy = _deploy_in_background(fleet, label, fleet.job("refusedd", _gates=gates))
     try:
         assert deploy.wait(timeout=300) != 0  # the deploy fails for the refused box

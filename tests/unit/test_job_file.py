@@ -73,6 +73,12 @@ def test_a_good_job_file_and_what_the_box_is_given(tmp_path: Path) -> None:
     (("ttl_minutes = 30", "ttl_minutes = 30\nprovider = \"aws\""), "provider: expected one of"),
     (("min_passed = 4", "min_passed = 4\n[[gates]]\nname = \"parity\"\ncommand = \"x\""),
      "two gates share a name"),
+    (('command = "python3 parity.py"', 'command = "python3 parity.py || true"'),
+     "gates[0].command 'python3 parity.py || true' cannot be read strictly: '||'"),
+    (('command = "python3 parity.py"', 'command = "s\\\\et +e; python3 parity.py"'),
+     "cannot be read strictly: 'set' re-enters a shell"),
+    (('command = "python3 parity.py"', 'command = "sh -c \'python3 parity.py\'"'),
+     "cannot be read strictly: 'sh' re-enters a shell"),
 ])
 def test_every_mistake_is_one_line(tmp_path: Path, change: tuple[str, str], says: str) -> None:
     assert change[0] in GOOD
@@ -115,3 +121,51 @@ def test_where_the_role_bans_symbols_the_job_names_its_modules(tmp_path: Path) -
     with pytest.raises(UsageError, match="names no admitted_driver"):
         bare.check_role(Role("free", "oneshot", "img", 20))
     load(write(tmp_path, GOOD)).check_role(role)
+
+
+BARE = """
+name = "fma-bench"
+command = "python3 run.py"
+outputs = "out"
+ttl_minutes = 30
+inputs = "inputs"
+"""
+ROLE = Role("bench", "oneshot", "img", 20, admitted_driver="580.95.05")
+
+
+@pytest.mark.parametrize(("text", "files", "says"), [
+    # the agent's fetch refuses to hide the job's own files under the toolchain's link
+    (GOOD, {"toolchain/kernels/k.ptx": "x"},
+     "workdir/toolchain exists in the job's inputs; the toolchain would hide it"),
+    (GOOD.replace('revision = "', 'path = "tc/kit"\nrevision = "'), {"tc": "a file"},
+     "workdir/tc in the job's inputs is not a folder"),
+    # the agent's scan refuses a module glob that matches nothing
+    (BARE + 'modules = ["kernels/*.cubin"]\n', {"kernels/k.ptx": "x"},
+     "module glob 'kernels/*.cubin' matched nothing"),
+    (GOOD.replace('["toolchain/kernels/*.ptx"]', '["toolchain/kernels/*.ptx", "k/*.ptx"]'), {},
+     "module glob 'k/*.ptx' matched nothing"),
+    # the agent's run could not make the outputs folder
+    (BARE, {"out": "a file"}, "workdir/out exists in the job's inputs and is not a folder"),
+    (BARE.replace('outputs = "out"', 'outputs = "res/out"'), {"res": "a file"},
+     "workdir/res in the job's inputs is not a folder"),
+])
+def test_inputs_the_agent_would_refuse_rent_nothing(tmp_path: Path, text: str,
+                                                    files: dict[str, str], says: str) -> None:
+    job = load(write(tmp_path, text))
+    for rel, data in files.items():
+        (tmp_path / "inputs" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "inputs" / rel).write_text(data)
+    with pytest.raises(UsageError) as e:
+        job.box_spec(ROLE, "http://store:1")
+    assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert str(tmp_path / "job.toml") in str(e.value)
+
+
+def test_inputs_the_agent_takes_pass(tmp_path: Path) -> None:
+    job = load(write(tmp_path, BARE + 'modules = ["kernels/*.ptx"]\n'))
+    (tmp_path / "inputs" / "kernels").mkdir()
+    (tmp_path / "inputs" / "kernels" / "k.ptx").write_text("x")
+    (tmp_path / "inputs" / "out").mkdir()  # an outputs folder already there is used as it is
+    assert job.box_spec(ROLE, None)["modules"] == ["kernels/*.ptx"]
+    # a glob that may match inside the toolchain is left to the box's scan
+    load(write(tmp_path, GOOD)).box_spec(ROLE, "http://store:1")

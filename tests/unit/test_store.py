@@ -536,3 +536,29 @@ def test_a_cdn_that_keeps_cutting_the_body_is_one_line_and_the_file_is_not_passe
         store._read_one(api, TOKEN, REPO, front.commit, "a.bin", want)
     one_line(e)
     assert len(front.gets) == 6
+
+
+def test_a_commit_that_landed_is_ours_though_another_lands_right_after_it(
+        api: HfApi, hub: HubServer, outputs: tuple[Path, list[dict[str, Any]]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # another teardown's commit lands between our create_commit and what follows it: ours is
+    # stored (history shows it), so the push reports it, not a failure that keeps the box and
+    # pushes it again at the next teardown
+    root, manifest = outputs
+    store.push(REPO, root, manifest, "j0", "zero")
+    real_commit = api.create_commit
+    real_create = HfApi.create_commit
+
+    def then_another(self: HfApi, *args: Any, **kwargs: Any) -> Any:
+        info = real_create(self, *args, **kwargs)
+        real_commit(REPO, [CommitOperationAdd("j9/x.txt", b"x\n")],
+                    commit_message="another teardown", repo_type="dataset")
+        return info
+
+    monkeypatch.setattr(HfApi, "create_commit", then_another)
+    commit = store.push(REPO, root, manifest, "j1", "mine")
+    monkeypatch.setattr(HfApi, "create_commit", real_create)
+    titles = [c.title for c in api.list_repo_commits(REPO, repo_type="dataset")]
+    assert titles[:3] == ["another teardown", "mine", "zero"]
+    assert commit == api.list_repo_commits(REPO, repo_type="dataset")[1].commit_id
+    assert store.read_back(REPO, commit, "j1", manifest) == []

@@ -17,8 +17,9 @@ from jobtools import NO_CGROUP_V2, job, state_of, step_ok, write_job
 from agent.base import procs
 
 # a daemon in a session of its own, its pid in workdir/daemon.pid before the gate goes on
-DAEMON = ("setsid sh -c 'echo $$ > daemon.pid; exec sleep 600' </dev/null >/dev/null 2>&1 & "
-          "while [ ! -s daemon.pid ]; do sleep 0.05; done")
+DAEMON = (f"{PY} -c \"import subprocess; d = subprocess.Popen(['sleep', '600'], "
+          "start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
+          "stderr=subprocess.DEVNULL); open('daemon.pid', 'w').write(str(d.pid))\"")
 
 
 @pytest.fixture(autouse=True)

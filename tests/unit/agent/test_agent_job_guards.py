@@ -75,7 +75,8 @@ def test_a_gate_passes_only_on_a_strict_summary_with_passes_and_no_failure(
 
 def test_a_gate_runs_with_pipefail(box: Box) -> None:
     # the pytest run failed (exit 1) but its summary, piped through cat, reads as a pass
-    jobdir = write_job(box, gates=[gate("parity", "{ echo '5 passed in 0.1s'; exit 1; } | cat")])
+    jobdir = write_job(box, gates=[gate("parity", f"{PY} -c \"print('5 passed in 0.1s'); "
+                                        "raise SystemExit(1)\" | cat")])
     through(box, jobdir, "admit", "fetch", "scan")
     state = refused(job(box, "gate", jobdir), "gates", "gate 'parity' failed: exited 1")
     assert state["gates"][0]["passed"] == 5 and state["gates"][0]["exit_code"] == 1
@@ -144,6 +145,7 @@ def test_a_module_changed_after_the_scan_refuses_the_run(box: Box, change: str,
 # ---------------------------------------------------------------- case 16: the store token
 
 PRESENCE = "(test -e {root}/hf_token && echo present || echo absent) >> {where}"
+GATE_PRESENCE = "test ! -e {root}/hf_token; echo absent >> {where}"  # the strict gate form
 
 
 def test_the_job_and_its_gates_run_without_the_store_token(box: Box) -> None:
@@ -151,7 +153,7 @@ def test_the_job_and_its_gates_run_without_the_store_token(box: Box) -> None:
     token.write_text("hf_secret_not_for_the_job\n")
     token.chmod(0o600)
     (box.root / "hf_token.fleet-new").write_text("hf_secret_not_for_the_job\n")
-    probe = PRESENCE.format(root=box.root, where="gate-saw")
+    probe = GATE_PRESENCE.format(root=box.root, where="gate-saw")
     jobdir = write_job(box, gates=[pytest_gate("probe", 1, probe)],
                        command=PRESENCE.format(root=box.root, where="out/saw"))
     through(box, jobdir, "admit")
@@ -282,3 +284,22 @@ def test_stop_of_an_ended_or_refused_job_changes_nothing(box: Box) -> None:
     done = job(box, "stop", jobdir)
     assert done.returncode == 0 and state_of(done) == state
     assert not (jobdir / "stop.json").exists()
+
+
+# ---------------------------------------------------------------- the outputs folder's place
+
+@pytest.mark.parametrize("taken", ["out", "out-link"])
+def test_outputs_that_cannot_be_a_folder_refuse_the_run_before_it_is_counted(
+        box: Box, taken: str) -> None:
+    jobdir = write_job(box, command="echo ran >> runs.txt")
+    work = jobdir / "workdir"
+    if taken == "out":
+        (work / "out").write_text("a file where the outputs folder goes\n")
+    else:
+        (work / "elsewhere").mkdir()
+        (work / "out").symlink_to(work / "elsewhere")
+    through(box, jobdir, "admit", "fetch", "scan", "gate")
+    state = refused(job(box, "run", jobdir, "--wait"), "outputs",
+                    "workdir/out exists in the job's inputs and is not a folder")
+    assert state["started_at"] is None and state["interrupted"] is None and runs(jobdir) == 0
+    assert outcome(jobdir)["invocations"] == 0

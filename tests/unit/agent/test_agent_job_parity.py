@@ -55,6 +55,18 @@ BAD = {
     "a NUL in a module": ('["kernels/*.ptx"]', '["kernels/*.ptx", "k\\u0000"]'),
     "a gate that turns errexit off": ("command = \"echo '3 passed in 0.01s'\"",
                                       "command = \"set +e; echo '3 passed in 0.01s'\""),
+    "a gate that turns errexit off behind a backslash": (
+        "command = \"echo '3 passed in 0.01s'\"",
+        "command = \"s\\\\et +e; false; echo '3 passed in 0.01s'\""),
+    "a gate that hides a failure behind ||": (
+        "command = \"echo '3 passed in 0.01s'\"",
+        "command = \"false || true; echo '3 passed in 0.01s'\""),
+    "a gate that hides a failure in a nested shell": (
+        "command = \"echo '3 passed in 0.01s'\"",
+        "command = \"sh -c 'false; echo 3 passed in 0.01s'\""),
+    "a gate that hides a failure in an if": (
+        "command = \"echo '3 passed in 0.01s'\"",
+        "command = \"if false; then :; fi; echo '3 passed in 0.01s'\""),
     "outputs equal to the toolchain path": (TOOLCHAIN, TOOLCHAIN + 'path = "out"\n'),
     "outputs inside the toolchain path": ('outputs = "out"', 'outputs = "toolchain/out"'),
     "the toolchain path inside outputs": (TOOLCHAIN, TOOLCHAIN + 'path = "out/tc"\n'),
@@ -80,9 +92,12 @@ def text(case: str | None) -> str:
 
 def fleet_refuses(tmp: Path, toml: str, role: Role = ROLE,
                   endpoint: str = "http://127.0.0.1:9") -> str | None:
-    """What `fleet run` says before it rents (None: it would rent)."""
+    """What `fleet run` says before it rents (None: it would rent), with the inputs the
+    agent's work directory holds (agent_outcome)."""
+    (tmp / "inputs" / "kernels").mkdir(parents=True, exist_ok=True)
+    (tmp / "inputs" / "kernels" / "clean.ptx").write_text(ptx("add_k"))
     path = tmp / "job.toml"
-    path.write_text(toml)
+    path.write_text(toml.replace("ttl_minutes = 30\n", 'ttl_minutes = 30\ninputs = "inputs"\n', 1))
     try:
         load(path).box_spec(role, endpoint)
     except UsageError as e:

@@ -1,0 +1,309 @@
+"""A gate's command, read strictly, and the script the agent runs for it.
+
+A gate proves something only when every failure in it stops it, and a regex over shell text
+cannot tell when one is hidden (`s\\et +e`, `false || true`, `sh -c '...'`). So a gate's
+command is accepted only when it reads as this small grammar, and the agent runs what it read:
+
+- simple commands joined into pipelines by `|`, pipelines joined by `;`, `&&` and newlines;
+  `&&` runs as `;` does (the next pipeline runs only when this one succeeded, and a failed one
+  fails the gate: under `set -e`, bash itself would let `false && x` go on);
+- a simple command is `NAME=value` prefixes, then words: plain, single- or double-quoted, or
+  backslash-escaped; then or among them the redirections `>`, `>>`, `<` to a file (with an
+  optional descriptor number, `2>log`) and `N>&M` (`2>&1`);
+- refused: `||`, `&` (background), `|&`, `( )`, `{ }`, `$` and backticks (any expansion, in
+  double quotes too), unquoted globs (`* ? [`), `~`, a comment, here-documents and other
+  redirections, a shell keyword as a command (`if`, `for`, `while`, `case`, `function`, `!`,
+  `[[`, `time`, ...), a command that re-enters a shell or changes its error handling (`sh`,
+  `bash` and the other shells, `eval`, `exec`, `set`, `shopt`, `trap`, `source`, `.`, `command`,
+  `builtin`, `enable`, `alias`, `declare`, `typeset`), a command that hands its arguments to a
+  shell (`su`, `sudo`, `doas`, `runuser`, `ssh`, `watch`, `script`, `parallel`), a shell named
+  anywhere in the words of a command that runs another (`env`, `xargs`, `timeout`, `nice`,
+  `nohup`, `setsid`, `stdbuf`, `ionice`, `chrt`, `taskset`, `flock`, `find`, `strace`,
+  `nsenter`, `unshare`, `chroot`), `env -S` and `flock -c`, and an assignment to a variable
+  that steers a shell (`BASH_ENV`, `ENV`, `SHELLOPTS`, `BASHOPTS`, `POSIXLY_CORRECT`, `IFS`).
+
+The script is every pipeline on a line of its own, each word quoted again (so that bash reads
+exactly the words read here), run under `bash -e -o pipefail`: the first pipeline that fails
+(any of its commands, for pipefail) ends the gate with its status. A program the gate runs
+(`python3 -m pytest`, `./check.sh`) answers for itself: its exit status is what counts.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+KEYWORDS = frozenset({"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done",
+                      "case", "esac", "in", "function", "select", "time", "coproc", "!", "[[",
+                      "]]", "{", "}"})
+SHELL = re.compile(r"(?:ba|da|z|k|mk|a|ya|po|c|tc|r)?sh[0-9.]*|fish|busybox|pwsh")
+SHELL_BUILTINS = frozenset({"eval", "exec", "set", "shopt", "trap", "source", ".", "command",
+                            "builtin", "enable", "alias", "declare", "typeset"})
+SHELL_RUNNERS = frozenset({"su", "sudo", "doas", "runuser", "ssh", "watch", "script",
+                           "parallel"})
+WRAPPERS = frozenset({"env", "xargs", "timeout", "nice", "nohup", "setsid", "stdbuf", "ionice",
+                      "chrt", "taskset", "flock", "find", "strace", "nsenter", "unshare", "chroot"})
+SHELL_VARIABLES = frozenset({"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "POSIXLY_CORRECT",
+                             "IFS"})
+ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
+GRAMMAR = ("a gate's command is simple commands joined by `;`, `&&`, `|` and newlines, run as "
+           "read under `set -e` and pipefail (docs/operator.md, gates)")
+
+
+class Token(NamedTuple):
+    kind: str  # "word", "op" (`;`, `&&`, `|` or a line break) or "redirect"
+    value: str
+    quoted_at: int | None = None  # a word's first quoted character
+    dup: bool = False  # a redirection to a descriptor (`2>&1`), not to a file
+
+
+class Unreadable(ValueError):
+    """The command is not of the strict grammar: why, in a few words."""
+
+
+@dataclass(frozen=True)
+class Command:
+    assignments: tuple[tuple[str, str], ...]
+    words: tuple[str, ...]
+    redirections: tuple[tuple[str, str | None], ...]  # (operator, file) or ("2>&1", None)
+
+    def text(self) -> str:
+        parts = [f"{name}={shlex.quote(value)}" for name, value in self.assignments]
+        parts += [shlex.quote(w) for w in self.words]
+        parts += [op + ("" if target is None else shlex.quote(target))
+                  for op, target in self.redirections]
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Script:
+    pipelines: tuple[tuple[Command, ...], ...]
+
+    def text(self) -> str:
+        """What bash runs: one pipeline a line, every word quoted again."""
+        return "\n".join(" | ".join(c.text() for c in p) for p in self.pipelines) + "\n"
+
+
+def read_gate(command: str) -> Script:
+    """The command as the strict grammar reads it; Unreadable when it does not."""
+    pipelines: list[tuple[Command, ...]] = []
+    current: list[Command] = []
+    cmd = _Builder()
+    pending: str | None = None  # `&&` or `|`: a command must follow
+    for kind, value, quoted_at, dup in _tokens(command):
+        if kind == "word":
+            cmd.word(value, quoted_at)
+            continue
+        if kind == "redirect":
+            cmd.redirect(value, dup)
+            continue
+        if cmd.wants_target:
+            raise Unreadable(f"a redirection with no file before {value!r}")
+        if cmd.empty:
+            if value == "\n" and (pending is not None or not current):
+                continue  # a blank line, or a line break after `&&` / `|`
+            raise Unreadable(f"{_shown(value)} with no command before it")
+        current.append(cmd.build())
+        cmd = _Builder()
+        if value == "|":
+            pending = "|"
+            continue
+        pipelines.append(tuple(current))
+        current = []
+        pending = "&&" if value == "&&" else None
+    if cmd.wants_target:
+        raise Unreadable("a redirection with no file")
+    if not cmd.empty:
+        current.append(cmd.build())
+        pipelines.append(tuple(current))
+    elif pending is not None:
+        raise Unreadable(f"it ends with {pending!r}")
+    if not pipelines:
+        raise Unreadable("no command")
+    return Script(tuple(pipelines))
+
+
+def _shown(op: str) -> str:
+    return "a line break" if op == "\n" else repr(op)
+
+
+@dataclass
+class _Builder:
+    assignments: list[tuple[str, str]] = field(default_factory=list)
+    words: list[str] = field(default_factory=list)
+    redirections: list[tuple[str, str | None]] = field(default_factory=list)
+    wants_target: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return not (self.assignments or self.words or self.redirections)
+
+    def word(self, text: str, quoted_at: int | None) -> None:
+        if self.wants_target:
+            self.redirections[-1] = (self.redirections[-1][0], text)
+            self.wants_target = False
+            return
+        m = ASSIGNMENT.match(text)
+        if not self.words and m and (quoted_at is None or quoted_at >= m.end()):
+            if m.group(1) in SHELL_VARIABLES or m.group(1).startswith("BASH_"):
+                raise Unreadable(f"an assignment to {m.group(1)}, which steers the shell")
+            self.assignments.append((m.group(1), text[m.end():]))
+            return
+        self.words.append(text)
+
+    def redirect(self, op: str, dup: bool) -> None:
+        self.redirections.append((op, None))
+        self.wants_target = not dup
+
+    def build(self) -> Command:
+        if self.words:
+            _check_program(self.words)
+        return Command(tuple(self.assignments), tuple(self.words), tuple(self.redirections))
+
+
+def _check_program(words: list[str]) -> None:
+    name = words[0]
+    base = name.rsplit("/", 1)[-1]
+    if name in KEYWORDS:
+        raise Unreadable(f"the shell keyword {name!r}")
+    if "=" in name:
+        raise Unreadable(f"a command named {name!r} (quoted, it would be read as an assignment)")
+    if _runs_shell(base):
+        raise Unreadable(f"{name!r} re-enters a shell, or changes its error handling")
+    if base not in WRAPPERS:
+        return
+    for w in words[1:]:
+        if _runs_shell(w.rsplit("/", 1)[-1]):
+            raise Unreadable(f"{name!r} runs {w!r}, which re-enters a shell or changes its "
+                             "error handling")
+        if base == "env" and (w.startswith("--split-string")
+                              or (w.startswith("-") and not w.startswith("--") and "S" in w)):
+            raise Unreadable("`env -S` splits its argument like a shell")
+        if base == "flock" and (w in ("-c", "--command") or w.startswith("--command=")):
+            raise Unreadable("`flock -c` runs its argument in a shell")
+
+
+def _runs_shell(base: str) -> bool:
+    return bool(SHELL.fullmatch(base)) or base in SHELL_BUILTINS or base in SHELL_RUNNERS
+
+
+def _tokens(text: str) -> list[Token]:
+    """The command's words, operators and redirections, as bash would split it."""
+    out: list[Token] = []
+    word: list[str] | None = None
+    quoted_at: int | None = None
+    i, n = 0, len(text)
+
+    def close() -> None:
+        nonlocal word, quoted_at
+        if word is not None:
+            out.append(Token("word", "".join(word), quoted_at))
+        word, quoted_at = None, None
+
+    def start(quoted: bool) -> list[str]:
+        nonlocal word, quoted_at
+        if word is None:
+            word = []
+        if quoted and quoted_at is None:
+            quoted_at = len(word)
+        return word
+
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            if i + 1 >= n:
+                raise Unreadable("a backslash at the end")
+            if text[i + 1] != "\n":  # a backslash-newline joins two lines
+                start(True).append(text[i + 1])
+            i += 2
+        elif c == "'":
+            end = text.find("'", i + 1)
+            if end < 0:
+                raise Unreadable("an unterminated single quote")
+            start(True).extend(text[i + 1:end])
+            i = end + 1
+        elif c == '"':
+            i = _double_quoted(text, i + 1, start(True))
+        elif c in " \t":
+            close()
+            i += 1
+        elif c in ";\n":
+            close()
+            if text.startswith(";;", i):
+                raise Unreadable("';;'")
+            out.append(Token("op", c))
+            i += 1
+        elif c == "&":
+            close()
+            if not text.startswith("&&", i):
+                raise Unreadable("'&' (a command in the background, or '&>')")
+            out.append(Token("op", "&&"))
+            i += 2
+        elif c == "|":
+            close()
+            if text.startswith(("||", "|&"), i):
+                raise Unreadable(repr(text[i:i + 2]))
+            out.append(Token("op", "|"))
+            i += 1
+        elif c in "<>":
+            fd = ""
+            if word is not None and quoted_at is None and "".join(word).isdigit():
+                fd, word = "".join(word), None
+            close()
+            i, op, dup = _redirection(text, i)
+            out.append(Token("redirect", fd + op, dup=dup))
+        elif c in "()":
+            raise Unreadable("a subshell '( )'")
+        elif c in "{}":
+            raise Unreadable("a brace '{ }'")
+        elif c in "$`":
+            raise Unreadable(f"an expansion ({c!r})")
+        elif c in "*?[~":
+            raise Unreadable(f"an unquoted {c!r} (a glob or a home directory)")
+        elif c == "#" and word is None:
+            raise Unreadable("a comment")
+        elif c < " " or c == "\x7f":
+            raise Unreadable(f"the control character {c!r}")
+        else:
+            start(False).append(c)
+            i += 1
+    close()
+    return out
+
+
+def _double_quoted(text: str, i: int, word: list[str]) -> int:
+    """Read a double-quoted string's body into `word`; the index after its closing quote."""
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            return i + 1
+        if c in "$`":
+            raise Unreadable(f"an expansion ({c!r}) in double quotes")
+        if c == "\\" and i + 1 < len(text) and text[i + 1] in '$`"\\\n':
+            if text[i + 1] != "\n":
+                word.append(text[i + 1])
+            i += 2
+            continue
+        word.append(c)
+        i += 1
+    raise Unreadable("an unterminated double quote")
+
+
+def _redirection(text: str, i: int) -> tuple[int, str, bool]:
+    """(index after it, operator, whether it duplicates a descriptor) of `>`, `>>`, `<` or
+    `>&N` at `i`; Unreadable for any other."""
+    for op in (">>", ">", "<"):
+        if not text.startswith(op, i):
+            continue
+        after = text[i + len(op):i + len(op) + 1]
+        if op == ">" and after == "&":
+            m = re.match(r"\d+", text[i + 2:])
+            if m is None:
+                break
+            return i + 2 + m.end(), ">&" + m.group(), True
+        if after in ("<", ">", "&", "|", "("):
+            break
+        return i + len(op), op, False
+    raise Unreadable(f"the redirection {text[i:i + 3]!r} (only >, >>, < to a file and N>&M)")
