@@ -26,9 +26,33 @@ from jobtools import (
 from agent.base import procs
 
 # a daemon in a session of its own with an empty environment (no mark), its pid in
-# workdir/daemon.pid before the gate goes on
-DAEMON = ("env -i /usr/bin/setsid sh -c 'echo $$ > daemon.pid; exec sleep 600' "
-          "</dev/null >/dev/null 2>&1 & while [ ! -s daemon.pid ]; do sleep 0.05; done")
+# workdir/daemon.pid before the gate goes on (a script: a gate's command is read strictly)
+DAEMON = "python3 daemon.py"
+DAEMON_PY = """
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    with open("daemon.pid.new", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename("daemon.pid.new", "daemon.pid")
+    os.execve("/bin/sleep", ["sleep", "600"], {})
+while not os.path.exists("daemon.pid"):
+    time.sleep(0.05)
+"""
+# the gate pins its own cgroup: a mount on a cgroup made inside it cannot be removed from this
+# namespace; and /dev/null over its cgroup.kill makes that file do nothing
+PIN_PY = """
+import os, subprocess
+own = next(line[3:] for line in open("/proc/self/cgroup").read().splitlines()
+           if line.startswith("0::"))
+cg = "/sys/fs/cgroup" + own
+os.mkdir(cg + "/pin")
+subprocess.run(["mount", "-t", "tmpfs", "none", cg + "/pin"], check=True)
+subprocess.run(["mount", "--bind", "/dev/null", cg + "/cgroup.kill"], check=True)
+"""
 
 
 def daemon_alive(jobdir: Path) -> bool:
@@ -47,6 +71,8 @@ def cgroup_exists(rel: str) -> bool:
 
 def gate_job(box: Box, command: str) -> Path:
     jobdir = write_job(box, gates=[{"name": "g", "command": command, "min_passed": 1}])
+    (jobdir / "workdir" / "daemon.py").write_text(DAEMON_PY)
+    (jobdir / "workdir" / "pin.py").write_text(PIN_PY)
     for step in ("admit", "fetch", "scan"):
         step_ok(box, step, jobdir)
     return jobdir
@@ -100,6 +126,7 @@ def test_what_a_killed_gate_step_left_in_its_cgroup_dies_at_the_stop(box: Box) -
 def test_the_runs_daemon_dies_in_its_cgroup_and_the_record_counts_it(box: Box) -> None:
     box.wrap = CGROUP_V2
     jobdir = write_job(box, command=f"{DAEMON}; echo ran >> runs.txt")
+    (jobdir / "workdir" / "daemon.py").write_text(DAEMON_PY)
     for step in ("admit", "fetch", "scan", "gate"):
         step_ok(box, step, jobdir)
     done = job(box, "run", jobdir, "--wait")
@@ -128,11 +155,7 @@ def test_without_a_writable_cgroup_v2_each_step_falls_back_to_its_subreaper(
 def test_a_cgroup_that_cannot_be_removed_is_not_clean_and_the_job_goes_no_further(
         box: Box) -> None:
     box.wrap = CGROUP_V2
-    # the gate pins its own cgroup: a mount on a cgroup made inside it cannot be removed from
-    # this namespace; and /dev/null over its cgroup.kill makes that file do nothing
-    pin = ('cg=/sys/fs/cgroup$(sed -n "s/^0:://p" /proc/self/cgroup); mkdir "$cg/pin"; '
-           'mount -t tmpfs none "$cg/pin"; mount --bind /dev/null "$cg/cgroup.kill"')
-    jobdir = gate_job(box, f"{DAEMON}; {pin}; echo '1 passed in 0.1s'")
+    jobdir = gate_job(box, f"{DAEMON}; python3 pin.py; echo '1 passed in 0.1s'")
     rel = None
     try:
         done = job(box, "gate", jobdir)
