@@ -46,7 +46,7 @@ from agent.base.identity import matcher_for
 from agent.base.journal import Journal
 from agent.base.persist import AgentState
 from agent.base.ports import find_p2p
-from agent.base.template import render_argv, render_env, render_text
+from agent.base.template import TemplateError, render_argv, render_env, render_text
 from agent.contract import MINER, NODE
 from agent.daemon import status
 from agent.daemon.backoff import Backoff
@@ -364,11 +364,15 @@ class Supervisor:
             assert self.state.node_binary is not None
             binary, sha256 = self.state.node_binary.path, self.state.node_binary.sha256
         values = self.values(prog.name)
-        argv = render_argv(prog.cfg.command, values)
-        env = dict(os.environ)
-        env.update(render_env(prog.cfg.env, values))
-        cwd = render_text(prog.cfg.cwd, values) or str(self.layout.root)
-        log = render_text(prog.cfg.log, values) or str(self.layout.logs / f"{prog.name}.log")
+        try:  # checked at load with sample values; a real value may still be too long
+            argv = render_argv(prog.cfg.command, values)
+            env = dict(os.environ)
+            env.update(render_env(prog.cfg.env, values))
+            cwd = render_text(prog.cfg.cwd, values) or str(self.layout.root)
+            log = render_text(prog.cfg.log, values) or str(self.layout.logs / f"{prog.name}.log")
+        except TemplateError as e:
+            self._block(prog, f"cannot fill in its command: {e}")
+            return
         if binary is None:  # the program file (the script, for an interpreter), for the status
             exe = procs.executable_arg(argv)
             if exe and "/" not in exe:
