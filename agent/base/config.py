@@ -7,12 +7,12 @@ never silently turns a guard off. See docs/agent.md for the meaning of each key.
 from __future__ import annotations
 
 import re
-import string
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.base import template
 from agent.base.errors import usage_error
 from agent.contract import DEFAULT_ROOT, NODE, Layout
 
@@ -205,16 +205,12 @@ def _programs(t: _Table) -> dict[str, ProgramConfig]:
 
 def _check_template(text: str, allowed: frozenset[str], where: str) -> None:
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
-    except ValueError as e:
-        raise usage_error(f"{where}: bad template {text!r}: {e}") from None
-    for name in fields:
-        if name not in allowed:
-            known = ", ".join("{" + p + "}" for p in sorted(allowed))
-            raise usage_error(f"{where}: unknown placeholder {{{name}}} (known: {known})")
-    try:  # rendered once with sample values: a bad conversion or format spec fails here
-        text.format_map(dict.fromkeys(allowed, "sample"))
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+        template.check(text, allowed)
+    except KeyError as e:
+        known = ", ".join("{" + p + "}" for p in sorted(allowed))
+        raise usage_error(f"{where}: unknown placeholder {{{e.args[0]}}} (known: {known})"
+                          ) from None
+    except template.TemplateError as e:
         raise usage_error(f"{where}: bad template {text!r}: {e}") from None
 
 

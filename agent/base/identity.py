@@ -17,7 +17,7 @@ from agent.base import procs
 from agent.base.config import Config
 from agent.base.files import read_json
 from agent.base.persist import AgentState
-from agent.base.template import Values, render_argv, render_text
+from agent.base.template import TemplateError, Values, render_argv, render_text
 from agent.contract import NODE
 
 
@@ -52,7 +52,10 @@ def matcher_for(cfg: Config, name: str, values: Values) -> procs.Matcher | None:
 def _program_file(cfg: Config, name: str, values: Values) -> tuple[str, list[str]] | None:
     """The absolute path of a program's file and the arguments after it."""
     program = cfg.programs[name]
-    argv = render_argv(program.command, {**values, "name": name})
+    try:
+        argv = render_argv(program.command, {**values, "name": name})
+    except TemplateError:  # a command too long to run here: it is never started either
+        return None
     i = procs.executable_index(argv)
     if i is None:
         return None

@@ -159,6 +159,20 @@ def running_file(info: ProcInfo) -> tuple[str | None, str | None, str]:
     return exe, f"/proc/{info.pid}/exe", "exe"
 
 
+def running_identity(info: ProcInfo) -> tuple[object, ...] | None:
+    """What a process runs, cheaply: the kind, path, device and inode of the file it runs
+    (see running_file) and its command line; None when that file cannot be looked at. Equal
+    identities need no new digest: a running binary cannot be written to in place."""
+    path, source, kind = running_file(info)
+    if not source:
+        return None
+    try:
+        st = os.stat(source)
+    except OSError:
+        return None
+    return kind, path, st.st_dev, st.st_ino, info.argv
+
+
 def running_digest(info: ProcInfo,
                    digest: Callable[[str], tuple[str, os.stat_result]]
                    ) -> tuple[str | None, str | None, str]:

@@ -77,6 +77,13 @@ class DigestWorker:
         self._keep_thread()
         return None, st
 
+    def known(self, path: str) -> str | None:
+        """The digest of the file at path only if known already; nothing is hashed. OSError
+        as lookup."""
+        fd, st = open_regular(path, MAX_PROGRAM_BYTES)
+        os.close(fd)
+        return self.cache.known(st)
+
     def settles_at(self) -> float | None:
         """The monotonic time the first file waiting to settle is due to be asked for again
         (the loop wakes then: a long tick must not hold it back), or None."""

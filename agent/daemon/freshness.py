@@ -7,9 +7,11 @@ unknown one before anyone sees it: `healthy: null` and no figures in the status,
 RESULT line, no unhealthy restart, no recovery recipe and no pack export decided on it. For
 admission, unknown is a refusal: a guard that cannot tell says no.
 
-Likewise a reading of a program that is not running now, or one taken before its current process
-started, is unknown: a dead miner's status file still reads fresh for a while, but its figures
-are not current (`-` in the RESULT line).
+Likewise a reading of a program that is not running now, or one whose figures were written
+before its current process started (a status file's last change, not when the probe read it),
+is unknown: a dead miner's status file still reads fresh for a while, but its figures are not
+current, not even for a successor that never writes one (`-` in the RESULT line). And an
+unhealthy reading (a status file unchanged past its health age) carries its reason, no figures.
 """
 
 from __future__ import annotations
@@ -54,12 +56,16 @@ def unknown(reading: Reading, age: float) -> Reading:
 def of_running(readings: dict[str, Reading], started: dict[str, float | None]
                ) -> dict[str, Reading]:
     """The readings, each one of a program that is not running (`started`: the monotonic start
-    of its current process, None when it has none) or taken before that start made unknown."""
+    of its current process, None when it has none) or written before that start made unknown,
+    and an unhealthy one stripped of its figures."""
     out = {}
     for name, r in readings.items():
         since = started.get(name)
-        if not r.stale and (since is None or r.mono < since):  # a stale one is unknown already
+        written = r.mono if r.written_mono is None else min(r.mono, r.written_mono)
+        if not r.stale and (since is None or written < since):  # a stale one is unknown already
             r = Reading(None, "not running" if since is None else "no reading since its start",
                         r.at, None, r.mono)
+        elif r.healthy is False and r.data is not None:
+            r = Reading(None, r.error, r.at, False, r.mono, r.stale, r.written_mono)
         out[name] = r
     return out

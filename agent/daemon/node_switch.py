@@ -18,7 +18,7 @@ hand is never downgraded).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent.base import procs
 from agent.base.persist import NodeBinary
@@ -29,8 +29,14 @@ from agent.daemon.program import Program
 
 SYNC_WATCH_S = 0.25
 POST_EXEC_WAIT_S = 2.0  # how long a new process's empty command line is waited out
-POST_EXEC_POLL_S = 0.005
+POST_EXEC_POLL_S = 0.02  # how often the loop looks again meanwhile
 SYNC_WATCH_FOR_S = 120.0  # the fast watch's span after the new node's start; then each tick
+
+
+class Running(NamedTuple):
+    path: str | None  # the program file a process runs (the script, for an interpreter)
+    sha256: str | None  # None: unknown (pending, or the file cannot be read)
+    pending: bool  # the digest worker has yet to hash it
 
 
 class NodeSwitch:
@@ -61,51 +67,86 @@ class NodeSwitch:
         binary = self.ctx.state.node_binary
         return binary is not None and binary.source == "pointer" and binary.sha256 == sha256
 
-    def sha256_of(self, info: procs.ProcInfo) -> tuple[str | None, str | None]:
-        """(program file, its sha256) of a running node, the digest read from what it runs
-        (/proc/<pid>/exe, or the script it was started with), never from the path in its
-        argv alone; (path, None) when unknown (see procs.running_digest)."""
-        path, sha256, _ = procs.running_digest(info, self.ctx.digests.digest)
-        return path, sha256
+    def digest_of(self, info: procs.ProcInfo, hash_it: bool = True) -> Running:
+        """What a process runs (/proc/<pid>/exe, or the script it was started with; never the
+        path in its argv alone), its digest from the digest worker, never hashed here: while
+        the worker has not hashed it `pending` is True and the digest None. `hash_it=False`
+        takes only a digest known already (a process about to be stopped is not hashed)."""
+        path, source, _ = procs.running_file(info)
+        if not source:
+            return Running(path, None, False)
+        try:
+            if hash_it:
+                sha256, _ = self.ctx.hasher.lookup(source)
+            else:
+                sha256 = self.ctx.hasher.known(source)
+        except OSError:
+            return Running(path, None, False)
+        return Running(path, sha256, hash_it and sha256 is None)
 
     def verify_started(self, node: Program) -> None:
-        """Right after a spawn: the process must run the digest it was started for. A file
-        swapped between spawn_refusal's check and the exec would otherwise run under the
-        pointer's name; such a node is stopped (and the next start refused by the check).
-        Right after an exec /proc/<pid>/cmdline can still read empty: that is waited out
-        (bounded); a process whose program still cannot be read is stopped, never kept."""
+        """Right after a spawn: the process must come to run the digest it was started for
+        (a file swapped between spawn_refusal's check and the exec would otherwise run under
+        the pointer's name). Right after an exec /proc/<pid>/cmdline can still read empty:
+        the loop looks again at its next passes, for up to POST_EXEC_WAIT_S, never waiting
+        here; a process whose program still cannot be read then is stopped."""
         p = node.proc
-        if p is None:
+        if p is not None:
+            p.verify_until = time.monotonic() + POST_EXEC_WAIT_S
+            p.runs = None
+            self.check_running(node)
+
+    def check_running(self, node: Program) -> None:
+        """What the running node runs, identified again (cheap: /proc/<pid>/exe's or the
+        script's device and inode, and the command line); only when that changed since it was
+        last verified is its digest looked up (from the digest worker). A node that no longer
+        runs the digest it must (the pointer's, else the recorded binary's) is stopped with
+        the reason; one whose new digest is still being hashed claims no digest meanwhile."""
+        p = node.proc
+        if p is None or node.state != "running":
             return
-        readable, actual = self._running_sha256(p.pid, p.start_ticks)
-        if not readable:
-            return  # already gone: its exit is booked like any other
-        if actual == p.sha256:
+        info = procs.identify(p.pid)
+        if info is None or info.start_ticks != p.start_ticks:
+            return  # gone: its exit is booked like any other
+        if not info.argv:
+            if p.verify_until is not None and time.monotonic() < p.verify_until:
+                return  # looked at again at the loop's next pass
+            self._stop_wrong(node, f"cannot read what pid {p.pid} runs"
+                             + (f" within {POST_EXEC_WAIT_S:g} s of its start"
+                                if p.verify_until is not None else "")
+                             + "; stopped (never kept unchecked)")
             return
-        if actual is None:
-            why = (f"cannot read what pid {p.pid} runs within {POST_EXEC_WAIT_S:g} s of its "
-                   "start; stopped (never kept unchecked)")
+        p.verify_until = None
+        runs = procs.running_identity(info)
+        if runs is not None and runs == p.runs:
+            return
+        running = self.digest_of(info)
+        p.runs, p.sha256 = None, running.sha256  # verified below, else looked at again
+        if running.pending:
+            if p.pending_since is None:
+                p.pending_since = time.monotonic()
+                self.ctx.journal(f"node: pid {p.pid} now runs {running.path}; its sha256 is "
+                                 f"being hashed ({PENDING})")
+            return
+        p.pending_since = None
+        binary = self.ctx.state.node_binary
+        must = self.pinned_sha256() or (binary.sha256 if binary else None)
+        if running.sha256 is None:
+            self._stop_wrong(node, f"cannot read what pid {p.pid} runs ({running.path})")
+        elif must is not None and running.sha256 != must:
+            self._stop_wrong(node, f"pid {p.pid} runs {running.path} ({running.sha256[:16]}), "
+                                   f"not the node it was started as ({must[:16]})")
         else:
-            why = (f"pid {p.pid} runs {actual[:16]}, not the node it was started as "
-                   f"({(p.sha256 or '?')[:16]}): its file changed before the exec")
-            p.sha256 = actual
+            p.runs, p.binary = runs, running.path
+
+    def _stop_wrong(self, node: Program, why: str) -> None:
         self.ctx.journal(f"node: {why}")
         node.begin_stop(self.ctx.cfg.grace(node.cfg), why, as_crash=True)
 
-    def _running_sha256(self, pid: int, start_ticks: int) -> tuple[bool, str | None]:
-        """(alive, sha256 of what it runs or None) for a process just spawned, waiting up to
-        POST_EXEC_WAIT_S while its command line still reads empty."""
-        deadline = time.monotonic() + POST_EXEC_WAIT_S
-        while True:
-            info = procs.identify(pid)
-            if info is None or info.start_ticks != start_ticks:
-                if not procs.is_same(pid, start_ticks):
-                    return False, None
-            elif info.argv:
-                return True, self.sha256_of(info)[1]
-            if time.monotonic() >= deadline:
-                return True, None
-            time.sleep(POST_EXEC_POLL_S)
+    def checking(self, node: Program | None) -> bool:
+        """Whether the node's program has yet to read back (the loop looks again soon)."""
+        p = node.proc if node is not None and node.state == "running" else None
+        return p is not None and p.verify_until is not None
 
     def spawn_refusal(self) -> str | None:
         """Why the node binary must not be started now, or None: before every start, its
@@ -127,21 +168,31 @@ class NodeSwitch:
         return None
 
     def choose(self, found: list[procs.ProcInfo], mine: procs.ProcInfo | None
-               ) -> tuple[procs.ProcInfo | None, list[procs.ProcInfo]]:
-        """Of the node processes found running, the one to adopt (None: start the pointer's
-        binary once the others are gone) and the ones to stop."""
+               ) -> tuple[tuple[procs.ProcInfo, Running] | None, list[procs.ProcInfo],
+                          list[procs.ProcInfo]]:
+        """Of the node processes found running: the one to adopt, with what it runs (None:
+        start the pointer's binary once the others are gone), the ones to stop, and the ones
+        whose digest is being hashed: neither adopted nor stopped until it is known, while the
+        node starts nothing (a node of the pointer's digest may be among them)."""
         if not found:
-            return None, []
+            return None, [], []
         pinned = self.pinned_sha256()
+        runs = {i.pid: self.digest_of(i) for i in found}
+        pending = [i for i in found if runs[i.pid].pending]
+        keeper: procs.ProcInfo | None
         if pinned is not None:
-            good = [i for i in found if self.sha256_of(i)[1] == pinned]
+            good = [i for i in found if runs[i.pid].sha256 == pinned]
             keeper = mine if mine in good else max(good, key=lambda i: i.start_ticks,
                                                    default=None)
         elif read_pointer(self.ctx.layout) is None:
             keeper = max(found, key=lambda i: i.start_ticks)  # never downgrade a newer one
         else:  # a pointer not applied yet: keep what runs; following the pointer decides
             keeper = mine if mine is not None else max(found, key=lambda i: i.start_ticks)
-        return keeper, [i for i in found if keeper is None or i.pid != keeper.pid]
+        if keeper is not None and keeper not in pending:
+            return (keeper, runs[keeper.pid]), [i for i in found if i.pid != keeper.pid], []
+        if keeper is not None:
+            pending = [keeper]  # the one to adopt, once its digest is known
+        return None, [i for i in found if i not in pending], pending
 
     def adopted(self, binary: str | None, sha256: str | None) -> None:
         """Record the binary of an adopted node, unless a pointer pins another one."""
@@ -162,7 +213,8 @@ class NodeSwitch:
         node = self.ctx.program(NODE)
         pinned = self.pinned_sha256()
         if (node is not None and pinned is not None and node.state == "running"
-                and node.proc is not None and node.proc.sha256 != pinned):
+                and node.proc is not None and node.proc.pending_since is None
+                and node.proc.sha256 != pinned):
             runs = (node.proc.sha256 or "an unknown digest")[:16]
             node.begin_stop(grace_s, f"runs {runs}, the pointer says {pinned[:16]}")
 

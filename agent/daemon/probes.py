@@ -41,6 +41,9 @@ class Reading:
     healthy: bool | None  # None: unknown (no status source, or the reading is stale)
     mono: float = 0.0  # monotonic time of the probe: what freshness is judged by
     stale: bool = False  # older than the freshness limit: nothing may be decided on it
+    # monotonic time the figures were written (a status file's last change), None: at `mono`;
+    # figures written before a process started are not that process's
+    written_mono: float | None = None
 
 
 def parse_json(raw: bytes, where: str) -> Any:
@@ -166,25 +169,26 @@ def read_status_file(path: str, max_age_s: float) -> Reading:
         os.close(fd)
     if not isinstance(data, dict):
         return unhealthy(None, f"{path} does not hold a JSON object")
-    age = _unchanged_for(path, st, now, mono)
-    if age > max_age_s:
-        return unhealthy(data, f"{path} unchanged for {age:.0f} s")
-    return Reading(data, None, now, True, mono)
+    written = _changed_at(path, st, now, mono)
+    if mono - written > max_age_s:
+        return Reading(data, f"{path} unchanged for {mono - written:.0f} s", now, False, mono,
+                       written_mono=written)
+    return Reading(data, None, now, True, mono, written_mono=written)
 
 
 _SEEN: dict[str, tuple[tuple[int, int, int], float]] = {}  # path -> (identity, changed at)
 
 
-def _unchanged_for(path: str, st: os.stat_result, now: float, mono: float) -> float:
-    """How long a status file has not changed, on the monotonic clock: since the probe saw
-    its identity (inode, mtime, size) change. Each change is dated by the file's wall-clock
+def _changed_at(path: str, st: os.stat_result, now: float, mono: float) -> float:
+    """When a status file last changed, on the monotonic clock: when the probe saw its
+    identity (inode, mtime, size) change. Each change is dated by the file's wall-clock
     age, never negative: an mtime ahead of the clock (a step back after the write) counts as
     just written and the file ages from there, so a frozen writer still reads as frozen."""
     ident = (st.st_ino, st.st_mtime_ns, st.st_size)
     seen = _SEEN.get(path)
     if seen is None or seen[0] != ident:
         seen = _SEEN[path] = (ident, mono - max(0.0, now - st.st_mtime))
-    return mono - seen[1]
+    return seen[1]
 
 
 def probe_program(program: ProgramConfig, values: Values) -> Reading:

@@ -38,6 +38,10 @@ class Process:
     pidfd: int | None = None
     binary: str | None = None
     sha256: str | None = None
+    # the node only (node_switch.check_running): what it runs as last verified, None until then
+    runs: tuple[object, ...] | None = None
+    verify_until: float | None = None  # monotonic: how long an empty command line is waited out
+    pending_since: float | None = None  # monotonic: since when its new digest is being hashed
 
 
 class Program:

@@ -45,8 +45,9 @@ from agent.base.gpu import Admission, admit, not_yet, read_gpu
 from agent.base.identity import matcher_for
 from agent.base.journal import Journal
 from agent.base.persist import AgentState
+from agent.base.pointer import PENDING
 from agent.base.ports import find_p2p
-from agent.base.template import render_argv, render_env, render_text
+from agent.base.template import TemplateError, render_argv, render_env, render_text
 from agent.contract import MINER, NODE
 from agent.daemon import status
 from agent.daemon.backoff import Backoff
@@ -58,7 +59,7 @@ from agent.daemon.freshness import (
     reading_limit_s,
 )
 from agent.daemon.health import restart_unhealthy
-from agent.daemon.node_switch import SYNC_WATCH_S, NodeSwitch
+from agent.daemon.node_switch import POST_EXEC_POLL_S, SYNC_WATCH_S, NodeSwitch, Running
 from agent.daemon.nvmlcheck import AdmissionChecks
 from agent.daemon.observer import Observer
 from agent.daemon.pack import PackExport
@@ -180,7 +181,10 @@ class Supervisor:
             # a digest known, or a file settled: follow the pointer now, not a tick later, and
             # the node's start waits no longer either (the step just below)
             self.hasher.done.clear()
+            self._guard("node check", self._check_node)
             self._guard("pointer", self._follow_pointer)
+        elif self.switch.checking(self.programs.get(NODE)):
+            self._guard("node check", self._check_node)
         self._check_strays(now)
         self._check_tasks(now)
         self._step(now)
@@ -364,11 +368,15 @@ class Supervisor:
             assert self.state.node_binary is not None
             binary, sha256 = self.state.node_binary.path, self.state.node_binary.sha256
         values = self.values(prog.name)
-        argv = render_argv(prog.cfg.command, values)
-        env = dict(os.environ)
-        env.update(render_env(prog.cfg.env, values))
-        cwd = render_text(prog.cfg.cwd, values) or str(self.layout.root)
-        log = render_text(prog.cfg.log, values) or str(self.layout.logs / f"{prog.name}.log")
+        try:  # checked at load with sample values; a real value may still be too long
+            argv = render_argv(prog.cfg.command, values)
+            env = dict(os.environ)
+            env.update(render_env(prog.cfg.env, values))
+            cwd = render_text(prog.cfg.cwd, values) or str(self.layout.root)
+            log = render_text(prog.cfg.log, values) or str(self.layout.logs / f"{prog.name}.log")
+        except TemplateError as e:
+            self._block(prog, f"cannot fill in its command: {e}")
+            return
         if binary is None:  # the program file (the script, for an interpreter), for the status
             exe = procs.executable_arg(argv)
             if exe and "/" not in exe:
@@ -489,6 +497,8 @@ class Supervisor:
             wake.append(now + STRAY_POLL_S)
         if self.switch.awaiting_sync():
             wake.append(now + SYNC_WATCH_S)
+        if self.switch.checking(self.programs.get(NODE)):
+            wake.append(now + POST_EXEC_POLL_S)
         settles = self.hasher.settles_at()
         if settles is not None:
             wake.append(settles)
@@ -559,12 +569,15 @@ class Supervisor:
         # a node appearing while none is known is exactly what to adopt and record
         unknown_node = prog.name == NODE and self.state.node_binary is None and self.mode is None
         keeper: procs.ProcInfo | None = None
+        running: Running | None = None
+        pending: list[procs.ProcInfo] = []
         if prog.state in ("running", "stopping"):
             others, reason = found, f"duplicate {prog.name}"
         elif not (wanted or unknown_node or self._may_stay(prog)):
             others, reason = found, f"{prog.name} must not run: {why}"
         elif prog.name == NODE:
-            keeper, others = self.switch.choose(found, mine)
+            chosen, others, pending = self.switch.choose(found, mine)
+            keeper, running = chosen if chosen is not None else (None, None)
             reason = "duplicate node" if keeper is not None else "not the node the pointer names"
         else:
             keeper = mine if mine is not None else max(found, key=lambda i: i.start_ticks)
@@ -572,19 +585,28 @@ class Supervisor:
         for other in others:
             self._add_stray(prog, other, reason)
         if keeper is not None:
-            self._adopt(prog, keeper)
+            self._adopt(prog, keeper, running)
+        elif pending:  # the loop is woken when the digest is known, and settles again
+            pids = ", ".join(str(i.pid) for i in pending)
+            self._block(prog, f"waiting for the sha256 of what pid {pids} runs ({PENDING}); "
+                              "neither adopted nor stopped, nothing started meanwhile")
         return True
 
-    def _adopt(self, prog: Program, info: procs.ProcInfo) -> None:
-        binary, sha256 = self.switch.sha256_of(info)
+    def _adopt(self, prog: Program, info: procs.ProcInfo, running: Running | None) -> None:
+        if running is None:  # not the node: its digest is shown, never decided on
+            running = self.switch.digest_of(info)
+        binary, sha256 = running.path, running.sha256
         prog.adopt(info, binary, sha256)
+        if prog.name == NODE and prog.proc is not None:
+            prog.proc.runs = procs.running_identity(info)
         self._watch(prog)
         if prog.name == NODE and prog.proc is not None:
             self.switch.adopted(binary, sha256)
             self.switch.node_started(sha256, prog.proc.started_at)
 
     def _add_stray(self, prog: Program, info: procs.ProcInfo, why: str) -> None:
-        sha256 = self.switch.sha256_of(info)[1] if prog.name == NODE else None
+        # about to be stopped: never hashed for it, only a digest known already is kept
+        sha256 = self.switch.digest_of(info, hash_it=False).sha256 if prog.name == NODE else None
         self.strays.add(prog.name, info, self.cfg.grace(prog.cfg), why, sha256)
 
     def _reconcile(self) -> None:
@@ -596,6 +618,7 @@ class Supervisor:
                     self._reap()
                 if prog.proc is p:  # not caught by events: book it now
                     self._exited(p.pid, None)
+        self._guard("node check", self._check_node)
         table = procs.command_lines()  # one pass over /proc for every program
         for prog in self.programs.values():
             if prog.state != "stopping":
@@ -627,6 +650,11 @@ class Supervisor:
         self._current = None
         self._guard("status", self._write_status)
         self._guard("RESULT line", self._maybe_result)
+
+    def _check_node(self) -> None:
+        node = self.programs.get(NODE)
+        if node is not None:
+            self.switch.check_running(node)
 
     def _follow_pointer(self) -> None:
         node = self.programs.get(NODE)

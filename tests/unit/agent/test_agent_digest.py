@@ -72,7 +72,9 @@ def test_an_adopted_node_is_known_by_what_it_runs_not_by_its_argv_path(tmp_path:
         replaced.replace(node)  # a new file at the argv path; the process still runs the old
         info = procs.identify(proc.pid)
         assert info is not None
-        path, sha = sup.switch.sha256_of(info)
+        assert sup.switch.digest_of(info).pending  # hashed by the worker, not here
+        wait_for(lambda: not sup.switch.digest_of(info).pending, "the worker's digest")
+        path, sha, _ = sup.switch.digest_of(info)
         assert path == str(node)
         assert sha == ran
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import subprocess
 
 from agentbox import PY, STANDIN, Box, wait_for
 from test_agent_standing import node_sha16
@@ -136,3 +137,68 @@ def test_a_release_still_being_written_is_hashed_once_it_settles(box: Box) -> No
     wait_for(lambda: node_sha16(box) == sha2[:16], "node v2 running once the copy is done")
     # once when first seen, once settled (and once more at most, had it changed mid-hash)
     assert hashes_of(log, path2) <= 3, hashes_of(log, path2)
+
+
+# any hash of a file over 1 MiB in the agent's own process (not the worker's child) is
+# logged and held until the gate opens: a loop that hashes then cannot restart a miner
+GATED_IN_PROCESS = GATED_HASH + f"""
+real_fd = files._hash_fd
+def in_process(fd, size):
+    if size > {BIG}:
+        with open(os.environ["HASH_LOG"], "a") as log:
+            log.write("in-process " + os.readlink(f"/proc/self/fd/{{fd}}") + "\\n")
+        while not os.path.exists(os.environ["HASH_GATE"]):
+            time.sleep(0.01)
+    return real_fd(fd, size)
+files._hash_fd = in_process
+"""
+
+
+def in_process_hashes(log: os.PathLike[str]) -> list[str]:
+    try:
+        return [ln for ln in open(log).read().splitlines() if ln.startswith("in-process ")]
+    except FileNotFoundError:
+        return []
+
+
+def test_a_big_node_started_by_hand_is_stopped_without_being_hashed(box: Box) -> None:
+    gate, log = gated_box(box, gate_open=False)
+    path1, sha1 = box.release("v1")
+    box.point(path1, sha1)
+    box.configure(programs=("node", "miner"))
+    box.start_agent(prelude=GATED_IN_PROCESS)
+    wait_for(lambda: node_sha16(box) == sha1[:16] and box.pid_of("miner"), "node and miner up")
+    big_path, _ = write_release(box, big_release_text("hand"))
+    hand = subprocess.Popen([str(big_path), "node", "--rpc-port", "0"],
+                            start_new_session=True)
+    try:
+        wait_for(lambda: hand.poll() is not None, "the hand-started node stopped", timeout=30)
+        kill_and_wait_restart(box, "miner")
+        assert in_process_hashes(log) == []
+        assert node_sha16(box) == sha1[:16]
+    finally:
+        if hand.poll() is None:
+            hand.kill()
+        hand.wait()
+
+
+def test_a_running_node_is_adopted_only_once_its_digest_is_known(box: Box) -> None:
+    gate, log = gated_box(box, gate_open=True)
+    path, sha = write_release(box, big_release_text("v1"))
+    box.point(path, sha)
+    box.configure(programs=("node", "miner"))
+    agent = box.start_agent(prelude=GATED_IN_PROCESS)
+    wait_for(lambda: node_sha16(box) == sha[:16] and box.pid_of("miner"), "node and miner up")
+    node_pid = box.pid_of("node")
+    box.kill_agent(agent)
+    gate.unlink()  # type: ignore[attr-defined]
+    box.start_agent(prelude=GATED_IN_PROCESS)  # a new agent: no digest known yet
+    wait_for(lambda: "waiting for the sha256" in (box.program("node").get("reason") or ""),
+             "the node neither adopted nor stopped while its digest is hashed")
+    kill_and_wait_restart(box, "miner")
+    assert in_process_hashes(log) == []
+    assert [p.pid for p in box.running("node")] == [node_pid]
+    gate.write_text("")  # type: ignore[attr-defined]
+    wait_for(lambda: node_sha16(box) == sha[:16], "the node adopted once its digest is known")
+    assert box.pid_of("node") == node_pid and [r["version"] for r in box.invocations("node")] \
+        == ["v1"]

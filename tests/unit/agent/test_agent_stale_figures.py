@@ -4,7 +4,10 @@ status files still read fresh."""
 
 from __future__ import annotations
 
-from agentbox import Box, gpu_spec, wait_for
+import os
+import signal
+
+from agentbox import PY, Box, gpu_spec, wait_for
 
 
 def _last_result(box: Box) -> dict[str, str]:
@@ -30,3 +33,53 @@ def test_figures_of_stopped_programs_print_as_unknown(box: Box) -> None:
              "a RESULT line after the stop")
     fields = _last_result(box)
     assert fields["miner_rate"] == "-" and fields["prover"] == "-", fields
+
+
+def _miner_whose_successor_writes_nothing(box: Box, **miner: object) -> None:
+    """A miner that writes its status file on its first run only; any later start just
+    sleeps, so its status file stays the dead predecessor's."""
+    mark = box.tmp / "second-run"
+    wrap = box.bin / "minerwrap"
+    wrap.write_text(f"#!/bin/sh\nif [ -e {mark} ]; then exec sleep 1000; fi\n: > {mark}\n"
+                    f"exec {PY} {box.bin}/miner.py miner --status {box.root}/run/miner.json\n")
+    wrap.chmod(0o755)
+    box.configure(programs=("miner",), result_every_s=1, program_overrides={
+        "miner": {"command": [str(wrap)], **miner}})
+
+
+def test_a_dead_miners_figures_are_not_shown_for_its_successor(box: Box) -> None:
+    _miner_whose_successor_writes_nothing(box)
+    box.start_agent()
+    wait_for(lambda: box.status().get("miner", {}).get("hashrate"), "the miner's figures")
+    old = box.pid_of("miner")
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: box.pid_of("miner") not in (None, old), "the successor running")
+    box.wait_ticks(3)  # readings of the successor, its status file still fresh (60 s)
+    status = box.status()
+    assert box.pid_of("miner") not in (None, old)
+    assert status["miner"]["hashrate"] is None, status["miner"]
+    written = (box.root / "out" / "standing.log").stat().st_size
+    wait_for(lambda: (box.root / "out" / "standing.log").stat().st_size > written,
+             "a RESULT line with the successor running")
+    assert _last_result(box)["miner_rate"] == "-"
+
+
+def test_figures_of_a_status_file_past_its_health_age_print_as_unknown(box: Box) -> None:
+    status_file = box.root / "run" / "miner.json"
+    once = box.bin / "miner-once"  # writes its status file once, then never again
+    once.write_text(f"#!/bin/sh\nprintf '{{\"hashrate\": 1000.0}}' > {status_file}.tmp\n"
+                    f"mv {status_file}.tmp {status_file}\nexec sleep 1000\n")
+    once.chmod(0o755)
+    box.configure(programs=("miner",), result_every_s=1, program_overrides={"miner": {
+        "command": [str(once)], "health_max_age_s": 1}})
+    box.start_agent()
+    wait_for(lambda: "unchanged for" in (box.status().get("miner", {}).get("status_error")
+                                         or ""), "the status file past its health age")
+    status = box.status()
+    assert box.pid_of("miner") is not None
+    assert status["miner"]["hashrate"] is None, status["miner"]
+    written = (box.root / "out" / "standing.log").stat().st_size
+    wait_for(lambda: (box.root / "out" / "standing.log").stat().st_size > written,
+             "a RESULT line after that")
+    assert _last_result(box)["miner_rate"] == "-"
