@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from agent.base import procs
-from agent.job import domain
+from agent.job import domain, jobuser
 from agent.job.model import Gate, Job, now
 from agent.job.state import save_state, stop_requested
 
@@ -71,7 +71,7 @@ def run_gate(job: Job, gate: Gate, log: Any, state: dict[str, Any]) -> dict[str,
     with open(log, "wb") as out:
         try:
             child = subprocess.Popen([*SHELL, gate.command], cwd=job.work,
-                                     env=domain.environment(state["mark"]),
+                                     **jobuser.popen_kwargs(job, domain.environment(state["mark"])),
                                      stdin=subprocess.DEVNULL, stdout=out,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as e:

@@ -39,7 +39,7 @@ from agent.base import procs
 from agent.base.errors import AgentError, usage_error
 from agent.base.journal import utc
 from agent.contract import ENDED, FAILED, FINISHED, GATED, INTERRUPTED, REFUSED, RUNNING
-from agent.job import domain
+from agent.job import domain, jobuser
 from agent.job.admit import check_admission
 from agent.job.model import Job, Refused, load_job, now
 from agent.job.state import (
@@ -211,7 +211,8 @@ def runner_main(jobdir: Path) -> int:
         job.outputs_dir.mkdir(parents=True, exist_ok=True)  # the command writes its outputs here
         print(f"--- {utc()} job {job.name}: {job.command}", flush=True)
         child = subprocess.Popen(["/bin/sh", "-c", job.command], cwd=job.work,
-                                 stdin=subprocess.DEVNULL, process_group=0)
+                                 stdin=subprocess.DEVNULL, process_group=0,
+                                 **jobuser.popen_kwargs(job, os.environ))
         ticks = procs.start_ticks_of(child.pid)
         state["process"] = {"pid": child.pid, "start_ticks": ticks if ticks is not None else -1,
                             "boot_id": procs.boot_id(), "pgid": child.pid}

@@ -34,7 +34,7 @@ from agent.contract import (
     TOKEN,
     TOKEN_UPLOAD,
 )
-from agent.job import domain
+from agent.job import domain, jobuser
 from agent.job.model import Job, Refused, now
 
 RANK = {NEW: 0, ADMITTED: 1, FETCHED: 2, SCANNED: 3, GATED: 4, RUNNING: 5,
@@ -205,9 +205,13 @@ def _epoch(value: Any) -> float | None:
 
 
 def kill_strays(state: dict[str, Any]) -> None:
-    """Kill what a dead step or runner of this job left behind (agent.job.domain's mark), and
-    count it in `strays`."""
-    state["strays"] = int(state.get("strays") or 0) + domain.kill_marked(str(state.get("mark")))
+    """Kill what a dead step or runner of this job left behind (every process of the job's
+    user, and agent.job.domain's mark), and count it in `strays`. Before admission the job's
+    uid is not yet this job's: nothing of it is killed then."""
+    killed = domain.kill_marked(str(state.get("mark")))
+    if state["phase"] != NEW:
+        killed += jobuser.sweep()
+    state["strays"] = int(state.get("strays") or 0) + killed
 
 
 def refuse(job: Job, state: dict[str, Any], step: str, reason: str) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 from agent.base import procs
 from agent.base.errors import usage_error
 from agent.contract import AFTER, BEFORE, EXIT_JOB_REFUSED, REFUSED, STEPS
-from agent.job import domain
+from agent.job import domain, jobuser
 from agent.job.admit import admit
 from agent.job.model import Job, Refused, load_job, now
 from agent.job.state import (
@@ -125,6 +125,8 @@ def _in_domain(step: str, job: Job, state: dict[str, Any]) -> None:
         _STEPS[step](job, state)
     finally:
         record["killed"] += domain.kill_descendants()
+        if step != "admit":  # from admission on, the job's uid is this job's alone
+            record["killed"] += jobuser.sweep()
         record["ended_at"] = now()
         state["step"] = None
 
@@ -168,6 +170,7 @@ def _gate_step(job: Job, state: dict[str, Any]) -> None:
     from agent.job.gates import run_gates
 
     drop_token(job)  # a gate is the job's own code
+    jobuser.hand_over(job)  # its inputs and outputs to the job's user, before any of its code
     state["gates"] = []
     failure = run_gates(job, state)
     if failure:
