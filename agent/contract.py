@@ -6,6 +6,7 @@ agent (the standard library only), so that reading it never pulls in the agent's
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 # ---------------------------------------------------------------------------- paths
@@ -40,9 +41,35 @@ JOB_FILE = "job.json"
 JOB_STATE = "state.json"
 JOB_OUTCOME = "outcome.json"  # how the job ended, written by the agent (never in the outputs)
 JOB_INPUTS_DIGEST = "inputs.sha256"
-JOB_WORKDIR = "workdir"
+
+# the job's own code runs as this user and group (whether or not /etc/passwd names them): it can
+# neither reach the agent's records nor signal the agent's steps, and a uid is a mark no process
+# can shed, so every process of it is found and killed at each step's end
+JOB_UID = 64000
+JOB_GID = 64000
+JOB_USER = "fleet-job"
+# root-owned 0755, outside the fleet's root (which sits in root's 0700 home): the job's work
+# directories and the toolchain cache, one area per fleet root so that two roots never share one
+JOB_AREA_BASE = "/srv/fleet-jobs"
 
 SWITCH_LOCK = "switch.lock"  # under RUN: held by `agent switch` and the deploy's pointer write
+
+
+
+def job_area(root: str) -> str:
+    """What the job's user may reach for the fleet at `root`: `<base>/<sha256(root)[:16]>`."""
+    return f"{JOB_AREA_BASE}/{hashlib.sha256(root.encode()).hexdigest()[:16]}"
+
+
+def job_workdir(root: str, name: str) -> str:
+    """The job's work directory (its inputs, its outputs, the toolchain's link)."""
+    return f"{job_area(root)}/{name}"
+
+
+def job_cache(root: str) -> str:
+    """The toolchain cache: root-owned, read-only to the job (`.` keeps it off job names)."""
+    return f"{job_area(root)}/.cache"
+
 
 DEFAULT_ROOT = Path(ROOT)
 DEFAULT_CONFIG = DEFAULT_ROOT / CONFIG

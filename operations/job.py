@@ -23,7 +23,6 @@ from agent.contract import (
     FINISHED,
     JOB_FILE,
     JOB_INPUTS_DIGEST,
-    JOB_WORKDIR,
     JOBS,
     NEW,
     PROGRESS,
@@ -32,6 +31,7 @@ from agent.contract import (
     TOKEN,
     TOKEN_UPLOAD,
     VENV_PYTHON,
+    job_workdir,
 )
 from facts.job import JobState
 
@@ -72,7 +72,8 @@ def staged(job_name: str, spec: str, inputs: bytes | None = None, root: str = RO
 
     + job_name: the job's name (its folder under ``<root>/jobs``)
     + spec: the full ``job.json`` text (``fleet.core.job.Job.box_spec``)
-    + inputs: a tarball of the job's input folder, unpacked into ``workdir/``
+    + inputs: a tarball of the job's input folder, unpacked into the job's work directory
+      (``agent.contract.job_workdir``: outside the root, where the job's user reaches it)
     + root: the fleet's directory on the box
 
     **Example:**
@@ -91,13 +92,13 @@ def staged(job_name: str, spec: str, inputs: bytes | None = None, root: str = RO
     if info.get("state") is not None:
         raise OperationError(f"job {job_name} already started on this box with another job file "
                              "or inputs; give the new job another name")
-    d = jobdir(root, job_name)
-    yield StringCommand("mkdir -p", QuoteString(f"{d}/{JOB_WORKDIR}"))
+    d, work = jobdir(root, job_name), job_workdir(root, job_name)
+    yield StringCommand("mkdir -p", QuoteString(d), QuoteString(work))
     if inputs is not None:
         tarball = f"{d}/inputs.tar"
         yield FileUploadCommand(BytesIO(inputs), tarball)
         yield StringCommand("tar -xf", QuoteString(tarball), "-C",
-                            QuoteString(f"{d}/{JOB_WORKDIR}"), "&& rm -f", QuoteString(tarball))
+                            QuoteString(work), "&& rm -f", QuoteString(tarball))
     yield FileUploadCommand(StringIO(spec), f"{d}/{JOB_FILE}")
     yield StringCommand("echo", QuoteString(want_inputs), ">",
                         QuoteString(f"{d}/{JOB_INPUTS_DIGEST}"))

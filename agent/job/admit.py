@@ -11,6 +11,9 @@ from agent.job.model import Job, Refused
 
 
 def admit(job: Job, state: dict[str, Any]) -> None:
+    from agent.job.jobuser import refuse_if_taken
+
+    refuse_if_taken()
     admission = check_admission(job)
     state["admission"] = admission
     if not admission["admitted"]:

@@ -2,12 +2,13 @@
 
 The toolchain is a Hub repository (`repo`, `repo_type`) at `revision`, which must be a 40-hex
 commit: a branch or tag moves, and a measurement must name exactly what it ran with. It is
-downloaded with huggingface_hub's `snapshot_download` into `<root>/cache/hub` (the Hub's own
+downloaded with huggingface_hub's `snapshot_download` into `<job area>/.cache/hub`
+(agent.contract.job_cache: root-owned, read-only to the job's user) (the Hub's own
 cache layout: blobs by digest, snapshots by commit) with the store token from `<root>/hf_token`,
 and appears to the job as the symlink `workdir/<path>` -> the snapshot folder.
 
 A second job on the same box with the same repo@commit fetches nothing and asks nothing of the
-network: after a download this module writes its own marker (`<root>/cache/toolchains/...json`,
+network: after a download this module writes its own marker (`<job area>/.cache/toolchains/...json`,
 every file's size and mtime) and, when every file still matches it, skips huggingface_hub
 altogether (it is not even imported). A file that does not match is removed from the cache so
 that the download that follows replaces it.
@@ -45,7 +46,7 @@ def fetch(job: Job) -> dict[str, Any] | None:
     if not REPO.match(tc.repo) or "--" in tc.repo:
         raise Refused(f"toolchain repo {tc.repo!r} is not a repository name")
     started = time.monotonic()
-    cache = job.root / "cache"
+    cache = job.cache
     marker = cache / "toolchains" / f"{tc.repo_type}s--{tc.repo.replace('/', '--')}--" \
                                     f"{tc.revision}.json"
     warm = _warm(marker, tc)

@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from agent.base import procs
-from agent.job import domain
+from agent.job import domain, jobuser
 from agent.job.gate_command import read_gate
 from agent.job.model import Gate, Job, now
 from agent.job.state import save_state, stop_requested
@@ -75,10 +75,10 @@ def run_gate(job: Job, gate: Gate, log: Any, state: dict[str, Any],
     with open(log, "wb") as out:
         try:
             child = subprocess.Popen([*SHELL, read_gate(gate.command).text()], cwd=job.work,
-                                     env=domain.environment(state["mark"]),
+                                     **jobuser.popen_kwargs(job, domain.environment(state["mark"]),
+                                                            dom.preexec()),
                                      stdin=subprocess.DEVNULL, stdout=out,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=dom.preexec())
+                                     stderr=subprocess.STDOUT, start_new_session=True)
         except (OSError, subprocess.SubprocessError) as e:
             return {**_record(gate, None, started, False, None, log, job,
                               f"cannot start {SHELL[0]} in the step's domain: {e}"),

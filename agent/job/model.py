@@ -1,7 +1,9 @@
 """A one-shot job's file, `JOBDIR/job.json`, read and checked key by key.
 
-A job directory is `<root>/jobs/<name>`; the operator uploads `job.json` and the job's inputs
-(`workdir/`) there. Any problem with the file is one usage error (exit 2): nothing is guessed.
+A job directory is `<root>/jobs/<name>` (the agent's records, root's alone); the operator uploads
+`job.json` there and the job's inputs to its work directory, `agent.contract.job_workdir`, outside
+the root (`workdir/` below). Any problem with the file is one usage error (exit 2): nothing is
+guessed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agent.base.errors import usage_error
-from agent.contract import JOB_FILE, JOB_OUTCOME, JOB_STATE, JOB_WORKDIR, JOBS
+from agent.contract import JOB_FILE, JOB_OUTCOME, JOB_STATE, JOBS, job_cache, job_workdir
 from agent.job.gate_command import GRAMMAR, Unreadable, read_gate
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -72,7 +74,12 @@ class Job:
 
     @property
     def work(self) -> Path:
-        return self.dir / JOB_WORKDIR
+        """Outside the root, where the job's user can reach it (agent.contract.job_workdir)."""
+        return Path(job_workdir(str(self.root), self.name))
+
+    @property
+    def cache(self) -> Path:
+        return Path(job_cache(str(self.root)))
 
     @property
     def outputs_dir(self) -> Path:

@@ -41,7 +41,7 @@ from agent.base import procs
 from agent.base.errors import AgentError, usage_error
 from agent.base.journal import utc
 from agent.contract import ENDED, FAILED, FINISHED, GATED, INTERRUPTED, REFUSED, RUNNING
-from agent.job import domain
+from agent.job import domain, jobuser
 from agent.job.admit import check_admission
 from agent.job.inputs import outputs_place
 from agent.job.model import Job, Refused, load_job, now
@@ -222,7 +222,7 @@ def runner_main(jobdir: Path) -> int:
         try:
             child = subprocess.Popen(["/bin/sh", "-c", job.command], cwd=job.work,
                                      stdin=subprocess.DEVNULL, process_group=0,
-                                     preexec_fn=dom.preexec())
+                                     **jobuser.popen_kwargs(job, os.environ, dom.preexec()))
         except (OSError, subprocess.SubprocessError) as e:
             _close_quietly(dom, state)
             interrupt(job, state, f"the command could not be started: {e}")

@@ -34,7 +34,7 @@ from agent.contract import (
     TOKEN,
     TOKEN_UPLOAD,
 )
-from agent.job import domain
+from agent.job import domain, jobuser
 from agent.job.model import Job, Refused, now
 
 RANK = {NEW: 0, ADMITTED: 1, FETCHED: 2, SCANNED: 3, GATED: 4, RUNNING: 5,
@@ -208,11 +208,14 @@ def _epoch(value: Any) -> float | None:
 
 
 def kill_strays(state: dict[str, Any]) -> str | None:
-    """Kill what a dead step or runner of this job left behind (the cgroups it recorded, and
-    agent.job.domain's mark), counted in `strays`; what could not be ended (also recorded as
-    `domain_problem`), or None."""
+    """Kill what a dead step or runner of this job left behind (the cgroups it recorded, every
+    process of the job's user, and agent.job.domain's mark), counted in `strays`; what could
+    not be ended (also recorded as `domain_problem`), or None. Before admission the job's uid
+    is not yet this job's: nothing of it is killed then."""
     killed, problem = domain.kill_cgroups(state)
     killed += domain.kill_marked(str(state.get("mark")))
+    if state["phase"] != NEW:
+        killed += jobuser.sweep()
     state["strays"] = int(state.get("strays") or 0) + killed
     if problem is not None:
         state["domain_problem"] = problem

@@ -35,7 +35,7 @@ from typing import Any
 from agent.base import procs
 from agent.base.errors import usage_error
 from agent.contract import AFTER, BEFORE, EXIT_JOB_REFUSED, REFUSED, STEPS
-from agent.job import domain
+from agent.job import domain, jobuser
 from agent.job.admit import admit
 from agent.job.model import Job, Refused, load_job, now
 from agent.job.state import (
@@ -133,6 +133,8 @@ def _in_domain(step: str, job: Job, state: dict[str, Any]) -> None:
         state["step"] = None
         try:
             record["killed"] += dom.close(state)
+            if step != "admit":  # from admission on, the job's uid is this job's alone
+                record["killed"] += jobuser.sweep()
             record["clean"] = True
         except domain.DomainError as e:
             record.update(clean=False, problem=str(e))
@@ -179,6 +181,7 @@ def _gate_step(job: Job, state: dict[str, Any], dom: domain.Domain) -> None:
     from agent.job.gates import run_gates
 
     drop_token(job)  # a gate is the job's own code
+    jobuser.hand_over(job)  # its inputs and outputs to the job's user, before any of its code
     state["gates"] = []
     failure = run_gates(job, state, dom)
     if failure:

@@ -49,7 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from agent.contract import JOB_WORKDIR, JOBS, ROOT, TERMINAL, VENV_PYTHON
+from agent.contract import JOBS, ROOT, TERMINAL, VENV_PYTHON, job_workdir
 from fleet.boxes import boxssh, jobstate, lifecycle
 from fleet.core import fileutil
 from fleet.core.boxes import Row, is_standing, unread
@@ -522,7 +522,7 @@ def _outputs(row: Row, job: str) -> str:
                       f"kept: deploy the job file again (it records the folder), then "
                       f"`fleet teardown {row.label}`",
                       f"the row names no outputs folder for job {job}", lasting=True)
-    return f"{ROOT}/{JOBS}/{job}/{JOB_WORKDIR}/{rel}"
+    return f"{job_workdir(ROOT, job)}/{rel}"
 
 
 def _destroy(cfg: Config, reg: Registry, providers: Mapping[str, Provider], row: Row,

@@ -17,6 +17,7 @@ import pytest
 from fleet_cli import BIN, REPO, wait_for
 from oneshot_box import OneShot, archive_copy, oneshot_sandbox, stored_outputs
 
+from agent.contract import JOB_UID, ROOT, job_workdir
 from fleet.core.boxes import Row
 from fleet.core.times import iso
 
@@ -121,7 +122,7 @@ def test_outputs_named_like_the_fleets_files_or_the_hubs_reserved_folders(
     assert ".git/HEAD" in s["kept"] and "reserves" in s["kept"], s
     row = fleet.rows()[s["label"]]
     assert row.live and fleet.listed(row) and row.teardown and row.read_back is None
-    fleet.ssh(row, "rm -rf /root/fleet/jobs/names/workdir/out/.git")  # the operator's fix
+    fleet.ssh(row, f"rm -rf {job_workdir(ROOT, 'names')}/out/.git")  # the operator's fix
     fleet.fleet("teardown", row.label)
     done = fleet.rows()[row.label]
     assert done.status == "destroyed" and done.store_commit
@@ -171,7 +172,7 @@ def test_a_change_after_a_failed_destroy_is_pushed_anew(fleet: OneShot) -> None:
     assert fleet.fleet("teardown", label, check=False).returncode != 0
     first = fleet.rows()[label]
     assert first.live and first.store_commit and "destroy failed" in (first.teardown or "")
-    fleet.ssh(first, "echo again >> /root/fleet/jobs/redo/workdir/out/results.json")
+    fleet.ssh(first, f"echo again >> {job_workdir(ROOT, 'redo')}/out/results.json")
     with fleet.control() as c:
         c.clear_faults()
     fleet.fleet("teardown", label)
@@ -206,7 +207,7 @@ def test_a_link_in_the_outputs_keeps_the_box_and_is_named(fleet: OneShot) -> Non
     assert "latest: a link to results.json" in s["kept"], s
     row = fleet.rows()[s["label"]]
     assert row.live and fleet.listed(row) and row.read_back is None
-    fleet.ssh(row, "cd /root/fleet/jobs/linked/workdir/out && rm latest && cp results.json "
+    fleet.ssh(row, f"cd {job_workdir(ROOT, 'linked')}/out && rm latest && cp results.json "
               "latest")  # the operator's fix: the file in the link's place
     fleet.fleet("teardown", row.label)
     assert fleet.rows()[row.label].status == "destroyed"
@@ -234,7 +235,8 @@ def test_a_job_stopped_between_steps_is_closed_and_the_box_destroyed(fleet: OneS
     assert state["phase"] == "scanned" and state["steps"]["gate"]["ended_at"] is None, state
     assert state["deadline_at"] == datetime.fromtimestamp(int(started + 30 * 60), UTC) \
         .isoformat().replace("+00:00", "Z"), state
-    assert "workdir/out" not in fleet.ssh(row, "ls -d /root/fleet/jobs/halted/workdir/* || true")
+    # the outputs folder, made (the job user's) at the gate step's start, holds nothing
+    assert fleet.ssh(row, f"ls -A {job_workdir(ROOT, 'halted')}/out").strip() == ""
     fleet.fleet("teardown", label)
     done = fleet.rows()[label]
     assert done.status == "destroyed" and done.read_back == "halted", done
@@ -254,12 +256,14 @@ def test_a_job_naming_no_modules_for_a_role_that_bans_symbols_rents_nothing(
 
 def test_a_gates_daemon_in_its_own_session_is_gone_from_a_kept_box(fleet: OneShot) -> None:
     daemon = "sleep 6017"  # a command line no other test's box runs
-    gates = ('[[gates]]\nname = "parity"\ncommand = "setsid -f ' + daemon + ' </dev/null '
+    # its environment cleared and in a session of its own: only its uid tells it is the job's
+    gates = ('[[gates]]\nname = "parity"\ncommand = "env -i setsid -f ' + daemon + ' </dev/null '
              '>/dev/null 2>&1; python3 parity.py"\nmin_passed = 4\n')
     rc, s = fleet.run_job("bench", fleet.job("daemon", _gates=gates), "--keep")
     assert rc == 0 and s["verdict"] == "ran" and not s["destroyed"], s
     row = fleet.rows()[s["label"]]
     assert fleet.ssh(row, f"pgrep -f '^{daemon}$' || true").strip() == ""
+    assert fleet.ssh(row, f"pgrep -U {JOB_UID} || true").strip() == ""  # nothing of the job's
     assert s["gates"][0]["ok"] and s["gates"][0]["killed"] == 1, s["gates"]
     fleet.fleet("teardown", row.label)
     assert fleet.rows()[row.label].status == "destroyed"

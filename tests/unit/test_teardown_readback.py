@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from hub_client import TOKEN, point_client
 
-from agent.contract import JOB_WORKDIR, JOBS, ROOT
+from agent.contract import JOBS, ROOT, job_area, job_workdir
 from fleet.boxes import boxssh
 from fleet.cli.check_cmd import watch_row
 from fleet.core.boxes import Row
@@ -73,13 +73,15 @@ class LocalBox:
 
     def argv(self, cfg: Config, row: Row, command: str) -> list[str]:
         self.sent.append(command)
-        local = command.replace(ROOT, str(self.root))
+        # the box's root and its job area (agent.contract.job_area), both in the test's folder
+        local = command.replace(job_area(ROOT), str(self.root / "area")).replace(ROOT,
+                                                                             str(self.root))
         if self.stall and "--tar" in local:
             local = f"{{ {local}; }} | head -c 3000; exec sleep 3600"
         return ["bash", "-c", local]
 
     def workdir(self, job: str) -> Path:
-        return self.root / JOBS / job / JOB_WORKDIR
+        return self.root / "area" / job
 
     def pulls(self) -> int:
         return sum(1 for c in self.sent if "--tar" in c)
@@ -118,6 +120,7 @@ def place(reg: Registry, box: LocalBox, label: str, job: str, outputs: str | Non
     reg.add(Row(label=label, provider="vast", role="bench", kind="oneshot", card="RTX 4090",
                 gpu_count=1, usd_per_hour=0.4, status="running", provider_id=f"id-{label}",
                 job=job, outputs=outputs, host_key="ssh-ed25519 AAAA"))
+    (box.root / JOBS / job).mkdir(parents=True, exist_ok=True)  # the agent's records
     out = box.workdir(job) / "out"
     out.mkdir(parents=True, exist_ok=True)
     for rel, data in (files if files is not None else {"results.json": RESULTS}).items():
@@ -201,7 +204,7 @@ def test_a_missing_outputs_folder_on_the_box_is_not_zero_outputs(
         teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
     row = kept(reg, "bench-1")
     assert vast.destroyed == [] and row.teardown is not None
-    assert row.teardown == f"kept: no outputs folder {ROOT}/jobs/j1/workdir/out on the box"
+    assert row.teardown == f"kept: no outputs folder {job_workdir(ROOT, 'j1')}/out on the box"
     assert not archive.folder(teardown.archive_dir(cfg), "bench-1", "j1").exists()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from typing import Any
 
 import psutil
 
+from agent.contract import job_area
 from sandbox.backend import GpuDevice, GpuSpec
 from sandbox.nvml import write_config
 
@@ -284,6 +286,7 @@ class Box:
             except (psutil.Error, ProcessLookupError, PermissionError):
                 pass
         wait_for(lambda: not [p for p in victims if alive(p)], "the test's processes gone", 10)
+        shutil.rmtree(job_area(str(self.root)), ignore_errors=True)  # the jobs' work directories
 
 
 def alive(p: psutil.Process) -> bool:

@@ -1,23 +1,41 @@
-"""Test helpers for one-shot jobs: a job directory under a test box's root, the agent's `job`
+"""Test helpers for one-shot jobs: a job directory under a test box's root (its work directory
+in the job area outside it), the agent's `job`
 commands run for real (against the stand-in NVML), and modules to scan (built with gcc, and
 NVIDIA fatbin containers assembled here byte by byte)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
 import struct
 import subprocess
+import sysconfig
 from pathlib import Path
 from typing import Any
 
 from agentbox import DRIVER, PY, Box
 
+from agent.contract import job_workdir
+
 ELF_KIND, PTX_KIND = 2, 1
 COMPRESSED = 0x2000
 
 
+# the job's code runs as the job's user, who may not reach the test's own interpreter (it may
+# live in root's home): a job's command runs the system's python3 with the test's packages
+JOB_PY = (f"PYTHONPATH={shlex.quote(sysconfig.get_paths()['purelib'])} "
+          f"{shutil.which('python3', path=os.defpath) or 'python3'}")
+
+
 def job_dir(box: Box, name: str = "bench") -> Path:
     return box.root / "jobs" / name
+
+
+def workdir(jobdir: Path) -> Path:
+    """The job's work directory: outside the root, where the job's user can reach it."""
+    return Path(job_workdir(str(jobdir.parent.parent), jobdir.name))
 
 
 def write_job(box: Box, name: str = "bench", **overrides: Any) -> Path:
@@ -25,10 +43,11 @@ def write_job(box: Box, name: str = "bench", **overrides: Any) -> Path:
     test names its own modules, one clean PTX module (the role bans symbols, so a job must
     name modules to scan)."""
     jobdir = job_dir(box, name)
-    (jobdir / "workdir").mkdir(parents=True, exist_ok=True)
+    jobdir.mkdir(parents=True, exist_ok=True)
+    workdir(jobdir).mkdir(parents=True, exist_ok=True)
     if "modules" not in overrides:
-        (jobdir / "workdir" / "kernels").mkdir(exist_ok=True)
-        (jobdir / "workdir" / "kernels" / "clean.ptx").write_text(ptx("add_k"))
+        (workdir(jobdir) / "kernels").mkdir(exist_ok=True)
+        (workdir(jobdir) / "kernels" / "clean.ptx").write_text(ptx("add_k"))
     admission = {"driver": DRIVER, "qualified_gpus": [],
                  "banned_symbols": ["cublas*", "*softmax*", "*tanh*", "*matrixmultiply*"],
                  "allowed_symbols": []}
@@ -84,7 +103,7 @@ def step_ok(box: Box, step: str, jobdir: Path) -> dict[str, Any]:
 
 def runs(jobdir: Path) -> int:
     """How many times the job's command ran (it appends a line to workdir/runs.txt)."""
-    path = jobdir / "workdir" / "runs.txt"
+    path = workdir(jobdir) / "runs.txt"
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 

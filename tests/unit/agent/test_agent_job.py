@@ -17,6 +17,7 @@ import pytest
 from agentbox import DRIVER, PY, UUIDS, Box, free_port, gone, gpu_spec, wait_for
 from jobtools import (
     HUB_TOKEN,
+    JOB_PY,
     TOOLCHAIN_REPO,
     gcc,
     job,
@@ -26,6 +27,7 @@ from jobtools import (
     seed_toolchain,
     state_of,
     step_ok,
+    workdir,
     write_job,
     write_token,
 )
@@ -69,7 +71,7 @@ def test_an_admitted_job_runs_once_through_every_step(box: Box) -> None:
     state = state_of(done)
     assert state["phase"] == "finished" and state["invocations"] == 1
     assert state["exit_code"] == 0 and state["finished_at"] >= state["started_at"] > 0
-    assert (jobdir / "workdir" / "out" / "result.txt").read_text() == "42\n"
+    assert (workdir(jobdir) / "out" / "result.txt").read_text() == "42\n"
     assert runs(jobdir) == 1
     written = outcome(jobdir)
     assert written["job"] == "bench" and written["invocations"] == 1
@@ -105,7 +107,7 @@ def test_a_refused_box_records_zero_invocations_and_no_later_step_does_anything(
         assert again == state
     assert_refused(job(box, "run", jobdir, "--wait"), "gpu", reason)
     assert step_ok(box, "state", jobdir) == state  # `state` prints it and exits 0
-    assert runs(jobdir) == 0 and not (jobdir / "workdir" / "gates-ran").exists()
+    assert runs(jobdir) == 0 and not (workdir(jobdir) / "gates-ran").exists()
     assert not (jobdir / "job.log").exists()
 
 
@@ -187,11 +189,11 @@ def test_a_missing_key_and_a_file_that_is_not_json_are_usage_errors(box: Box) ->
 
 # ---------------------------------------------------------------- gates
 
-PYTEST_GATE = f"{PY} -m pytest -q -p no:cacheprovider tests"
+PYTEST_GATE = f"{JOB_PY} -m pytest -q -p no:cacheprovider tests"
 
 
 def write_tests(jobdir: Path, passing: int, failing: int = 0) -> None:
-    tests = jobdir / "workdir" / "tests"
+    tests = workdir(jobdir) / "tests"
     tests.mkdir(parents=True, exist_ok=True)
     body = "".join(f"def test_ok_{i}():\n    assert True\n\n" for i in range(passing))
     body += "".join(f"def test_bad_{i}():\n    assert False\n\n" for i in range(failing))
@@ -231,7 +233,7 @@ def test_a_failing_gate_refuses_the_job(box: Box, passing: int, failing: int, mi
     state = assert_refused(job(box, "gate", jobdir), "gates", f"gate 'parity' failed: {why}")
     (parity,) = state["gates"]  # the gate after it never ran
     assert parity["ok"] is False and parity["passed"] == passing
-    assert not (jobdir / "workdir" / "after-ran").exists()
+    assert not (workdir(jobdir) / "after-ran").exists()
     assert outcome(jobdir)["gates"] == state["gates"]
     assert_refused(job(box, "run", jobdir, "--wait"), "gates", "gate 'parity' failed")
     assert runs(jobdir) == 0
@@ -249,10 +251,11 @@ def test_a_gate_that_wants_a_count_and_prints_none_fails(box: Box) -> None:
 
 
 def test_run_detaches_and_a_second_run_adopts_instead_of_running_again(box: Box) -> None:
-    release = box.tmp / "release"
+    # the file it waits for is in its work directory: the job's user cannot see the test's own
     jobdir = write_job(box, command=(
-        f"echo ran >> runs.txt; while [ ! -e {release} ]; do sleep 0.05; done; "
-        "echo 42 > out/result.txt"))
+        "echo ran >> runs.txt; while [ ! -e release ]; do sleep 0.05; done; "
+        f"echo 42 > out/result.txt # {box.tmp}"))
+    release = workdir(jobdir) / "release"
     through_gates(box, jobdir)
     # the caller's pipes are not held by what it started: this returns while the job runs
     state = step_ok(box, "run", jobdir)
@@ -398,7 +401,7 @@ def test_a_toolchain_is_fetched_once_per_box_and_a_second_job_fetches_nothing(
     assert tc["bytes_fetched"] == tc["bytes_total"] > sum(len(b) for b in files.values())
     assert tc["seconds"] >= 0 and tc["endpoint"] == hub.url
     for path, data in files.items():
-        assert (jobdir / "workdir" / "toolchain" / path).read_bytes() == data
+        assert (workdir(jobdir) / "toolchain" / path).read_bytes() == data
     assert step_ok(box, "scan", jobdir)["scan"]["modules"][0]["kind"] == "cubin"
     no_secret_anywhere(box, done, HUB_TOKEN)
     # the same repo@commit for another job on this box: from the cache, without the store
@@ -406,7 +409,7 @@ def test_a_toolchain_is_fetched_once_per_box_and_a_second_job_fetches_nothing(
     second = toolchain_job(box, "second", commit, hub.url)
     warm = state_of(job(box, "fetch", second))["toolchain"]
     assert warm["warm"] is True and warm["bytes_fetched"] == 0 and warm["files"] == 4
-    assert (second / "workdir" / "toolchain" / "bin" / "tool").read_bytes() == files["bin/tool"]
+    assert (workdir(second) / "toolchain" / "bin" / "tool").read_bytes() == files["bin/tool"]
 
 
 def test_a_changed_file_in_the_cache_is_fetched_again(box: Box, hub: HubServer) -> None:
@@ -415,14 +418,14 @@ def test_a_changed_file_in_the_cache_is_fetched_again(box: Box, hub: HubServer) 
     write_token(box, HUB_TOKEN)
     first = toolchain_job(box, "first", commit, hub.url)
     step_ok(box, "fetch", first)
-    blob = (first / "workdir" / "toolchain" / "bin" / "tool").resolve()
+    blob = (workdir(first) / "toolchain" / "bin" / "tool").resolve()
     blob.write_bytes(b"tampered")
     assert not (box.root / "hf_token").exists()  # the first fetch consumed it
     write_token(box, HUB_TOKEN)  # as the deploy does for a job whose fetch is not done
     second = toolchain_job(box, "second", commit, hub.url)
     tc = step_ok(box, "fetch", second)["toolchain"]
     assert tc["warm"] is False and tc["bytes_fetched"] == len(files["bin/tool"])
-    assert (second / "workdir" / "toolchain" / "bin" / "tool").read_bytes() == files["bin/tool"]
+    assert (workdir(second) / "toolchain" / "bin" / "tool").read_bytes() == files["bin/tool"]
 
 
 def test_a_branch_name_is_refused(box: Box, hub: HubServer) -> None:
@@ -476,3 +479,22 @@ def test_the_fetch_needs_none_of_the_packages_the_bundle_leaves_out(
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert state_of(done)["toolchain"]["bytes_fetched"] >= 20_000
+
+
+def test_the_jobs_code_cannot_swap_or_change_the_toolchain_the_scan_verified(
+        box: Box, hub: HubServer) -> None:
+    files = {"bin/tool": b"the real tool\n"}
+    commit = seed_toolchain(hub.store, files)
+    write_token(box, HUB_TOKEN)
+    tamper = ("(echo evil >> toolchain/bin/tool) 2>/dev/null && echo wrote >> out/did; "
+              "(rm -f toolchain) 2>/dev/null && echo removed >> out/did; "
+              "(mv toolchain gone) 2>/dev/null && echo moved >> out/did; touch out/did")
+    jobdir = toolchain_job(box, "tamper", commit, hub.url, command=tamper)
+    for step in ("fetch", "scan", "gate"):
+        step_ok(box, step, jobdir)
+    link = workdir(jobdir) / "toolchain"
+    target = os.readlink(link)
+    assert state_of(job(box, "run", jobdir, "--wait"))["phase"] == "finished"
+    assert (workdir(jobdir) / "out" / "did").read_text() == ""
+    assert os.readlink(link) == target
+    assert (link / "bin" / "tool").read_bytes() == files["bin/tool"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from agentbox import PY, Box, wait_for
-from jobtools import NO_CGROUP_V2, job, state_of, step_ok, write_job
+from jobtools import NO_CGROUP_V2, job, state_of, step_ok, workdir, write_job
 
 from agent.base import procs
 
@@ -28,7 +28,7 @@ def without_cgroup_v2(box: Box) -> None:
 
 
 def daemon_alive(jobdir: Path) -> bool:
-    pid = int((jobdir / "workdir" / "daemon.pid").read_text())
+    pid = int((workdir(jobdir) / "daemon.pid").read_text())
     info = procs.identify(pid)
     return info is not None and info.argv[:2] == ("sleep", "600")
 
@@ -68,7 +68,7 @@ def test_a_stopped_gates_daemon_dies(box: Box) -> None:
                               env=box.env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: (jobdir / "workdir" / "gating").exists(), "the gate started")
+        wait_for(lambda: (workdir(jobdir) / "gating").exists(), "the gate started")
         assert daemon_alive(jobdir)
         done = job(box, "stop", jobdir, "--grace", "1")
         assert done.returncode == 0, done.stderr
@@ -108,7 +108,7 @@ def test_what_a_killed_gate_step_left_behind_dies_at_the_stop(box: Box) -> None:
                               env=box.env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: (jobdir / "workdir" / "gating").exists(), "the gate started")
+        wait_for(lambda: (workdir(jobdir) / "gating").exists(), "the gate started")
         gate = wait_for(lambda: state_of(job(box, "state", jobdir))["gating"], "the gate named")
     finally:
         gating.kill()  # the step dies (a dropped deploy, a KILL): it can clean nothing up
@@ -128,7 +128,7 @@ def test_what_a_killed_runner_left_behind_dies_when_the_run_is_found_interrupted
     jobdir = write_job(box, command=f"{DAEMON}; touch started; sleep 600")
     through(box, jobdir, "admit", "fetch", "scan", "gate")
     step_ok(box, "run", jobdir)
-    wait_for(lambda: (jobdir / "workdir" / "started").exists(), "the command started")
+    wait_for(lambda: (workdir(jobdir) / "started").exists(), "the command started")
     state = step_ok(box, "state", jobdir)
     os.kill(state["runner"]["pid"], signal.SIGKILL)  # a runner killed: no end recorded
     os.killpg(state["process"]["pgid"], signal.SIGKILL)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from agentbox import PY, Box, wait_for
-from jobtools import job, outcome, pytest_gate, runs, state_of, step_ok, write_job
+from jobtools import job, outcome, pytest_gate, runs, state_of, step_ok, workdir, write_job
 
 from agent.job.gates import parse_summary
 
@@ -166,8 +166,8 @@ def test_the_job_and_its_gates_run_without_the_store_token(box: Box) -> None:
     token.write_text("hf_secret_again\n")
     done = job(box, "run", jobdir, "--wait")
     assert done.returncode == 0, done.stderr
-    assert (jobdir / "workdir" / "gate-saw").read_text() == "absent\n"
-    assert (jobdir / "workdir" / "out" / "saw").read_text() == "absent\n"
+    assert (workdir(jobdir) / "gate-saw").read_text() == "absent\n"
+    assert (workdir(jobdir) / "out" / "saw").read_text() == "absent\n"
     assert not token.exists()
 
 
@@ -180,7 +180,7 @@ def test_a_token_that_cannot_be_removed_refuses_before_the_jobs_code(box: Box,
     state = refused(job(box, step, jobdir), "gates" if step == "gate" else "token",
                     "cannot be removed")
     assert state["invocations"] == 0 and runs(jobdir) == 0
-    assert (jobdir / "workdir" / "gate-ran").exists() == (step == "run")
+    assert (workdir(jobdir) / "gate-ran").exists() == (step == "run")
 
 
 def test_a_refusal_drops_the_token(box: Box) -> None:
@@ -197,7 +197,7 @@ def start(box: Box, command: str, ttl_minutes: float = 30) -> Path:
     jobdir = write_job(box, command=command, ttl_minutes=ttl_minutes)
     through(box, jobdir, "admit", "fetch", "scan", "gate")
     step_ok(box, "run", jobdir)
-    wait_for(lambda: (jobdir / "workdir" / "started").exists(), "the command started")
+    wait_for(lambda: (workdir(jobdir) / "started").exists(), "the command started")
     return jobdir
 
 
@@ -225,7 +225,7 @@ def test_stop_terms_a_running_job_and_returns_once_its_end_is_recorded(box: Box)
     assert state["stopped"]["grace_s"] == 5 and state["deadline_at"] is None
     written = outcome(jobdir)
     assert written["stopped"] == state["stopped"] and written["exit_code"] == -15
-    assert (jobdir / "workdir" / "out" / "part.txt").read_text() == "part\n"
+    assert (workdir(jobdir) / "out" / "part.txt").read_text() == "part\n"
     # again: nothing changes
     again = job(box, "stop", jobdir)
     assert again.returncode == 0 and state_of(again) == state
@@ -264,7 +264,7 @@ def test_stop_ends_a_gate_that_runs_and_the_job_never_runs(box: Box) -> None:
     gating = subprocess.Popen([PY, "-m", "agent", "job", "gate", str(jobdir)], env=box.env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: (jobdir / "workdir" / "gating").exists(), "the gate started")
+        wait_for(lambda: (workdir(jobdir) / "gating").exists(), "the gate started")
         wait_for(lambda: step_ok(box, "state", jobdir)["deadline_at"], "the gate's deadline")
         done = job(box, "stop", jobdir, "--grace", "1")
         assert done.returncode == 0, done.stderr

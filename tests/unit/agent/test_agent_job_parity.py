@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from agentbox import DRIVER, Box
-from jobtools import job, ptx, runs
+from jobtools import job, ptx, runs, workdir
 
 from fleet.core.config import Role
 from fleet.core.errors import UsageError
@@ -130,8 +130,9 @@ def agent_outcome(box: Box, toml: str, role: Role = ROLE,
                   endpoint: str = "http://127.0.0.1:9") -> tuple[str, int]:
     """(the step that stopped the job, its exit status), or ("run", 0) when it ran."""
     jobdir = box.root / "jobs" / "bench"
-    (jobdir / "workdir" / "kernels").mkdir(parents=True, exist_ok=True)
-    (jobdir / "workdir" / "kernels" / "clean.ptx").write_text(ptx("add_k"))
+    jobdir.mkdir(parents=True, exist_ok=True)
+    (workdir(jobdir) / "kernels").mkdir(parents=True, exist_ok=True)
+    (workdir(jobdir) / "kernels" / "clean.ptx").write_text(ptx("add_k"))
     (jobdir / "job.json").write_text(json.dumps(agent_spec(toml, role, endpoint)))
     for step in ("admit", "fetch", "scan", "gate", "run"):
         done = job(box, step, jobdir, *(["--wait"] if step == "run" else []))

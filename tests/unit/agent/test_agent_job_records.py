@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from agentbox import Box
-from jobtools import job, outcome, state_of, step_ok, write_job
+from jobtools import job, outcome, state_of, step_ok, workdir, write_job
 
 MINE = '{"mine": true}'
 
@@ -23,9 +23,9 @@ def test_an_output_named_like_the_agents_record_is_the_jobs_own(box: Box) -> Non
         step_ok(box, step, jobdir)
     done = job(box, "run", jobdir, "--wait")
     assert done.returncode == 0, done.stderr
-    assert json.loads((jobdir / "workdir" / "out" / "fleet-job.json").read_text()) == \
+    assert json.loads((workdir(jobdir) / "out" / "fleet-job.json").read_text()) == \
         json.loads(MINE)
-    assert files_under(jobdir / "workdir" / "out") == {"fleet-job.json", "r.txt"}
+    assert files_under(workdir(jobdir) / "out") == {"fleet-job.json", "r.txt"}
     assert outcome(jobdir)["invocations"] == 1  # the agent's record, beside the job's files
 
 
@@ -33,18 +33,18 @@ def test_a_refusal_or_a_stop_writes_nothing_into_the_outputs(box: Box) -> None:
     refused = write_job(box, "refused", admission={"driver": "1.2.3"})
     stopped = write_job(box, "stopped")
     for jobdir in (refused, stopped):
-        (jobdir / "workdir" / "out").mkdir()
-        (jobdir / "workdir" / "out" / "fleet-job.json").write_text(MINE)
+        (workdir(jobdir) / "out").mkdir()
+        (workdir(jobdir) / "out" / "fleet-job.json").write_text(MINE)
     assert job(box, "admit", refused).returncode == 3
     assert state_of(job(box, "stop", stopped))["phase"] == "interrupted"
     for jobdir in (refused, stopped):
-        assert (jobdir / "workdir" / "out" / "fleet-job.json").read_text() == MINE
-        assert files_under(jobdir / "workdir" / "out") == {"fleet-job.json"}
+        assert (workdir(jobdir) / "out" / "fleet-job.json").read_text() == MINE
+        assert files_under(workdir(jobdir) / "out") == {"fleet-job.json"}
         assert outcome(jobdir)["invocations"] == 0
 
 
 def test_a_refused_job_leaves_an_empty_outputs_folder_to_read_back(box: Box) -> None:
     jobdir = write_job(box, admission={"driver": "1.2.3"})
     assert job(box, "admit", jobdir).returncode == 3
-    assert (jobdir / "workdir" / "out").is_dir()
-    assert files_under(jobdir / "workdir") == {"kernels/clean.ptx"}
+    assert (workdir(jobdir) / "out").is_dir()
+    assert files_under(workdir(jobdir)) == {"kernels/clean.ptx"}

@@ -23,6 +23,7 @@ from jobtools import (
     runs,
     state_of,
     step_ok,
+    workdir,
     write_job,
 )
 
@@ -53,7 +54,7 @@ def refused(box: Box, modules: list[str], **admission: list[str]) -> ScanRefused
 
 @pytest.fixture
 def work(box: Box) -> Path:
-    w = box.root / "jobs" / "bench" / "workdir"
+    w = workdir(box.root / "jobs" / "bench")
     w.mkdir(parents=True, exist_ok=True)
     return w
 
@@ -199,9 +200,9 @@ def test_a_glob_matching_nothing_is_refused(box: Box, work: Path) -> None:
 def test_a_scan_refusal_is_recorded_and_nothing_runs_after_it(box: Box) -> None:
     jobdir = write_job(box, modules=["build/*.so", "kernels/*.ptx"],
                        gates=[pytest_gate("g", 1, "echo x >> gate-ran")])
-    gcc(box.tmp, CUBLAS_C, jobdir / "workdir" / "build" / "libgemm.so", "-shared", "-fPIC")
-    (jobdir / "workdir" / "kernels").mkdir()
-    (jobdir / "workdir" / "kernels" / "k.ptx").write_text(ptx("clean_k"))
+    gcc(box.tmp, CUBLAS_C, workdir(jobdir) / "build" / "libgemm.so", "-shared", "-fPIC")
+    (workdir(jobdir) / "kernels").mkdir()
+    (workdir(jobdir) / "kernels" / "k.ptx").write_text(ptx("clean_k"))
     step_ok(box, "admit", jobdir)
     step_ok(box, "fetch", jobdir)
     done = job(box, "scan", jobdir)
@@ -215,12 +216,12 @@ def test_a_scan_refusal_is_recorded_and_nothing_runs_after_it(box: Box) -> None:
     assert outcome(jobdir)["refused"]["step"] == "scan"
     for step in ("gate", "run"):
         assert job(box, step, jobdir).returncode == 3
-    assert runs(jobdir) == 0 and not (jobdir / "workdir" / "gate-ran").exists()
+    assert runs(jobdir) == 0 and not (workdir(jobdir) / "gate-ran").exists()
 
 
 def test_a_clean_scan_through_the_cli_lets_the_job_go_on(box: Box) -> None:
     jobdir = write_job(box, modules=["build/*.so"])
-    gcc(box.tmp, CLEAN_C, jobdir / "workdir" / "build" / "libclean.so", "-shared", "-fPIC")
+    gcc(box.tmp, CLEAN_C, workdir(jobdir) / "build" / "libclean.so", "-shared", "-fPIC")
     for step in ("admit", "fetch"):
         step_ok(box, step, jobdir)
     state = step_ok(box, "scan", jobdir)
