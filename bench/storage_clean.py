@@ -4,7 +4,8 @@
 
 Fills a temporary box root with old releases (1,000 files a folder) beside a running and a
 recorded previous release, or with `--deep` a pip cache laid out as pip's own (`http-v2/`, five
-levels of hex folders, one file a leaf: each file's folder is new to the clean), reviews it and cleans by that review with the agent's own rules
+levels of hex folders, one file a leaf: each file's folder is new to the clean), reviews it
+and cleans by that review with the agent's own rules
 (`agent.space`, as `python -m agent storage` and `storage clean` run them; the caches are
 temporary folders too, so nothing of this machine is touched), and times each. Every listed
 file must be freed, and the kept releases must survive. Target: the clean well within
@@ -69,7 +70,8 @@ def main() -> None:
         t2 = time.monotonic()
         freed = done["categories"]["pip cache" if args.deep else "old releases"]["files"]
         kept = all((root / "releases" / n / "igneumd").exists() for n in ("running", "previous"))
-    result = {"files": args.files, "layout": "deep" if args.deep else "shallow", "review_s": round(t1 - t0, 2), "clean_s": round(t2 - t1, 2),
+    result = {"files": args.files, "layout": "deep" if args.deep else "shallow",
+              "review_s": round(t1 - t0, 2), "clean_s": round(t2 - t1, 2),
               "freed_files": freed, "kept_releases_survive": kept,
               "deadline_s": REVIEW_DEADLINE_S,
               "at": datetime.now(UTC).strftime("%Y-%m-%d"), "python": platform.python_version()}

@@ -167,6 +167,8 @@ def test_a_release_staged_by_a_publish_is_kept_until_a_switch_moves_on(tmp_path:
     import tarfile
 
     from agent import space
+    from agent.base import releases_record
+    from agent.contract import Layout
     from operations.release import _UNPACK
 
     root = tmp_path / "fleet"
@@ -184,8 +186,15 @@ def test_a_release_staged_by_a_publish_is_kept_until_a_switch_moves_on(tmp_path:
                         sums], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert space.kept_releases(root) == {"aaaa", "bbbb", "cccc"}
-    os.utime(root / "releases.staged" / "cccc", ns=(1, 1))  # a switch came after it
-    assert space.kept_releases(root) == {"aaaa", "bbbb"}
+    later = (root / "releases.staged" / "cccc").stat().st_mtime_ns + 10**9
+    os.utime(root / "standing.node", ns=(later, later))  # another pointer write: still kept
+    assert space.kept_releases(root) == {"aaaa", "bbbb", "cccc"}
+    for move in (("aaaa", "cccc"), ("cccc", "bbbb")):  # a switch to it, then one on
+        releases_record.record(Layout(root), *({"target": f"{root}/releases/{r}/igneumd",
+                                                "sha256": "ab" * 32} for r in move))
+        (root / "standing.node").write_text(f"{root}/releases/{move[1]}/igneumd\n")
+    assert not (root / "releases.staged" / "cccc").exists()
+    assert space.kept_releases(root) == {"bbbb", "cccc"}
 
 
 def test_paths_with_escape_sequences_reach_the_terminal_escaped(tmp_path: Path) -> None:
