@@ -362,9 +362,9 @@ def read_kept_releases(root: Path, keep: frozenset[str] = frozenset()
     try:  # what the node runs now, as the agent recorded it (a pointer may be pending)
         node = (json.loads(state) if state.strip() else {}).get("node_binary")
         binaries = [] if node is None else [node["path"]]
-        if not isinstance(binaries[0] if binaries else "", str):
-            raise TypeError
     except (ValueError, AttributeError, TypeError, KeyError):
+        return None, "the agent's state cannot be read"
+    if not all(isinstance(b, str) for b in binaries):
         return None, "the agent's state cannot be read"
     try:
         settings = tomllib.loads(config)
@@ -609,7 +609,8 @@ class Folders:
 
     def open(self, folder: str) -> int | str:
         """An fd of `folder` checked as above, or why it is not one to delete from."""
-        top = next((t for t in self.tops if _under(Path(folder), Path(t))), None)
+        top = next((t for t in self.tops if folder == t or folder.startswith(t + "/")
+                    or t == "/"), None)
         if top is None:
             return "not the fleet's"
         mount = self.mounts.get(top)
