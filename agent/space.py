@@ -34,6 +34,7 @@ import os
 import re
 import stat
 import time
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -119,6 +120,7 @@ class Rules:
     keep: frozenset[str] = frozenset()  # releases the operator wants kept (its wanted one)
     problem: str | None = None  # what of the rules could not be read: then everything is kept
     signature: tuple[Any, ...] = ()
+    jobs: tuple[str, ...] = ()  # the job folders the signature covers
 
     @classmethod
     def of(cls, root: Path, log_keep: int, home: Path | None = None,
@@ -130,7 +132,8 @@ class Rules:
         return cls(root, log_keep, None, True, True, caches, keep)._read()
 
     def _read(self) -> Rules:
-        signature = inputs_signature(self.root)  # first: a change while reading shows next time
+        jobs = job_names(self.root)
+        signature = inputs_signature(self.root, jobs)  # first: a change while reading shows
         problems = []
         kept, why = read_kept_releases(self.root, self.keep)
         if why:
@@ -144,7 +147,7 @@ class Rules:
         return replace(self, kept_releases=None if problems else kept,
                        recovery_running=running or bool(problems),
                        jobs_active=active or bool(problems),
-                       problem="; ".join(problems) or None, signature=signature)
+                       problem="; ".join(problems) or None, signature=signature, jobs=jobs)
 
     def category(self, path: Path) -> str | None:
         """The category of `path` (a file, link or directory), or None when it is neither
@@ -196,7 +199,7 @@ class Rules:
     def now(self) -> Rules:
         """The rules as the files say now: read again only where one of them changed (a
         pointer written by a deploy, a publish's staging, a job or a recovery starting)."""
-        if self.problem is None and inputs_signature(self.root) == self.signature:
+        if self.problem is None and inputs_signature(self.root, self.jobs) == self.signature:
             return self
         return self._read()
 
@@ -212,13 +215,26 @@ def _under(path: Path, top: Path) -> bool:
 
 
 # what the rules are read from; a changed file (replaced by rename, or written in place) or
-# folder (a job, a staged release added) changes its lstat
+# folder (a job, a staged release added) changes its lstat; and each job's folder and state
 INPUTS = (POINTER, CONFIG, POINTER_PREVIOUS, f"{RUN}/state.json", RELEASES_STAGED, JOBS)
 
 
-def inputs_signature(root: Path) -> tuple[Any, ...]:
+def job_names(root: Path) -> tuple[str, ...]:
+    """The job folders' names (an unreadable jobs/ reads as none: read_jobs_active says why)."""
+    try:
+        return tuple(sorted(d.name for d in os.scandir(root / JOBS)
+                            if d.is_dir(follow_symlinks=False)))
+    except OSError:
+        return ()
+
+
+def inputs_signature(root: Path, jobs: tuple[str, ...] = ()) -> tuple[Any, ...]:
+    """The lstat of each file the rules come from: INPUTS, and each of `jobs` (a folder
+    added to jobs/ changes its lstat; a state written there, by rename or in place, its
+    folder's or its own)."""
     sig: list[Any] = []
-    for name in INPUTS:
+    names = [*INPUTS, *(f"{JOBS}/{j}{s}" for j in jobs for s in ("", f"/{JOB_STATE}"))]
+    for name in names:
         try:
             st = os.lstat(f"{root}/{name}")
         except FileNotFoundError:
@@ -233,23 +249,28 @@ def inputs_signature(root: Path) -> tuple[Any, ...]:
 MAX_RULE_BYTES = 1 << 20
 
 
-def read_rule_file(path: Path) -> str:
-    """A rule file's text, "" when absent; OSError when it cannot be read or is not a regular
-    file (opened non-blocking: a FIFO in its place cannot hang the review or the clean)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return ""
+def read_regular(path: Path, follow: bool = False) -> bytes:
+    """A regular file's bytes, opened non-blocking (a FIFO in its place cannot hang the
+    reader); FileNotFoundError when absent, OSError when it cannot be read or is not a
+    regular file of a sane size (a link too, unless `follow`)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RULE_BYTES:
             raise OSError(errno.EINVAL, "not a regular file of a sane size", str(path))
-        return os.read(fd, MAX_RULE_BYTES + 1).decode(errors="replace")
+        return os.read(fd, MAX_RULE_BYTES + 1)
     finally:
         os.close(fd)
 
 
-RELEASE_NAME = re.compile(rf"{RELEASES}/([^/\s\"']+)")
+def read_rule_file(path: Path) -> str:
+    """A rule file's text, "" when absent; OSError when it cannot be read or is not a regular
+    file (`read_regular`)."""
+    try:
+        return read_regular(path).decode(errors="replace")
+    except FileNotFoundError:
+        return ""
 
 
 def previous_record(text: str) -> dict[str, str] | None:
@@ -266,42 +287,108 @@ def previous_record(text: str) -> dict[str, str] | None:
     return doc
 
 
+class Unresolved(ValueError):
+    """A named path that leads to no single release folder: every release is kept."""
+
+
+def release_names(text: str, root: Path, strict: bool = True) -> set[str]:
+    """The release folders the path `text` (relative ones from the root) names: the one it
+    is spelled in and the one it lies in after every link. Unresolved where that cannot be
+    told: the releases' own folder, a placeholder, or (`strict`: a binary is named) a path
+    that leads out of the releases to anything but a regular file."""
+    if "\0" in text or "{" in text:
+        raise Unresolved(text)
+    releases = f"{root}/{RELEASES}"
+    spelled = _release_in(os.path.normpath(os.path.join(root, text)), releases)
+    real = os.path.realpath(os.path.join(root, text))
+    lies = _release_in(real, os.path.realpath(releases))
+    if "" in (spelled, lies):
+        raise Unresolved(text)
+    names = {n for n in (spelled, lies) if n is not None}
+    if lies is None and strict:
+        try:
+            regular = stat.S_ISREG(os.stat(real).st_mode)
+        except OSError:
+            regular = False
+        if not regular:
+            raise Unresolved(text)
+    return names
+
+
+def _release_in(path: str, releases: str) -> str | None:
+    """The release folder `path` lies in, "" when it is the releases' folder itself, None
+    when it lies outside them."""
+    if path == releases:
+        return ""
+    if not path.startswith(releases + "/"):
+        return None
+    return path[len(releases) + 1:].split("/", 1)[0].removesuffix(PARTIAL)
+
+
+def _config_paths(doc: Any, root: Path) -> Iterator[str]:
+    """The paths agent.toml's values spell (`{root}` filled in): each absolute word, and each
+    that names the releases (`--data=...` split at its `=`)."""
+    if isinstance(doc, dict):
+        doc = list(doc.values())
+    if isinstance(doc, list):
+        for v in doc:
+            yield from _config_paths(v, root)
+    elif isinstance(doc, str):
+        for word in re.split(r"[\s=:,]+", doc.replace("{root}", str(root))):
+            if word.startswith("/") or re.search(rf"(^|/){RELEASES}(/|$)", word):
+                yield word
+
+
 def read_kept_releases(root: Path, keep: frozenset[str] = frozenset()
                        ) -> tuple[frozenset[str] | None, str | None]:
     """The release directories a cleanup never deletes, or (None, why) where that cannot be
     told (then every release is kept): those the pointer, agent.toml, the node binary the
-    agent recorded running, the previous-release record or a staging record names, and those
-    in `keep`. No pointer, or no record of the switch that wrote it, keeps every release."""
+    agent recorded running or the previous-release record names (each resolved to the folder
+    it lies in), every one staged by a publish, and those in `keep`. No pointer, no record of
+    the switch that wrote it, or a named path that leads to no single release keeps every
+    release."""
     try:
         pointer, config, recorded, state = (read_rule_file(root / f) for f in (
             POINTER, CONFIG, POINTER_PREVIOUS, f"{RUN}/state.json"))
-        pointer_st = os.lstat(root / POINTER) if pointer.strip() else None
-        staged = _staged_since(root, pointer_st.st_mtime_ns) if pointer_st else set()
+        staged = _staged(root)
     except OSError as e:
         return None, f"the release rules cannot be read: {e.strerror or e}"
-    if pointer_st is None:
+    target = pointer.strip()
+    if not target:
         return None, None  # no pointer: the node runs what the agent adopted, or nothing
     record = previous_record(recorded)
-    if record is None or record["to"] != pointer.strip():
+    if record is None or record["to"] != target:
         return None, None  # switched before the record, or since by other means: keep all
     try:  # what the node runs now, as the agent recorded it (a pointer may be pending)
-        node_binary = json.dumps((json.loads(state) if state.strip() else {}).get("node_binary"))
-    except (ValueError, AttributeError):
+        node = (json.loads(state) if state.strip() else {}).get("node_binary")
+        binaries = [] if node is None else [node["path"]]
+    except (ValueError, AttributeError, TypeError, KeyError):
         return None, "the agent's state cannot be read"
+    if not all(isinstance(b, str) for b in binaries):
+        return None, "the agent's state cannot be read"
+    try:
+        settings = tomllib.loads(config)
+    except tomllib.TOMLDecodeError:
+        return None, "agent.toml cannot be read"
     names = set(keep) | staged
-    for text in (pointer, config, record["previous"], node_binary):
-        names.update(RELEASE_NAME.findall(text))
+    try:
+        for path in (target, record["previous"], *binaries):
+            names |= release_names(path, root)
+        for path in _config_paths(settings, root):
+            names |= release_names(path, root, strict=False)
+    except Unresolved:
+        return None, None
     return frozenset(names), None
 
 
-def _staged_since(root: Path, pointer_ns: int) -> set[str]:
-    """The releases a publish staged since the pointer was last written: each waits for its
-    switch (release.present writes the record, by rename)."""
+def _staged(root: Path) -> set[str]:
+    """The releases a publish staged (release.present writes the record, by rename): each is
+    kept until a switch points at it (releases_record.record removes it) or the operator
+    removes the record."""
     try:
-        entries = list(os.scandir(root / RELEASES_STAGED))
+        return set(os.listdir(root / RELEASES_STAGED))
     except FileNotFoundError:
         return set()
-    return {e.name for e in entries if e.stat(follow_symlinks=False).st_mtime_ns >= pointer_ns}
 
 
 def kept_releases(root: Path, keep: frozenset[str] = frozenset()) -> frozenset[str] | None:
@@ -437,9 +524,10 @@ def _frees(st: os.stat_result, links: dict[tuple[int, int, str], int], category:
 
 def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
     """Delete what the review `reviewed` listed as regenerable, file by file, only where the
-    rules still call it regenerable (else refused) and it still has the size and mtime the
-    review recorded (else skipped). Empty directories it leaves under a regenerable path
-    go too. Returns what was freed per category against what the review promised."""
+    rules still call it regenerable (else refused), its folder lies on the mount of its top
+    reached through no link (else refused), and it still has the size and mtime the review
+    recorded (else skipped). Empty directories it leaves under a regenerable path go too.
+    Returns what was freed per category against what the review promised."""
     problem = invalid(reviewed)
     if problem:
         raise ValueError(f"not a storage review: {problem}")
@@ -449,52 +537,53 @@ def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) ->
     emptied: set[Path] = set()
     links: dict[tuple[int, int, str], int] = {}
     before = disk(rules.root)["free_bytes"]
+    failed = rules.problem
+    folders = Folders(rules.tops())
     try:
-        mounts = mounts_below(rules.tops())
-        failed = rules.problem
-    except OSError as e:
-        mounts, failed = [], f"the mounts cannot be read: {e.strerror or e}"
-    for cat in reviewed["categories"]:
-        name = str(cat.get("name"))
-        tally = done.setdefault(name, {"promised": cat["bytes"] if cat.get("regenerable")
-                                       else 0, "freed": 0, "files": 0})
-        for entry in cat["paths"]:
-            path, size, mtime_ns = Path(entry[0]), entry[1], entry[2]
-            if failed is None:
-                rules = rules.now()  # read again where a file it comes from changed
-                failed = rules.problem
-            if failed is not None:  # once anything of the rules could not be read: keep all
-                refused.append({"path": entry[0], "why": f"preserved (the rules cannot be "
-                                f"read: {failed})"})
-                continue
-            crooked = _crooked(entry[0]) or _mounted(path, mounts)
-            if crooked:
-                refused.append({"path": entry[0], "why": f"preserved ({crooked})"})
-                continue
-            now = rules.category(path)
-            if now is None or not rules.categories[now][0]:
-                why = "not the fleet's" if now is None else f"{now}: {rules.categories[now][1]}"
-                refused.append({"path": str(path), "why": f"preserved ({why})"})
-                continue
-            try:
-                st = path.lstat()
-            except FileNotFoundError:
-                skipped.append({"path": str(path), "why": "gone since the review"})
-                continue
-            if stat.S_ISDIR(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
-                skipped.append({"path": str(path), "why": "changed since the review"})
-                continue
-            if not dry_run:
-                try:
-                    path.unlink()
-                except OSError as e:
-                    skipped.append({"path": str(path), "why": f"cannot delete: {e.strerror}"})
+        for cat in reviewed["categories"]:
+            name = str(cat.get("name"))
+            tally = done.setdefault(name, {"promised": cat["bytes"] if cat.get("regenerable")
+                                           else 0, "freed": 0, "files": 0})
+            for entry in cat["paths"]:
+                path, size, mtime_ns = Path(entry[0]), entry[1], entry[2]
+                if failed is None:
+                    rules = rules.now()  # read again where a file it comes from changed
+                    failed = rules.problem
+                if failed is not None:  # once anything of the rules could not be read
+                    refused.append({"path": entry[0], "why": f"preserved (the rules cannot "
+                                    f"be read: {failed})"})
                     continue
-                emptied.add(path.parent)
-            # another link keeps the inode: only the last one unlinked frees it
-            tally["freed"] += _frees(st, links, "") if dry_run else \
-                st.st_blocks * 512 if st.st_nlink <= 1 else 0
-            tally["files"] += 1
+                folder: int | str = _crooked(entry[0]) or _kept(rules, path) or \
+                    folders.open(os.path.dirname(entry[0]))
+                if isinstance(folder, str):
+                    refused.append({"path": entry[0], "why": f"preserved ({folder})"})
+                    continue
+                base = path.name
+                try:
+                    st = os.lstat(base, dir_fd=folder)
+                except FileNotFoundError:
+                    skipped.append({"path": str(path), "why": "gone since the review"})
+                    continue
+                except OSError as e:
+                    skipped.append({"path": str(path), "why": f"cannot be read: {e.strerror}"})
+                    continue
+                if stat.S_ISDIR(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
+                    skipped.append({"path": str(path), "why": "changed since the review"})
+                    continue
+                if not dry_run:
+                    try:  # from the folder checked: a mount or swap since cannot redirect it
+                        os.unlink(base, dir_fd=folder)
+                    except OSError as e:
+                        skipped.append({"path": str(path),
+                                        "why": f"cannot delete: {e.strerror}"})
+                        continue
+                    emptied.add(path.parent)
+                # another link keeps the inode: only the last one unlinked frees it
+                tally["freed"] += _frees(st, links, "") if dry_run else \
+                    st.st_blocks * 512 if st.st_nlink <= 1 else 0
+                tally["files"] += 1
+    finally:
+        folders.close()
     if failed is None:
         for d in sorted(emptied, key=lambda p: len(p.parts), reverse=True):
             _prune(d, rules)
@@ -502,27 +591,100 @@ def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) ->
             "free_before_bytes": before, "free_after_bytes": disk(rules.root)["free_bytes"]}
 
 
-def mounts_below(tops: list[Path], mountinfo: str = "/proc/self/mountinfo") -> list[Path]:
-    """The mount points strictly below any of `tops` (a bind mount of the same filesystem
-    included, which st_dev cannot tell); OSError when the mounts cannot be read."""
-    with open(mountinfo, "rb") as f:
-        text = f.read()
-    points = []
-    for line in text.splitlines():
-        fields = line.split(b" ")
-        if len(fields) < 5:
-            continue
-        point = Path(os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]),
-                                        fields[4])))
-        if any(top in point.parents for top in tops):
-            points.append(point)
-    return points
+class Folders:
+    """The folders a clean deletes from, each checked once while it stays the same folder
+    (its lstat's device and inode): opened from its top one component at a time, never
+    through a link, and on the top's own mount (by the mount id the kernel gives the opened
+    folder: on overlayfs a file's st_dev is its layer's, and a bind mount of the same
+    filesystem has the same st_dev). Files are then unlinked relative to that opened folder.
+    Anything that cannot be checked keeps the file."""
+
+    FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    HELD = 64  # folders kept open; a review lists files folder by folder
+
+    def __init__(self, tops: list[Path]) -> None:
+        self.tops = sorted((str(t).rstrip("/") or "/" for t in tops), key=len, reverse=True)
+        self.held: dict[str, tuple[int, int, int]] = {}  # path -> (fd, dev, ino)
+        self.mounts: dict[str, int | str] = {}  # top -> its mount id, or why not
+
+    def open(self, folder: str) -> int | str:
+        """An fd of `folder` checked as above, or why it is not one to delete from."""
+        top = next((t for t in self.tops if folder == t or folder.startswith(t + "/")
+                    or t == "/"), None)
+        if top is None:
+            return "not the fleet's"
+        mount = self.mounts.get(top)
+        if mount is None:
+            mount = self.mounts[top] = self._top_mount(top)
+        if isinstance(mount, str):
+            return mount
+        try:
+            return self._open(folder, top, mount)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                return "its folder is reached through a link"
+            return f"its folder cannot be checked: {e.strerror or e}"
+
+    def _top_mount(self, top: str) -> int | str:
+        if os.path.realpath(top) != top:
+            return "its folder is reached through a link"
+        try:
+            fd = os.open(top, self.FLAGS)
+        except OSError as e:
+            return f"its folder cannot be checked: {e.strerror or e}"
+        try:
+            return mount_id(fd)
+        except (OSError, ValueError) as e:
+            return f"its mount cannot be told: {e}"
+        finally:
+            os.close(fd)
+
+    def _open(self, folder: str, top: str, mount: int) -> int | str:
+        st = os.lstat(folder)
+        held = self.held.get(folder)
+        if held is not None:
+            if (held[1], held[2]) == (st.st_dev, st.st_ino):
+                self.held[folder] = self.held.pop(folder)  # the last used goes last
+                return held[0]
+            self._drop(folder)
+        if folder == top:
+            fd = os.open(folder, self.FLAGS)
+        else:
+            parent = self.open(os.path.dirname(folder))
+            if isinstance(parent, str):
+                return parent
+            fd = os.open(os.path.basename(folder), self.FLAGS, dir_fd=parent)
+        try:
+            got = os.fstat(fd)
+            if (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
+                raise OSError(errno.ESTALE, "it changed while it was checked")
+            if mount_id(fd) != mount:
+                os.close(fd)
+                return "across a mount"
+        except (OSError, ValueError) as e:
+            os.close(fd)
+            raise OSError(errno.EIO, f"{e}") from None
+        if len(self.held) >= self.HELD:
+            self._drop(next(iter(self.held)))
+        self.held[folder] = (fd, got.st_dev, got.st_ino)
+        return fd
+
+    def _drop(self, folder: str) -> None:
+        os.close(self.held.pop(folder)[0])
+
+    def close(self) -> None:
+        for folder in list(self.held):
+            self._drop(folder)
 
 
-def _mounted(path: Path, mounts: list[Path]) -> str | None:
-    """Why `path` lies across a mount: below a mount point under its top. (Not by st_dev: on
-    overlayfs, a container's root, a file's st_dev is its layer's, not its folder's.)"""
-    return "across a mount" if any(_under(path, m) for m in mounts) else None
+def mount_id(fd: int) -> int:
+    """The id of the mount the open file `fd` lies on (/proc/self/fdinfo's `mnt_id`);
+    OSError or ValueError when the kernel does not say."""
+    with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+        for line in f.read().splitlines():
+            if line.startswith(b"mnt_id:"):
+                return int(line.split()[1])
+    raise ValueError("no mnt_id in /proc/self/fdinfo")
 
 
 def invalid(reviewed: Any) -> str | None:
@@ -548,14 +710,20 @@ def _count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
+def _kept(rules: Classifier, path: Path) -> str | None:
+    """Why the rules keep `path` now, or None when they call it regenerable."""
+    now = rules.category(path)
+    if now is None:
+        return "not the fleet's"
+    regenerable, why = rules.categories[now]
+    return None if regenerable else f"{now}: {why}"
+
+
 def _crooked(text: str) -> str | None:
-    """Why a reviewed path is not one the clean may follow: not absolute, not normal (`..`,
-    `.`, doubled or trailing slashes), or through a link (its folder is not where it says)."""
+    """Why a reviewed path is not one the clean may follow: not absolute, or not normal
+    (`..`, `.`, doubled or trailing slashes). Links are Folders' to refuse."""
     if not os.path.isabs(text) or os.path.normpath(text) != text or text.startswith("//"):
         return "not a plain absolute path"
-    parent = os.path.dirname(text)
-    if os.path.realpath(parent) != parent:
-        return "its folder is reached through a link"
     return None
 
 

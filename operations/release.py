@@ -28,8 +28,8 @@ from facts.box import NodeReadback
 from operations.util import box_state
 
 # The staging record, <root>/releases.staged/<sha16> (by rename, so that a clean running now
-# sees its folder change): a release staged since the pointer was last written waits for its
-# switch, and the storage clean keeps it (agent/space.py).
+# sees its folder change): the storage clean keeps the release (agent/space.py) until a switch
+# points at it (agent/base/releases_record.py removes the record) or the operator removes it.
 _STAGED = rf"""
 rec="${{dest%/{RELEASES}/*}}/{RELEASES_STAGED}/${{dest##*/}}"
 mkdir -p "${{rec%/*}}" && : > "$rec.new" && mv -f "$rec.new" "$rec"

@@ -15,6 +15,7 @@ from typing import Any
 from agent.base import template
 from agent.base.errors import usage_error
 from agent.contract import DEFAULT_ROOT, NODE, Layout
+from agent.space import read_regular
 
 PLACEHOLDERS = frozenset(
     {"root", "name", "node_bin", "p2p_port", "p2p_public_ip", "p2p_public_port"}
@@ -90,14 +91,13 @@ class Config:
 
 def load_config(path: Path) -> Config:
     """Read and check agent.toml; any problem is one AgentError with exit status 2."""
-    try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
+    try:  # non-blocking: a FIFO in its place is refused, never waited on
+        raw = tomllib.loads(read_regular(path, follow=True).decode())
     except FileNotFoundError:
         raise usage_error(f"config {path} not found") from None
     except OSError as e:
         raise usage_error(f"config {path} unreadable: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise usage_error(f"config {path} is not valid TOML: {e}") from None
     return parse_config(raw, path)
 

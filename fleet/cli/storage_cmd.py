@@ -15,6 +15,7 @@ from fleet.cli import tables
 from fleet.cli.common import app, cfg, emit, err, out, registry
 from fleet.core.boxes import Row
 from fleet.core.errors import FleetError, UsageError
+from fleet.ops.storage import printable
 
 storage_app = typer.Typer(no_args_is_help=True, help="What fills the boxes, and a cleanup of "
                           "regenerable files by a saved review.")
@@ -34,13 +35,6 @@ def size(n: Any) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
-
-
-def printable(text: Any) -> str:
-    """`text` with every character a terminal would act on written as its escape (`\\x1b`):
-    a box's file names and messages are not trusted to be plain."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                   for c in str(text))
 
 
 def _standing(labels: list[str]) -> list[Row]:
@@ -93,7 +87,8 @@ def review_cmd(labels: list[str] = typer.Argument(None, metavar="[LABEL]..."),
     if "local" in doc:
         tables.show(out, review_table("local state", doc["local"]))
     for label, why in doc["errors"].items():
-        err.print(f"{label}: not reviewed: {printable(why)}", markup=False, highlight=False)
+        err.print(f"{printable(label)}: not reviewed: {printable(why)}", markup=False,
+                  highlight=False)
     out.print(f"a cleanup would free {size(doc['freeable_bytes'])} in all; save the review "
               "with --json and clean by it: fleet storage clean --from REVIEW.json",
               markup=False, highlight=False, soft_wrap=True)
@@ -102,14 +97,15 @@ def review_cmd(labels: list[str] = typer.Argument(None, metavar="[LABEL]..."),
 
 
 def review_table(title: str, part: Mapping[str, Any]) -> Table:
-    rows = [{"category": c["name"], "kind": "regenerable" if c["regenerable"] else "kept",
+    rows = [{"category": printable(c["name"]),
+             "kind": "regenerable" if c["regenerable"] else "kept",
              "size": size(c["bytes"]), "files": str(c["files"]), "oldest": _day(c["oldest"])}
             for c in part.get("categories") or []]
     d = part.get("disk") or {}
     caption = (f"would free {size(part.get('freeable_bytes'))}; disk free "
                f"{size(d.get('free_bytes'))} of {size(d.get('total_bytes'))}, after "
                f"{size(part.get('free_after_bytes'))}")
-    return tables.build(title, REVIEW_COLUMNS, rows, caption=caption)
+    return tables.build(printable(title), REVIEW_COLUMNS, rows, caption=caption)
 
 
 def _day(mtime: Any) -> str:
@@ -143,18 +139,20 @@ def clean_cmd(source: Path = typer.Option(None, "--from", metavar="REVIEW.json",
             tables.show(out, clean_table(label, part))
             for what in ("skipped", "refused"):
                 for x in part[what]:
-                    out.print(f"{label}: {what} {printable(x['path'])}: "
+                    out.print(f"{printable(label)}: {what} {printable(x['path'])}: "
                               f"{printable(x['why'])}", markup=False,
                               highlight=False, soft_wrap=True)
     for label, why in done["errors"].items():
-        err.print(f"{label}: not cleaned: {printable(why)}", markup=False, highlight=False)
+        err.print(f"{printable(label)}: not cleaned: {printable(why)}", markup=False,
+                  highlight=False)
     if done["errors"]:
         raise FleetError(f"{len(done['errors'])} reviewed boxes were not cleaned")
 
 
 def clean_table(title: str, part: Mapping[str, Any]) -> Table:
     cats = part.get("categories") or {}
-    rows = [{"category": name, "promised": size(t["promised"]), "freed": size(t["freed"]),
+    rows = [{"category": printable(name), "promised": size(t["promised"]),
+             "freed": size(t["freed"]),
              "files": str(t["files"])} for name, t in cats.items() if t["promised"] or
             t["files"]]
     promised = sum(t["promised"] for t in cats.values())
@@ -163,4 +161,4 @@ def clean_table(title: str, part: Mapping[str, Any]) -> Table:
     caption = (f"{verb} {size(freed)} of {size(promised)} promised; disk free "
                f"{size(part.get('free_before_bytes'))} before, "
                f"{size(part.get('free_after_bytes'))} after")
-    return tables.build(title, CLEAN_COLUMNS, rows, caption=caption)
+    return tables.build(printable(title), CLEAN_COLUMNS, rows, caption=caption)

@@ -99,6 +99,25 @@ class LocalRules:
         return self  # the local rules are fixed paths
 
 
+def printable(text: Any) -> str:
+    """`text` with every character a terminal would act on written as its escape (`\\x1b`):
+    a box's file names, categories and messages are not trusted to be plain."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in str(text))
+
+
+def unknown_category(part: Any, known: dict[str, tuple[bool, str]]) -> str | None:
+    """Why a box's review or clean report (`part`: its categories a list of objects or a
+    dict by name) names a category the rules do not know, or None."""
+    cats = part.get("categories") if isinstance(part, dict) else None
+    names = list(cats) if isinstance(cats, dict) else \
+        [c.get("name") if isinstance(c, dict) else c for c in cats or []]
+    for name in names:
+        if not isinstance(name, str) or name not in known:
+            return f"unknown category '{printable(name)}'"
+    return None
+
+
 def review(cfg: Config, rows: Sequence[Row], local: LocalRules | None) -> dict[str, Any]:
     """The review of `rows` (their boxes, in parallel) and of the local state (with
     `local`). A box whose review cannot be read is named in `errors`, never guessed."""
@@ -113,7 +132,10 @@ def review(cfg: Config, rows: Sequence[Row], local: LocalRules | None) -> dict[s
             doc = json.loads(r.stdout)
         except ValueError:
             return "the agent's storage review is not JSON"
-        return doc if isinstance(doc, dict) else "the agent's storage review is not a review"
+        if not isinstance(doc, dict):
+            return "the agent's storage review is not a review"
+        unknown = unknown_category(doc, space.CATEGORIES)
+        return f"the agent's storage review names an {unknown}" if unknown else doc
     with ThreadPoolExecutor(max_workers=16) as pool:
         reads = list(pool.map(one, rows))
     boxes: dict[str, Any] = {}
@@ -142,6 +164,13 @@ def load_review(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA \
             or not isinstance(doc.get("boxes"), dict):
         raise UsageError(f"review {path} is not a fleet storage review (schema {SCHEMA})")
+    parts = [(printable(label), part, space.CATEGORIES) for label, part in doc["boxes"].items()]
+    if "local" in doc:
+        parts.append(("local", doc["local"], LOCAL_CATEGORIES))
+    for label, part, known in parts:
+        unknown = unknown_category(part, known)
+        if unknown:
+            raise UsageError(f"review {path}: {label}: {unknown}")
     return doc
 
 
@@ -178,8 +207,12 @@ def clean(cfg: Config, reviewed: dict[str, Any], rows: dict[str, Row],
             report = json.loads(r.stdout) if r.returncode == 0 else None
         except ValueError:
             report = None
+        unknown = unknown_category(report, space.CATEGORIES) if isinstance(report, dict) \
+            else None
         if report is None:
             errors[label] = f"the agent's clean failed: {(r.stderr or r.stdout).strip()[-300:]}"
+        elif unknown:
+            errors[label] = f"the agent's clean report names an {unknown}"
         else:
             boxes[label] = report
     out: dict[str, Any] = {"dry_run": dry_run, "boxes": boxes, "errors": errors}

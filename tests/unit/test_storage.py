@@ -167,6 +167,8 @@ def test_a_release_staged_by_a_publish_is_kept_until_a_switch_moves_on(tmp_path:
     import tarfile
 
     from agent import space
+    from agent.base import releases_record
+    from agent.contract import Layout
     from operations.release import _UNPACK
 
     root = tmp_path / "fleet"
@@ -184,8 +186,15 @@ def test_a_release_staged_by_a_publish_is_kept_until_a_switch_moves_on(tmp_path:
                         sums], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert space.kept_releases(root) == {"aaaa", "bbbb", "cccc"}
-    os.utime(root / "releases.staged" / "cccc", ns=(1, 1))  # a switch came after it
-    assert space.kept_releases(root) == {"aaaa", "bbbb"}
+    later = (root / "releases.staged" / "cccc").stat().st_mtime_ns + 10**9
+    os.utime(root / "standing.node", ns=(later, later))  # another pointer write: still kept
+    assert space.kept_releases(root) == {"aaaa", "bbbb", "cccc"}
+    for move in (("aaaa", "cccc"), ("cccc", "bbbb")):  # a switch to it, then one on
+        releases_record.record(Layout(root), *({"target": f"{root}/releases/{r}/igneumd",
+                                                "sha256": "ab" * 32} for r in move))
+        (root / "standing.node").write_text(f"{root}/releases/{move[1]}/igneumd\n")
+    assert not (root / "releases.staged" / "cccc").exists()
+    assert space.kept_releases(root) == {"bbbb", "cccc"}
 
 
 def test_paths_with_escape_sequences_reach_the_terminal_escaped(tmp_path: Path) -> None:
@@ -211,3 +220,42 @@ def test_the_box_s_clean_keeps_the_release_the_registry_wants_on_it() -> None:
     assert storage_ops.keep_wanted(row) == " --keep ce417bb64b68f0b8"
     row.node_sha16_wanted = "x; rm -rf /"
     assert storage_ops.keep_wanted(row) == ""
+
+
+EVIL = "old releases\x1b]0;PWNED\x07\x1b[2J"
+
+
+def test_a_box_s_category_names_reach_the_terminal_escaped_at_any_width() -> None:
+    import io
+
+    from rich.console import Console
+
+    from fleet.cli import tables
+    from fleet.cli.storage_cmd import clean_table, review_table
+
+    part = {"categories": [{"name": EVIL, "regenerable": True, "bytes": 1, "files": 1,
+                            "oldest": 0, "paths": []}], "disk": {}, "freeable_bytes": 1}
+    report = {"categories": {EVIL: {"promised": 1, "freed": 1, "files": 1}}}
+    for width in (200, 20):  # whole, and folded
+        buf = io.StringIO()
+        console = Console(file=buf, force_terminal=True, width=width)
+        tables.show(console, review_table(EVIL, part))
+        tables.show(console, clean_table(EVIL, report))
+        assert "\x1b]0;PWNED" not in buf.getvalue() and "\x1b[2J" not in buf.getvalue()
+        assert "\\x1b]0;PWNED\\x07" in buf.getvalue()
+
+
+def test_a_category_no_rules_know_is_refused_in_reviews_and_reports(tmp_path: Path) -> None:
+    saved = tmp_path / "review.json"
+    saved.write_text(json.dumps({"schema": 1, "boxes": {"live-a": {
+        "provider_id": "1", "categories": [{"name": EVIL, "bytes": 0, "paths": []}]}}}))
+    with pytest.raises(UsageError, match="unknown category 'old releases\\\\x1b"):
+        storage_ops.load_review(saved)
+    r = fleet(tmp_path, "storage", "clean", "--from", str(saved))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "\x1b" not in r.stderr
+    assert storage_ops.unknown_category(
+        {"categories": [{"name": "pip cache"}, {"name": EVIL}]}, storage_ops.space.CATEGORIES
+    ) == "unknown category 'old releases\\x1b]0;PWNED\\x07\\x1b[2J'"
+    assert storage_ops.unknown_category({"categories": {"pip cache": {}}},
+                                        storage_ops.space.CATEGORIES) is None

@@ -112,13 +112,12 @@ def test_a_record_that_does_not_name_the_pointer_it_led_to_keeps_every_release(
     assert old_releases(space.review(rules(root, home, apt))) == ["cccc"]
 
 
-def test_a_release_staged_since_the_last_pointer_write_is_kept(tmp_path: Path) -> None:
+def test_a_staged_release_and_its_unpack_are_kept_while_its_record_is_there(
+        tmp_path: Path) -> None:
     root, home, apt = box(tmp_path, "aaaa", "bbbb", "new1", "gone")
     record(root, "bbbb", "aaaa")
     staged = root / "releases.staged"
     staged.mkdir()
-    (staged / "gone").write_text("")
-    os.utime(staged / "gone", (1, 1))  # staged before the pointer: a publish that moved on
     (staged / "new1").write_text("")
     put(root / "releases" / "new1.partial" / "igneum-miner")  # its unpack, not yet in place
     assert old_releases(space.review(rules(root, home, apt))) == ["gone"]
@@ -215,3 +214,15 @@ def test_the_release_the_operator_wants_is_kept_by_the_clean(tmp_path: Path) -> 
     assert r.returncode == 0, r.stderr
     assert wanted.exists() and [x["path"] for x in json.loads(r.stdout)["refused"]] == \
         [str(wanted)]
+
+
+def test_a_fifo_at_agent_toml_hangs_neither_the_review_nor_the_clean(tmp_path: Path) -> None:
+    root, home, apt = box(tmp_path, "aaaa", "bbbb")
+    (root / "agent.toml").unlink()
+    os.mkfifo(root / "agent.toml")
+    config = ["--config", str(root / "agent.toml")]
+    for args, stdin in ((["storage"], None), (["storage", "clean", "--from", "-"], "{}")):
+        r = subprocess.run([sys.executable, "-m", "agent", *args, *config], cwd=REPO,
+                           input=stdin, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip().count("\n") == 0 and "agent.toml" in r.stderr

@@ -270,33 +270,25 @@ def test_a_category_name_of_the_wrong_type_is_not_a_crash(tmp_path: Path) -> Non
 # ---------------------------------------------------------------- races and others' files
 
 
-def test_a_switch_landing_mid_clean_keeps_its_release(tmp_path: Path, monkeypatch: Any) -> None:
-    """The clean takes no switch lock and reads the pointer once (Rules.of): a switch (a
-    rollback publish to a release the review called old) that lands while the clean runs has
-    its new node binary deleted under it."""
+def test_a_switch_landing_mid_clean_keeps_its_release(tmp_path: Path) -> None:
+    """A switch (a rollback publish to a release the review called old) that lands between
+    two files (`agent switch` holds the switch lock, so not within one: that is
+    tests/unit/agent/test_agent_storage.py's lock test) keeps the release it moved to."""
+    from test_agent_storage_midclean import Looking
+
     root, home, apt = box(tmp_path)
     put(root / "releases" / "eeee" / "igneumd")
-    r = rules(root, home, apt)
-    rev = space.review(r)
-    real_unlink = Path.unlink
-    switched: list[bool] = []
-
+    rev = space.review(rules(root, home, apt))
     target: list[str] = []
 
-    def unlink(self: Path, missing_ok: bool = False) -> None:
-        if not switched and self.parent.parent.name == "releases":
-            # `agent switch` to the other old release lands between two files (the command
-            # holds the switch lock, so not within one: that is tests/unit/agent/
-            # test_agent_storage.py's lock test)
-            switched.append(True)
-            other = "eeee" if self.parent.name == "dddd" else "dddd"
-            target.append(other)
-            record(root, "aaaa", other)
-            (root / "standing.node").write_text(f"{root}/releases/{other}/igneumd\n")
-        real_unlink(self, missing_ok=missing_ok)
+    def switch() -> None:  # to the old release the clean has not reached yet
+        other = "eeee" if (root / "releases" / "eeee").exists() and not \
+            (root / "releases" / "dddd" / "igneumd").exists() else "dddd"
+        target.append(other)
+        record(root, "aaaa", other)
+        (root / "standing.node").write_text(f"{root}/releases/{other}/igneumd\n")
 
-    monkeypatch.setattr(Path, "unlink", unlink)
-    space.clean(r, rev)
+    space.clean(Looking(rules(root, home, apt), 2, switch), rev)
     assert (root / "releases" / target[0] / "igneumd").exists(), \
         "the release a switch moved to during the clean was deleted"
 
