@@ -41,9 +41,23 @@ KEYWORDS = frozenset({"if", "then", "else", "elif", "fi", "for", "while", "until
 SHELL = re.compile(r"(?:ba|da|z|k|mk|a|ya|po|c|tc|r)?sh[0-9.]*|fish|busybox|pwsh")
 SHELL_BUILTINS = frozenset({"eval", "exec", "set", "shopt", "trap", "source", ".", "command",
                             "builtin", "enable", "alias", "declare", "typeset"})
+# programs that run a command line they read themselves (xargs: from its input)
 SHELL_RUNNERS = frozenset({"su", "sudo", "doas", "runuser", "ssh", "watch", "script",
-                           "parallel"})
-WRAPPERS = frozenset({"env", "xargs", "timeout", "nice", "nohup", "setsid", "stdbuf", "ionice",
+                           "parallel", "xargs"})
+# every bash builtin: bash runs these itself for a name without a slash, and many read their
+# arguments as shell code (`let`, `mapfile -C`, `jobs -x`, array subscripts in `printf -v`,
+# `read`, `unset`, `test -v`): only these few, which run nothing, may name a gate's command
+BASH_BUILTINS = frozenset({".", ":", "[", "alias", "bg", "bind", "break", "builtin", "caller",
+                           "cd", "command", "compgen", "complete", "compopt", "continue",
+                           "declare", "dirs", "disown", "echo", "enable", "eval", "exec", "exit",
+                           "export", "false", "fc", "fg", "getopts", "hash", "help", "history",
+                           "jobs", "kill", "let", "local", "logout", "mapfile", "popd", "printf",
+                           "pushd", "pwd", "read", "readarray", "readonly", "return", "set",
+                           "shift", "shopt", "source", "suspend", "test", "times", "trap",
+                           "true", "type", "typeset", "ulimit", "umask", "unalias", "unset",
+                           "wait"})
+PLAIN_BUILTINS = frozenset({"cd", "echo", "true", "false", "pwd", "printf"})
+WRAPPERS = frozenset({"env", "time", "timeout", "nice", "nohup", "setsid", "stdbuf", "ionice",
                       "chrt", "taskset", "flock", "find", "strace", "nsenter", "unshare", "chroot"})
 SHELL_VARIABLES = frozenset({"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "POSIXLY_CORRECT",
                              "IFS"})
@@ -172,6 +186,11 @@ def _check_program(words: list[str]) -> None:
         raise Unreadable(f"a command named {name!r} (quoted, it would be read as an assignment)")
     if _runs_shell(base):
         raise Unreadable(f"{name!r} re-enters a shell, or changes its error handling")
+    if "/" not in name and name in BASH_BUILTINS and (
+            name not in PLAIN_BUILTINS
+            or (name == "printf" and any(w.startswith("-") for w in words[1:2]))):
+        raise Unreadable(f"the shell builtin {name!r} (of bash's builtins a gate may name only "
+                         f"{', '.join(sorted(PLAIN_BUILTINS))}, and printf without options)")
     if base not in WRAPPERS:
         return
     for w in words[1:]:
