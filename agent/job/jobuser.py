@@ -22,7 +22,7 @@ import os
 import signal
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +37,23 @@ REAP_S = 5.0
 POLL_S = 0.01
 
 
-def popen_kwargs(job: Job, env: Mapping[str, str]) -> dict[str, Any]:
+def popen_kwargs(job: Job, env: Mapping[str, str],
+                 first: Callable[[], None] | None = None) -> dict[str, Any]:
     """subprocess.Popen's keyword arguments that start the job's code as its own user: no
     supplementary group of root's, only those owning GPU device nodes it could not open
-    otherwise."""
-    return {"user": JOB_UID, "group": JOB_GID, "extra_groups": gpu_groups(), "umask": 0o022,
+    otherwise. `first` runs in the child while it is still root (joining the step's cgroup,
+    which only root may move it into); then the child drops to the job's user, and a child
+    that cannot never execs (its Popen fails)."""
+    groups = gpu_groups()
+
+    def become_job_user() -> None:
+        if first is not None:
+            first()
+        os.setgroups(groups)
+        os.setregid(JOB_GID, JOB_GID)
+        os.setreuid(JOB_UID, JOB_UID)
+
+    return {"preexec_fn": become_job_user, "umask": 0o022,
             "env": {**env, "HOME": str(job.work), "USER": JOB_USER, "LOGNAME": JOB_USER}}
 
 
