@@ -132,9 +132,21 @@ def executable_arg(argv: Sequence[str]) -> str | None:
     return None if i is None else argv[i]
 
 
-def binary_of(info: ProcInfo) -> str | None:
-    """Absolute path of the program file a process runs (the script for interpreted ones)."""
-    arg = executable_arg(info.argv)
+def script_index(argv: Sequence[str]) -> int | None:
+    """Index of the script a process under an interpreter runs: the first argument after
+    argv[0] that is not an option. Never argv[0]: an interpreter's argv[0] is whatever its
+    caller chose (`exec -a`), so a program cannot pass for a script by naming it there."""
+    for i, arg in enumerate(argv[1:], start=1):
+        if not arg.startswith("-"):
+            return i
+    return None
+
+
+def binary_of(info: ProcInfo, interpreted: bool = False) -> str | None:
+    """Absolute path of the program file a process runs (the script for interpreted ones;
+    `interpreted`: its exe is known to be an interpreter)."""
+    i = script_index(info.argv) if interpreted else executable_index(info.argv)
+    arg = None if i is None else info.argv[i]
     if not arg:
         return None
     if not os.path.isabs(arg):
@@ -153,24 +165,29 @@ def running_file(info: ProcInfo) -> tuple[str | None, str | None, str]:
         exe: str | None = os.readlink(f"/proc/{info.pid}/exe").removesuffix(" (deleted)")
     except OSError:
         exe = None
-    if exe is None or INTERPRETER.match(os.path.basename(exe).split(" ")[0]):
+    if exe is None:
         script = binary_of(info)
+        return script, script, "script"
+    if INTERPRETER.match(os.path.basename(exe).split(" ")[0]):
+        script = binary_of(info, interpreted=True)
         return script, script, "script"
     return exe, f"/proc/{info.pid}/exe", "exe"
 
 
 def running_identity(info: ProcInfo) -> tuple[object, ...] | None:
     """What a process runs, cheaply: the kind, path, device and inode of the file it runs
-    (see running_file) and its command line; None when that file cannot be looked at. Equal
-    identities need no new digest: a running binary cannot be written to in place."""
+    (see running_file), of its exe (the interpreter of a script), and its command line; None
+    when that file cannot be looked at. Equal identities need no new digest: a running binary
+    cannot be written to in place."""
     path, source, kind = running_file(info)
     if not source:
         return None
     try:
         st = os.stat(source)
+        exe = os.stat(f"/proc/{info.pid}/exe")
     except OSError:
         return None
-    return kind, path, st.st_dev, st.st_ino, info.argv
+    return kind, path, st.st_dev, st.st_ino, exe.st_dev, exe.st_ino, info.argv
 
 
 def running_digest(info: ProcInfo,

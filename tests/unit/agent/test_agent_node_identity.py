@@ -7,14 +7,20 @@ from __future__ import annotations
 import hashlib
 
 import psutil
-from agentbox import Box, wait_for
+import pytest
+from agentbox import PY, Box, wait_for
 
 
-def test_a_node_that_execs_another_release_after_its_start_is_stopped(box: Box) -> None:
+@pytest.mark.parametrize("exec_line", ["exec {v2} \"$@\"", "exec -a \"$0\" {py} {v2} \"$@\""],
+                         ids=["plain", "argv0-forged"])
+def test_a_node_that_execs_another_release_after_its_start_is_stopped(
+        box: Box, exec_line: str) -> None:
+    """Also when it keeps the pointer's script as its argv[0] (`exec -a "$0"` under an
+    interpreter): an interpreter's argv[0] never names the script it runs."""
     v2, _ = box.release("v2")
     gate = box.tmp / "exec-gate"  # the script execs v2 once this exists
-    text = (f"#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.05; done\n"
-            f"exec {v2} \"$@\"\n")
+    text = (f"#!/bin/bash\nwhile [ ! -e {gate} ]; do sleep 0.05; done\n"
+            f"{exec_line.format(v2=v2, py=PY)}\n")
     sha = hashlib.sha256(text.encode()).hexdigest()
     path = box.root / "releases" / sha[:16] / "node"
     path.parent.mkdir(parents=True)
