@@ -169,6 +169,11 @@ def read_status_file(path: str, max_age_s: float) -> Reading:
         os.close(fd)
     if not isinstance(data, dict):
         return unhealthy(None, f"{path} does not hold a JSON object")
+    if st.st_mtime > now + FUTURE_TOLERANCE_S:
+        # dated ahead of the clock (a step back after the write): when it was written, and so
+        # whose figures it holds, cannot be told
+        return Reading(None, f"{path} is dated {st.st_mtime - now:.0f} s ahead of the clock",
+                       now, None, mono)
     written = _changed_at(path, st, now, mono)
     if mono - written > max_age_s:
         return Reading(data, f"{path} unchanged for {mono - written:.0f} s", now, False, mono,
@@ -176,14 +181,15 @@ def read_status_file(path: str, max_age_s: float) -> Reading:
     return Reading(data, None, now, True, mono, written_mono=written)
 
 
+FUTURE_TOLERANCE_S = 1.0
 _SEEN: dict[str, tuple[tuple[int, int, int], float]] = {}  # path -> (identity, changed at)
 
 
 def _changed_at(path: str, st: os.stat_result, now: float, mono: float) -> float:
     """When a status file last changed, on the monotonic clock: when the probe saw its
     identity (inode, mtime, size) change. Each change is dated by the file's wall-clock
-    age, never negative: an mtime ahead of the clock (a step back after the write) counts as
-    just written and the file ages from there, so a frozen writer still reads as frozen."""
+    age, never negative: an mtime ahead of the clock by less than FUTURE_TOLERANCE_S counts as
+    just written and the file ages from there (further ahead, the reading is unknown)."""
     ident = (st.st_ino, st.st_mtime_ns, st.st_size)
     seen = _SEEN.get(path)
     if seen is None or seen[0] != ident:

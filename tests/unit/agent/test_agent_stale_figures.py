@@ -67,8 +67,10 @@ def test_a_dead_miners_figures_are_not_shown_for_its_successor(box: Box) -> None
 
 def test_figures_of_a_status_file_past_its_health_age_print_as_unknown(box: Box) -> None:
     status_file = box.root / "run" / "miner.json"
-    once = box.bin / "miner-once"  # writes its status file once, then never again
-    once.write_text(f"#!/bin/sh\nprintf '{{\"hashrate\": 1000.0}}' > {status_file}.tmp\n"
+    # writes its status file once, then never again; a moment after its start, as a start time
+    # is known to a clock tick only and a write within it is not taken as this process's
+    once = box.bin / "miner-once"
+    once.write_text(f"#!/bin/sh\nsleep 0.2\nprintf '{{\"hashrate\": 1000.0}}' > {status_file}.tmp\n"
                     f"mv {status_file}.tmp {status_file}\nexec sleep 1000\n")
     once.chmod(0o755)
     box.configure(programs=("miner",), result_every_s=1, program_overrides={"miner": {
@@ -83,3 +85,28 @@ def test_figures_of_a_status_file_past_its_health_age_print_as_unknown(box: Box)
     wait_for(lambda: (box.root / "out" / "standing.log").stat().st_size > written,
              "a RESULT line after that")
     assert _last_result(box)["miner_rate"] == "-"
+
+
+def test_figures_written_ahead_of_the_clock_are_not_shown_for_a_successor(box: Box) -> None:
+    """A status file dated in the future (a clock stepped back after the write, or a writer
+    that sets it) cannot tell whose figures it holds: they are unknown, never the successor's."""
+    status_file = box.root / "run" / "miner.json"
+    mark = box.tmp / "second-run"
+    wrap = box.bin / "minerwrap"  # the first run writes, dates it an hour ahead, and dies
+    wrap.write_text(
+        f"#!/bin/sh\nif [ -e {mark} ]; then exec sleep 1000; fi\n: > {mark}\nsleep 3\n"
+        f"printf '{{\"hashrate\": 4242.0}}' > {status_file}.tmp\n"
+        f"touch -d '+1 hour' {status_file}.tmp\nmv {status_file}.tmp {status_file}\n"
+        "kill -KILL $$\n")
+    wrap.chmod(0o755)
+    box.configure(programs=("miner",), result_every_s=1, tick_s=2.0,
+                  program_overrides={"miner": {"command": [str(wrap)]}})
+    box.start_agent()
+    wait_for(lambda: mark.exists() and box.pid_of("miner"), "the first run")
+    first = box.pid_of("miner")
+    wait_for(lambda: box.pid_of("miner") not in (None, first), "the successor running", 20)
+    successor = box.pid_of("miner")
+    for _ in range(4):  # readings of the successor over several ticks
+        box.wait_ticks(1)
+        assert box.pid_of("miner") == successor
+        assert box.status()["miner"]["hashrate"] is None, box.status()["miner"]
