@@ -183,9 +183,14 @@ def _programs(t: _Table) -> dict[str, ProgramConfig]:
         status_file = p.string("status_file", "")
         for key, value in (("cwd", cwd), ("log", log), ("status_file", status_file)):
             _check_template(value, PLACEHOLDERS, f"{p.where}.{key}")
+        command = p.command("command", PLACEHOLDERS, required=True)
+        try:
+            template.check_total(command, env, PLACEHOLDERS)
+        except template.TemplateError as e:
+            raise usage_error(f"{p.where}.command: {e}") from None
         programs[name] = ProgramConfig(
             name=name,
-            command=p.command("command", PLACEHOLDERS, required=True),
+            command=command,
             cwd=cwd,
             env=env,
             log=log,

@@ -19,6 +19,10 @@ Values = Mapping[str, str | None]
 
 # the kernel's MAX_ARG_STRLEN (32 pages): an argument or NAME=value longer fails the exec
 MAX_ARG_BYTES = 128 * 1024 - 1
+# what a command line and its own environment may take together, of the kernel's ARG_MAX (a
+# quarter of the stack limit, 2 MiB at the usual 8 MiB), leaving the rest to the inherited
+# environment and the pointers
+MAX_ARGV_TOTAL_BYTES = 1024 * 1024
 # at load the sample values are short; a real value (a path) may be up to PATH_MAX longer
 LOAD_MARGIN_BYTES = 8 * 1024
 _NUMBER = re.compile(r"\d+")
@@ -61,6 +65,18 @@ def check(text: str, allowed: frozenset[str]) -> None:
     if len(rendered.encode()) > limit:
         raise TemplateError(f"renders to {len(rendered.encode())} bytes, over the {limit} "
                             "an argument may take")
+
+
+def check_total(argv: Sequence[str], env: Mapping[str, str], allowed: frozenset[str]) -> None:
+    """Refuse (TemplateError) a command whose arguments and environment, each within the
+    argument limit (check), come to more together than an exec can take."""
+    sample = dict.fromkeys(allowed, "sample")
+    total = sum(len(a.format_map(sample).encode()) + 1 for a in argv)
+    total += sum(len(f"{k}={v.format_map(sample)}".encode()) + 1 for k, v in env.items())
+    limit = MAX_ARGV_TOTAL_BYTES - LOAD_MARGIN_BYTES * (len(argv) + len(env))
+    if total > limit:
+        raise TemplateError(f"the command and its environment render to {total} bytes "
+                            f"together, over the {limit} an exec may take")
 
 
 def render_text(text: str, values: Values) -> str | None:

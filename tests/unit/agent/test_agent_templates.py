@@ -68,6 +68,19 @@ def test_a_template_that_would_fail_or_overflow_at_run_time_is_one_line_exit_2(
     assert done.stderr.count("\n") == 1
 
 
+def test_arguments_each_within_the_limit_but_past_an_exec_together_are_one_line_exit_2(
+        tmp_path: Path) -> None:
+    path = tmp_path / "agent.toml"
+    args = ", ".join(["'{name:100000}'"] * 30)  # 3 MB together: every exec would fail E2BIG
+    path.write_text(f"[programs.node]\ncommand = ['/bin/true', {args}]\n")
+    done = subprocess.run([sys.executable, "-m", "agent", "status", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("error: ")
+    assert "programs.node.command: the command and its environment render to" in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
 def test_a_render_past_the_argument_limit_at_run_time_is_refused_with_the_reason() -> None:
     long_root = "/" + "r" * 4000
     template = ["x", "{root}" * 40]  # 240 bytes with sample values, 160 KB with this root
