@@ -105,13 +105,13 @@ def job(path: str) -> Job:
 
 @once
 def job_inputs(path: str) -> bytes | None:
-    """The job's input folder as a tarball (None without one), regular files only."""
+    """The job's input folder as a tarball (None without one): its input_files."""
     j = job(path)
     if j.inputs is None:
         return None
     entries = [Entry(p.relative_to(j.inputs).as_posix(), p.read_bytes(),
                      0o755 if p.stat().st_mode & 0o111 else 0o644)
-               for p in sorted(j.inputs.rglob("*")) if p.is_file() and not p.is_symlink()]
+               for p in j.input_files()]
     return deterministic_tar(entries)
 
 

@@ -34,6 +34,7 @@ agent would refuse never rents a box.
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from dataclasses import dataclass
@@ -105,15 +106,34 @@ class Job:
             raise UsageError(str(e)) from None
         self.check_inputs()
 
+    def input_files(self) -> list[Path]:
+        """The inputs the box receives: regular files, neither links nor under a linked
+        folder (the upload sends these alone, and the checks read these alone)."""
+        if self.inputs is None:
+            return []
+        found = []
+        for top, _, files in os.walk(self.inputs):  # a linked folder is listed, not walked
+            for name in files:
+                path = Path(top) / name
+                if path.is_file() and not path.is_symlink():
+                    found.append(path)
+        return sorted(found)
+
     def check_inputs(self) -> None:
-        """The inputs folder (the box's work directory before the job's steps) put through
-        the rules the agent applies at its steps (agent.job.inputs): the toolchain's place,
-        module globs that match nothing (those the toolchain cannot add to), the outputs
-        folder's place. No inputs: an empty work directory."""
+        """The inputs as the box's work directory will hold them (input_files, laid out in a
+        scratch folder) put through the rules the agent applies at its steps
+        (agent.job.inputs): the toolchain's place, module globs that match nothing (those the
+        toolchain cannot add to), the outputs folder's place. No inputs: an empty work
+        directory."""
         from agent.job import inputs as rules
 
-        with tempfile.TemporaryDirectory() as empty:
-            work = self.inputs or Path(empty)
+        with tempfile.TemporaryDirectory() as scratch:
+            work = Path(scratch)
+            for path in self.input_files():
+                assert self.inputs is not None
+                copy = work / path.relative_to(self.inputs)
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                copy.touch()
             problem = (rules.toolchain_place(work, self.toolchain.path) if self.toolchain
                        else None) \
                 or rules.unmatched_module(work, self.modules,

@@ -169,3 +169,21 @@ def test_inputs_the_agent_takes_pass(tmp_path: Path) -> None:
     assert job.box_spec(ROLE, None)["modules"] == ["kernels/*.ptx"]
     # a glob that may match inside the toolchain is left to the box's scan
     load(write(tmp_path, GOOD)).box_spec(ROLE, "http://store:1")
+
+
+@pytest.mark.parametrize("linked", ["file", "folder"])
+def test_a_module_reached_only_through_a_link_rents_nothing(tmp_path: Path, linked: str) -> None:
+    """The upload sends regular files alone (no link, nothing under a linked folder): the
+    checks read that same set, so a module the box would never receive is refused here."""
+    job = load(write(tmp_path, BARE + 'modules = ["kernels/*.ptx"]\n'))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "k.ptx").write_text("x")
+    if linked == "file":
+        (tmp_path / "inputs" / "kernels").mkdir(parents=True)
+        (tmp_path / "inputs" / "kernels" / "k.ptx").symlink_to(tmp_path / "elsewhere" / "k.ptx")
+    else:
+        (tmp_path / "inputs").mkdir(exist_ok=True)
+        (tmp_path / "inputs" / "kernels").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UsageError) as e:
+        job.box_spec(ROLE, None)
+    assert "module glob 'kernels/*.ptx' matched nothing" in str(e.value)
