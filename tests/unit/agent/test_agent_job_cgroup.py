@@ -20,6 +20,7 @@ from jobtools import (
     job,
     state_of,
     step_ok,
+    workdir,
     write_job,
 )
 
@@ -42,21 +43,26 @@ if os.fork() == 0:
 while not os.path.exists("daemon.pid"):
     time.sleep(0.05)
 """
-# the gate pins its own cgroup: a mount on a cgroup made inside it cannot be removed from this
-# namespace; and /dev/null over its cgroup.kill makes that file do nothing
+# the gate tells its cgroup and waits to be pinned (root does it from outside: the job's own
+# user may not mount): a mount on a cgroup made inside the step's cannot be removed from that
+# namespace, and /dev/null over its cgroup.kill makes that file do nothing
 PIN_PY = """
-import os, subprocess
+import os, time
 own = next(line[3:] for line in open("/proc/self/cgroup").read().splitlines()
            if line.startswith("0::"))
-cg = "/sys/fs/cgroup" + own
-os.mkdir(cg + "/pin")
-subprocess.run(["mount", "-t", "tmpfs", "none", cg + "/pin"], check=True)
-subprocess.run(["mount", "--bind", "/dev/null", cg + "/cgroup.kill"], check=True)
+with open("cg.new", "w") as f:
+    f.write(f"{os.getpid()} {own}")
+os.rename("cg.new", "cg.txt")
+deadline = time.monotonic() + 60
+while not os.path.exists("pinned") and time.monotonic() < deadline:
+    time.sleep(0.05)
 """
+PIN = ('cg=/sys/fs/cgroup$1; mkdir "$cg/pin" && mount -t tmpfs none "$cg/pin" && '
+       'mount --bind /dev/null "$cg/cgroup.kill"')
 
 
 def daemon_alive(jobdir: Path) -> bool:
-    pid = int((jobdir / "workdir" / "daemon.pid").read_text())
+    pid = int((workdir(jobdir) / "daemon.pid").read_text())
     info = procs.identify(pid)
     return info is not None and info.argv[:2] == ("sleep", "600")
 
@@ -71,8 +77,8 @@ def cgroup_exists(rel: str) -> bool:
 
 def gate_job(box: Box, command: str) -> Path:
     jobdir = write_job(box, gates=[{"name": "g", "command": command, "min_passed": 1}])
-    (jobdir / "workdir" / "daemon.py").write_text(DAEMON_PY)
-    (jobdir / "workdir" / "pin.py").write_text(PIN_PY)
+    (workdir(jobdir) / "daemon.py").write_text(DAEMON_PY)
+    (workdir(jobdir) / "pin.py").write_text(PIN_PY)
     for step in ("admit", "fetch", "scan"):
         step_ok(box, step, jobdir)
     return jobdir
@@ -107,7 +113,7 @@ def test_what_a_killed_gate_step_left_in_its_cgroup_dies_at_the_stop(box: Box) -
                               env=box.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
     try:
-        wait_for(lambda: (jobdir / "workdir" / "gating").exists(), "the gate started")
+        wait_for(lambda: (workdir(jobdir) / "gating").exists(), "the gate started")
         gate = wait_for(lambda: state_of(job(box, "state", jobdir))["gating"], "the gate named")
         step = state_of(job(box, "state", jobdir))["step"]
     finally:
@@ -126,7 +132,7 @@ def test_what_a_killed_gate_step_left_in_its_cgroup_dies_at_the_stop(box: Box) -
 def test_the_runs_daemon_dies_in_its_cgroup_and_the_record_counts_it(box: Box) -> None:
     box.wrap = CGROUP_V2
     jobdir = write_job(box, command=f"{DAEMON}; echo ran >> runs.txt")
-    (jobdir / "workdir" / "daemon.py").write_text(DAEMON_PY)
+    (workdir(jobdir) / "daemon.py").write_text(DAEMON_PY)
     for step in ("admit", "fetch", "scan", "gate"):
         step_ok(box, step, jobdir)
     done = job(box, "run", jobdir, "--wait")
@@ -158,7 +164,18 @@ def test_a_cgroup_that_cannot_be_removed_is_not_clean_and_the_job_goes_no_furthe
     jobdir = gate_job(box, f"{DAEMON}; python3 pin.py; echo '1 passed in 0.1s'")
     rel = None
     try:
-        done = job(box, "gate", jobdir)
+        gate = subprocess.Popen([*box.wrap, PY, "-m", "agent", "job", "gate", str(jobdir)],
+                                env=box.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        told = workdir(jobdir) / "cg.txt"
+        wait_for(told.exists, "the gate told its cgroup")
+        pid, own = told.read_text().split()
+        pinned = subprocess.run(["nsenter", "-t", pid, "-m", "sh", "-c", PIN, "sh", own],
+                                capture_output=True, text=True, timeout=60)
+        assert pinned.returncode == 0, pinned.stderr
+        (workdir(jobdir) / "pinned").touch()
+        out, err = gate.communicate(timeout=120)
+        done = subprocess.CompletedProcess(gate.args, gate.returncode, out, err)
         assert done.returncode == 3, done.stderr
         state = state_of(done)
         rel = state["steps"]["gate"]["cgroup"]

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 from agentbox import PY, Box, wait_for
-from jobtools import NO_CGROUP_V2, job, state_of, step_ok, workdir, write_job
+from jobtools import JOB_PY, NO_CGROUP_V2, job, state_of, step_ok, workdir, write_job
 
 from agent.base import procs
 
-# a daemon in a session of its own, its pid in workdir/daemon.pid before the gate goes on
-DAEMON = (f"{PY} -c \"import subprocess; d = subprocess.Popen(['sleep', '600'], "
+# a daemon in a session of its own, its pid in workdir/daemon.pid before the gate goes on (the
+# system's python3: the job's user may not reach the test's own interpreter)
+DAEMON = (f"{JOB_PY} -c \"import subprocess; d = subprocess.Popen(['sleep', '600'], "
           "start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
           "stderr=subprocess.DEVNULL); open('daemon.pid', 'w').write(str(d.pid))\"")
 

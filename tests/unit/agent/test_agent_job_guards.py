@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from agentbox import PY, Box, wait_for
-from jobtools import job, outcome, pytest_gate, runs, state_of, step_ok, workdir, write_job
+from jobtools import JOB_PY, job, outcome, pytest_gate, runs, state_of, step_ok, workdir, write_job
 
 from agent.job.gates import parse_summary
 
@@ -75,7 +75,7 @@ def test_a_gate_passes_only_on_a_strict_summary_with_passes_and_no_failure(
 
 def test_a_gate_runs_with_pipefail(box: Box) -> None:
     # the pytest run failed (exit 1) but its summary, piped through cat, reads as a pass
-    jobdir = write_job(box, gates=[gate("parity", f"{PY} -c \"print('5 passed in 0.1s'); "
+    jobdir = write_job(box, gates=[gate("parity", f"{JOB_PY} -c \"print('5 passed in 0.1s'); "
                                         "raise SystemExit(1)\" | cat")])
     through(box, jobdir, "admit", "fetch", "scan")
     state = refused(job(box, "gate", jobdir), "gates", "gate 'parity' failed: exited 1")
@@ -145,7 +145,9 @@ def test_a_module_changed_after_the_scan_refuses_the_run(box: Box, change: str,
 # ---------------------------------------------------------------- case 16: the store token
 
 PRESENCE = "(test -e {root}/hf_token && echo present || echo absent) >> {where}"
-GATE_PRESENCE = "test ! -e {root}/hf_token; echo absent >> {where}"  # the strict gate form
+# the strict gate form (no `test`, a builtin a gate may not name): fails the gate when present
+GATE_PRESENCE = (JOB_PY + " -c \"import os, sys; sys.exit(os.path.exists('{root}/hf_token'))\"; "
+                 "echo absent >> {where}")
 
 
 def test_the_job_and_its_gates_run_without_the_store_token(box: Box) -> None:
@@ -292,7 +294,7 @@ def test_stop_of_an_ended_or_refused_job_changes_nothing(box: Box) -> None:
 def test_outputs_that_cannot_be_a_folder_refuse_the_run_before_it_is_counted(
         box: Box, taken: str) -> None:
     jobdir = write_job(box, command="echo ran >> runs.txt")
-    work = jobdir / "workdir"
+    work = workdir(jobdir)
     if taken == "out":
         (work / "out").write_text("a file where the outputs folder goes\n")
     else:

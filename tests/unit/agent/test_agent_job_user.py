@@ -32,6 +32,36 @@ for path in sys.argv[1:]:
 json.dump(seen, open("forged.json", "w"))
 '''
 # a daemon that clears its environment and leaves the session, its pid in esc.pid
+ESCAPE_PY = """
+import os, subprocess, time
+subprocess.Popen(["env", "-i", "setsid", "sh", "-c", "echo $$ > esc.pid; exec sleep 600"],
+                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+while not (os.path.exists("esc.pid") and os.path.getsize("esc.pid")):
+    time.sleep(0.05)
+"""
+# the job's code signals the step that runs it (the nearest ancestor running `agent job`: a
+# gate's command runs under bash, its parent); what the kill did goes to kill.rc (0, or the
+# errno's name), the step's argv to kill.step
+KILL_STEP_PY = """
+import errno, os, signal
+pid = os.getppid()
+while pid > 1:
+    argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+    if b"agent" in argv and b"job" in argv:
+        break
+    pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+open("kill.step", "w").write(" ".join(a.decode() for a in argv if a))
+try:
+    os.kill(pid, signal.SIGKILL)
+    rc = "0"
+except OSError as e:
+    rc = errno.errorcode[e.errno]
+open("kill.rc", "w").write(rc + "\\n")
+"""
+# in a gate (read strictly: no background, no `$`, no `if`), both as scripts in the work directory
+GATE_ESCAPE = f"{JOB_PY} escape.py; "
+GATE_KILL_STEP = f"{JOB_PY} kill_step.py; "
+# in the run's command (a shell's, not read as a gate's)
 ESCAPE = ("env -i setsid sh -c 'echo $$ > esc.pid; exec sleep 600' </dev/null >/dev/null 2>&1 & "
           "while [ ! -s esc.pid ]; do sleep 0.05; done; ")
 # the job's code signals the step that runs it; the outcome goes to kill.rc
@@ -62,9 +92,11 @@ def kill_escaped(jobdir: Path) -> None:
 def test_a_gate_cannot_rewrite_the_agents_records_nor_kill_its_step(box: Box) -> None:
     jobdir = write_job(box)
     records = [str(jobdir / n) for n in ("state.json", "job.json", "outcome.json")]
-    forge = f"{JOB_PY} forge.py {' '.join(records)}; {KILL_PARENT}sleep 5; echo '1 passed in 0.1s'"
+    forge = (f"{JOB_PY} forge.py {' '.join(records)}; {GATE_KILL_STEP}sleep 5; "
+             "echo '1 passed in 0.1s'")
     write_job(box, gates=[{"name": "g", "command": forge, "min_passed": 1}])
     (workdir(jobdir) / "forge.py").write_text(FORGE)
+    (workdir(jobdir) / "kill_step.py").write_text(KILL_STEP_PY)
     through(box, jobdir, "admit", "fetch", "scan")
     first = job(box, "gate", jobdir)
     again = job(box, "gate", jobdir)  # a deploy's retry reads what the gate left
@@ -72,7 +104,8 @@ def test_a_gate_cannot_rewrite_the_agents_records_nor_kill_its_step(box: Box) ->
     seen = json.loads((workdir(jobdir) / "forged.json").read_text())
     assert seen == {"state.json": "PermissionError", "job.json": "PermissionError",
                     "outcome.json": "PermissionError"}
-    assert (workdir(jobdir) / "kill.rc").read_text().strip() != "0"  # EPERM: not its to kill
+    assert "gate" in (workdir(jobdir) / "kill.step").read_text().split()  # it aimed at its step
+    assert (workdir(jobdir) / "kill.rc").read_text().strip() == "EPERM"  # not its to kill
     assert first.returncode == 0, first.stderr  # the gate passed honestly, nothing forged
     assert state_of(again)["phase"] == "gated"
     assert state_of(again)["gates"][0]["ok"] is True
@@ -81,12 +114,15 @@ def test_a_gate_cannot_rewrite_the_agents_records_nor_kill_its_step(box: Box) ->
 
 
 def test_a_daemon_that_clears_its_environment_dies_with_the_gate(box: Box) -> None:
-    gate = f"{ESCAPE}{KILL_PARENT}echo '1 passed in 0.1s'"
+    gate = f"{GATE_ESCAPE}{GATE_KILL_STEP}echo '1 passed in 0.1s'"
     jobdir = write_job(box, gates=[{"name": "g", "command": gate, "min_passed": 1}])
+    (workdir(jobdir) / "escape.py").write_text(ESCAPE_PY)
+    (workdir(jobdir) / "kill_step.py").write_text(KILL_STEP_PY)
     through(box, jobdir, "admit", "fetch", "scan")
     try:
         state = step_ok(box, "gate", jobdir)
-        assert (workdir(jobdir) / "kill.rc").read_text().strip() != "0"
+        assert "gate" in (workdir(jobdir) / "kill.step").read_text().split()
+        assert (workdir(jobdir) / "kill.rc").read_text().strip() == "EPERM"
         assert state["phase"] == "gated"
         assert not escaped_alive(jobdir)
         assert jobuser.holders() == []
