@@ -83,15 +83,35 @@ def read_job(cfg: Config, row: Row, job: str) -> dict[str, Any]:
 # rent and install, and the toolchain fetch, each under a deadline of its own. Past this cap a
 # job is over whatever its box says: the box's deadline is in a file the job can rewrite
 CAP_ALLOWANCE_MIN = 60.0
+# what the box's agent allows a job, each a full ttl: the fetch, the scan, each gate, the run,
+# and the four gaps between admission, fetch, scan, the gates and the run (a job between steps
+# counts from its last step's end: agent.job.state.with_deadline)
+AGENT_TTLS = 7
 
 
-def past_cap(expires_at: str | None, now: datetime) -> bool:
-    """Whether the latest a legitimate job could still run (the registry's deadline plus
-    CAP_ALLOWANCE_MIN, by the operator's clock) has passed."""
+def cap_minutes(ttl_minutes: float, gates: int) -> float:
+    """From the job's placing, the latest a legitimate job could still run by its agent's own
+    deadlines (CAP_ALLOWANCE_MIN for the rent's and the install's tail): past it the box's
+    word no longer counts."""
+    return CAP_ALLOWANCE_MIN + ttl_minutes * (gates + AGENT_TTLS)
+
+
+def cap_at(row: Row) -> datetime | None:
+    """The row's cap (its `cap_at`; a row placed before it had one: its deadline plus
+    CAP_ALLOWANCE_MIN); None when the row has neither."""
     with contextlib.suppress(TypeError, ValueError, OverflowError):
-        return bool(expires_at) and \
-            now >= parse_iso(str(expires_at)) + timedelta(minutes=CAP_ALLOWANCE_MIN)
-    return False
+        if row.cap_at:
+            return parse_iso(str(row.cap_at))
+        if row.expires_at:
+            return parse_iso(str(row.expires_at)) + timedelta(minutes=CAP_ALLOWANCE_MIN)
+    return None
+
+
+def past_cap(row: Row, now: datetime) -> bool:
+    """Whether the row's cap (cap_at), by the operator's clock, has passed: the box cannot
+    move it."""
+    at = cap_at(row)
+    return at is not None and now >= at
 
 
 def deadline(spec: dict[str, Any], state: dict[str, Any]) -> datetime | None:

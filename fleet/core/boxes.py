@@ -54,6 +54,9 @@ class Row:
     # teardown reads back this folder and no other (never what the box's job.json says)
     outputs: str | None = None
     expires_at: str | None = None  # created + the job's TTL: past it the meter is flagged
+    # the latest a legitimate job could still run by its agent's deadlines (jobstate.cap_at):
+    # past it the box's word no longer counts
+    cap_at: str | None = None
     job_state: str | None = None  # the box's phase: refused, running, finished, failed, ...
     invocations: int | None = None  # 0 when refused: a fault of the box, never a result
     refusal: str | None = None  # "gpu: driver 580.105.08 is not the admitted 580.95.05"

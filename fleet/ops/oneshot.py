@@ -95,8 +95,8 @@ def mark_job(label: str, job: str, ttl_minutes: int, gates: int = 0,
         reg.update(label, job=job, outputs=outputs, read_back=None, store_commit=None,
                    job_state=None, invocations=None, refusal=None, teardown=None,
                    kept_lasting=None,
-                   expires_at=row.expires_at if row.job == job and row.expires_at else
-                   in_hours(deadline_minutes(ttl_minutes, gates) / 60))
+                   expires_at=in_hours(deadline_minutes(ttl_minutes, gates) / 60),
+                   cap_at=in_hours(jobstate.cap_minutes(ttl_minutes, gates) / 60))
 
 
 def cost(row: Row) -> float:
@@ -129,7 +129,9 @@ def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: s
         log.info(f"warning: {f}")
     minutes = deadline_minutes(job.ttl_minutes, len(job.gates))
     res = rent_mod.rent(cfg, reg, role, found, providers, job=(job.name, minutes))
-    row = reg.update(res.row.label, outputs=job.outputs)  # the teardown reads this folder only
+    # the teardown reads this folder only; past the cap the box's deadlines no longer count
+    row = reg.update(res.row.label, outputs=job.outputs, cap_at=in_hours(
+        jobstate.cap_minutes(job.ttl_minutes, len(job.gates)) / 60))
     log.info(f"rented {row.label}: {row.card} x{row.gpu_count} on {row.provider} at "
          f"${row.usd_per_hour:.3f}/h, TTL {job.ttl_minutes} min (the box's deadline "
          f"{minutes} min, gates included)")

@@ -476,7 +476,7 @@ def _ended(cfg: Config, reg: Registry, row: Row, job: str, spec: dict[str, Any],
     if phase == "running" or state.get("gating"):
         until = jobstate.deadline(spec, state)
         doing = "running" if phase == "running" else "in a gate"
-        capped = jobstate.past_cap(row.expires_at, datetime.now(UTC))  # the box cannot move it
+        capped = jobstate.past_cap(row, datetime.now(UTC))  # the box cannot move it
         if not capped and (until is None or jobstate.box_time(box_now) < until):
             when = "an unknown time" if until is None else f"{until:%Y-%m-%d %H:%M:%S}Z"
             raise UsageError(f"{row.label}: job {job} is still {doing} (the box's deadline is "

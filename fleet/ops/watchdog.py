@@ -3,7 +3,8 @@
 A live one-shot box is flagged when it is past its deadline (the box's own wherever its agent
 tells one: the start of the step, gate or run in progress, or the end of the last step, plus
 the job's TTL; otherwise, before the job's first step, the registry's from the rent), never later
-than the registry's deadline plus OVERDUE_MIN (the job can rewrite the box's record), when its
+than the row's cap (jobstate.cap_at: what the job's agent allows at most; the box's record is
+not the operator's), when its
 job has ended (finished, failed, interrupted or refused) and it still runs, when it has had no
 job for NO_JOB_GRACE_MIN minutes, when a teardown kept it (its outputs could not be verified:
 reported on every check, never destroyed silently), and when its job's state cannot be read at
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from fleet.state.registry import Registry
 
 NO_JOB_GRACE_MIN = 30.0  # a one-shot box rented without a job is flagged after this
-OVERDUE_MIN = jobstate.CAP_ALLOWANCE_MIN  # the box's deadline never counts past this cap
 
 
 def _minutes(ts: str | None, now: datetime) -> float | None:
@@ -44,17 +44,18 @@ def judge(row: Row, state: dict[str, Any] | None, read_error: str | None,
           now: datetime) -> Watch:
     created = _minutes(row.created_at, now)
     phase = (state or {}).get("phase") if state is not None else row.job_state
-    registry_left = left = _minutes(row.expires_at, now)
+    left = _minutes(row.expires_at, now)
     at = jobstate.deadline({}, state) if state and state.get("deadline_at") else None
     if at is not None:  # the box's own: its run's or its running gate's start plus the TTL,
         # by the box's clock (a box whose clock is off is judged in its own time)
         left = (at - jobstate.box_time((state or {}).get("box_now") or now.timestamp())
                 ).total_seconds() / 60
-    if registry_left is not None and left is not None and \
-            registry_left + OVERDUE_MIN < left:
+    cap = jobstate.cap_at(row)
+    cap_left = None if cap is None else (cap - now).total_seconds() / 60
+    if cap_left is not None and left is not None and cap_left < left:
         # the box says its job runs on past the latest a job could: the cap holds, never later
-        w_cap = f"the box says {left:.0f} min more, past the cap the rent allows"
-        left = registry_left + OVERDUE_MIN
+        w_cap = f"the box says {left:.0f} min more, past the cap its job allows"
+        left = cap_left
     else:
         w_cap = None
     w = Watch(row.label, row.job, phase, -(created or 0.0), left)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from fleet.boxes import jobstate
 from fleet.core.boxes import Row
 from fleet.ops import budget
 from fleet.ops.watchdog import judge
@@ -70,7 +71,23 @@ def test_a_box_deadline_the_job_pushed_back_is_due_at_the_cap() -> None:
              "box_now": str(NOW.timestamp())}
     w = judge(row(expires_at=iso(NOW - timedelta(minutes=61))), state, None, NOW)
     assert w.due and round(w.ttl_left_min or 0) == -1
-    assert "past the cap the rent allows" in w.problems[0]
+    assert "past the cap its job allows" in w.problems[0]
+
+
+def test_a_box_deadline_within_every_step_the_agent_allows_is_not_cut_by_the_cap() -> None:
+    # a 600-min job, no gates: its fetch took 300 min and its run is 400 min in; the agent
+    # allows each step and each gap a full ttl, and so does the cap set when the job was placed
+    placed = NOW - timedelta(minutes=710)
+    state = {"phase": "running", "deadline_at": iso(NOW + timedelta(minutes=200)),
+             "box_now": str(NOW.timestamp())}
+    cap = placed + timedelta(minutes=jobstate.cap_minutes(600, 0))
+    w = judge(row(expires_at=iso(placed + timedelta(minutes=600)), cap_at=iso(cap)), state,
+              None, NOW)
+    assert not w.due and round(w.ttl_left_min or 0) == 200 and not w.problems
+    forged = {**state, "deadline_at": "2099-01-01T00:00:00Z"}  # the cap still holds
+    w = judge(row(expires_at=iso(placed + timedelta(minutes=600)), cap_at=iso(cap)), forged,
+              None, NOW)
+    assert round(w.ttl_left_min or 0) == round((cap - NOW).total_seconds() / 60)
 
 
 def test_a_box_deadline_earlier_than_the_cap_holds() -> None:
