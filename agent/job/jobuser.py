@@ -28,6 +28,7 @@ from typing import Any
 
 from agent.base import procs
 from agent.contract import JOB_AREA_BASE, JOB_GID, JOB_UID, JOB_USER
+from agent.job.inputs import outputs_place
 from agent.job.model import Job, Refused
 
 GPU_NODES = ("/dev/nvidia*", "/dev/dri/*")
@@ -76,6 +77,9 @@ def gpu_groups() -> list[int]:
 def hand_over(job: Job) -> None:
     """The job's work directory made ready for its user (Refused when it cannot be)."""
     keep = _toolchain_path(job)
+    taken = outputs_place(job.work, job.outputs)  # else the mkdir below would hide why
+    if taken is not None:
+        raise Refused(taken)
     try:
         _root_dir(Path(JOB_AREA_BASE), 0o755)
         _root_dir(job.work.parent, 0o755)

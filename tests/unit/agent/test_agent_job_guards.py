@@ -291,7 +291,7 @@ def test_stop_of_an_ended_or_refused_job_changes_nothing(box: Box) -> None:
 # ---------------------------------------------------------------- the outputs folder's place
 
 @pytest.mark.parametrize("taken", ["out", "out-link"])
-def test_outputs_that_cannot_be_a_folder_refuse_the_run_before_it_is_counted(
+def test_outputs_that_cannot_be_a_folder_refuse_the_job_before_any_of_its_code_runs(
         box: Box, taken: str) -> None:
     jobdir = write_job(box, command="echo ran >> runs.txt")
     work = workdir(jobdir)
@@ -300,8 +300,11 @@ def test_outputs_that_cannot_be_a_folder_refuse_the_run_before_it_is_counted(
     else:
         (work / "elsewhere").mkdir()
         (work / "out").symlink_to(work / "elsewhere")
-    through(box, jobdir, "admit", "fetch", "scan", "gate")
-    state = refused(job(box, "run", jobdir, "--wait"), "outputs",
+    through(box, jobdir, "admit", "fetch", "scan")
+    # the work directory is handed to the job's user at the gate step's start: refused there,
+    # with the reason, before any gate or the command runs
+    state = refused(job(box, "gate", jobdir), "gates",
                     "workdir/out exists in the job's inputs and is not a folder")
-    assert state["started_at"] is None and state["interrupted"] is None and runs(jobdir) == 0
+    assert state["started_at"] is None and runs(jobdir) == 0
+    assert job(box, "run", jobdir, "--wait").returncode == 3 and runs(jobdir) == 0
     assert outcome(jobdir)["invocations"] == 0
