@@ -53,19 +53,31 @@ def unknown(reading: Reading, age: float) -> Reading:
                    reading.mono, stale=True)
 
 
-def of_running(readings: dict[str, Reading], started: dict[str, float | None]
-               ) -> dict[str, Reading]:
-    """The readings, each one of a program that is not running (`started`: the monotonic start
-    of its current process, None when it has none) or written before that start made unknown,
-    and an unhealthy one stripped of its figures."""
+def of_running(readings: dict[str, Reading], started: dict[str, float | None],
+               max_age: dict[str, float], now: float | None = None) -> dict[str, Reading]:
+    """The readings as they stand for each program's current process (`started`: the
+    monotonic start of it, None when it has none): a program that is not running has no
+    reading; figures written before its start (or that may have been: written_after) are not
+    its own, and are unknown until its max_age since its start has passed with nothing of its
+    own written, when it is unhealthy; an unhealthy reading is stripped of its figures."""
+    now = time.monotonic() if now is None else now
     out = {}
     for name, r in readings.items():
         since = started.get(name)
         written = r.mono if r.written_mono is None else min(r.mono, r.written_mono)
-        if not r.stale and (since is None or written < since):  # a stale one is unknown already
-            r = Reading(None, "not running" if since is None else "no reading since its start",
-                        r.at, None, r.mono)
+        after = written if r.written_after is None else min(written, r.written_after)
+        if r.stale:
+            pass  # unknown already
+        elif since is None:
+            r = Reading(None, "not running", r.at, None, r.mono)
+        elif after < since:
+            quiet = now - since
+            limit = max_age.get(name)
+            r = Reading(None, f"nothing written since its start {quiet:.0f} s ago", r.at,
+                        False, r.mono) if limit is not None and quiet > limit else \
+                Reading(None, "no reading since its start", r.at, None, r.mono)
         elif r.healthy is False and r.data is not None:
-            r = Reading(None, r.error, r.at, False, r.mono, r.stale, r.written_mono)
+            r = Reading(None, r.error, r.at, False, r.mono, r.stale, r.written_mono,
+                        r.written_after)
         out[name] = r
     return out

@@ -44,6 +44,9 @@ class Reading:
     # monotonic time the figures were written (a status file's last change), None: at `mono`;
     # figures written before a process started are not that process's
     written_mono: float | None = None
+    # the earliest they may have been written (a file dated ahead of the clock: only that it
+    # changed since the probe before saw it), None: at written_mono
+    written_after: float | None = None
 
 
 def parse_json(raw: bytes, where: str) -> Any:
@@ -169,32 +172,35 @@ def read_status_file(path: str, max_age_s: float) -> Reading:
         os.close(fd)
     if not isinstance(data, dict):
         return unhealthy(None, f"{path} does not hold a JSON object")
-    if st.st_mtime > now + FUTURE_TOLERANCE_S:
-        # dated ahead of the clock (a step back after the write): when it was written, and so
-        # whose figures it holds, cannot be told
-        return Reading(None, f"{path} is dated {st.st_mtime - now:.0f} s ahead of the clock",
-                       now, None, mono)
-    written = _changed_at(path, st, now, mono)
+    written, after = _changed_at(path, st, now, mono)
     if mono - written > max_age_s:
         return Reading(data, f"{path} unchanged for {mono - written:.0f} s", now, False, mono,
-                       written_mono=written)
-    return Reading(data, None, now, True, mono, written_mono=written)
+                       written_mono=written, written_after=after)
+    return Reading(data, None, now, True, mono, written_mono=written, written_after=after)
 
 
 FUTURE_TOLERANCE_S = 1.0
-_SEEN: dict[str, tuple[tuple[int, int, int], float]] = {}  # path -> (identity, changed at)
+# path -> (identity, changed at, changed no earlier than, last seen), on the monotonic clock
+_SEEN: dict[str, tuple[tuple[int, int, int], float, float, float]] = {}
 
 
-def _changed_at(path: str, st: os.stat_result, now: float, mono: float) -> float:
-    """When a status file last changed, on the monotonic clock: when the probe saw its
-    identity (inode, mtime, size) change. Each change is dated by the file's wall-clock
-    age, never negative: an mtime ahead of the clock by less than FUTURE_TOLERANCE_S counts as
-    just written and the file ages from there (further ahead, the reading is unknown)."""
+def _changed_at(path: str, st: os.stat_result, now: float, mono: float) -> tuple[float, float]:
+    """When a status file last changed, on the monotonic clock, and the earliest it may have:
+    when the probe saw its identity (inode, mtime, size) change. Each change is dated by the
+    file's wall-clock age, never negative, and the file ages from there. An mtime ahead of the
+    clock (a step back after the write, or a writer that set it) cannot date the change: it
+    counts as just written for its age, and as written no earlier than the probe before saw
+    the file (never seen: at any time), so it is nobody's figures who started since."""
     ident = (st.st_ino, st.st_mtime_ns, st.st_size)
     seen = _SEEN.get(path)
     if seen is None or seen[0] != ident:
-        seen = _SEEN[path] = (ident, mono - max(0.0, now - st.st_mtime))
-    return seen[1]
+        if st.st_mtime <= now + FUTURE_TOLERANCE_S:
+            changed = after = mono - max(0.0, now - st.st_mtime)
+        else:
+            changed, after = mono, (-math.inf if seen is None else seen[3])
+        seen = (ident, changed, after, mono)
+    _SEEN[path] = (*seen[:3], mono)
+    return seen[1], seen[2]
 
 
 def probe_program(program: ProgramConfig, values: Values) -> Reading:

@@ -778,8 +778,9 @@ class Supervisor:
             return {}
         started = {name: p.proc.started_mono if p.state == "running" and p.proc else None
                    for name, p in self.programs.items()}
+        max_age = {name: p.cfg.health_max_age_s for name, p in self.programs.items()}
         return of_running(fresh_readings(self.observer.readings, reading_limit_s(self.cfg)),
-                          started)
+                          started, max_age)
 
     def observer_view(self) -> dict[str, Any]:
         obs = self.observer
