@@ -7,6 +7,7 @@ finds and kills it all (agent, programs, their groups), whether the test passed 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -286,7 +287,24 @@ class Box:
             except (psutil.Error, ProcessLookupError, PermissionError):
                 pass
         wait_for(lambda: not [p for p in victims if alive(p)], "the test's processes gone", 10)
+        self._end_job_cgroups()
         shutil.rmtree(job_area(str(self.root)), ignore_errors=True)  # the jobs' work directories
+
+    def _end_job_cgroups(self) -> None:
+        """The cgroups the test's jobs recorded and no later step or stop ended (a step the
+        test killed): a box's teardown stops its job, which ends them; a test may not."""
+        from agent.job import cgroup
+
+        for state in (self.root / "jobs").glob("*/state.json"):
+            try:
+                recorded = json.loads(state.read_text()).get("cgroups") or []
+            except (OSError, ValueError, AttributeError):
+                continue
+            for rel in recorded:
+                if cgroup.valid(rel) and cgroup.where(rel) is not None:
+                    with contextlib.suppress(cgroup.CgroupError, OSError):
+                        cgroup.kill(rel)
+                        cgroup.remove(rel)
 
 
 def alive(p: psutil.Process) -> bool:
