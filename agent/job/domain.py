@@ -172,19 +172,27 @@ def kill_marked(mark: str) -> int:
         return 0
     needle = f"{MARK}={mark}".encode()
     spared = _ancestors()
+    return kill_until_gone(
+        lambda: [pid for pid in _pids() if pid not in spared and _carries(pid, needle)],
+        lambda found: psutil.wait_procs(_alive(found), timeout=REAP_S))
+
+
+def kill_until_gone(find: Callable[[], list[int]], wait: Callable[[list[int]], Any]) -> int:
+    """SIGKILL what `find` names, `wait` for it, and again while it names any (a process
+    may fork between the listing and the kill), ROUNDS at most; how many were killed."""
     killed: set[tuple[int, int]] = set()
     for _ in range(ROUNDS):
-        found = [pid for pid in _pids() if pid not in spared and _carries(pid, needle)]
+        found = find()
         if not found:
             break
         for pid in found:
-            stat = procs.start_ticks_of(pid)
+            ticks = procs.start_ticks_of(pid)
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 continue
-            killed.add((pid, stat or -1))
-        psutil.wait_procs(_alive(found), timeout=REAP_S)
+            killed.add((pid, ticks or -1))
+        wait(found)
     return len(killed)
 
 

@@ -19,21 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import stat
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agent.base import procs
 from agent.contract import JOB_AREA_BASE, JOB_GID, JOB_UID, JOB_USER
+from agent.job import domain
 from agent.job.inputs import outputs_place
 from agent.job.model import Job, Refused
 
 GPU_NODES = ("/dev/nvidia*", "/dev/dri/*")
 WORK_MODE = 0o1775  # root:<job group>, sticky: the job adds files, never removes root's
-ROUNDS = 20
 REAP_S = 5.0
 POLL_S = 0.01
 
@@ -153,20 +151,7 @@ def refuse_if_taken() -> None:
 def sweep() -> int:
     """SIGKILL every process of the job's uid and wait for each to die (reaped by whoever is
     its parent: this process for its own children); how many were killed."""
-    killed: set[tuple[int, int]] = set()
-    for _ in range(ROUNDS):
-        found = holders()
-        if not found:
-            break
-        for pid in found:
-            ticks = procs.start_ticks_of(pid)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue
-            killed.add((pid, ticks or -1))
-        _reap(found)
-    return len(killed)
+    return domain.kill_until_gone(holders, _reap)
 
 
 def _reap(pids: list[int]) -> None:
