@@ -268,14 +268,17 @@ def test_a_hung_box_never_blocks_the_check_or_the_loop(fleet: Loopy) -> None:
     finally:
         for p in pids:
             os.kill(p, signal.SIGCONT)
-    # a status command that hangs on the box (its config a pipe nobody writes) has a deadline
-    fleet.ssh(fine, "cd /root/fleet && mv agent.toml agent.toml.kept && mkfifo agent.toml")
+    # a status command that hangs on the box has a deadline: every new start of the agent's
+    # Python hangs (a .pth that sleeps), the running agent goes on (the agent reads its own
+    # files without blocking, so a pipe among them no longer hangs it)
+    fleet.ssh(fine, "cd /root/fleet && for d in venv/lib/python3*/site-packages; do "
+                    "echo 'import time; time.sleep(600)' > \"$d/zz-hang.pth\"; done")
     try:
         r = fleet.run(str(BIN / "fleet"), "check", "--json", check=False, timeout=600)
         verdicts = {h["label"]: h for h in json.loads(r.stdout)}
         assert any("did not finish within" in p for p in verdicts[fine.label]["problems"]), \
             verdicts
     finally:
-        fleet.ssh(fine, "cd /root/fleet && rm agent.toml && mv agent.toml.kept agent.toml && "
+        fleet.ssh(fine, "cd /root/fleet && rm venv/lib/python3*/site-packages/zz-hang.pth && "
                         "(pkill -f 'agent [s]tatus' || true)")
     fleet.settle()
