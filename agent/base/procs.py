@@ -132,20 +132,28 @@ def executable_arg(argv: Sequence[str]) -> str | None:
     return None if i is None else argv[i]
 
 
-def script_index(argv: Sequence[str]) -> int | None:
+def script_index(argv: Sequence[str], under_env: bool = False) -> int | None:
     """Index of the script a process under an interpreter runs: the first argument after
     argv[0] that is not an option. Never argv[0]: an interpreter's argv[0] is whatever its
-    caller chose (`exec -a`), so a program cannot pass for a script by naming it there."""
+    caller chose (`exec -a`), so a program cannot pass for a script by naming it there.
+    `under_env`: the process is still `env` (a `#!/usr/bin/env python3` script in the moment
+    before env execs its interpreter), so the first word that is neither an option nor a
+    NAME=value is that interpreter, and the script is the next."""
+    skip = under_env
     for i, arg in enumerate(argv[1:], start=1):
-        if not arg.startswith("-"):
-            return i
+        if arg.startswith("-") or (under_env and "=" in arg and not arg.startswith("/")):
+            continue
+        if skip:
+            skip = False
+            continue
+        return i
     return None
 
 
-def binary_of(info: ProcInfo, interpreted: bool = False) -> str | None:
+def binary_of(info: ProcInfo, interpreted: bool = False, under_env: bool = False) -> str | None:
     """Absolute path of the program file a process runs (the script for interpreted ones;
-    `interpreted`: its exe is known to be an interpreter)."""
-    i = script_index(info.argv) if interpreted else executable_index(info.argv)
+    `interpreted`: its exe is known to be an interpreter; `under_env`: that is `env`)."""
+    i = script_index(info.argv, under_env) if interpreted else executable_index(info.argv)
     arg = None if i is None else info.argv[i]
     if not arg:
         return None
@@ -168,8 +176,9 @@ def running_file(info: ProcInfo) -> tuple[str | None, str | None, str]:
     if exe is None:
         script = binary_of(info)
         return script, script, "script"
-    if INTERPRETER.match(os.path.basename(exe).split(" ")[0]):
-        script = binary_of(info, interpreted=True)
+    name = os.path.basename(exe).split(" ")[0]
+    if INTERPRETER.match(name):
+        script = binary_of(info, interpreted=True, under_env=name == "env")
         return script, script, "script"
     return exe, f"/proc/{info.pid}/exe", "exe"
 
