@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from huggingface_hub import constants
 
-from sandbox.hub import client_env
+from sandbox.hub import HubServer, client_env
 
 TOKEN = "hf_sandbox_store_token_9876543210"
 
@@ -26,3 +27,12 @@ def point_client(monkeypatch: pytest.MonkeyPatch, url: str, home: Path) -> None:
     }
     for name, setting in library.items():
         monkeypatch.setattr(constants, name, setting)
+
+
+def hub_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
+    """A sandbox Hub server under tmp_path with the client pointed at it (a fixture's body:
+    `yield from hub_server(tmp_path, monkeypatch)`)."""
+    server = HubServer(tmp_path / "hub", TOKEN, poll_interval=0.01)
+    point_client(monkeypatch, server.url, tmp_path / "hf-home")
+    yield server
+    server.close()

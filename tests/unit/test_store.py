@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from hub_client import TOKEN, point_client
+from hub_client import TOKEN, hub_server
 from huggingface_hub import CommitOperationAdd, HfApi, lfs
 
 from fleet.core.errors import AuthFailed, FleetError, UsageError
@@ -29,10 +29,7 @@ MiB = 1 << 20
 
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
-    server = HubServer(tmp_path / "hub", TOKEN, poll_interval=0.01)
-    point_client(monkeypatch, server.url, tmp_path / "hf-home")
-    yield server
-    server.close()
+    yield from hub_server(tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hub_client import TOKEN, point_client
+from hub_client import TOKEN, hub_server
 
 from agent.contract import JOBS, ROOT, job_area, job_workdir
 from fleet.boxes import boxssh
@@ -89,10 +89,7 @@ class LocalBox:
 
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
-    server = HubServer(tmp_path / "hub", TOKEN, poll_interval=0.01)
-    point_client(monkeypatch, server.url, tmp_path / "hf-home")
-    yield server
-    server.close()
+    yield from hub_server(tmp_path, monkeypatch)
 
 
 @pytest.fixture
