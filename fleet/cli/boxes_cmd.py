@@ -300,7 +300,7 @@ def _owed(reg: Registry) -> list[Owe]:
     """The wanted boxes the loop's last tick could not rent (none before a loop ran)."""
     from fleet.state.loop_memory import Memory
 
-    return Memory.load(reg.path.parent / "loop.json").owed
+    return Memory.load(reg.path).owed
 
 
 def _job_cell(r: Row) -> str:

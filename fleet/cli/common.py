@@ -34,6 +34,8 @@ sandbox_app = typer.Typer(no_args_is_help=True, help="The local sandbox cloud.")
 app.add_typer(sandbox_app, name="sandbox")
 release_app = typer.Typer(no_args_is_help=True, help="The release store the fleet publishes.")
 app.add_typer(release_app, name="release")
+state_app = typer.Typer(no_args_is_help=True, help="The fleet's state database.")
+app.add_typer(state_app, name="state")
 
 out = Console()
 err = Console(stderr=True)

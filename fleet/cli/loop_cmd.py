@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,9 +13,10 @@ import typer
 from fleet.cli import common
 from fleet.cli.common import app, cfg
 from fleet.core.config import LOOP_MAX_S, Config, grace_problem
-from fleet.core.errors import UsageError
+from fleet.core.errors import FleetError, UsageError
 from fleet.core.verdicts import Health
 from fleet.ops.loop import AfterTick, AfterTickNote, Tick
+from fleet.state.leader import Fence, Leadership
 from fleet.state.registry import Registry
 
 
@@ -50,34 +52,44 @@ def loop_cmd(
             f"under two intervals; use --interval {c.loop.orphan_grace_s / 2:g} or less, or "
             f"raise orphan_grace_s in {c.path} to {2 * every:g} or more")
     target = page.prepare(page_dir if page_dir is not None else c.registry.parent / "page")
-    with loop.LoopLock(c.registry):
-        ps = common.providers()  # no key at all: one line naming the variables, exit 2
-        if not new_fleet:  # an empty registry beside another fleet: a wrong path, exit 2
-            rent.other_fleets(Registry(c.registry), ps)
-        lp = loop.Loop(c, ps, destroy_orphans=not no_destroy, check_fn=check.check,
-                       converge_fn=converge, peers_fn=write_peers,
-                       after_tick=page_after_tick(c, target),
-                       echo=(lambda _line: None) if as_json else _say)
+    ps = common.providers()  # no key at all: one line naming the variables, exit 2
+    reg = Registry(c.registry)
+    if not new_fleet:  # an empty registry beside another fleet: a wrong path, exit 2
+        rent.other_fleets(reg, ps)
 
-        def emit(t: loop.Tick) -> None:
-            if as_json:
-                print(json.dumps(t.to_dict()), flush=True)
-            else:
-                _say(t.summary())
+    def make(fence: Fence) -> loop.Loop:
+        return loop.Loop(c, ps, destroy_orphans=not no_destroy, check_fn=check.check,
+                         converge_fn=converge, peers_fn=write_peers,
+                         after_tick=page_after_tick(c, target),
+                         echo=(lambda _line: None) if as_json else _say, fence=fence)
 
-        try:
-            loop.run(lp, every, once, emit)
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
+    def emit(t: loop.Tick) -> None:
+        if as_json:
+            print(json.dumps(t.to_dict()), flush=True)
+        else:
+            _say(t.summary())
+
+    leading = Leadership(reg.db)
+    try:
+        loop.lead(leading, make, every, once, emit, _note)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    finally:
+        leading.resign()
 
 
 def _say(line: str) -> None:
     print(line, flush=True)  # a log stream: no wrapping, no markup
 
 
+def _note(line: str) -> None:
+    """The loop's lead, taken, waited for or lost: on stderr, so --json's stdout stays JSON."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def page_after_tick(c: Config, target: Path) -> AfterTick:
-    """The loop's after-tick hook: the tick saved beside the registry (last_tick.json: its
-    number and time, every verdict, the owed boxes), which a page drawn without provider keys
+    """The loop's after-tick hook: the tick saved in the fleet's state (its number and time,
+    every verdict, the owed boxes), which a page drawn without provider keys
     shows; then the fleet page from the tick's verdicts, its owed boxes and the bills the tick
     refreshed, with the one-shot boxes watched now."""
     from fleet import page
@@ -88,8 +100,8 @@ def page_after_tick(c: Config, target: Path) -> AfterTick:
         owed = [o.for_page() for o in t.owed]
         try:
             last_tick.save(c.registry, t.number, t.started_at, health, owed, t.provider_errors)
-        except OSError as e:  # a full disk: the page is still worth writing
-            unsaved: OSError | None = e
+        except (OSError, FleetError) as e:  # a full disk: the page is still worth writing
+            unsaved: Exception | None = e
         else:
             unsaved = None
         reg = Registry(c.registry)

@@ -19,6 +19,7 @@ from fleet.cli import (  # noqa: F401  (imported to register their commands)
     page_cmd,
     publish_cmd,
     sandbox_cmd,
+    state_cmd,
     storage_cmd,
 )
 from fleet.cli.common import app, console_logging, err

@@ -98,7 +98,7 @@ def _owed(c: Config, live: list[Row], keyless: list[str]) -> list[Owed]:
         return []
     from fleet.state.loop_memory import Memory
 
-    return [o.for_page() for o in Memory.load(c.registry.parent / "loop.json").owed]
+    return [o.for_page() for o in Memory.load(c.registry).owed]
 
 
 def _summary(html_path: Path, data: dict[str, Any]) -> Table:

@@ -38,6 +38,9 @@ class Row:
     standing_since: str | None = None
     node_sha16_wanted: str | None = None
     rerent_of: str | None = None
+    # the roster slot it fills ("role/provider/card/gpus#n", `fleet.ops.owed`): the database
+    # holds at most one live box per slot, so a second rent for it is refused
+    slot: str | None = None
     # the live box this one takes over from: it is destroyed once this one is checked well
     move_of: str | None = None
     move_for: str | None = None  # why it moves: "place" (the spread) or "port" (owed a port)

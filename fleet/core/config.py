@@ -317,7 +317,8 @@ def parse(data: dict[str, Any], path: Path) -> Config:
     _check(src, data, {"fleet": (dict,), "store": (dict,), "roles": (dict,), "roster": (dict,),
                        "loop": (dict,)})
     top = data.get("fleet", {})
-    _check(f"{src}: fleet", top, {"registry": (str,), "known_hosts": (str,), "ssh_key": (str,),
+    _check(f"{src}: fleet", top, {"registry": (str,), "database": (str,),
+                                  "known_hosts": (str,), "ssh_key": (str,),
                                   "releases": (str,), "daily_budget_usd": (int, float)})
     store = data.get("store", {})
     _check(f"{src}: store", store, {"repo": (str,), "archive": (str,), "endpoint": (str,)})
@@ -337,14 +338,41 @@ def parse(data: dict[str, Any], path: Path) -> Config:
         p = Path(os.path.expanduser(top.get(key, default)))
         return p if p.is_absolute() else base / p
 
+    registry = rel("registry", "state/boxes.json")
+    if "database" in top:
+        _DATABASES[registry] = _database(top["database"], base, src)
     return Config(
-        path=path, registry=rel("registry", "state/boxes.json"),
+        path=path, registry=registry,
         known_hosts=rel("known_hosts", "state/known_hosts"),
         ssh_key=rel("ssh_key", "state/ssh/fleet_ed25519"),
         releases=rel("releases", "state/releases"),
         daily_budget_usd=budget, roles=roles, roster=tuple(roster),
         store={k: str(v) for k, v in store.items()}, loop=loop,
     )
+
+
+# registry path -> the database fleet.toml names for it (`database_url`)
+_DATABASES: dict[Path, str] = {}
+
+
+def _database(value: str, base: Path, src: str) -> str:
+    """fleet.toml's `fleet.database`: a URL (sqlite:///..., postgresql://...) or a path of a
+    SQLite file, relative to fleet.toml."""
+    if "://" in value:
+        if not value.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            raise ConfigError(f"{src}: fleet.database: {value.split('://')[0]}:// is neither "
+                              "sqlite:/// nor postgresql://")
+        return value
+    if not value.strip():
+        raise ConfigError(f"{src}: fleet.database: empty")
+    p = Path(os.path.expanduser(value))
+    return f"sqlite:///{(p if p.is_absolute() else base / p).absolute()}"
+
+
+def database_url(registry: Path) -> str | None:
+    """The database fleet.toml named for the fleet whose registry path is `registry` (None:
+    the default, `fleet.state.db.url_for`)."""
+    return _DATABASES.get(registry)
 
 
 def default_path() -> Path:

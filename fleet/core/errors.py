@@ -28,6 +28,15 @@ class RegistryError(FleetError):
     """The box registry cannot be read or written (corrupt file, lock trouble)."""
 
 
+class StateError(RegistryError):
+    """The state database cannot be reached, opened or migrated."""
+
+
+class NotLeader(FleetError):
+    """This loop no longer leads (another took over, or its session to the database dropped):
+    it acts no more and campaigns again."""
+
+
 class BudgetExceeded(FleetError):
     """A rent would push the projected day past the daily budget."""
 

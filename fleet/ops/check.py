@@ -10,8 +10,8 @@ tip moving, the prover proves and the GPU programs are admitted.
 
 from __future__ import annotations
 
-import json
 import time
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -20,11 +20,10 @@ from agent.contract import NODE, ROOT
 from facts.agent_json import STATUS
 from fleet.boxes import boxssh
 from fleet.core.errors import ConfigError
-from fleet.core.fileutil import write_atomic
 from fleet.core.times import now_iso, seconds_between
 from fleet.core.verdicts import Health
 from fleet.ops import ports
-from fleet.state import releases
+from fleet.state import check_history, releases
 
 if TYPE_CHECKING:
     from fleet.boxes.inventory import Built
@@ -185,11 +184,8 @@ def check(cfg: Config, built: Built) -> list[Health]:
         known = releases.load_or_empty(cfg.releases)
     except ConfigError:
         known = []
-    history_path = cfg.registry.parent / "check-history.json"
-    try:
-        history: dict[str, Any] = json.loads(history_path.read_text())
-    except (OSError, ValueError):
-        history = {}
+    history = check_history.load(cfg.registry)
+    remembered: dict[str, Any] = {}
     with ThreadPoolExecutor(max_workers=32) as pool:
         reads = list(pool.map(
             lambda h: boxssh.read_fact(h[1], STATUS, ROOT, STATUS_DEADLINE_S), hosts))
@@ -211,13 +207,13 @@ def check(cfg: Config, built: Built) -> list[Health]:
             if read.connected:
                 hung.add(name)
     out = []
-    roles = [str(data.get("role")) for _, data in hosts]
+    roles = Counter(str(data.get("role")) for _, data in hosts)
     now = now_iso()
     for name, data in hosts:
         status = by_name.get(name) if name in by_name else None
         h = judge(name, data, status, _wanted(cfg, data), history.get(name), known)
         since = data.get("standing_since")
-        h.star_only = star_only(h, roles.count(str(data.get("role"))) - 1,
+        h.star_only = star_only(h, roles[str(data.get("role"))] - 1,
                                 seconds_between(since, now) if since else None,
                                 cfg.loop.interval_s)
         if name in silent:
@@ -230,10 +226,10 @@ def check(cfg: Config, built: Built) -> list[Health]:
             h.problems = [f"ssh: the status command did not finish within "
                           f"{STATUS_DEADLINE_S:g} s"]
         if h.exec_tip is not None and status:
-            history[name] = {"exec_tip": h.exec_tip, "moving": h.exec_moving,
+            remembered[name] = {"exec_tip": h.exec_tip, "moving": h.exec_moving,
                              "rpc_at": (status.get("node") or {}).get("rpc_at"),
                              "at": time.time()}
         out.append(h)
     ports.judge(hosts, out, cfg.loop.interval_s)
-    write_atomic(history_path, json.dumps(history, indent=1) + "\n")
+    check_history.save(cfg.registry, remembered)
     return out + down

@@ -93,6 +93,7 @@ def destroy(cfg: Config, reg: Registry, providers: Mapping[str, Provider], order
     if spend is not None and not spend(row):
         return None
     p = lifecycle.provider_for(dict(providers), row.provider, f"cannot destroy {row.label}")
+    reg.check_fence()  # a loop that lost the lead destroys nothing (`fleet.state.leader`)
     if order.box_id is not None:
         _gone(p, order.box_id)
         return Destroyed(row.label, [order.box_id], None)

@@ -21,6 +21,18 @@ def shape_of(row: Row) -> Shape:
     return (row.role, row.provider, row.card, row.gpu_count)
 
 
+def slot_name(shape: Shape, n: int) -> str:
+    """The roster's `n`th place of `shape` (the database holds one live box per slot)."""
+    role, provider, card, gpus = shape
+    return f"{role}/{provider}/{card}/{gpus}#{n}"
+
+
+def free_slots(shape: Shape, count: int, live: Sequence[Row]) -> list[str]:
+    """The shape's slots no live row holds, lowest first."""
+    held = {r.slot for r in live if r.slot}
+    return [s for s in (slot_name(shape, n) for n in range(count)) if s not in held]
+
+
 def wanted(cfg: Config) -> dict[Shape, int]:
     """The roster's count of each shape."""
     return {(w.role, w.provider, w.card, w.gpus): w.count for w in cfg.roster}
@@ -44,6 +56,7 @@ def owed(cfg: Config, rows: Sequence[Row], rerents: Sequence[Owe], before: Seque
     kept = [o for o in rerents if o.rerent_of not in replaced]
     counts = wanted(cfg)
     have_of = Counter(shape_of(r) for r in live)
+    have_count = Counter(have_of)
     for o in list(kept):
         if o.shape() in counts and have_of[o.shape()] >= counts[o.shape()]:
             kept.remove(o)
@@ -51,12 +64,21 @@ def owed(cfg: Config, rows: Sequence[Row], rerents: Sequence[Owe], before: Seque
             have_of[o.shape()] += 1  # the next re-rent of the shape counts this one
     out = [o for o in kept if o.role in cfg.roles]
     since = {(o.shape(), o.rerent_of): o.since for o in before}
+    free = {shape: free_slots(shape, n, live) for shape, n in counts.items()}
+    for o in out:  # a re-rent fills its dead box's slot where it is free, else the first free
+        spare = free.get(o.shape(), [])
+        if o.slot not in spare:
+            o.slot = spare[0] if spare else None
+        if o.slot in spare:
+            spare.remove(o.slot)
     for w in cfg.roster:
         if cfg.role(w.role).kind != "standing":
             continue  # one-shot boxes are rented per job (`fleet run`), never kept up
         shape = (w.role, w.provider, w.card, w.gpus)
-        have = sum(1 for r in live if shape_of(r) == shape)
+        have = have_count[shape]
         pending = sum(1 for o in out if o.shape() == shape and o.rerent_of)
-        for _ in range(max(0, w.count - have - pending)):
-            out.append(Owe(*shape, since=since.get((shape, None), now)))
+        spare = free.get(shape, [])
+        for i in range(max(0, w.count - have - pending)):
+            out.append(Owe(*shape, since=since.get((shape, None), now),
+                           slot=spare[i] if i < len(spare) else None))
     return kept, out

@@ -122,12 +122,13 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
          rerent_of: str | None = None, resume: bool = False,
          job: tuple[str, int] | None = None, move_of: str | None = None,
          move_for: str | None = None,
-         account: budget.Listing | None = None) -> RentOutcome:
+         account: budget.Listing | None = None, slot: str | None = None) -> RentOutcome:
     """Rent the cheapest offer that still has capacity; refuse if the budget would break.
 
     + label: the box's label (default: generated); after an offer that went, the next one
       gets a generated label (the first one's row is kept, `failed`)
     + rerent_of: the label of the box this one replaces
+    + slot: the roster slot it fills (`fleet.ops.owed`): refused when a live box holds it
     + move_of: the label of the live box this one takes over from (the loop's move of a box
       that shares its place, `fleet.ops.spread`, or of one owed a port, `fleet.ops.ports`)
     + move_for: why it moves: "place" or "port"
@@ -165,7 +166,7 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
         req = request_for(cfg, role, lab, offer.provider)
         try:
             row = _add_row(cfg, reg, role, offer, req, lab, what, hours, rerent_of,
-                           (move_of, move_for), resume, job, held, offers, account)
+                           (move_of, move_for), resume, job, held, offers, account, slot)
         except BudgetExceeded as e:
             # no row was written; the spread's order is not the price's, so a cheaper offer
             # further on may still fit
@@ -215,14 +216,14 @@ def _add_row(cfg: Config, reg: Registry, role: Role, offer: Offer, req: RentRequ
              what: str, hours: float | None, rerent_of: str | None,
              move: tuple[str | None, str | None], resume: bool,
              job: tuple[str, int] | None, held: dict[str, list[str]],
-             offers: Sequence[Offer], account: budget.Listing) -> Row:
+             offers: Sequence[Offer], account: budget.Listing, slot: str | None) -> Row:
     """The rent's row, written under the registry's lock with the budget's check: raises
     BudgetExceeded (nothing written) when the offer does not fit."""
     return reg.add(Row(
         label=lab, provider=offer.provider, role=role.name, kind=role.kind, card=offer.card,
         gpu_count=offer.gpu_count, usd_per_hour=offer.usd_per_hour, driver=offer.driver,
         cloud=offer.cloud, stopped_usd_per_hour=offer.stopped_usd_per_hour(req),
-        rerent_of=rerent_of, move_of=move[0], move_for=move[1] if move[0] else None,
+        rerent_of=rerent_of, slot=slot, move_of=move[0], move_for=move[1] if move[0] else None,
         node_sha16_wanted=None, place=offer.place, note="; ".join(filter(None, (
             "resumed after an unfinished rent" if resume else None,
             ports.rent_note(role, offer), spread.note(role, offer, held, offers)))) or None,

@@ -5,10 +5,10 @@ charges on its REST v2 host (`GET /v2/billing/pods`, five minutes behind: `billi
 see the clients' `charges`. A box no bill names is estimated: the recorded price times the
 seconds it ran today (`estimate`).
 
-`spent_today` asks every provider for today's charges (`read`), keeps the answer in
-`bills.json` beside the registry (`save`, replaced whole, atomically) and says, per registry
-row, what it spent today and where the figure came from. The budget check reads that file
-(`load`), never the network, because it runs under the registry's lock. A billed box's spent
+`spent_today` asks every provider for today's charges (`read`), keeps the answer in the
+fleet's state database (`save`, the `bills` document, replaced whole) and says, per registry
+row, what it spent today and where the figure came from. The budget check reads that
+document (`load`), never the network, because it runs in the registry's write transaction. A billed box's spent
 today is its bill plus its price for the time after the bill's covered end (bills lag), but
 never less than the estimate from its price (a bill may lag more than it says); a bill older
 than `MAX_AGE_S` or from another day, a provider that failed, or a box the bill does not name
@@ -16,7 +16,7 @@ than `MAX_AGE_S` or from another day, a provider that failed, or a box the bill 
 registry row names (an orphan, a label's duplicate) counts too (`Spent.unnamed`), and so does
 a failed rent's box that the bill names.
 
-`bills.json`:
+The `bills` document:
 
     {"read_at": "2026-12-03T12:00:00Z",          when the providers were asked
      "since": "2026-12-03T00:00:00Z",            the window's start (that UTC midnight)
@@ -28,7 +28,6 @@ a failed rent's box that the bill names.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -37,8 +36,9 @@ from typing import Any
 
 from fleet.core.boxes import Row
 from fleet.core.errors import ProviderError
-from fleet.core.fileutil import read_small, write_atomic
 from fleet.core.times import iso, parse_iso
+from fleet.state import docs
+from fleet.state.db import open_db
 
 MAX_AGE_S = 900.0  # an older bill says nothing about now
 
@@ -122,8 +122,7 @@ class Spent:
                 "errors": dict(self.errors), "rows": [r.to_dict() for r in self.rows]}
 
 
-def path_for(registry: Path) -> Path:
-    return registry.parent / "bills.json"
+NAME = "bills"  # its document in the state database (`fleet.state.docs`)
 
 
 def read(providers: Mapping[str, Any], now: datetime | None = None) -> Bills:
@@ -151,12 +150,12 @@ def read(providers: Mapping[str, Any], now: datetime | None = None) -> Bills:
 
 
 def save(registry: Path, bills: Bills) -> None:
-    """Write `bills` beside the registry (`bills.json`), atomically."""
-    write_atomic(path_for(registry), json.dumps(asdict(bills), indent=1) + "\n")
+    """Replace the fleet's last bills read with `bills`, whole."""
+    docs.put(open_db(registry), NAME, asdict(bills))
 
 
 def refresh(registry: Path, providers: Mapping[str, Any], now: datetime | None = None) -> Bills:
-    """Today's charges from every provider that reports them; saved beside the registry."""
+    """Today's charges from every provider that reports them; saved in the fleet's state."""
     bills = read(providers, now)
     save(registry, bills)
     return bills
@@ -164,12 +163,14 @@ def refresh(registry: Path, providers: Mapping[str, Any], now: datetime | None =
 
 def load(registry: Path) -> Bills | None:
     """The last bills read, or None (none yet, or unreadable: then everything is estimated)."""
+    d = docs.get(open_db(registry), NAME)
+    if d is None:
+        return None
     try:
-        d = json.loads(read_small(path_for(registry)))
         return Bills(str(d["read_at"]), {k: {str(i): float(u) for i, u in v.items()}
                                          for k, v in d["charges"].items()}, dict(d["errors"]),
                      dict(d.get("covered") or {}), str(d.get("since") or ""))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

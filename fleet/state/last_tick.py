@@ -1,21 +1,14 @@
-"""The loop's last tick (`last_tick.json` beside the registry): what a page drawn without
-provider keys shows for the boxes it cannot check itself.
+"""The loop's last tick, in the state database: what a page drawn without provider keys shows
+for the boxes it cannot check itself.
 
 The loop's after-tick hook saves, each tick, the tick's number and time, every standing box's
 verdict (`Health`), the boxes owed and the providers that failed; `fleet page` on a machine
-without the providers' keys reads it back. The file is replaced whole (temp file and rename),
-so a reader never sees half a tick. `load` never raises for a missing, damaged or foreign file:
-it returns None, and the page then says that no tick is on record.
-
-`last_tick.json`:
-
-    {"schema": 1,
-     "number": 42,                          the loop's tick counter (loop.json's `tick`)
-     "at": "2026-12-04T17:03:00Z",          when the tick started: its checks are no older
-     "saved_at": "2026-12-04T17:03:41Z",    when the tick ended and this file was written
-     "health": [Health.to_dict(), ...],     each standing box the tick checked
-     "owed": [Owed.to_dict(), ...],         the boxes it could not rent, with why
-     "provider_errors": ["vast list: ..."]} providers whose boxes it could not judge
+without the providers' keys reads it back. A tick is a `ticks` row (its number, `at`: when it
+started, its checks no older; `saved_at`: when it ended; the boxes owed and the providers that
+failed, as JSON lists) and a `tick_health` row per box it judged, written in one transaction
+with the older ticks' rows removed, so a reader never sees half a tick and no size caps it.
+`load` never raises for a damaged tick: it returns None, and the page then says that no tick is
+on record.
 """
 
 from __future__ import annotations
@@ -27,9 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fleet.core.fileutil import read_small, write_atomic
 from fleet.core.times import iso, parse_iso
 from fleet.core.verdicts import Health, Owed
+from fleet.state.db import Tx, open_db
 
 SCHEMA = 1
 STALE_INTERVALS = 2  # a tick older than this many loop intervals: the loop may have stopped
@@ -48,7 +41,11 @@ class LastTick:
 
     def verdict(self, label: str) -> Health | None:
         """The tick's verdict on the box `label`, or None when the tick did not check it."""
-        return next((h for h in self.health if h.label == label), None)
+        by_label = self.__dict__.get("_by_label")
+        if by_label is None:  # built once: the page asks this of every box
+            by_label = {h.label: h for h in reversed(self.health)}
+            object.__setattr__(self, "_by_label", by_label)
+        return by_label.get(label)
 
     def age_s(self, now: datetime) -> float:
         """Seconds from the tick's start to `now` (negative when the tick's clock runs ahead)."""
@@ -67,27 +64,43 @@ class LastTick:
                 "provider_errors": list(self.provider_errors)}
 
 
-def path_for(registry: Path) -> Path:
-    return registry.parent / "last_tick.json"
-
-
 def save(registry: Path, number: int, started_at: str, health: Sequence[Health],
          owed: Sequence[Owed] = (), provider_errors: Sequence[str] = (),
          now: datetime | None = None) -> LastTick:
-    """Write the tick beside the registry (`last_tick.json`), whole: temp file and rename."""
+    """Record the tick in the fleet's state, whole, in place of the ones before."""
     tick = LastTick(number, started_at, tuple(health), tuple(owed), tuple(provider_errors),
                     iso(now or datetime.now(UTC)))
-    write_atomic(path_for(registry), json.dumps(tick.to_dict(), indent=1) + "\n")
+    with open_db(registry).write() as tx:
+        save_in(tx, tick)
     return tick
 
 
+def save_in(tx: Tx, tick: LastTick) -> None:
+    """`tick` in place of the ones before, within the transaction `tx`."""
+    d = tick.to_dict()
+    tx.q("DELETE FROM tick_health")
+    tx.q("DELETE FROM ticks")
+    tx.q("INSERT INTO ticks (number, at, saved_at, owed, provider_errors) VALUES (?, ?, ?, ?, ?)",
+         (tick.number, tick.at, tick.saved_at, json.dumps(d["owed"]),
+          json.dumps(d["provider_errors"])))
+    tx.many("INSERT INTO tick_health (number, label, doc) VALUES (?, ?, ?)",
+            [(tick.number, h["label"], json.dumps(h)) for h in d["health"]])
+
+
 def load(registry: Path) -> LastTick | None:
-    """The last tick saved beside the registry, or None: none yet, or a file that cannot be
-    read whole (damaged, another schema, a wrong type anywhere). Never raises for the file."""
+    """The last tick recorded, or None: none yet, or one that cannot be read whole (a wrong
+    type anywhere). Never raises for its content."""
+    with open_db(registry).read() as tx:
+        top = tx.one("SELECT number, at, saved_at, owed, provider_errors FROM ticks "
+                     "ORDER BY number DESC LIMIT 1")
+        if top is None:
+            return None
+        health = tx.q("SELECT doc FROM tick_health WHERE number = ? ORDER BY label", (top[0],))
     try:
-        d = json.loads(read_small(path_for(registry)))
-        return _read(d)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return _read({"schema": SCHEMA, "number": top[0], "at": top[1], "saved_at": top[2],
+                      "owed": json.loads(top[3]), "provider_errors": json.loads(top[4]),
+                      "health": [json.loads(h[0]) for h in health]})
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
 
 

@@ -1,19 +1,25 @@
-"""The loop's memory (loop.json): what one tick leaves for the next, and the boxes it owes.
+"""The loop's memory (the `loop` document in the state database, `fleet.state.docs`): what one
+tick leaves for the next, and the boxes it owes.
 
-Read by the loop, and by `fleet roster` and `fleet page` to show the boxes owed."""
+Read by the loop, and by `fleet roster` and `fleet page` to show the boxes owed. Saved with the
+leader's fence: a loop that lost the lead never writes it."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fleet.core.errors import FleetError
-from fleet.core.fileutil import write_atomic
 from fleet.core.verdicts import Owed
+from fleet.state import docs
+from fleet.state.db import open_db
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from fleet.state.leader import Fence
+
+NAME = "loop"
 
 
 @dataclass
@@ -28,6 +34,7 @@ class Owe:
     reason: str = "not tried yet"
     rerent_of: str | None = None
     cloud: str | None = None  # a re-rent keeps the dead box's tier
+    slot: str | None = None  # the roster slot it fills (`fleet.ops.owed`)
 
     def shape(self) -> tuple[str, str, str, int]:
         return (self.role, self.provider, self.card, self.gpus)
@@ -59,20 +66,26 @@ class Memory:
     breakers: list[str] = field(default_factory=list)
 
     @classmethod
-    def load(cls, path: Path) -> Memory:
+    def load(cls, registry: Path) -> Memory:
+        """The memory of the fleet whose registry path is `registry`."""
+        d = docs.get(open_db(registry), NAME)
+        if d is None:
+            return cls()
+        return cls.from_dict(d, f"{NAME} in the state database")
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> Memory:
         try:
-            d = json.loads(path.read_text())
             return cls(int(d["tick"]), dict(d["dead"]), [Owe(**o) for o in d["rerents"]],
                        [Owe(**o) for o in d["owed"]], dict(d["orphans"]),
                        dict(d.get("unfit_machines", {})), dict(d.get("peers", {})),
                        dict(d.get("peers_at", {})), dict(d.get("restarting", {})),
                        [dict(r) for r in d.get("disruptions", [])],
                        [str(p) for p in d.get("breakers", [])])
-        except FileNotFoundError:
-            return cls()
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise FleetError(f"{path}: the loop's memory is not readable ({e}); move it aside "
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise FleetError(f"{where}: the loop's memory is not readable ({e}); remove it "
                              "to start afresh") from None
 
-    def save(self, path: Path) -> None:
-        write_atomic(path, json.dumps(asdict(self), indent=1) + "\n")
+    def save(self, registry: Path, fence: Fence | None = None) -> None:
+        """Replace the saved memory; with `fence`, only while that leader leads."""
+        docs.put(open_db(registry), NAME, asdict(self), fence)

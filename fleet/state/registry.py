@@ -1,9 +1,16 @@
-"""The box registry (boxes.json): one row per box ever rented.
+"""The box registry: one row per box ever rented, in the state database (`fleet.state.db`).
 
 Rows are never deleted: a destroyed box keeps its row, marked with `destroyed_at`, so the history
-of what was paid for survives. Every change happens under a cross-process lock and lands with an
-atomic rename, so a writer killed mid-update loses nothing. A file that does not parse stops the
-program with the place where it is broken; it is never silently reset.
+of what was paid for survives. Every change is one write transaction (one writer at a time), so
+a check made in it (the budget's, the label's) holds until the row lands, and a writer killed
+mid-update loses nothing. The schema's unique indexes refuse what no code may write twice: a
+slot's second live box, a dead box's second replacement, a provider id's second row
+(`fleet.state.schema`). A row is stored as its JSON document beside the columns those indexes
+read; a row that does not parse stops the program with its label: it is never silently reset.
+
+A registry built with a `fence` (the leader's epoch, `fleet.state.leader`) checks it in every
+rent (`add`) and destroy (`mark_destroyed`, `check_fence`) transaction: a loop that lost the
+lead can never act.
 """
 
 from __future__ import annotations
@@ -16,14 +23,16 @@ import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet.core.boxes import Row, unfinished
 from fleet.core.errors import RegistryError, UsageError
-from fleet.core.fileutil import locked, write_atomic
 from fleet.core.times import now_iso
+from fleet.state.db import Database, Duplicate, Tx, open_db
 
-SCHEMA = 1
+if TYPE_CHECKING:
+    from fleet.state.leader import Fence
+
 LABEL_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 FLEET_ID_RE = re.compile(r"^[0-9a-f]{6}$")
 
@@ -53,155 +62,228 @@ def _row(where: str, d: Any) -> Row:
         raise RegistryError(f"{where}: {e}") from None
 
 
-# the last text read at each registry path, with its fleet id and rows: a re-read of an
-# unchanged file (a loop tick reads the registry some twenty times) compares the text instead
-# of parsing it again. Exact, as the key is the file's whole text, never its stat, and every
-# reader gets rows of its own to change
-_PARSED: dict[Path, tuple[str, str | None, dict[str, Row]]] = {}
-_PARSED_PATHS = 16  # more registries than this in one process (tests): start again
-
-
+# each stored document's row, parsed once: a tick reads the registry some twenty times, and a
+# row's document is its whole text, so an equal text is an equal row; every reader gets a copy
+_PARSED: dict[str, Row] = {}
+_PARSED_MAX = 200_000
 _SHARED = {str, int, float, bool, type(None)}  # values that readers may share: immutable
 
 
 def _copy(r: Row) -> Row:
     """A row no other reader holds: its fields are str, int, float, bool or None, which a
-    shallow copy shares safely (anything else a hand-edited file put there is copied too)."""
+    shallow copy shares safely (anything else a hand-made document put there is copied too)."""
     if _SHARED.issuperset(map(type, vars(r).values())):
         return copy.copy(r)
     return copy.deepcopy(r)
 
 
-def _copies(rows: dict[str, Row]) -> dict[str, Row]:
-    return {label: _copy(r) for label, r in rows.items()}
+def _parse(label: str, doc: str) -> Row:
+    r = _PARSED.get(doc)
+    if r is None:
+        try:
+            d = json.loads(doc)
+        except json.JSONDecodeError as e:
+            raise RegistryError(f"registry row {label!r} is corrupt: {e.msg}; nothing was "
+                                "changed") from None
+        r = _row(f"registry row {label!r}", d)
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[doc] = r
+    return _copy(r)
+
+
+def encode(r: Row) -> str:
+    return json.dumps(r.to_dict(), separators=(",", ":"))
+
+
+def columns(r: Row) -> tuple[Any, ...]:
+    """The columns the schema's indexes read, then the document."""
+    return (r.provider, r.provider_id, r.slot, r.rerent_of, r.move_of, 1 if r.live else 0,
+            encode(r))
+
+
+def _put(tx: Tx, r: Row, seq: int | None) -> None:
+    if seq is None:
+        tx.q("UPDATE boxes SET provider = ?, provider_id = ?, slot = ?, rerent_of = ?, "
+             "move_of = ?, live = ?, doc = ? WHERE label = ?", (*columns(r), r.label))
+    else:
+        tx.q("INSERT INTO boxes (provider, provider_id, slot, rerent_of, move_of, live, doc, "
+             "label, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (*columns(r), r.label, seq))
+
+
+def _next_seq(tx: Tx) -> int:
+    row = tx.one("SELECT MAX(seq) FROM boxes")
+    return int(row[0]) + 1 if row and row[0] is not None else 1
 
 
 class Registry:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.lock_path = path.with_name(path.name + ".lock")
+    def __init__(self, path: Path, fence: Fence | None = None, db: Database | None = None
+                 ) -> None:
+        self.path = path  # the fleet's registry path: its state folder, its database's key
+        self.db = db or open_db(path)
+        self.fence = fence
 
-    def _read(self) -> dict[str, Row]:
-        return self._read_doc()[1]
+    def fenced(self, fence: Fence | None) -> Registry:
+        """This registry for a leader holding `fence`: its rents and destroys check it."""
+        return Registry(self.path, fence, self.db)
 
-    def _read_doc(self) -> tuple[str | None, dict[str, Row]]:
-        """The fleet id (None before the first write) and the rows, by label."""
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None, {}
-        except (OSError, UnicodeDecodeError) as e:
-            raise RegistryError(f"registry {self.path}: cannot read: {e}") from None
-        seen = _PARSED.get(self.path)
-        if seen is not None and seen[0] == text:
-            return seen[1], _copies(seen[2])
-        fid, out = self._parse(text)
-        if len(_PARSED) >= _PARSED_PATHS and self.path not in _PARSED:
-            _PARSED.clear()
-        _PARSED[self.path] = (text, fid, _copies(out))
-        return fid, out
+    def _all(self, tx: Tx) -> dict[str, Row]:
+        return {label: _parse(label, doc)
+                for label, doc in tx.q("SELECT label, doc FROM boxes ORDER BY seq")}
 
-    def _parse(self, text: str) -> tuple[str | None, dict[str, Row]]:
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise RegistryError(
-                f"registry {self.path} is corrupt at line {e.lineno} column {e.colno}: {e.msg}; "
-                "restore it from a backup (nothing was changed)") from None
-        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-            raise RegistryError(
-                f"registry {self.path}: expected schema {SCHEMA}, found "
-                f"{doc.get('schema') if isinstance(doc, dict) else type(doc).__name__!r}")
-        rows = doc.get("boxes")
-        if not isinstance(rows, list):
-            raise RegistryError(f"registry {self.path}: 'boxes' is not a list")
-        fid = doc.get("fleet_id")
-        if fid is not None and not (isinstance(fid, str) and FLEET_ID_RE.match(fid)):
-            raise RegistryError(f"registry {self.path}: fleet_id {fid!r} is not 6 hex digits")
-        out: dict[str, Row] = {}
-        for i, d in enumerate(rows):
-            r = _row(f"registry {self.path}: boxes[{i}]", d)
-            if r.label in out:
-                raise RegistryError(
-                    f"registry {self.path}: boxes[{i}]: duplicate label {r.label!r}")
-            out[r.label] = r
-        return fid, out
-
-    def _write(self, fid: str, rows: dict[str, Row]) -> None:
-        doc = {"schema": SCHEMA, "fleet_id": fid, "updated_at": now_iso(),
-               "boxes": [r.to_dict() for r in rows.values()]}
-        write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    def _check_fence(self, tx: Tx) -> None:
+        if self.fence is not None:
+            self.fence.check(tx)
 
     def rows(self) -> list[Row]:
-        """A consistent snapshot (readers take the lock too, so they never see a half-state)."""
-        with locked(self.lock_path):
-            return list(self._read().values())
+        """A consistent snapshot, in the order the rows were added."""
+        with self.db.read() as tx:
+            return list(self._all(tx).values())
 
     def live_rows(self) -> list[Row]:
-        return [r for r in self.rows() if r.live]
+        with self.db.read() as tx:
+            return [_parse(label, doc) for label, doc in
+                    tx.q("SELECT label, doc FROM boxes WHERE live = 1 ORDER BY seq")]
 
     def get(self, label: str) -> Row | None:
-        with locked(self.lock_path):
-            return self._read().get(label)
+        with self.db.read() as tx:
+            found = tx.one("SELECT doc FROM boxes WHERE label = ?", (label,))
+        return None if found is None else _parse(label, found[0])
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[dict[str, Row]]:
-        """Lock, read, let the caller change the rows, write once at the end."""
-        with locked(self.lock_path):
-            fid, rows = self._read_doc()
+        """Read every row, let the caller change them, write what changed at the end: one
+        write transaction. A row taken out of the dict is deleted."""
+        with self._rows_tx() as (_, rows):
             yield rows
-            self._write(fid or new_fleet_id(), rows)
+
+    @contextlib.contextmanager
+    def _rows_tx(self) -> Iterator[tuple[Tx, dict[str, Row]]]:
+        with self.db.write() as tx:
+            rows = self._all(tx)
+            before = {label: encode(r) for label, r in rows.items()}
+            yield tx, rows
+            self._store(tx, before, rows)
+
+    def _store(self, tx: Tx, before: dict[str, str], rows: dict[str, Row]) -> None:
+        for label in before.keys() - rows.keys():
+            tx.q("DELETE FROM boxes WHERE label = ?", (label,))
+        seq = None
+        for label, r in rows.items():
+            if r.label != label:
+                raise RegistryError(f"registry: row {r.label!r} stored under {label!r}")
+            old = before.get(label)
+            if old is None:
+                seq = _next_seq(tx) if seq is None else seq + 1
+                _put(tx, r, seq)
+            elif encode(r) != old:
+                _put(tx, r, None)
 
     def fleet_id(self) -> str:
         """This registry's fleet id, made and written on first use: every label the fleet
         makes carries it (`fleet.core.labels`), so a box is provably this fleet's only by its
         label's exact form, never by a role's prefix that a person's box or another
         registry's could share."""
-        with locked(self.lock_path):
-            fid, rows = self._read_doc()
-            if fid is None:
-                fid = new_fleet_id()
-                self._write(fid, rows)
+        with self.db.read() as tx:
+            found = tx.one("SELECT value FROM meta WHERE key = 'fleet_id'")
+        if found is not None:
+            return str(found[0])
+        with self.db.write() as tx:
+            found = tx.one("SELECT value FROM meta WHERE key = 'fleet_id'")
+            if found is not None:
+                return str(found[0])
+            fid = new_fleet_id()
+            tx.q("INSERT INTO meta (key, value) VALUES ('fleet_id', ?)", (fid,))
             return fid
+
+    def set_fleet_id(self, tx: Tx, fid: str) -> None:
+        """Record `fid` as the fleet's id (`fleet state import`): refused where another is."""
+        if not FLEET_ID_RE.match(fid):
+            raise RegistryError(f"fleet id {fid!r} is not 6 hex digits")
+        found = tx.one("SELECT value FROM meta WHERE key = 'fleet_id'")
+        if found is not None and found[0] != fid:
+            raise RegistryError(f"the database's fleet id is {found[0]}, not {fid}")
+        if found is None:
+            tx.q("INSERT INTO meta (key, value) VALUES ('fleet_id', ?)", (fid,))
 
     def add(self, row: Row, check: Callable[[list[Row]], None] | None = None, *,
             resume: bool = False) -> Row:
-        """Add `row`: the label's check, `check` and the write are one locked step.
+        """Add `row`: the label's check, `check` and the write are one write transaction.
 
-        + check: called under the lock with every row as it stands (the budget guard); if it
-          raises, nothing is written, so two concurrent adds can never both pass it
+        + check: called in it with every row as it stands (the budget guard); if it raises,
+          nothing is written, so two concurrent adds can never both pass it
         + resume: the label may hold an unfinished row (see `unfinished`), which `row`
           replaces, keeping its rerent_of (what the first attempt was for); its created_at is
           the new create's, from which the loop's deadline for it runs (a resume rents anew
           only where the first attempt left no box, which billed nothing)
+        + the row's slot, replacement and move are refused by the database when another live
+          row holds them (`fleet.state.schema`): one line, nothing written
 
         Example: `reg.add(row, check=budget.guard(cfg.daily_budget_usd, 0.4, "renting"))`
         """
         check_label(row.label)
         if not row.created_at:
             row.created_at = now_iso()
-        with self.transaction() as rows:
-            old = rows.get(row.label)
-            if old is not None and not (resume and unfinished(old)):
-                raise UsageError(f"label {row.label!r} is already in the registry")
-            if check is not None:
-                check(list(rows.values()))
-            if old is not None:
-                row.rerent_of = row.rerent_of or old.rerent_of
-            rows[row.label] = row
+        try:
+            with self._rows_tx() as (tx, rows):
+                self._check_fence(tx)
+                old = rows.get(row.label)
+                if old is not None and not (resume and unfinished(old)):
+                    raise UsageError(f"label {row.label!r} is already in the registry")
+                if check is not None:
+                    check(list(rows.values()))
+                if old is not None:
+                    row.rerent_of = row.rerent_of or old.rerent_of
+                    row.slot = row.slot or old.slot
+                rows[row.label] = row
+        except Duplicate as e:
+            raise UsageError(f"{row.label}: not rented: {_taken(row)} ({e})") from None
         return row
 
+    def check_fence(self) -> None:
+        """Raise NotLeader unless this registry's fence still leads (a destroy asks this in
+        its own transaction just before it calls the provider)."""
+        if self.fence is not None:
+            with self.db.write() as tx:
+                self._check_fence(tx)
+
     def update(self, label: str, **changes: Any) -> Row:
+        with self.db.write() as tx:
+            return self._update(tx, label, changes)
+
+    def _update(self, tx: Tx, label: str, changes: dict[str, Any]) -> Row:
         bad = set(changes) - _FIELDS
         if bad:
             raise RegistryError(f"no registry field {sorted(bad)[0]!r}")
-        with self.transaction() as rows:
-            row = rows.get(label)
-            if row is None:
-                raise UsageError(f"no box labelled {label!r} in the registry")
-            for k, v in changes.items():
-                setattr(row, k, v)
+        found = tx.one("SELECT doc FROM boxes WHERE label = ?", (label,))
+        if found is None:
+            raise UsageError(f"no box labelled {label!r} in the registry")
+        row = _parse(label, found[0])
+        for k, v in changes.items():
+            setattr(row, k, v)
+        try:
+            _put(tx, row, None)
+        except Duplicate as e:
+            raise UsageError(f"{label}: not changed: {_taken(row)} ({e})") from None
         return row
 
+    def update_many(self, changes: dict[str, dict[str, Any]]) -> list[Row]:
+        """`update` of many rows in one transaction (label -> its changes): a remap of every
+        box's port is one commit, not one per box."""
+        with self.db.write() as tx:
+            return [self._update(tx, label, change) for label, change in changes.items()]
+
     def mark_destroyed(self, label: str, status: str = "destroyed") -> Row:
-        return self.update(label, status=status, destroyed_at=now_iso())
+        with self.db.write() as tx:
+            self._check_fence(tx)
+            return self._update(tx, label, {"status": status, "destroyed_at": now_iso()})
+
+
+def _taken(row: Row) -> str:
+    if row.slot:
+        return f"slot {row.slot} already holds a live box"
+    if row.rerent_of:
+        return f"{row.rerent_of} already has a live replacement"
+    if row.move_of:
+        return f"{row.move_of} is already being moved"
+    return f"{row.provider} box {row.provider_id} already has a row"

@@ -33,7 +33,7 @@ Each tick:
    one, an unqualified GPU: RunPod advertises no driver, so admission after boot is the
    only guard) is *unfit*, counted like a dead one: kept, it would bill for a card that
    never works. Its machine (where the provider names it) is passed over by the re-rents
-   for a day (`loop.json`). A box whose SSH answers but whose agent is down is converged
+   for a day (the loop's memory). A box whose SSH answers but whose agent is down is converged
    again (its agent back).
 4. Rents what is owed: the re-rents no live row fills yet, and the roster's wanted boxes
    (`[[roster.ROLE]]`) that no live box fills, cheapest admissible offer first, each within
@@ -51,23 +51,19 @@ Each tick:
    each replaced whole).
 
 Boxes behind their wanted release are reported; the loop never moves binaries. What the loop
-remembers between ticks (dead counts, re-rents owed, orphans first seen) is in `loop.json`
-beside the registry, saved after every destroy and rent; `loop.lock` keeps a second loop off
-the same registry.
+remembers between ticks (dead counts, re-rents owed, orphans first seen) is kept
+in the state database, saved after every destroy and rent. One loop leads a fleet
+(`fleet.state.leader`): a second waits as a standby, and takes over when the first's lease ends.
 """
 
 
 from __future__ import annotations
 
-import fcntl
-import os
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import IO
 
-from fleet.core.errors import FleetError, UsageError
+from fleet.core.errors import FleetError, NotLeader, UsageError
 from fleet.core.times import now_iso
 from fleet.ops import disruption
 from fleet.ops import rent as rent_mod
@@ -90,47 +86,18 @@ from fleet.ops.loop.replace import Replacing
 from fleet.ops.loop.resume import Resuming
 from fleet.providers.sync import view
 from fleet.state import bills
+from fleet.state.leader import Fence, Leadership
 from fleet.state.loop_memory import Memory
 
 __all__ = ["MOVE_COOLDOWN_S", "MOVE_TRIES", "UNFIT_MACHINE_S", "AfterTick", "AfterTickNote",
-           "Converge", "Late", "Loop", "LoopLock", "Tick", "now_iso", "rent_mod", "run"]
-
-
-class LoopLock:
-    """One loop per registry: an exclusive lock on `loop.lock` beside it, held while it runs."""
-
-    def __init__(self, registry: Path) -> None:
-        self.path = registry.parent / "loop.lock"
-        self._f: IO[str] | None = None
-
-    def __enter__(self) -> LoopLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(self.path, "a+")  # noqa: SIM115 (held until __exit__)
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            pid = f.read().strip() or "?"
-            f.close()
-            raise UsageError(f"another fleet loop runs on {self.path.parent} (pid {pid}); "
-                             "not starting a second") from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n")
-        f.flush()
-        self._f = f
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._f is not None:
-            self._f.close()
+           "Converge", "Late", "Loop", "Tick", "lead", "now_iso", "rent_mod", "run"]
 
 
 class Loop(Judging, Replacing, Resuming, Renting, Moving, Peering, Sweeping):
     """One fleet loop over a registry: `tick` runs the phases in order."""
 
     def tick(self) -> Tick:
-        mem = Memory.load(self.memory_path)
+        mem = Memory.load(self.cfg.registry)
         mem.tick += 1
         mem.disruptions = disruption.prune(mem.disruptions, time.time(),
                                            self.cfg.loop.disruption_window_s)
@@ -164,7 +131,7 @@ class Loop(Judging, Replacing, Resuming, Renting, Moving, Peering, Sweeping):
         self._give_up(t, mem, late, sees=self._sees)
         self._replace_dead(t, mem, v)
         self._finish_moves(t, mem, health, failed)
-        mem.save(self.memory_path)  # the destroys and the re-rents they owe, before any rent
+        self._save(mem)  # the destroys and the re-rents they owe, before any rent
         self._forget_unfit(mem)
         fresh = self._rent_owed(t, mem)
         fresh += self._start_moves(t, mem, failed, health)
@@ -172,7 +139,7 @@ class Loop(Judging, Replacing, Resuming, Renting, Moving, Peering, Sweeping):
         self._peers(t, mem, v)
         self._orphans(t, mem, v, failed)
         mem.owed = t.owed
-        mem.save(self.memory_path)
+        self._save(mem)
         if self.after_tick is not None:
             try:
                 self.after_tick(t, health)
@@ -184,13 +151,20 @@ class Loop(Judging, Replacing, Resuming, Renting, Moving, Peering, Sweeping):
         return t
 
 
-def run(loop: Loop, interval_s: float, once: bool, emit: Callable[[Tick], None]) -> None:
+def run(loop: Loop, interval_s: float, once: bool, emit: Callable[[Tick], None],
+        leading: Leadership | None = None) -> None:
     """Tick every `interval_s` seconds (from the start of one tick to the next; a tick that
-    takes longer is followed at once), or once."""
+    takes longer is followed at once), or once. With `leading`, each tick starts only while
+    this loop still leads: NotLeader otherwise, as from any rent, destroy or save within it."""
     while True:
         started = time.monotonic()
         try:
+            why = leading.lost() if leading is not None else None
+            if why is not None:
+                raise NotLeader(f"this loop no longer leads: {why}")
             emit(loop.tick())
+        except NotLeader:
+            raise  # it acts no more: `lead` campaigns again
         except FleetError as e:
             if once or e.exit_code == 2:  # a mistake of the operator's stops the loop
                 raise
@@ -204,3 +178,39 @@ def run(loop: Loop, interval_s: float, once: bool, emit: Callable[[Tick], None])
         if once:
             return
         time.sleep(max(0.0, interval_s - (time.monotonic() - started)))
+
+
+STANDBY_POLL_S = 2.0  # a standby asks for the lead this often
+
+
+def lead(leading: Leadership, make: Callable[[Fence], Loop], interval_s: float, once: bool,
+         emit: Callable[[Tick], None], say: Callable[[str], None],
+         poll_s: float = STANDBY_POLL_S) -> None:
+    """Campaign for the lead and run the loop while it lasts; wait as a standby while another
+    leads (said once per leader); lose it and campaign again, with a new loop: nothing of the
+    old one's tick carries on. `--once` does not wait: another loop leading is exit 2."""
+    shown: tuple[str, int] | None = None
+    while True:
+        fence = leading.campaign()
+        if fence is None:
+            now = leading.current()
+            who = (f"{now.holder} (epoch {now.epoch}, leading since {now.since}, last seen "
+                   f"{now.seen_at})") if now else "another process"
+            if once:
+                raise UsageError(f"another fleet loop leads this fleet: {who}; not starting a "
+                                 "second")
+            if shown != (now.holder if now else "", now.epoch if now else 0):
+                say(f"standby: the loop of {who} leads; waiting to take over")
+                shown = (now.holder if now else "", now.epoch if now else 0)
+            time.sleep(poll_s)
+            continue
+        shown = None
+        say(f"leading as {fence.holder} (epoch {fence.epoch})")
+        try:
+            run(make(fence), interval_s, once, emit, leading)
+            return
+        except NotLeader as e:
+            leading.resign()
+            say(f"lost the lead ({e}); campaigning again")
+            if once:
+                raise

@@ -25,6 +25,7 @@ from fleet.state.registry import Registry
 
 if TYPE_CHECKING:
     from fleet.providers.base import Provider
+    from fleet.state.leader import Fence
 
 
 @dataclass
@@ -91,10 +92,12 @@ class LoopBase:
                  destroy_orphans: bool = True, after_tick: AfterTick | None = None,
                  echo: Callable[[str], None] = print, converge_fn: Converge,
                  check_fn: Callable[[Config, Built], list[Health]],
-                 peers_fn: Converge | None = None) -> None:
+                 peers_fn: Converge | None = None, fence: Fence | None = None) -> None:
         self.cfg, self.providers = cfg, dict(providers)
-        self.reg = Registry(cfg.registry)
-        self.memory_path = cfg.registry.parent / "loop.json"
+        # the leader's epoch (`fleet.state.leader`): every rent, destroy and memory save checks
+        # it, so a loop that lost the lead acts no more (None: a loop no other can run beside)
+        self.fence = fence
+        self.reg = Registry(cfg.registry, fence)
         self.destroy_orphans = destroy_orphans
         self.after_tick = after_tick
         self.echo = echo
@@ -111,6 +114,9 @@ class LoopBase:
         self._started = time.monotonic()  # the tick's start
         self._started_wall = time.time()
         self._listing: budget.Listing | BudgetExceeded | None = None  # `_account`, per tick
+
+    def _save(self, mem: Memory) -> None:
+        mem.save(self.cfg.registry, self.fence)
 
     def _act(self, t: Tick, line: str) -> None:
         t.actions.append(line)
@@ -142,7 +148,7 @@ class LoopBase:
                                               loop.disruption_window_s) if r["label"] == label]
         if again:  # its window runs from this try: the destroy may happen only now
             again[0].update(at=now_iso(), at_epoch=now)
-            mem.save(self.memory_path)
+            self._save(mem)
             return again[0]
         if judged:
             wanted = sum(w.count for w in self.cfg.roster if w.role == role)
@@ -153,7 +159,7 @@ class LoopBase:
                              "still works)")
                 return None
         disruption.record(mem.disruptions, role, label, why, now)
-        mem.save(self.memory_path)
+        self._save(mem)
         return mem.disruptions[-1]
 
     def _spender(self, t: Tick, mem: Memory, label: str, why: str, *,

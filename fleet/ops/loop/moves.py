@@ -63,13 +63,20 @@ class Moving(LoopBase):
                     self.reg.update(old.label, note=f"replaced by {new.label}, which maps "
                                                     f"a p2p port {new.public_ip}:"
                                                     f"{new.p2p_public_port}")
+                    self._take_slot(new, old)
                     self._act(t, f"{old.label}: destroyed: replaced by {new.label} for a "
                                  "port, checked well, synced and dialled")
             elif self._destroy_judged(t, mem, old, failed, f"moved to {new.label}"):
                 self.reg.update(old.label, note=f"moved to {new.label} ({new.place}), off "
                                                 f"{old.place}")
+                self._take_slot(new, old)
                 self._act(t, f"{old.label}: destroyed: moved to {new.label} on {new.place}, "
                              "checked well and synced")
+
+    def _take_slot(self, new: Row, old: Row) -> None:
+        """The box a move rented fills the slot of the one it replaced, now destroyed."""
+        if old.slot and not new.slot:
+            self.reg.update(new.label, slot=old.slot)
 
     def _ported(self, new: Row, h: Health | None) -> str | None:
         """What a box rented for a port still lacks before its old box may go: a mapped p2p

@@ -46,7 +46,7 @@ class Renting(LoopBase):
             if o.rerent_of:
                 mem.rerents.remove(o)
                 t.replaced[o.rerent_of] = label
-            mem.save(self.memory_path)  # the registry row is the truth; the memory follows it
+            self._save(mem)  # the registry row is the truth; the memory follows it
         self._wait_ready(t, rented)
         return rented
 
@@ -75,7 +75,7 @@ class Renting(LoopBase):
             return None
         try:
             res = rent_mod.rent(self.cfg, self.reg, role, found, self.providers,
-                                label=self._label(o), rerent_of=o.rerent_of,
+                                label=self._label(o), rerent_of=o.rerent_of, slot=o.slot,
                                 account=self._account())
         except BudgetExceeded as e:
             o.reason = f"over budget: {e}"

@@ -54,7 +54,8 @@ class Replacing(LoopBase):
                              "re-rent owed for both")
             elif is_standing(self.cfg, row):
                 mem.rerents.append(Owe(row.role, row.provider, row.card, row.gpu_count,
-                                       now_iso(), rerent_of=label, cloud=row.cloud))
+                                       now_iso(), rerent_of=label, cloud=row.cloud,
+                                       slot=row.slot))
 
     def _destroy_wanted(self, t: Tick, v: View, failed: set[str]) -> None:
         """Destroy the boxes a rent wanted gone but could not destroy (over budget at the

@@ -1,0 +1,277 @@
+"""The fleet's state database: SQLite beside the registry by default, PostgreSQL by one setting.
+
+Which database: `FLEET_DATABASE_URL` in the environment, else fleet.toml's `fleet.database`,
+else `sqlite:///<state>/fleet.db`, the folder of the (old) registry path (`url_for`). Both
+speak the same SQL through `Tx`: `?` placeholders, `ON CONFLICT ... DO UPDATE`, partial unique
+indexes; `Tx.q` translates the placeholders for psycopg.
+
+Writes are serialized, as the registry's file lock did: SQLite by `BEGIN IMMEDIATE` (one
+writer at a time, WAL and full sync), PostgreSQL by a transaction-scoped advisory lock taken
+first in every write transaction. So a check made in a write transaction (the budget, a slot,
+the leader's epoch) holds until its commit; the schema's unique indexes are the last word
+where code could not see another writer's row (`fleet.state.schema`).
+
+One connection per thread and process (`open_db`): the loop's checks run in threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from fleet.core.config import database_url
+from fleet.core.errors import RegistryError, StateError, UsageError
+
+ENV = "FLEET_DATABASE_URL"
+BUSY_TIMEOUT_MS = 60_000  # a writer waits this long for another's transaction to end
+# advisory lock keys (PostgreSQL): any 64-bit numbers no other program of the database uses
+WRITE_LOCK = 0x666C6565_74000001
+MIGRATE_LOCK = 0x666C6565_74000002
+LEADER_LOCK = 0x666C6565_74000003
+
+
+def url_for(registry: Path) -> str:
+    """The database of the fleet whose (old) registry path is `registry`."""
+    return (os.environ.get(ENV) or database_url(registry)
+            or f"sqlite:///{registry.parent.absolute() / 'fleet.db'}")
+
+
+def describe(url: str) -> str:
+    """The URL without its password, to say in a line."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return parts._replace(netloc=netloc).geturl()
+
+
+class LegacyState(UsageError):
+    """The fleet's state is still in the JSON files of an older fleet."""
+
+
+class Duplicate(RegistryError):
+    """A write the schema's uniqueness refused (a slot, a replacement, a provider id)."""
+
+
+class Tx:
+    """One transaction's statements, in either dialect."""
+
+    def __init__(self, raw: Any, postgres: bool) -> None:
+        self._raw = raw
+        self.postgres = postgres
+
+    def q(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        if self.postgres:
+            sql = sql.replace("?", "%s")
+        try:
+            cur = self._raw.execute(sql, tuple(params))
+            return list(cur.fetchall()) if cur.description is not None else []
+        except sqlite3.IntegrityError as e:
+            raise Duplicate(f"the database refused it: {e}") from None
+        except Exception as e:
+            if type(e).__name__ in ("UniqueViolation", "IntegrityError"):
+                raise Duplicate(f"the database refused it: {str(e).splitlines()[0]}") from None
+            raise
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        rows = self.q(sql, params)
+        return rows[0] if rows else None
+
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if not rows:
+            return
+        if self.postgres:
+            with self._raw.cursor() as cur:
+                cur.executemany(sql.replace("?", "%s"), [tuple(r) for r in rows])
+        else:
+            self._raw.executemany(sql, [tuple(r) for r in rows])
+
+
+class Database:
+    """A fleet's database: `write()` and `read()` transactions on this thread's connection."""
+
+    postgres = False
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._local = threading.local()
+        self._migrated = False
+        self.checked_legacy: set[Path] = set()  # registry paths `open_db` checked
+        self._mlock = threading.Lock()
+
+    # what each backend gives
+    def _connect(self) -> Any:
+        raise NotImplementedError
+
+    def _begin_write(self, raw: Any) -> None:
+        raise NotImplementedError
+
+    def _begin_read(self, raw: Any) -> None:
+        raise NotImplementedError
+
+    def _conn(self) -> Any:
+        raw = getattr(self._local, "raw", None)
+        if raw is None:
+            raw = self._local.raw = self._connect()
+        return raw
+
+    def drop_connection(self) -> None:
+        """Forget this thread's connection (closed, or lost: the next use makes a new one)."""
+        raw = getattr(self._local, "raw", None)
+        self._local.raw = None
+        if raw is not None:
+            with contextlib.suppress(Exception):
+                raw.close()
+
+    @contextlib.contextmanager
+    def _tx(self, write: bool, migrate: bool) -> Iterator[Tx]:
+        if migrate:
+            self.migrate()
+        if getattr(self._local, "open", False):
+            raise StateError("a state transaction inside another one on the same thread")
+        raw = self._conn()
+        self._local.open = True
+        try:
+            try:
+                (self._begin_write if write else self._begin_read)(raw)
+            except Exception as e:
+                self.drop_connection()
+                raise StateError(f"state database {describe(self.url)}: {e}") from None
+            try:
+                yield Tx(raw, self.postgres)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    raw.rollback() if self.postgres else raw.execute("ROLLBACK")
+                raise
+            try:
+                raw.commit() if self.postgres else raw.execute("COMMIT")
+            except Exception as e:
+                self.drop_connection()
+                raise StateError(f"state database {describe(self.url)}: commit failed: {e}"
+                                 ) from None
+        finally:
+            self._local.open = False
+
+    def write(self) -> contextlib.AbstractContextManager[Tx]:
+        """A transaction that may write: one writer at a time, all of it or nothing."""
+        return self._tx(True, True)
+
+    def read(self) -> contextlib.AbstractContextManager[Tx]:
+        """A transaction that reads one consistent snapshot."""
+        return self._tx(False, True)
+
+    def migrate(self) -> None:
+        if self._migrated:
+            return
+        with self._mlock:
+            if not self._migrated:
+                from fleet.state import schema  # the migrations need Tx: imported late
+                schema.migrate(self)
+                self._migrated = True
+
+    def migration_tx(self) -> contextlib.AbstractContextManager[Tx]:
+        """A write transaction that also holds the migration lock (`fleet.state.schema`)."""
+        return self._tx(True, False)
+
+
+class SQLite(Database):
+    def __init__(self, url: str, path: Path) -> None:
+        super().__init__(url)
+        self.path = path
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            raw = sqlite3.connect(self.path, isolation_level=None,
+                                  timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=True)
+            raw.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            raw.execute("PRAGMA journal_mode = WAL")
+            raw.execute("PRAGMA synchronous = FULL")
+        except (OSError, sqlite3.Error) as e:
+            raise StateError(f"state database {self.path}: cannot open: {e}") from None
+        return raw
+
+    def _begin_write(self, raw: sqlite3.Connection) -> None:
+        raw.execute("BEGIN IMMEDIATE")
+
+    def _begin_read(self, raw: sqlite3.Connection) -> None:
+        raw.execute("BEGIN")
+
+
+class Postgres(Database):
+    postgres = True
+
+    def _connect(self) -> Any:
+        try:
+            import psycopg
+        except ImportError:
+            raise StateError(f"{ENV} names PostgreSQL ({describe(self.url)}) but psycopg is "
+                             "not installed: pip install 'psycopg[binary]'") from None
+        try:
+            return psycopg.connect(self.url, autocommit=False)
+        except psycopg.Error as e:
+            raise StateError(f"state database {describe(self.url)}: cannot connect: "
+                             f"{str(e).strip().splitlines()[0] if str(e).strip() else e}"
+                             ) from None
+
+    def _begin_write(self, raw: Any) -> None:
+        raw.execute("SELECT pg_advisory_xact_lock(%s)", (_signed(WRITE_LOCK),))
+
+    def _begin_read(self, raw: Any) -> None:
+        raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+
+def _signed(key: int) -> int:
+    """PostgreSQL's advisory keys are signed 64-bit."""
+    return key - (1 << 64) if key >= 1 << 63 else key
+
+
+_OPEN: dict[tuple[str, int], Database] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def open_url(url: str) -> Database:
+    """The database at `url` (one object per URL and process)."""
+    key = (url, os.getpid())
+    with _OPEN_LOCK:
+        db = _OPEN.get(key)
+        if db is None:
+            db = _OPEN[key] = _make(url)
+        return db
+
+
+def open_db(registry: Path) -> Database:
+    """The database of the fleet whose registry path is `registry` (`url_for`). Refused while
+    the database holds no box and the JSON registry of an older fleet is there: it would read
+    as an empty fleet (`fleet state import` moves it in)."""
+    db = open_url(url_for(registry))
+    if registry not in db.checked_legacy:
+        if registry.is_file() and registry.suffix == ".json":
+            with db.read() as tx:
+                empty = (tx.one("SELECT 1 FROM boxes LIMIT 1") is None
+                         and tx.one("SELECT 1 FROM meta WHERE key = 'imported_at'") is None)
+            if empty:
+                raise LegacyState(
+                    f"{registry} holds this fleet's boxes as an older fleet kept them, and the "
+                    f"state database {describe(db.url)} has none: run `fleet state import` "
+                    "first (the JSON files are kept as they are)")
+        db.checked_legacy.add(registry)
+    return db
+
+
+def _make(url: str) -> Database:
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        path = unquote(parts.path)
+        if not path or path == "/":
+            raise StateError(f"database URL {url!r}: no file (sqlite:///path/to/fleet.db)")
+        return SQLite(url, Path(path))
+    if parts.scheme in ("postgresql", "postgres"):
+        return Postgres(url)
+    raise StateError(f"database URL {describe(url)!r}: use sqlite:///path or postgresql://...")

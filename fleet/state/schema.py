@@ -1,0 +1,123 @@
+"""The state database's schema, as numbered migrations.
+
+Each migration runs in its own transaction under the migration lock (SQLite: the one writer's
+lock, `BEGIN IMMEDIATE`; PostgreSQL: an advisory lock held to the transaction's end), reads the
+version again under it and records itself in `schema_migrations`, so two processes starting at
+once apply each migration once, and a failed one leaves the database at the one before. A
+database a newer fleet migrated further is refused: this fleet cannot know its rows.
+
+The uniqueness the fleet relies on is the schema's own, so a second writer the code could not
+see is refused by the database:
+- one row per label (the primary key) and per provider box id (`boxes_provider_id`);
+- one live box per roster slot (`boxes_live_slot`): a second rent for a slot fails;
+- one live replacement per dead box (`boxes_live_rerent`) and one live move per box moved
+  (`boxes_live_move`).
+A row's `live` is written with it (`Row.live`), so the indexes can ask it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fleet.core.errors import StateError
+
+if TYPE_CHECKING:
+    from fleet.state.db import Database, Tx
+
+MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+    (1, "boxes", (
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        """CREATE TABLE boxes (
+            label TEXT PRIMARY KEY,
+            seq INTEGER NOT NULL,
+            provider TEXT NOT NULL,
+            provider_id TEXT,
+            slot TEXT,
+            rerent_of TEXT,
+            move_of TEXT,
+            live INTEGER NOT NULL,
+            doc TEXT NOT NULL)""",
+        "CREATE UNIQUE INDEX boxes_seq ON boxes (seq)",
+        "CREATE UNIQUE INDEX boxes_provider_id ON boxes (provider, provider_id) "
+        "WHERE provider_id IS NOT NULL",
+        "CREATE UNIQUE INDEX boxes_live_slot ON boxes (slot) "
+        "WHERE live = 1 AND slot IS NOT NULL",
+        "CREATE UNIQUE INDEX boxes_live_rerent ON boxes (rerent_of) "
+        "WHERE live = 1 AND rerent_of IS NOT NULL",
+        "CREATE UNIQUE INDEX boxes_live_move ON boxes (move_of) "
+        "WHERE live = 1 AND move_of IS NOT NULL",
+    )),
+    (2, "documents and ticks", (
+        # the loop's memory and the last bills read: one small document each
+        "CREATE TABLE docs (name TEXT PRIMARY KEY, doc TEXT NOT NULL, "
+        "updated_at TEXT NOT NULL)",
+        # what `fleet check` remembers of each box between two checks
+        "CREATE TABLE check_history (label TEXT PRIMARY KEY, doc TEXT NOT NULL)",
+        # the loop's last tick, a row per box it judged: no size cap
+        "CREATE TABLE ticks (number INTEGER PRIMARY KEY, at TEXT NOT NULL, "
+        "saved_at TEXT NOT NULL, owed TEXT NOT NULL, provider_errors TEXT NOT NULL)",
+        "CREATE TABLE tick_health (number INTEGER NOT NULL, label TEXT NOT NULL, "
+        "doc TEXT NOT NULL, PRIMARY KEY (number, label))",
+    )),
+    (3, "leader and shared checks", (
+        "CREATE TABLE leader (id INTEGER PRIMARY KEY, epoch INTEGER NOT NULL, "
+        "holder TEXT NOT NULL, since TEXT NOT NULL, seen_at TEXT NOT NULL)",
+        # a tick's checks, each claimed by one operator machine at a time (`fleet.state.claims`)
+        "CREATE TABLE check_claims (tick INTEGER NOT NULL, label TEXT NOT NULL, "
+        "token TEXT, claimed_until DOUBLE PRECISION, result TEXT, "
+        "PRIMARY KEY (tick, label))",
+    )),
+)
+
+LATEST = MIGRATIONS[-1][0]
+
+
+def _version(tx: Tx) -> int:
+    if tx.postgres:
+        present = tx.one("SELECT to_regclass('schema_migrations') IS NOT NULL")
+        exists = bool(present and present[0])
+    else:
+        exists = tx.one("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                        "AND name = 'schema_migrations'") is not None
+    if not exists:
+        tx.q("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, "
+             "name TEXT NOT NULL, applied_at TEXT NOT NULL)")
+        return 0
+    row = tx.one("SELECT MAX(version) FROM schema_migrations")
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def version(db: Database) -> int:
+    """The highest migration the database has."""
+    with db.migration_tx() as tx:
+        return _version(tx)
+
+
+def migrate(db: Database) -> int:
+    """Apply every migration the database lacks, each in its own transaction; the version."""
+    from fleet.core.times import now_iso
+
+    at = 0
+    for number, name, statements in MIGRATIONS:
+        with db.migration_tx() as tx:
+            if tx.postgres:
+                tx.q("SELECT pg_advisory_xact_lock(?)", (_migrate_key(),))
+            at = _version(tx)
+            if at > LATEST:
+                raise StateError(
+                    f"state database {db.url}: schema version {at} is newer than this fleet's "
+                    f"{LATEST}; upgrade fleet (nothing was changed)")
+            if at >= number:
+                continue
+            for sql in statements:
+                tx.q(sql)
+            tx.q("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                 (number, name, now_iso()))
+            at = number
+    return at
+
+
+def _migrate_key() -> int:
+    from fleet.state.db import MIGRATE_LOCK, _signed
+
+    return _signed(MIGRATE_LOCK)
