@@ -42,7 +42,7 @@ def import_cmd(
 def show_cmd() -> None:
     """Where the state lives, its schema version, its rows and whose loop leads."""
     from fleet.state import schema
-    from fleet.state.db import describe, open_db
+    from fleet.state.db import describe, open_db, version
     from fleet.state.leader import current
 
     c = cfg()
@@ -50,10 +50,10 @@ def show_cmd() -> None:
     with db.read() as tx:
         boxes = tx.one("SELECT COUNT(*), COALESCE(SUM(live), 0) FROM boxes")
         lead = current(tx)
-    version = schema.version(db)
+    at = version(db)
     assert boxes is not None
     out.print(f"database: {describe(db.url)}", highlight=False, soft_wrap=True)
-    out.print(f"schema: {version} of {schema.LATEST}", highlight=False)
+    out.print(f"schema: {at} of {schema.LATEST}", highlight=False)
     out.print(f"boxes: {boxes[0]} rows, {boxes[1]} live", highlight=False)
     out.print("leader: none yet" if lead is None else
               f"leader: {lead.holder}, epoch {lead.epoch}, since {lead.since}, last seen "

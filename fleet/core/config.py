@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.contract import MINER, PROGRAMS, PROVER
-from fleet.core import cards
+from fleet.core import cards, paths
 from fleet.core.errors import ConfigError, UsageError
 
 PROVIDERS = ("runpod", "vast")
@@ -340,7 +340,7 @@ def parse(data: dict[str, Any], path: Path) -> Config:
 
     registry = rel("registry", "state/boxes.json")
     if "database" in top:
-        _DATABASES[registry] = _database(top["database"], base, src)
+        paths.bind_database(registry, _database(top["database"], base, src))
     return Config(
         path=path, registry=registry,
         known_hosts=rel("known_hosts", "state/known_hosts"),
@@ -349,10 +349,6 @@ def parse(data: dict[str, Any], path: Path) -> Config:
         daily_budget_usd=budget, roles=roles, roster=tuple(roster),
         store={k: str(v) for k, v in store.items()}, loop=loop,
     )
-
-
-# registry path -> the database fleet.toml names for it (`database_url`)
-_DATABASES: dict[Path, str] = {}
 
 
 def _database(value: str, base: Path, src: str) -> str:
@@ -367,12 +363,6 @@ def _database(value: str, base: Path, src: str) -> str:
         raise ConfigError(f"{src}: fleet.database: empty")
     p = Path(os.path.expanduser(value))
     return f"sqlite:///{(p if p.is_absolute() else base / p).absolute()}"
-
-
-def database_url(registry: Path) -> str | None:
-    """The database fleet.toml named for the fleet whose registry path is `registry` (None:
-    the default, `fleet.state.db.url_for`)."""
-    return _DATABASES.get(registry)
 
 
 def default_path() -> Path:

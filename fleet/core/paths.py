@@ -29,3 +29,17 @@ def user_cache() -> Path:
     any state folder may reuse, such as the agent's wheels."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "fleet"
+
+
+# registry path -> the database fleet.toml's `fleet.database` names for that fleet
+_DATABASES: dict[Path, str] = {}
+
+
+def bind_database(registry: Path, url: str) -> None:
+    _DATABASES[registry] = url
+
+
+def database_url(registry: Path) -> str | None:
+    """The database fleet.toml named for the fleet whose registry path is `registry` (None:
+    the default, `fleet.state.db.url_for`)."""
+    return _DATABASES.get(registry)

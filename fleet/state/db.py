@@ -25,15 +25,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from fleet.core.config import database_url
+from fleet.core.paths import database_url
+from fleet.core.times import now_iso
 from fleet.core.errors import RegistryError, StateError, UsageError
+from fleet.state import locks, schema
 
 ENV = "FLEET_DATABASE_URL"
 BUSY_TIMEOUT_MS = 60_000  # a writer waits this long for another's transaction to end
-# advisory lock keys (PostgreSQL): any 64-bit numbers no other program of the database uses
-WRITE_LOCK = 0x666C6565_74000001
-MIGRATE_LOCK = 0x666C6565_74000002
-LEADER_LOCK = 0x666C6565_74000003
 
 
 def url_for(registry: Path) -> str:
@@ -100,6 +98,7 @@ class Database:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.shown = describe(url)  # the URL to say: no password
         self._local = threading.local()
         self._migrated = False
         self.checked_legacy: set[Path] = set()  # registry paths `open_db` checked
@@ -171,8 +170,7 @@ class Database:
             return
         with self._mlock:
             if not self._migrated:
-                from fleet.state import schema  # the migrations need Tx: imported late
-                schema.migrate(self)
+                migrate(self)
                 self._migrated = True
 
     def migration_tx(self) -> contextlib.AbstractContextManager[Tx]:
@@ -221,15 +219,10 @@ class Postgres(Database):
                              ) from None
 
     def _begin_write(self, raw: Any) -> None:
-        raw.execute("SELECT pg_advisory_xact_lock(%s)", (_signed(WRITE_LOCK),))
+        raw.execute("SELECT pg_advisory_xact_lock(%s)", (locks.WRITE,))
 
     def _begin_read(self, raw: Any) -> None:
         raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-
-
-def _signed(key: int) -> int:
-    """PostgreSQL's advisory keys are signed 64-bit."""
-    return key - (1 << 64) if key >= 1 << 63 else key
 
 
 _OPEN: dict[tuple[str, int], Database] = {}
@@ -263,6 +256,50 @@ def open_db(registry: Path) -> Database:
                     "first (the JSON files are kept as they are)")
         db.checked_legacy.add(registry)
     return db
+
+
+def _version(tx: Tx) -> int:
+    if tx.postgres:
+        present = tx.one("SELECT to_regclass('schema_migrations') IS NOT NULL")
+        exists = bool(present and present[0])
+    else:
+        exists = tx.one("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                        "AND name = 'schema_migrations'") is not None
+    if not exists:
+        tx.q("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, "
+             "name TEXT NOT NULL, applied_at TEXT NOT NULL)")
+        return 0
+    row = tx.one("SELECT MAX(version) FROM schema_migrations")
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def version(db: Database) -> int:
+    """The highest migration the database has."""
+    with db.migration_tx() as tx:
+        return _version(tx)
+
+
+def migrate(db: Database) -> int:
+    """Apply every migration the database lacks, each in its own transaction under the
+    migration lock (`fleet.state.schema`); the version."""
+    at = 0
+    for number, name, statements in schema.MIGRATIONS:
+        with db.migration_tx() as tx:
+            if tx.postgres:
+                tx.q("SELECT pg_advisory_xact_lock(?)", (locks.MIGRATE,))
+            at = _version(tx)
+            if at > schema.LATEST:
+                raise StateError(
+                    f"state database {db.shown}: schema version {at} is newer than this "
+                    f"fleet's {schema.LATEST}; upgrade fleet (nothing was changed)")
+            if at >= number:
+                continue
+            for sql in statements:
+                tx.q(sql)
+            tx.q("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                 (number, name, now_iso()))
+            at = number
+    return at
 
 
 def _make(url: str) -> Database:

@@ -83,8 +83,8 @@ def save_in(tx: Tx, tick: LastTick) -> None:
     tx.q("INSERT INTO ticks (number, at, saved_at, owed, provider_errors) VALUES (?, ?, ?, ?, ?)",
          (tick.number, tick.at, tick.saved_at, json.dumps(d["owed"]),
           json.dumps(d["provider_errors"])))
-    tx.many("INSERT INTO tick_health (number, label, doc) VALUES (?, ?, ?)",
-            [(tick.number, h["label"], json.dumps(h)) for h in d["health"]])
+    tx.many("INSERT INTO tick_health (number, pos, label, doc) VALUES (?, ?, ?, ?)",
+            [(tick.number, i, h["label"], json.dumps(h)) for i, h in enumerate(d["health"])])
 
 
 def load(registry: Path) -> LastTick | None:
@@ -95,7 +95,7 @@ def load(registry: Path) -> LastTick | None:
                      "ORDER BY number DESC LIMIT 1")
         if top is None:
             return None
-        health = tx.q("SELECT doc FROM tick_health WHERE number = ? ORDER BY label", (top[0],))
+        health = tx.q("SELECT doc FROM tick_health WHERE number = ? ORDER BY pos", (top[0],))
     try:
         return _read({"schema": SCHEMA, "number": top[0], "at": top[1], "saved_at": top[2],
                       "owed": json.loads(top[3]), "provider_errors": json.loads(top[4]),

@@ -24,7 +24,8 @@ from typing import IO, Any
 
 from fleet.core.errors import NotLeader, StateError
 from fleet.core.times import now_iso
-from fleet.state.db import LEADER_LOCK, SQLite, Database, Tx, _signed, describe
+from fleet.state import locks
+from fleet.state.db import Database, SQLite, Tx, describe
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ class Leadership:
         try:
             session = psycopg.connect(self.db.url, autocommit=True)
             got = session.execute("SELECT pg_try_advisory_lock(%s)",
-                                  (_signed(LEADER_LOCK),)).fetchone()
+                                  (locks.LEADER,)).fetchone()
         except psycopg.Error as e:
             raise StateError(f"state database {describe(self.db.url)}: cannot campaign: "
                              f"{str(e).strip().splitlines()[0] if str(e).strip() else e}"

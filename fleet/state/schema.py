@@ -1,6 +1,6 @@
 """The state database's schema, as numbered migrations.
 
-Each migration runs in its own transaction under the migration lock (SQLite: the one writer's
+Each migration runs in its own transaction (`fleet.state.db.migrate`) under the migration lock (SQLite: the one writer's
 lock, `BEGIN IMMEDIATE`; PostgreSQL: an advisory lock held to the transaction's end), reads the
 version again under it and records itself in `schema_migrations`, so two processes starting at
 once apply each migration once, and a failed one leaves the database at the one before. A
@@ -16,13 +16,6 @@ A row's `live` is written with it (`Row.live`), so the indexes can ask it.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from fleet.core.errors import StateError
-
-if TYPE_CHECKING:
-    from fleet.state.db import Database, Tx
 
 MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     (1, "boxes", (
@@ -56,8 +49,8 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         # the loop's last tick, a row per box it judged: no size cap
         "CREATE TABLE ticks (number INTEGER PRIMARY KEY, at TEXT NOT NULL, "
         "saved_at TEXT NOT NULL, owed TEXT NOT NULL, provider_errors TEXT NOT NULL)",
-        "CREATE TABLE tick_health (number INTEGER NOT NULL, label TEXT NOT NULL, "
-        "doc TEXT NOT NULL, PRIMARY KEY (number, label))",
+        "CREATE TABLE tick_health (number INTEGER NOT NULL, pos INTEGER NOT NULL, "
+        "label TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (number, pos))",
     )),
     (3, "leader and shared checks", (
         "CREATE TABLE leader (id INTEGER PRIMARY KEY, epoch INTEGER NOT NULL, "
@@ -70,54 +63,3 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
 )
 
 LATEST = MIGRATIONS[-1][0]
-
-
-def _version(tx: Tx) -> int:
-    if tx.postgres:
-        present = tx.one("SELECT to_regclass('schema_migrations') IS NOT NULL")
-        exists = bool(present and present[0])
-    else:
-        exists = tx.one("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                        "AND name = 'schema_migrations'") is not None
-    if not exists:
-        tx.q("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, "
-             "name TEXT NOT NULL, applied_at TEXT NOT NULL)")
-        return 0
-    row = tx.one("SELECT MAX(version) FROM schema_migrations")
-    return int(row[0]) if row and row[0] is not None else 0
-
-
-def version(db: Database) -> int:
-    """The highest migration the database has."""
-    with db.migration_tx() as tx:
-        return _version(tx)
-
-
-def migrate(db: Database) -> int:
-    """Apply every migration the database lacks, each in its own transaction; the version."""
-    from fleet.core.times import now_iso
-
-    at = 0
-    for number, name, statements in MIGRATIONS:
-        with db.migration_tx() as tx:
-            if tx.postgres:
-                tx.q("SELECT pg_advisory_xact_lock(?)", (_migrate_key(),))
-            at = _version(tx)
-            if at > LATEST:
-                raise StateError(
-                    f"state database {db.url}: schema version {at} is newer than this fleet's "
-                    f"{LATEST}; upgrade fleet (nothing was changed)")
-            if at >= number:
-                continue
-            for sql in statements:
-                tx.q(sql)
-            tx.q("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                 (number, name, now_iso()))
-            at = number
-    return at
-
-
-def _migrate_key() -> int:
-    from fleet.state.db import MIGRATE_LOCK, _signed
-
-    return _signed(MIGRATE_LOCK)

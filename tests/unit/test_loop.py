@@ -192,12 +192,12 @@ def test_orphans_are_destroyed_after_their_grace_and_foreign_boxes_never(
     vast.listed["8"] = Box("vast", "8", "someone-elses-box", "RTX 3090", 1, 0.2, "running")
     t = loop.tick()
     assert t.orphans == [f"{ours} (vast/7)"] and vast.destroyed == []
-    mem = Memory.load(loop.memory_path)  # an hour passes
+    mem = Memory.load(loop.cfg.registry)  # an hour passes
     mem.orphans["vast/7"] = "2000-01-01T00:00:00Z"
-    mem.save(loop.memory_path)
+    mem.save(loop.cfg.registry)
     t = loop.tick()
     assert vast.destroyed == ["7"] and "8" in vast.listed
-    assert not Memory.load(loop.memory_path).orphans
+    assert not Memory.load(loop.cfg.registry).orphans
 
 
 def test_an_unreadable_listing_row_is_never_dead_destroyed_or_swept(tmp_path: Path) -> None:
@@ -212,9 +212,9 @@ def test_an_unreadable_listing_row_is_never_dead_destroyed_or_swept(tmp_path: Pa
     ours = f"live-{loop.reg.fleet_id()}-vast-0b0b0b"  # no row names it: an orphan, if read
     vast.odd["7"] = Unreadable("vast", "7", ours, "KeyError: 'HostPort'")
     for _ in range(4):
-        mem = Memory.load(loop.memory_path)  # past any grace
+        mem = Memory.load(loop.cfg.registry)  # past any grace
         mem.orphans = {k: "2000-01-01T00:00:00Z" for k in ("vast/1", "vast/7")}
-        mem.save(loop.memory_path)
+        mem.save(loop.cfg.registry)
         t = loop.tick()
         assert t.well == ["live-vast-bbbbbb"] and not t.dead and not t.orphans, t
         said = [a for a in t.actions if "unreadable" in a]
@@ -289,7 +289,7 @@ def test_a_box_whose_agent_refuses_admission_is_unfit_and_replaced(tmp_path: Pat
     # its machine is passed over: the only offer is on it, so the re-rent is owed
     assert [o.reason for o in t.owed] == [
         "no admissible offer: the 1 offered are on machines where a box was found unfit"]
-    assert Memory.load(loop.memory_path).unfit_machines.keys() == {"vast/m1"}
+    assert Memory.load(loop.cfg.registry).unfit_machines.keys() == {"vast/m1"}
 
 
 def test_a_box_whose_admission_is_unknown_is_never_unfit(tmp_path: Path) -> None:
@@ -424,7 +424,7 @@ def test_a_machine_whose_box_exits_before_it_is_ready_is_not_rented_again(
     for _ in range(3):
         loop.tick()
     assert rented == ["m-bad", "m-good"], rented  # before: m-bad, m-bad, m-bad
-    assert "vast/m-bad" in Memory.load(loop.memory_path).unfit_machines
+    assert "vast/m-bad" in Memory.load(loop.cfg.registry).unfit_machines
 
 
 def test_a_rerent_is_never_owed_past_the_roster(tmp_path: Path) -> None:
@@ -433,7 +433,7 @@ def test_a_rerent_is_never_owed_past_the_roster(tmp_path: Path) -> None:
     boxes for a roster of four. A re-rent is owed only while its roster entry is short."""
     loop, vast, _ = make(tmp_path)  # the roster: one RTX 4090 on vast
     standing_box(loop, vast, "live-vast-aaaaaa")
-    mem = Memory.load(loop.memory_path)
+    mem = Memory.load(loop.cfg.registry)
     mem.rerents = [Owe("live", "vast", "RTX 4090", 1, "2026-01-01T00:00:00Z",
                        rerent_of="live-vast-dddddd")]
     assert loop.owed(mem) == []

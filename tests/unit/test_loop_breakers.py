@@ -84,9 +84,9 @@ def ticks_past_the_orphan_grace(loop: loop_mod.Loop, n: int) -> loop_mod.Tick:
     """`n` ticks, every orphan seen past its grace after each; the last tick."""
     for _ in range(n):
         t = loop.tick()
-        mem = Memory.load(loop.memory_path)
+        mem = Memory.load(loop.cfg.registry)
         mem.orphans = {k: LONG_AGO for k in mem.orphans}
-        mem.save(loop.memory_path)
+        mem.save(loop.cfg.registry)
     return t
 
 
@@ -125,7 +125,7 @@ def test_two_of_four_failing_ssh_on_one_provider_are_held_by_its_breaker(
         assert any(a.startswith("breaker vast: no death of its boxes counted this tick (2 of "
                                 "2 fail at once") for a in t.actions), t.actions
     assert vast.destroyed == [] and runpod.destroyed == []
-    assert Memory.load(loop.memory_path).dead == {}
+    assert Memory.load(loop.cfg.registry).dead == {}
 
 
 def test_a_death_the_provider_reports_is_never_held_by_its_breaker(tmp_path: Path) -> None:
@@ -179,7 +179,7 @@ def test_a_breaker_stays_open_while_none_of_its_providers_boxes_answers(
     ssh_down_for(loop, set())  # the path is back: v2 answers
     t = loop.tick()
     assert v2.label in t.well and r3.label in t.well, t.actions
-    assert Memory.load(loop.memory_path).breakers == []
+    assert Memory.load(loop.cfg.registry).breakers == []
 
 
 def test_a_ready_rent_the_fleet_cannot_reach_counts_for_its_providers_breaker(
@@ -341,7 +341,7 @@ def test_an_account_that_lists_nothing_and_has_no_box_by_id_loses_no_box(
         t = loop.tick()
         assert t.dead == {} and any(a.startswith("breaker vast:") for a in t.actions), t
     assert all(r.live for r in loop.reg.rows()) and not t.owed
-    assert vast.destroyed == [] and Memory.load(loop.memory_path).rerents == []
+    assert vast.destroyed == [] and Memory.load(loop.cfg.registry).rerents == []
 
 
 def test_an_unfinished_rent_is_not_given_up_on_no_such_box_while_its_provider_lists_nothing(
@@ -499,9 +499,9 @@ def test_a_provider_side_restart_is_no_death_before_its_own_deadline(tmp_path: P
         assert t.dead == {} and any(a.startswith(f"{row.label}: restarting on vast's side")
                                     for a in t.actions), t.actions
     assert vast.destroyed == []
-    mem = Memory.load(loop.memory_path)  # its deadline passes: judged as usual
+    mem = Memory.load(loop.cfg.registry)  # its deadline passes: judged as usual
     mem.restarting = {row.label: LONG_AGO}
-    mem.save(loop.memory_path)
+    mem.save(loop.cfg.registry)
     loop.tick()
     loop.tick()
     assert vast.destroyed == ["1"]
@@ -512,7 +512,7 @@ def test_a_restart_deadline_starts_again_after_the_box_ran(tmp_path: Path) -> No
     row = add(loop, vast, 1)
     ssh_down_for(loop, {row.label})
     mem = Memory(restarting={row.label: LONG_AGO})  # an old restart, long over
-    mem.save(loop.memory_path)
+    mem.save(loop.cfg.registry)
     loop.tick()  # running, SSH down: dead check 1
     vast.listed["1"].status = "provisioning"
     loop.tick()
@@ -538,7 +538,7 @@ def test_a_restart_clears_the_dead_checks_before_it_and_lasts_until_ssh_answers(
                for a in t.actions), t.actions
     ssh_down_for(loop, set())
     loop.tick()  # SSH answers: the restart is over, and nothing of it counts later
-    assert Memory.load(loop.memory_path).restarting == {}
+    assert Memory.load(loop.cfg.registry).restarting == {}
     ssh_down_for(loop, {row.label})
     loop.tick()
     assert vast.destroyed == []  # one dead check of its own, not the restart's
@@ -546,16 +546,16 @@ def test_a_restart_clears_the_dead_checks_before_it_and_lasts_until_ssh_answers(
 
 def _clear_budget(loop: Any) -> None:
     """An hour passes: the disruption window is whole again."""
-    mem = Memory.load(loop.memory_path)
+    mem = Memory.load(loop.cfg.registry)
     mem.disruptions = []
-    mem.save(loop.memory_path)
+    mem.save(loop.cfg.registry)
 
 
 def _clear_budget(loop: Any) -> None:
     """An hour passes: the disruption window is whole again."""
-    mem = Memory.load(loop.memory_path)
+    mem = Memory.load(loop.cfg.registry)
     mem.disruptions = []
-    mem.save(loop.memory_path)
+    mem.save(loop.cfg.registry)
 
 
 def test_a_vanished_box_back_while_its_place_is_filled_is_an_orphan_swept(tmp_path: Path) -> None:

@@ -40,10 +40,10 @@ def fleet_of(tmp_path: Path, wanted: int, quiet: set[str]) -> tuple[loop_mod.Loo
 
 
 def an_hour_passes(loop: loop_mod.Loop) -> None:
-    mem = Memory.load(loop.memory_path)
+    mem = Memory.load(loop.cfg.registry)
     for r in mem.disruptions:
         r["at_epoch"] -= 3600
-    mem.save(loop.memory_path)
+    mem.save(loop.cfg.registry)
 
 
 def test_two_boxes_dead_by_ssh_at_once_lose_one_and_keep_the_other_until_the_hour_allows(
@@ -88,9 +88,9 @@ def test_swept_orphans_spend_the_budget_too(tmp_path: Path) -> None:
         loop.reg.mark_destroyed(label, "vanished")
         vast.listed[str(n)] = dataclasses.replace(vast.listed["1"], box_id=str(n), label=label)
     loop.tick()
-    mem = Memory.load(loop.memory_path)
+    mem = Memory.load(loop.cfg.registry)
     mem.orphans = {k: "2000-01-01T00:00:00Z" for k in mem.orphans}
-    mem.save(loop.memory_path)
+    mem.save(loop.cfg.registry)
     t = loop.tick()
     assert vast.destroyed == ["7"], t.actions
     assert any(f"orphan live-{fid}-vast-0b0b08 (vast/8): disruption budget spent" in a
@@ -107,7 +107,7 @@ def test_the_budget_is_saved_before_the_destroy_and_kept_when_the_destroy_fails(
     terminated: list[str] = []
 
     def destroy(box_id: str) -> None:  # what a loop killed during the destroy leaves
-        seen.append(json.loads(loop.memory_path.read_text())["disruptions"])
+        seen.append(Memory.load(loop.cfg.registry).disruptions)
         terminated.append(box_id)
         raise ProviderError("vast", "destroy", f"box {box_id} is still listed 120 s after")
 
@@ -120,7 +120,7 @@ def test_the_budget_is_saved_before_the_destroy_and_kept_when_the_destroy_fails(
     del vast.destroy  # the real one again: the listing catches up
     loop.tick()
     assert vast.destroyed == ["1"]
-    spent = Memory.load(loop.memory_path).disruptions
+    spent = Memory.load(loop.cfg.registry).disruptions
     assert [r["label"] for r in spent] == ["live-vast-000001"]
     # found by the simulation: the window runs from the last try, when the destroy happened
     assert spent[0]["at_epoch"] > seen[0][0]["at_epoch"]

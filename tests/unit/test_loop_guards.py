@@ -60,9 +60,9 @@ def add_box(loop: loop_mod.Loop, vast: FakeVast, n: int, label: str | None = Non
 
 
 def age_orphans(loop: loop_mod.Loop) -> None:
-    mem = Memory.load(loop.memory_path)
+    mem = Memory.load(loop.cfg.registry)
     mem.orphans = {k: LONG_AGO for k in mem.orphans}
-    mem.save(loop.memory_path)
+    mem.save(loop.cfg.registry)
 
 
 # -- never rent twice ---------------------------------------------------------------------
@@ -77,11 +77,11 @@ def test_a_rerent_rented_before_the_memory_was_saved_is_not_rented_again(
     add_box(loop, vast, 2, f"{dead.label}-r1")
     loop.reg.update(f"{dead.label}-r1", rerent_of=dead.label)
     mem = Memory(rerents=[Owe("live", "vast", "RTX 4090", 1, LONG_AGO, rerent_of=dead.label)])
-    mem.save(loop.memory_path)
+    mem.save(loop.cfg.registry)
     vast.market = [Offer("vast", "9", "RTX 4090", 1, 0.2, driver="580.95.05")]
     t = loop.tick()  # FakeVast.rent raises: nothing may be rented
     assert t.owed == [] and t.replaced == {}
-    assert Memory.load(loop.memory_path).rerents == []
+    assert Memory.load(loop.cfg.registry).rerents == []
 
 
 def test_a_second_box_under_a_live_label_is_an_orphan_and_never_the_one_checked(
@@ -351,7 +351,7 @@ def test_a_box_the_provider_cannot_vouch_for_is_probed_and_kept_when_ssh_answers
         t = loop.tick()
         assert t.dead == {} and t.well == [row.label], t
     # and when SSH does not answer either, it is dead (a restart, once past its own deadline)
-    Memory(restarting={row.label: LONG_AGO}).save(loop.memory_path)
+    Memory(restarting={row.label: LONG_AGO}).save(loop.cfg.registry)
     ssh += [False, False]
     loop.tick()
     t = loop.tick()
@@ -599,7 +599,7 @@ def test_a_long_hand_label_dying_does_not_stop_the_loop(
 def test_a_role_removed_while_its_rerent_is_owed_does_not_stop_the_loop(tmp_path: Path) -> None:
     loop, vast, _ = make(tmp_path)
     Memory(rerents=[Owe("oldrole", "vast", "RTX 4090", 1, LONG_AGO,
-                        rerent_of="oldrole-abc123-vast-000001")]).save(loop.memory_path)
+                        rerent_of="oldrole-abc123-vast-000001")]).save(loop.cfg.registry)
     n = [0]
 
     def emit(t: Any) -> None:

@@ -174,9 +174,9 @@ def peers_settled(lp: Loop) -> None:
     """The peers files as written long enough ago for every reading to postdate them."""
     from fleet.state.loop_memory import Memory
 
-    mem = Memory.load(lp.memory_path)
+    mem = Memory.load(lp.cfg.registry)
     mem.peers_at = {role: "2026-01-01T00:00:00Z" for role in mem.peers}
-    mem.save(lp.memory_path)
+    mem.save(lp.cfg.registry)
 
 
 def standing(lp: Loop, *rows: Row) -> None:

@@ -96,9 +96,9 @@ def test_review_a_restart_that_remaps_the_port_rents_no_replacement_before_the_p
     # ... and the peers files as the last tick wrote them: with that old mapping
     from fleet.ops.loop.base import peers_sig
     from fleet.state.loop_memory import Memory
-    mem = Memory.load(lp.memory_path)
+    mem = Memory.load(lp.cfg.registry)
     mem.peers["live"] = peers_sig(lp._by_role()["live"])
-    mem.save(lp.memory_path)
+    mem.save(lp.cfg.registry)
     verdicts[a.label] = Health(a.label, "vast", ssh=True, agent=True, synced=True,
                                peers_in=0, star_only=True,
                                problems=["node: star-only"])

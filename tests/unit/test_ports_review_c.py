@@ -50,9 +50,9 @@ def test_review_c_a_box_skipped_by_the_peers_deploy_gets_its_file_once_it_answer
     standing(lp, a, b, c)
     lp.tick()
     assert calls == [[a.label, b.label, c.label]]
-    mem = Memory.load(lp.memory_path)  # the endpoints changed since they were last written
+    mem = Memory.load(lp.cfg.registry)  # the endpoints changed since they were last written
     mem.peers["live"] = "an older set"
-    mem.save(lp.memory_path)
+    mem.save(lp.cfg.registry)
     verdicts[c.label] = Health(c.label, "vast", problems=["ssh: box did not answer"])
     t = lp.tick()
     assert calls[-1] == [a.label, b.label], t.actions
@@ -81,9 +81,9 @@ def test_review_c_the_settle_gate_counts_from_the_readings_not_from_a_slow_tick_
     standing(lp, a, b)
     verdicts[a.label] = well(a.label, peers_in=0, star_only=True)
     lp.tick()  # the peers files written at its end
-    mem = Memory.load(lp.memory_path)
+    mem = Memory.load(lp.cfg.registry)
     mem.peers_at = {"live": _iso(time.time() - 30)}
-    mem.save(lp.memory_path)
+    mem.save(lp.cfg.registry)
     real = Loop._rent_owed
 
     def slow(self: Loop, t: Any, m: Any) -> list[str]:
