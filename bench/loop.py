@@ -38,6 +38,7 @@ from typing import Any
 
 import _smoke
 
+from fleet.state.registry import Registry
 from sandbox import fleet_toml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -143,8 +144,8 @@ def replacement(interval: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp, \
             Sandbox(Path(tmp), 2, interval) as sb:
         sb.settle(2)
-        rows = json.loads((Path(tmp) / "state" / "boxes.json").read_text())["boxes"]
-        victim = next(r["label"] for r in rows if r["provider"] == "vast" and r["standing"])
+        rows = Registry(Path(tmp) / "state" / "boxes.json").rows()
+        victim = next(r.label for r in rows if r.provider == "vast" and r.standing)
         log = Path(tmp) / "loop.jsonl"
         loop = sb.loop(log)
         try:

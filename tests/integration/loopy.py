@@ -51,10 +51,8 @@ class Loopy(FleetCli):
 
     def window_passed(self, seconds: float = 3600) -> None:
         """As if the disruption window (`seconds`) had passed since the loop's last destroys:
-        their records in loop.json move that far back, and the budget is whole again."""
-        path = self.tmp / "state" / "loop.json"
-        if not path.exists():
-            return  # no tick yet: nothing spent
+        their records in the loop's memory move that far back, and the budget is whole again."""
+        path = self.tmp / "state" / "boxes.json"
         mem = Memory.load(path)
         for r in mem.disruptions:
             r["at_epoch"] = float(r["at_epoch"]) - seconds

@@ -25,6 +25,7 @@ from fleet_cli import BIN, wait_for
 from loopy import LOOP, Loopy, sandboxed
 
 from fleet.core.boxes import Row
+from fleet.state.loop_memory import Memory
 from fleet.state.registry import Registry
 from sandbox import fleet_toml
 
@@ -87,14 +88,14 @@ def test_a_loop_killed_before_saving_its_memory_never_rents_the_replacement_twic
         fleet: Loopy) -> None:
     fleet.settle()
     old = fleet.live("vast")[0]
-    memory = fleet.tmp / "state" / "loop.json"
+    registry = fleet.tmp / "state" / "boxes.json"
     fleet.fleet("sandbox", "fault", "host_death", old.label)
 
     def replaced() -> bool:
-        before = memory.read_bytes()
+        before = Memory.load(registry)
         t = fleet.tick()
         if old.label in t["replaced"]:
-            memory.write_bytes(before)  # as if killed before the tick saved loop.json
+            before.save(registry)  # as if killed before the tick saved its memory
             return True
         return False
 

@@ -20,6 +20,7 @@ from fleet_cli import BIN, REPO, wait_for
 from loopy import LOOP, Loopy, sandboxed
 
 from fleet.core.boxes import Row
+from fleet.state.loop_memory import Memory
 from fleet.state.registry import Registry
 from sandbox import fleet_toml
 
@@ -208,5 +209,5 @@ def test_a_box_whose_driver_drifted_is_unfit_and_replaced_on_another_machine(
     with fleet.control() as c:
         placed = next(i["machine_id"] for i in c.instances() if i["label"] == new_label)
     assert placed != machine  # the drifted machine is passed over
-    memory = json.loads((fleet.tmp / "state" / "loop.json").read_text())
-    assert f"vast/{machine}" in memory["unfit_machines"]
+    memory = Memory.load(fleet.tmp / "state" / "boxes.json")
+    assert f"vast/{machine}" in memory.unfit_machines

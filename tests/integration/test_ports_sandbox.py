@@ -17,6 +17,7 @@ import pytest
 from fleet_cli import wait_for
 from loopy import LOOP, Loopy, sandboxed
 
+from fleet.state import last_tick as last_tick_mod
 from sandbox import fleet_toml
 
 ROSTER = (("vast", "RTX 4090", 1), ("runpod", "RTX 4090", 2))
@@ -33,8 +34,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loopy]:
 
 
 def last_tick(fleet: Loopy) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((fleet.tmp / "state" / "last_tick.json").read_text())
-    return data
+    tick = last_tick_mod.load(fleet.tmp / "state" / "boxes.json")
+    assert tick is not None
+    return tick.to_dict()
 
 
 def test_a_portless_vast_box_is_reported_then_replaced_and_kept_until_its_successor_is_dialled(

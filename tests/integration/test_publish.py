@@ -398,7 +398,7 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(fleet: Fleet) -> None:
         (src / name).write_text(f"#!/bin/sh\necho {name} 1.6.0\n")
     fleet.fleet("release", "add", str(src), "--version", "1.6.0")
     (fleet.store / "1.6.0" / "igneumd").unlink()
-    registry = (fleet.tmp / "state" / "boxes.json").read_text()
+    registry = Registry(fleet.tmp / "state" / "boxes.json").rows()
     before = {x: fleet.node(x) for x in labels}
     cases = {
         ("9.9.9",): "error: no release '9.9.9'",
@@ -417,7 +417,7 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(fleet: Fleet) -> None:
     assert rc == 0, err
     assert [len(w) for w in data["waves"]] == [1, 2, 1] and data["switched_now"] == []
     assert {row["state"] for row in data["boxes"]} == {"untouched"}
-    assert (fleet.tmp / "state" / "boxes.json").read_text() == registry
+    assert Registry(fleet.tmp / "state" / "boxes.json").rows() == registry
     assert not list(fleet.store.glob("*/publish.json"))
     assert {x: fleet.node(x) for x in labels} == before
     fleet.fleet("destroy", oneshot)

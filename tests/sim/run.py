@@ -291,7 +291,7 @@ class Sim:
 
     def rows(self, fleet: str = "main") -> dict[str, Row]:
         try:
-            return Registry(self.fleets[fleet].registry)._read()
+            return {r.label: r for r in Registry(self.fleets[fleet].registry).rows()}
         except FleetError:
             return {}
 

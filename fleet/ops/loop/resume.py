@@ -89,9 +89,16 @@ class Resuming(LoopBase):
             if sum(1 for r in live if owed_mod.shape_of(r) == shape and r not in pending) \
                     >= owed_mod.wanted(self.cfg).get(shape, 0):
                 continue
-            self.reg.update(row.label, status=b.status, destroyed_at=None,
-                            note=f"back: {row.provider} lists box {b.box_id} again after "
-                                 "calling it gone")
+            back = {"status": b.status, "destroyed_at": None,
+                    "note": f"back: {row.provider} lists box {b.box_id} again after calling "
+                            "it gone"}
+            holder = next((r for r in live if row.slot and r.slot == row.slot), None)
+            changes: dict[str, dict[str, object]] = {}
+            if holder is not None and holder in pending:  # given up below: the slot is back's
+                changes[holder.label] = {"slot": None}
+            elif holder is not None:  # a box of its own holds it: back fills no slot
+                back["slot"] = None
+            self.reg.update_many(changes | {row.label: back})
             # nothing was lost: its vanishing spends no disruption budget, and a death of
             # it from now on is a new one, never the retry of an old destroy
             mem.disruptions = [r for r in mem.disruptions if r.get("label") != row.label]
