@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 DEBIAN_PACKAGES=(openssh-server openssh-client iproute2 gcc libc6-dev python3 python3-venv
-                 procps psmisc util-linux mount e2fsprogs chromium)
+                 procps psmisc util-linux mount e2fsprogs chromium postgresql)
 
 setup() {
     if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
