@@ -29,6 +29,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -75,6 +76,10 @@ class PgServer:
     @property
     def log(self) -> Path:
         return self.top / "server.log"
+
+    @classmethod
+    def at(cls, top: Path) -> PgServer:
+        return cls(top=top, socket_dir=top / "socket", port=PORT, user=SUPERUSER)
 
     def url(self, dbname: str) -> str:
         return (f"postgresql:///{quote(dbname)}?host={quote(str(self.socket_dir))}"
@@ -133,15 +138,14 @@ def make_top() -> Path:
     return top
 
 
-def start(top: Path, **changed: str) -> PgServer:
-    """initdb and start a server in `top` (from make_top); returns once it takes connections.
-    pg_ctl's wait is the bounded poll, and it watches the postmaster: a server that exits while
-    starting fails this at once, with its log's tail. `changed`: settings other than SETTINGS
-    (the benchmark's fsync=off)."""
-    server = PgServer(top=top, socket_dir=top / "socket", port=PORT, user=SUPERUSER)
+def start(server: PgServer, **changed: str) -> None:
+    """initdb and start `server` in its folder (from make_top); returns once it takes
+    connections. pg_ctl's wait is the bounded poll, and it watches the postmaster: a server that
+    exits while starting fails this at once, with its log's tail. `changed`: settings other
+    than SETTINGS (the benchmark's fsync=off)."""
     bins = bin_dir()
     r = _as_server_user(str(bins / "initdb"), "-D", str(server.data_dir), "-U", SUPERUSER,
-                        "-E", "UTF8", "--locale=C", cwd=top, timeout=START_TIMEOUT_S)
+                        "-E", "UTF8", "--locale=C", cwd=server.top, timeout=START_TIMEOUT_S)
     if r.returncode != 0:
         raise PgServerError(f"initdb failed ({r.returncode}): {(r.stderr or r.stdout).strip()}")
     # the files keep their owner (the server's user): appended and rewritten, never replaced
@@ -151,13 +155,12 @@ def start(top: Path, **changed: str) -> PgServer:
     (server.data_dir / "pg_hba.conf").write_text("local all all trust\n")
     r = _as_server_user(str(bins / "pg_ctl"), "start", "-D", str(server.data_dir),
                         "-l", str(server.log), "-w", "-t", str(START_TIMEOUT_S),
-                        cwd=top, timeout=START_TIMEOUT_S + 30)
+                        cwd=server.top, timeout=START_TIMEOUT_S + 30)
     if r.returncode != 0:
         raise PgServerError(f"pg_ctl start failed ({r.returncode}): {r.stdout.strip()} "
                             f"{r.stderr.strip()}\nserver log:\n{_log_tail(server)}")
     with psycopg.connect(server.url("postgres"), connect_timeout=10) as conn:
         conn.execute("SELECT 1")
-    return server
 
 
 def stop(server: PgServer) -> None:
@@ -197,18 +200,25 @@ def drop_database(server: PgServer, name: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
-    top = make_top()
-    server = PgServer(top=top, socket_dir=top / "socket", port=PORT, user=SUPERUSER)
+@contextmanager
+def running(**changed: str) -> Iterator[PgServer]:
+    """A server started in a new folder; stopped and the folder removed on the way out, also
+    when it failed to start (pg_ctl may have given up on a postmaster that still runs)."""
+    server = PgServer.at(make_top())
     try:
-        server = start(top)
+        start(server, **changed)
         yield server
     finally:
         try:
             stop(server)
         finally:
-            shutil.rmtree(top)
+            shutil.rmtree(server.top)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    with running() as server:
+        yield server
 
 
 @pytest.fixture
