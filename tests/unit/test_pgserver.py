@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pgserver import SERVER_USER, PgServer
+from pgserver import SERVER_USER, PgServer, PgServerError, running
 
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
@@ -214,3 +214,12 @@ def test_an_unknown_backend_is_refused_in_one_line_with_status_2(tmp_path: Path,
     assert r.returncode == 2 and seen == []
     assert r.stderr.strip().splitlines() == [
         "Exit: FLEET_TEST_BACKEND='postgres': expected postgresql, or unset"], r.stderr
+
+
+def test_a_server_that_cannot_start_fails_with_its_own_words_and_leaves_nothing(
+        scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where its folder goes
+    with pytest.raises(PgServerError) as failed, running(shared_buffers="'lots'"):
+        pass
+    assert 'invalid value for parameter "shared_buffers": "lots"' in str(failed.value)
+    assert list(scratch.iterdir()) == []
