@@ -227,15 +227,20 @@ class Postgres(Database):
 
 _OPEN: dict[tuple[str, int], Database] = {}
 _OPEN_LOCK = threading.Lock()
+_OPEN_MAX = 16  # databases kept open per process (a process that visits many closes the oldest)
 
 
 def open_url(url: str) -> Database:
-    """The database at `url` (one object per URL and process)."""
+    """The database at `url` (one object per URL and process, the most recent few kept)."""
     key = (url, os.getpid())
     with _OPEN_LOCK:
-        db = _OPEN.get(key)
+        db = _OPEN.pop(key, None)
         if db is None:
-            db = _OPEN[key] = _make(url)
+            db = _make(url)
+            if len(_OPEN) >= _OPEN_MAX:
+                oldest = next(iter(_OPEN))
+                _OPEN.pop(oldest).drop_connection()
+        _OPEN[key] = db  # the most recent last
         return db
 
 

@@ -14,6 +14,8 @@ the loop takes and after every tick.
 - I6: the disruption budget is never exceeded.
 - I7: an operator's `fleet destroy LABEL --gone` is never taken while the key shows the box
   (a box so marked is the operator's word: I2 and I3 leave it out).
+- I8: one live box per roster slot, and one live replacement per dead box (the database's
+  unique indexes: a second rent for a slot is refused, never made).
 - L1: once the faults stop, and offers exist within a generous budget, the roster is filled
   and every box converted within `HEAL_TICKS` ticks.
 """
@@ -44,6 +46,7 @@ from fleet.core.errors import FleetError
 from fleet.ops import destroy, disruption
 from fleet.ops import loop as loop_mod
 from fleet.ops import rent as rent_mod
+from fleet.state.db import open_db
 from fleet.state.registry import Registry
 from sandbox.catalog import CARDS
 
@@ -247,7 +250,10 @@ class Sim:
             w.faults.add("listing_gap", "vast", count=self.rng.randint(1, 4), drop=target.label)
         elif e.kind == "restore_registry" and self.snapshots:
             back = self.snapshots[max(0, len(self.snapshots) - 1 - self.rng.randint(1, 6))]
-            self.cfg.registry.write_bytes(back)
+            with open_db(self.cfg.registry).write() as tx:  # the boxes as they were then
+                tx.q("DELETE FROM boxes")
+                tx.many("INSERT INTO boxes (label, seq, provider, provider_id, slot, rerent_of, "
+                        "move_of, live, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", back)
         elif e.kind == "clock_step":
             self.sleep(float(e.arg))
         elif e.kind == "kill":
@@ -344,9 +350,11 @@ class Sim:
                              f"{window:g} s ({', '.join(recent)}), more than {most}")
 
     def after_tick(self, n: int) -> None:
-        self.snapshots.append(self.cfg.registry.read_bytes() if self.cfg.registry.exists()
-                              else b"")
+        with open_db(self.cfg.registry).read() as tx:
+            self.snapshots.append(tx.q("SELECT label, seq, provider, provider_id, slot, "
+                                       "rerent_of, move_of, live, doc FROM boxes"))
         rows = self.rows()
+        self.check_slots(rows)
         live = [i for i in self.fleet_instances() if i.key not in self.said_gone]
         moving = sum(1 for r in rows.values() if r.live and r.move_of
                      and (old := rows.get(r.move_of)) is not None and old.live)
@@ -357,6 +365,19 @@ class Sim:
         if spent > self.plan.budget_usd + 1e-6:
             self.violate(f"I4: the account spent ${spent:.2f} today, past the budget "
                          f"${self.plan.budget_usd:g}")
+
+    def check_slots(self, rows: dict[str, Row]) -> None:
+        """I8: one live box per roster slot, one live replacement per dead box."""
+        live = [r for r in rows.values() if r.live]
+        for what, key in (("slot", "slot"), ("replacement of", "rerent_of")):
+            seen: dict[str, str] = {}
+            for r in live:
+                v = getattr(r, key)
+                if not v:
+                    continue
+                if v in seen:
+                    self.violate(f"I8: two live boxes for {what} {v}: {seen[v]} and {r.label}")
+                seen[v] = r.label
 
     def spent_today(self) -> float:
         day = self.now() - (self.now() % 86400)
@@ -385,7 +406,7 @@ def _seeded_token_hex(seed: int) -> Callable[..., str]:
 
 
 def run(plan: Plan) -> Outcome:
-    # the registry is written with fsync at every change: on a RAM disk where there is one
+    # the state database syncs at every commit: on a RAM disk where there is one
     shm = Path("/dev/shm")
     root = Path(tempfile.mkdtemp(prefix="fleet-sim-", dir=shm if shm.is_dir() else None))
     try:
