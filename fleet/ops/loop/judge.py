@@ -5,6 +5,7 @@ are pure (`fleet.ops.judgement`); this gathers the listings and the checks for t
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from fleet.boxes.inventory import Built, host_data
 from fleet.boxes.sshkeys import write_known_hosts
@@ -51,17 +52,20 @@ class Judging(LoopBase):
         hosts, checked = [], []
         unjudged = set(v.unsure)
         death: dict[str, str] = {}  # label -> why it is dead if its SSH does not answer
+        moved: dict[str, dict[str, Any]] = {}  # label -> what its listing changed: one commit
         for row, seen in v.matched:  # a restart may map SSH to another port: pin the key there
+            change = moved.setdefault(row.label, {})
             if seen.ssh_host and seen.ssh_port and \
                     (seen.ssh_host, seen.ssh_port) != (row.ssh_host, row.ssh_port):
-                self.reg.update(row.label, ssh_host=seen.ssh_host, ssh_port=seen.ssh_port)
+                change.update(ssh_host=seen.ssh_host, ssh_port=seen.ssh_port)
             if seen.place and seen.place != row.place:  # where its provider says it runs
-                self.reg.update(row.label, place=seen.place)
+                change.update(place=seen.place)
             # a restart may map the p2p port anew, or a host stop mapping it: the peers files
             # follow (`_peers`), and a box left without one is owed a port (`fleet.ops.ports`)
             mapped = seen.p2p_endpoint((row.public_ip, row.p2p_public_port))
             if mapped != (row.public_ip, row.p2p_public_port):
-                self.reg.update(row.label, public_ip=mapped[0], p2p_public_port=mapped[1])
+                change.update(public_ip=mapped[0], p2p_public_port=mapped[1])
+        self.reg.update_many({label: c for label, c in moved.items() if c})
         write_known_hosts(self.cfg.known_hosts, self.reg.rows())
         for row in self._standing_rows():
             if row.provider in failed:
