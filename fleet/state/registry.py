@@ -64,22 +64,15 @@ def _row(where: str, d: Any) -> Row:
 
 # each stored document's row, parsed once: a tick reads the registry some twenty times, and a
 # row's document is its whole text, so an equal text is an equal row; every reader gets a copy
-_PARSED: dict[str, Row] = {}
+# (with whether its values are all immutable, so that a shallow copy shares them safely)
+_PARSED: dict[str, tuple[Row, bool]] = {}
 _PARSED_MAX = 200_000
 _SHARED = {str, int, float, bool, type(None)}  # values that readers may share: immutable
 
 
-def _copy(r: Row) -> Row:
-    """A row no other reader holds: its fields are str, int, float, bool or None, which a
-    shallow copy shares safely (anything else a hand-made document put there is copied too)."""
-    if _SHARED.issuperset(map(type, vars(r).values())):
-        return copy.copy(r)
-    return copy.deepcopy(r)
-
-
 def _parse(label: str, doc: str) -> Row:
-    r = _PARSED.get(doc)
-    if r is None:
+    seen = _PARSED.get(doc)
+    if seen is None:
         try:
             d = json.loads(doc)
         except json.JSONDecodeError as e:
@@ -88,12 +81,19 @@ def _parse(label: str, doc: str) -> Row:
         r = _row(f"registry row {label!r}", d)
         if len(_PARSED) >= _PARSED_MAX:
             _PARSED.clear()
-        _PARSED[doc] = r
-    return _copy(r)
+        seen = _PARSED[doc] = (r, _SHARED.issuperset(map(type, vars(r).values())))
+    r, shallow = seen
+    if not shallow:  # a list or object some hand-made document put there: its own copy
+        return copy.deepcopy(r)
+    out = object.__new__(Row)
+    out.__dict__.update(r.__dict__)
+    return out
 
 
 def encode(r: Row) -> str:
-    return json.dumps(r.to_dict(), separators=(",", ":"))
+    """The row's document: its fields, which are str, int, float, bool or None (a row's
+    `vars` is its `to_dict` without asdict's deep copy)."""
+    return json.dumps(vars(r), separators=(",", ":"))
 
 
 def columns(r: Row) -> tuple[Any, ...]:
@@ -225,9 +225,11 @@ class Registry:
         if not row.created_at:
             row.created_at = now_iso()
         try:
-            with self._rows_tx() as (tx, rows):
+            with self.db.write() as tx:
                 self._check_fence(tx)
-                old = rows.get(row.label)
+                rows = self._all(tx) if check is not None else {}
+                found = tx.one("SELECT doc FROM boxes WHERE label = ?", (row.label,))
+                old = None if found is None else _parse(row.label, found[0])
                 if old is not None and not (resume and unfinished(old)):
                     raise UsageError(f"label {row.label!r} is already in the registry")
                 if check is not None:
@@ -235,7 +237,7 @@ class Registry:
                 if old is not None:
                     row.rerent_of = row.rerent_of or old.rerent_of
                     row.slot = row.slot or old.slot
-                rows[row.label] = row
+                _put(tx, row, None if old is not None else _next_seq(tx))
         except Duplicate as e:
             raise UsageError(f"{row.label}: not rented: {_taken(row)} ({e})") from None
         return row

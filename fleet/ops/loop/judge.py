@@ -94,8 +94,9 @@ class Judging(LoopBase):
         # deaths that are no one's path, of boxes their provider lists: it lost the box's host
         # too, or the box's sshd took the fleet's login and never ran the command (the path
         # works). A box it does not list may be its blindness: the breaker's to judge
+        hung = {h.label for h in health if h.hung}
         lost = {label for label, box in listed.items()
-                if box.status == "unknown" or label in {h.label for h in health if h.hung}}
+                if box.status == "unknown" or label in hung}
         # "no such box" by id from a provider whose listing shows the fleet's other boxes: the
         # key sees the fleet's account, so the box is gone (a restored registry's stale row)
         seeing = {row.provider for row, _ in v.matched}
