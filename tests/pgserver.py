@@ -7,8 +7,10 @@ Fixtures (a pytest plugin, loaded by tests/conftest.py):
 - `pg_url` (each test): a fresh, empty database, dropped after the test; a libpq URL that
   psycopg connects to.
 - `FLEET_TEST_BACKEND=postgresql` in the environment: every test gets `FLEET_DATABASE_URL` set
-  to a fresh database of its own, so the whole suite runs against PostgreSQL unchanged. Unset
-  (or empty), nothing happens and no server starts.
+  to a fresh, empty schema of its own (the URL's `search_path`) in a database the worker's
+  tests share, so the whole suite runs against PostgreSQL unchanged: a schema costs
+  milliseconds where a database costs a checkpoint, and the fleet's advisory locks are keyed
+  by the schema (`fleet.state.locks`). Unset (or empty), nothing happens and no server starts.
 
 initdb refuses root, so the server runs as Debian's `postgres` user (made by the `postgresql`
 package) from a temporary folder that user owns. It listens on a Unix socket only, in a folder
@@ -241,8 +243,32 @@ def pytest_configure(config: pytest.Config) -> None:
                           f"{' or '.join(BACKENDS)}, or unset", returncode=2)
 
 
+@pytest.fixture(scope="session")
+def pg_shared_database(pg_server: PgServer) -> str:
+    """One database for the worker's tests, each in a schema of its own (`pg_schema_url`)."""
+    return create_database(pg_server)
+
+
+@pytest.fixture
+def pg_schema_url(pg_server: PgServer, pg_shared_database: str) -> Iterator[str]:
+    """A fresh, empty schema: a URL whose sessions work in it alone (their search_path)."""
+    name = f"t_{uuid.uuid4().hex}"
+    with psycopg.connect(pg_server.url(pg_shared_database), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    try:
+        yield pg_server.url(pg_shared_database) + f"&options={quote(f'-csearch_path={name}')}"
+    finally:
+        with psycopg.connect(pg_server.url(pg_shared_database), autocommit=True) as conn:
+            # the sessions the test left open end with it: one inside a transaction would
+            # hold the drop below
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                         "pid <> pg_backend_pid() AND datname = current_database() AND "
+                         "backend_type = 'client backend'")
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
 @pytest.fixture(autouse=True)
 def _database_backend(request: pytest.FixtureRequest) -> None:
     if chosen_backend() == "postgresql":
         monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
-        monkeypatch.setenv(DATABASE_URL_VARIABLE, request.getfixturevalue("pg_url"))
+        monkeypatch.setenv(DATABASE_URL_VARIABLE, request.getfixturevalue("pg_schema_url"))

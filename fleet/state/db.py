@@ -219,7 +219,7 @@ class Postgres(Database):
                              ) from None
 
     def _begin_write(self, raw: Any) -> None:
-        raw.execute("SELECT pg_advisory_xact_lock(%s)", (locks.WRITE,))
+        raw.execute(f"SELECT pg_advisory_xact_lock(%s, {locks.SCHEMA_KEY})", (locks.WRITE,))
 
     def _begin_read(self, raw: Any) -> None:
         raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -291,7 +291,7 @@ def migrate(db: Database) -> int:
     for number, name, statements in schema.MIGRATIONS:
         with db.migration_tx() as tx:
             if tx.postgres:
-                tx.q("SELECT pg_advisory_xact_lock(?)", (locks.MIGRATE,))
+                tx.q(f"SELECT pg_advisory_xact_lock(?, {locks.SCHEMA_KEY})", (locks.MIGRATE,))
             at = _version(tx)
             if at > schema.LATEST:
                 raise StateError(

@@ -147,7 +147,7 @@ class Leadership:
 
         try:
             session = psycopg.connect(self.db.url, autocommit=True)
-            got = session.execute("SELECT pg_try_advisory_lock(%s)",
+            got = session.execute(f"SELECT pg_try_advisory_lock(%s, {locks.SCHEMA_KEY})",
                                   (locks.LEADER,)).fetchone()
         except psycopg.Error as e:
             raise StateError(f"state database {describe(self.db.url)}: cannot campaign: "
