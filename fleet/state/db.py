@@ -120,10 +120,15 @@ class Database:
             raw = self._local.raw = self._connect()
         return raw
 
+    def thread_local(self) -> threading.local:
+        """What this thread keeps of this database (its connection, what it read)."""
+        return self._local
+
     def drop_connection(self) -> None:
         """Forget this thread's connection (closed, or lost: the next use makes a new one)."""
         raw = getattr(self._local, "raw", None)
         self._local.raw = None
+        self._local.registry_rows = None  # read on the connection gone
         if raw is not None:
             with contextlib.suppress(Exception):
                 raw.close()
@@ -154,8 +159,15 @@ class Database:
                 self.drop_connection()
                 raise StateError(f"state database {describe(self.url)}: commit failed: {e}"
                                  ) from None
+            if write:
+                self._local.writes = getattr(self._local, "writes", 0) + 1
         finally:
             self._local.open = False
+
+    def seen(self, tx: Tx) -> tuple[int, int] | None:
+        """What changes if anything was written since this thread's connection last asked:
+        for a cache of what it read (None: no such token, read afresh)."""
+        return None
 
     def write(self) -> contextlib.AbstractContextManager[Tx]:
         """A transaction that may write: one writer at a time, all of it or nothing."""
@@ -197,6 +209,12 @@ class SQLite(Database):
 
     def _begin_write(self, raw: sqlite3.Connection) -> None:
         raw.execute("BEGIN IMMEDIATE")
+
+    def seen(self, tx: Tx) -> tuple[int, int] | None:
+        """SQLite's data_version (another connection's commits) and this connection's own
+        write transactions, which data_version does not count."""
+        found = tx.one("PRAGMA data_version")
+        return None if found is None else (int(found[0]), getattr(self._local, "writes", 0))
 
     def _begin_read(self, raw: sqlite3.Connection) -> None:
         raw.execute("BEGIN")

@@ -67,10 +67,17 @@ def _row(where: str, d: Any) -> Row:
 # (with whether its values are all immutable, so that a shallow copy shares them safely)
 _PARSED: dict[str, tuple[Row, bool]] = {}
 _PARSED_MAX = 200_000
+
 _SHARED = {str, int, float, bool, type(None)}  # values that readers may share: immutable
 
 
 def _parse(label: str, doc: str) -> Row:
+    return _copy(_parsed(label, doc))
+
+
+def _parsed(label: str, doc: str) -> tuple[Row, bool]:
+    """The row `doc` holds (shared: never handed out, `_copy` it), and whether its values are
+    all immutable."""
     seen = _PARSED.get(doc)
     if seen is None:
         try:
@@ -82,7 +89,12 @@ def _parse(label: str, doc: str) -> Row:
         if len(_PARSED) >= _PARSED_MAX:
             _PARSED.clear()
         seen = _PARSED[doc] = (r, _SHARED.issuperset(map(type, vars(r).values())))
-    r, shallow = seen
+    return seen
+
+
+def _copy(parsed: tuple[Row, bool]) -> Row:
+    """A row no other reader holds."""
+    r, shallow = parsed
     if not shallow:  # a list or object some hand-made document put there: its own copy
         return copy.deepcopy(r)
     out = object.__new__(Row)
@@ -128,8 +140,16 @@ class Registry:
         return Registry(self.path, fence, self.db)
 
     def _all(self, tx: Tx) -> dict[str, Row]:
-        return {label: _parse(label, doc)
-                for label, doc in tx.q("SELECT label, doc FROM boxes ORDER BY seq")}
+        """Every row, in order: read again only when something was written since (a tick
+        reads the registry some twenty times), each reader getting rows of its own."""
+        seen = self.db.seen(tx)
+        here = self.db.thread_local()  # `seen` is this thread's connection's
+        cached = getattr(here, "registry_rows", None)
+        if seen is None or cached is None or cached[0] != seen:
+            cached = (seen, [(label, _parsed(label, doc)) for label, doc in
+                             tx.q("SELECT label, doc FROM boxes ORDER BY seq")])
+            here.registry_rows = cached if seen is not None else None
+        return {label: _copy(parsed) for label, parsed in cached[1]}
 
     def _check_fence(self, tx: Tx) -> None:
         if self.fence is not None:
