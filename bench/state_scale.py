@@ -174,6 +174,7 @@ def main() -> None:
                     help="fewer boxes for the baseline where it would take hours")
     ap.add_argument("--only", nargs="*", default=list(CASES))
     ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--baseline-rounds", type=int, default=None)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -191,7 +192,7 @@ def main() -> None:
             line = f"{what:10} {a.boxes:6} boxes: p50 {now['p50_s'] * 1000:9.1f} ms"
             if base_tree is not None:
                 bn = a.baseline_boxes or a.boxes
-                before = run_in(base_tree, bn, what, rounds)
+                before = run_in(base_tree, bn, what, a.baseline_rounds or rounds)
                 line += (f" | {a.baseline} at {bn} boxes: p50 {before['p50_s'] * 1000:9.1f} ms"
                          f" | ratio {before['p50_s'] / now['p50_s']:.1f}x")
             print(line, flush=True)
