@@ -112,10 +112,17 @@ def storage_clean(out: str) -> None:
     assert numbers(d["review_s"], d["clean_s"]), d
 
 
+def page_scale(out: str) -> None:
+    sizes = first_json(out)["sizes"]
+    assert [s["live_boxes"] for s in sizes] == [100, 1000], sizes
+    assert all(numbers(s["build_s"], s["render_s"]) for s in sizes), sizes
+
+
 MEASURED: dict[str, Callable[[str], None]] = {
     f"{check.__name__}.py": check for check in (
         agent_vs_supervisord, boxes_ready, demo_repeat, inventory_1000, job_domain, loop,
-        mesh_replace, nvml_device, oneshot, publish, sim_soak, standing_convert, storage_clean)
+        mesh_replace, nvml_device, oneshot, page_scale, publish, sim_soak, standing_convert,
+        storage_clean)
 }
 
 
