@@ -4,6 +4,7 @@ first, as the page has always done) and the work a page build does as the fleet 
 
 from __future__ import annotations
 
+import builtins
 import random
 import sys
 from collections import Counter
@@ -125,3 +126,28 @@ def test_scrubbing_a_text_does_as_much_work_with_5000_secrets_known_as_with_5() 
     many = page.Scrubber(fleet(1000)[0])
     assert len(many.known) == 1000 * len(few.known) == 5000
     assert calls_to_scrub(many, texts) == calls_to_scrub(few, texts)
+
+
+def failed_lookups_rendering(n: int) -> int:
+    """The attribute lookups (`getattr`) that fail while the page of n boxes is rendered."""
+    rows, health = fleet(n)
+    d = page.build(F.config(), rows, health, [], F.NOW)
+    page.render(d)  # the template compiled and cached: not counted
+    failed = 0
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        nonlocal failed
+        if event == "c_exception" and arg is builtins.getattr:
+            failed += 1
+
+    sys.setprofile(count)
+    try:
+        page.render(d)
+    finally:
+        sys.setprofile(None)
+    return failed
+
+
+def test_rendering_reads_each_boxs_fields_without_a_failed_lookup_per_field() -> None:
+    # the page's data is dicts: a field read as an attribute first fails for every box
+    assert failed_lookups_rendering(200) == failed_lookups_rendering(100)
