@@ -78,8 +78,8 @@ class _Env(Environment):
 
 _loader = PackageLoader("fleet.page", "templates")
 _env = _Env(loader=_loader, autoescape=True, undefined=StrictUndefined,
-                   trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                   bytecode_cache=CompiledTemplates())
+            trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+            bytecode_cache=CompiledTemplates())
 _env.filters.update(usd=_usd, yes=_yes, time=_time, short_time=_short_time, clock=_clock,
                     num=_num)
 _env.globals.update(icon=_ICON)
