@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -211,13 +212,13 @@ def check(cfg: Config, built: Built) -> list[Health]:
             if read.connected:
                 hung.add(name)
     out = []
-    roles = [str(data.get("role")) for _, data in hosts]
+    role_size = Counter(str(data.get("role")) for _, data in hosts)
     now = now_iso()
     for name, data in hosts:
         status = by_name.get(name) if name in by_name else None
         h = judge(name, data, status, _wanted(cfg, data), history.get(name), known)
         since = data.get("standing_since")
-        h.star_only = star_only(h, roles.count(str(data.get("role"))) - 1,
+        h.star_only = star_only(h, role_size[str(data.get("role"))] - 1,
                                 seconds_between(since, now) if since else None,
                                 cfg.loop.interval_s)
         if name in silent:
