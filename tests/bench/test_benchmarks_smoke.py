@@ -112,6 +112,12 @@ def storage_clean(out: str) -> None:
     assert numbers(d["review_s"], d["clean_s"]), d
 
 
+def check_scale(out: str) -> None:
+    sizes = first_json(out)["sizes"]
+    assert [s["boxes"] for s in sizes] == [100, 1000], sizes
+    assert all(numbers(s["judge_s"]) for s in sizes), sizes
+
+
 def inventory_scale(out: str) -> None:
     sizes = first_json(out)["sizes"]
     assert [s["rows"] for s in sizes] == [100, 1000], sizes
@@ -126,9 +132,9 @@ def page_scale(out: str) -> None:
 
 MEASURED: dict[str, Callable[[str], None]] = {
     f"{check.__name__}.py": check for check in (
-        agent_vs_supervisord, boxes_ready, demo_repeat, inventory_1000, inventory_scale,
-        job_domain, loop, mesh_replace, nvml_device, oneshot, page_scale, publish, sim_soak,
-        standing_convert, storage_clean)
+        agent_vs_supervisord, boxes_ready, check_scale, demo_repeat, inventory_1000,
+        inventory_scale, job_domain, loop, mesh_replace, nvml_device, oneshot, page_scale,
+        publish, sim_soak, standing_convert, storage_clean)
 }
 
 
