@@ -176,9 +176,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--baseline-rounds", type=int, default=None)
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--smoke", action="store_true", help="every case once at 100 boxes, as JSON")
     a = ap.parse_args()
     if a.child:
         print(json.dumps(_child(a.boxes, a.child, a.rounds or CASES[a.child])))
+        return
+    if a.smoke:
+        print(json.dumps({"cases": [run_in(REPO, 100, what, 1) for what in CASES]}))
         return
     base_tree = None
     if a.baseline:

@@ -48,12 +48,21 @@ def job_state(cfg: Config, row: Row, job: str) -> dict[str, Any]:
     return {**data, "box_now": box_now.strip()}  # the box's clock, for its own deadlines
 
 
-def record(reg: Registry, label: str, state: dict[str, Any]) -> Row:
+def job_fields(state: dict[str, Any]) -> dict[str, Any]:
+    """The registry fields a job's state (`job_state`'s answer) sets on its box's row."""
     refused = state.get("refused")
-    return reg.update(
-        label, job_state=state.get("phase"), invocations=state.get("invocations"),
-        refusal=f"{refused.get('step')}: {refused.get('reason')}" if isinstance(refused, dict)
-        else None)
+    return {"job_state": state.get("phase"), "invocations": state.get("invocations"),
+            "refusal": f"{refused.get('step')}: {refused.get('reason')}"
+            if isinstance(refused, dict) else None}
+
+
+def changed(row: Row, state: dict[str, Any]) -> bool:
+    """Whether recording `state` would change `row`."""
+    return any(getattr(row, k) != v for k, v in job_fields(state).items())
+
+
+def record(reg: Registry, label: str, state: dict[str, Any]) -> Row:
+    return reg.update(label, **job_fields(state))
 
 
 def read_job(cfg: Config, row: Row, job: str) -> dict[str, Any]:

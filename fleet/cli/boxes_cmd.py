@@ -185,15 +185,17 @@ def roster_cmd(
     for u in v.unreadable:
         err.print(f"warning: {u}")
     live = {row.label: box for row, box in v.matched}
-    rows = [r for r in reg.rows() if all_rows or r.live]
-    places = spread.per_place(reg.rows())
+    gone = {r.label for r in v.gone}
+    every = reg.rows()
+    rows = [r for r in every if all_rows or r.live]
+    places = spread.per_place(every)
     tick = _fresh_tick(c, reg)
     cells: list[dict[str, str]] = []
     data = []
     total = 0.0
     for r in rows:
         box = live.get(r.label)
-        status = box.status if box else ("gone" if r in v.gone else r.status)
+        status = box.status if box else ("gone" if r.label in gone else r.status)
         if r.live:
             total += r.usd_per_hour
         h = _peers_of(tick, r)

@@ -30,8 +30,9 @@ def build(title: str, columns: Sequence[str], rows: Iterable[Mapping[str, str]],
     t = Table(title=Text(title), caption=None if caption is None else Text(caption))
     for col in columns:
         t.add_column(col)
+    named = set(columns)
     for row in rows:
-        unknown = set(row) - set(columns)
+        unknown = set(row) - named
         if unknown:
             raise ValueError(f"row names columns the table {title!r} lacks: {sorted(unknown)}")
         add(t, *(row.get(col, MISSING) for col in columns))

@@ -158,16 +158,16 @@ def _moving(tip: int, read_at: str | None, previous: dict[str, Any] | None) -> b
     return tip > int(previous["exec_tip"])
 
 
-def _wanted(cfg: Config, data: dict[str, Any]) -> str | None:
+def _wanted(data: dict[str, Any], known: Sequence[releases.Release]) -> str | None:
+    """The node a box is wanted on: its own, else its role's release (by version or node
+    sha16) in the store's releases `known`, read once a check; None when neither is told."""
     if data.get("node_sha16_wanted"):
         return str(data["node_sha16_wanted"])
     version = data.get("release")
     if not version:
         return None
-    try:
-        return releases.find(cfg.releases, str(version)).node_sha16
-    except ConfigError:
-        return None
+    return next((r.node_sha16 for r in known
+                 if r.version == str(version) or r.node_sha16 == str(version)), None)
 
 
 STATUS_DEADLINE_S = 30.0  # one box's status command; connecting is bounded by its own timeouts
@@ -207,13 +207,13 @@ def check(cfg: Config, built: Built) -> list[Health]:
             if read.connected:
                 hung.add(name)
     out = []
-    roles = Counter(str(data.get("role")) for _, data in hosts)
+    role_size = Counter(str(data.get("role")) for _, data in hosts)
     now = now_iso()
     for name, data in hosts:
         status = by_name.get(name) if name in by_name else None
-        h = judge(name, data, status, _wanted(cfg, data), history.get(name), known)
+        h = judge(name, data, status, _wanted(data, known), history.get(name), known)
         since = data.get("standing_since")
-        h.star_only = star_only(h, roles[str(data.get("role"))] - 1,
+        h.star_only = star_only(h, role_size[str(data.get("role"))] - 1,
                                 seconds_between(since, now) if since else None,
                                 cfg.loop.interval_s)
         if name in silent:

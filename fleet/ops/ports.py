@@ -16,7 +16,7 @@ while no offer maps one, the box stays and the loop says why on every tick.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fleet.core.times import now_iso, seconds_between
@@ -49,7 +49,7 @@ def rent_note(role: Role, offer: Offer) -> str | None:
             "the loop replaces it once one does")
 
 
-def owed(data: Mapping[str, Any], h: Health, mates: Sequence[Health],
+def owed(data: Mapping[str, Any], h: Health, mates: Collection[Health],
          stood: bool) -> str | None:
     """Why the box of host data `data`, checked as `h`, is owed a port; None when it is not
     (or its role has no p2p port, or it has not `stood` one loop interval since its
@@ -75,10 +75,29 @@ def judge(hosts: Sequence[tuple[str, Mapping[str, Any]]], checks: Sequence[Healt
     """Set `port_owed` on each check of `hosts` (name, host data; one check each, in order)
     whose box answered: its mates are the other boxes of its role checked with it."""
     now = now_iso()
+    roles: dict[Any, list[Health]] = {}
     for (_, data), h in zip(hosts, checks, strict=True):
-        mates = [m for (_, d), m in zip(hosts, checks, strict=True)
-                 if m is not h and d.get("role") == data.get("role")]
+        roles.setdefault(data.get("role"), []).append(h)
+    for (_, data), h in zip(hosts, checks, strict=True):
         since = data.get("standing_since")
         stood = seconds_between(since, now) if since else None
-        h.port_owed = owed(data, h, mates, stood is not None and stood >= interval_s) \
-            if h.ssh else None
+        h.port_owed = owed(data, h, _Mates(roles[data.get("role")], h),
+                           stood is not None and stood >= interval_s) if h.ssh else None
+
+
+class _Mates:
+    """The checks of a box's mates, the others of its role (`role`: all of the role's), gone
+    through only where the rule reads them: a box its mates dial never lists them, so judging
+    a healthy mesh is not quadratic in its size."""
+
+    def __init__(self, role: list[Health], h: Health) -> None:
+        self.role, self.h = role, h
+
+    def __len__(self) -> int:
+        return len(self.role) - 1
+
+    def __iter__(self) -> Iterator[Health]:
+        return (m for m in self.role if m is not self.h)
+
+    def __contains__(self, m: object) -> bool:
+        return m is not self.h and m in self.role

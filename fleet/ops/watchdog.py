@@ -97,7 +97,7 @@ def watch(cfg: Config, reg: Registry, now: datetime | None = None) -> list[Watch
         reads = list(pool.map(read, rows))
     out = []
     for row, (state, error) in zip(rows, reads, strict=True):
-        if state:
+        if state and jobstate.changed(row, state):  # a write is a registry transaction
             jobstate.record(reg, row.label, state)
         out.append(judge(row, state, error, now))
     return out

@@ -53,8 +53,16 @@ _ENV_SECRETS = ("RUNPOD_API_KEY", "VAST_API_KEY", "HF_TOKEN")
 
 class Scrubber:
     """Removes what must never be published from free text: the registry's SSH endpoints, IP
-    addresses and host keys (known values first), then anything that reads as an IP address or
-    a key, then the values of the key variables of the environment."""
+    addresses and host keys and the values of the key variables of the environment (known
+    values first), then anything that reads as an IP address or a key.
+
+    The known values are replaced one after another, longest first, each over the text the ones
+    before it left (so "host:port" goes before "host"). A text is searched once through an index
+    of where each value may start (its first two characters), so scrubbing a text costs the
+    same however many boxes the registry holds; only the values found are replaced, in that
+    same order. (One regex alternation would not do: Python's `re` tries its alternatives one by
+    one at each position, and the leftmost match differs from the longest-first order where two
+    values overlap.)"""
 
     def __init__(self, rows: Iterable[Row]) -> None:
         known: set[str] = set()
@@ -67,15 +75,36 @@ class Scrubber:
             if r.host_key and len(r.host_key.split()) > 1:
                 known.add(r.host_key.split()[1])
         known.update(v for k in _ENV_SECRETS if len(v := os.environ.get(k, "")) >= 8)
-        # longest first, so "host:port" goes before "host"
         self.known = sorted(known, key=lambda s: (-len(s), s))
+        self._rank = {v: i for i, v in enumerate(self.known)}
+        starts: dict[str, set[int]] = {}  # first two characters -> the lengths of the values
+        for v in self.known:
+            if len(v) > 1:
+                starts.setdefault(v[:2], set()).add(len(v))
+        self._starts = {k: sorted(ls) for k, ls in starts.items()}
+        self._chars = {v for v in self.known if len(v) == 1}
 
     def __call__(self, text: str) -> str:
-        for v in self.known:
-            text = text.replace(v, "[redacted]")
+        done = -1  # the rank of the last value replaced
+        while later := [i for i in self._found(text) if i > done]:
+            done = min(later)
+            text = text.replace(self.known[done], "[redacted]")
         text = _KEYS.sub("[redacted key]", text)
         text = _IPV4.sub(lambda m: _address(m.group(0)), text)
         return _IPV6.sub(lambda m: _address(m.group(0)), text)
+
+    def _found(self, text: str) -> set[int]:
+        """The ranks of the known values that occur in `text`."""
+        found = {self._rank[c] for c in self._chars.intersection(text)}
+        n = len(text)
+        for p in range(n - 1):
+            for length in self._starts.get(text[p:p + 2], ()):
+                if length > n - p:
+                    break
+                v = text[p:p + length]
+                if v in self._rank:
+                    found.add(self._rank[v])
+        return found
 
 
 def _address(token: str) -> str:
@@ -123,14 +152,15 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
     live_rows = [r for r in rows if r.live]
     checked_path = [r for r in live_rows
                     if is_standing(cfg, r) or r.kind != "oneshot"]  # the check's boxes
+    checked_labels = {r.label for r in checked_path}
     from_tick = {r.provider for r in checked_path} & set(keyless)
     tick = last_tick if from_tick else None
     boxes = []
     for r in live_rows:
         standing = is_standing(cfg, r)
-        if r in checked_path and r.provider in from_tick:
+        if r.label in checked_labels and r.provider in from_tick:
             boxes.append(_tick_box(r, standing, tick, now, scrub))
-        elif r in checked_path:
+        elif r.label in checked_labels:
             why = f"not checked: {check_error}" if check_error else "not checked"
             boxes.append(_standing_box(r, standing, by_health.get(r.label), checked, why,
                                        "live", now, scrub))

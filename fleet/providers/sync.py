@@ -75,10 +75,11 @@ def view(reg: Registry, providers: Mapping[str, Provider]) -> View:
                     out.orphans.append(b)
                     out.duplicates.add(f"{name}/{b.box_id}")
         seen = {row.label for row, _ in out.matched}
+        may_be = _MayBe(odd)
         for r in rows.values():
             if not r.live or r.provider != name or r.label in seen:
                 continue
-            maybe = next((u for u in odd if _may_be(u, r)), None)
+            maybe = may_be(r)
             if maybe is not None:
                 out.unsure[r.label] = str(maybe)
             elif r.provider_id:
@@ -86,11 +87,31 @@ def view(reg: Registry, providers: Mapping[str, Provider]) -> View:
     return out
 
 
-def _may_be(u: Unreadable, row: Row) -> bool:
-    """Whether an unreadable listing row may be `row`'s box."""
-    if u.box_id is not None and row.provider_id is not None:
-        return u.box_id == row.provider_id
-    return u.label in (None, row.label)
+class _MayBe:
+    """The first unreadable listing row (in the listing's order) that may be a row's box: the
+    same id where both ids are known, else the same label or none. Indexed once, so a listing
+    of many unreadable rows is not scanned again for each registry row."""
+
+    def __init__(self, odd: list[Unreadable]) -> None:
+        self.odd = odd
+        self.by_id: dict[str, int] = {}  # box id -> first row with it
+        self.by_label: dict[str | None, int] = {}  # label (None: none) -> first row
+        self.by_label_no_id: dict[str | None, int] = {}  # the same, of the rows without an id
+        for i, u in enumerate(odd):
+            if u.box_id is not None:
+                self.by_id.setdefault(u.box_id, i)
+            else:
+                self.by_label_no_id.setdefault(u.label, i)
+            self.by_label.setdefault(u.label, i)
+
+    def __call__(self, row: Row) -> Unreadable | None:
+        if row.provider_id is not None:  # by id, or by label (or none) where its id is unknown
+            found = [self.by_id.get(row.provider_id), self.by_label_no_id.get(row.label),
+                     self.by_label_no_id.get(None)]
+        else:
+            found = [self.by_label.get(row.label), self.by_label.get(None)]
+        first = min((i for i in found if i is not None), default=None)
+        return None if first is None else self.odd[first]
 
 
 def _confirm(out: View, p: Provider, row: Row) -> None:

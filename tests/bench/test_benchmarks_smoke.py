@@ -119,11 +119,36 @@ def postgres_test_server(out: str) -> None:
                                                        "create_and_drop"))), r
 
 
+def state_scale(out: str) -> None:
+    cases = first_json(out)["cases"]
+    assert sorted(c["what"] for c in cases) == sorted(
+        ["update", "rent", "tick", "tick+page", "remap"]), cases
+    assert all(c["boxes"] == 100 and numbers(c["p50_s"], c["max_s"]) for c in cases), cases
+
+
+def check_scale(out: str) -> None:
+    sizes = first_json(out)["sizes"]
+    assert [s["boxes"] for s in sizes] == [100, 1000], sizes
+    assert all(numbers(s["judge_s"]) for s in sizes), sizes
+
+
+def inventory_scale(out: str) -> None:
+    sizes = first_json(out)["sizes"]
+    assert [s["rows"] for s in sizes] == [100, 1000], sizes
+    assert all(numbers(s["cold"], s["warm"]) for s in sizes), sizes
+
+
+def page_scale(out: str) -> None:
+    sizes = first_json(out)["sizes"]
+    assert [s["live_boxes"] for s in sizes] == [100, 1000], sizes
+    assert all(numbers(s["build_s"], s["render_s"]) for s in sizes), sizes
+
+
 MEASURED: dict[str, Callable[[str], None]] = {
     f"{check.__name__}.py": check for check in (
-        agent_vs_supervisord, boxes_ready, demo_repeat, inventory_1000, job_domain, loop,
-        mesh_replace, nvml_device, oneshot, postgres_test_server, publish, sim_soak,
-        standing_convert, storage_clean)
+        agent_vs_supervisord, boxes_ready, check_scale, demo_repeat, inventory_1000,
+        inventory_scale, job_domain, loop, mesh_replace, nvml_device, oneshot, page_scale,
+        postgres_test_server, publish, sim_soak, standing_convert, state_scale, storage_clean)
 }
 
 

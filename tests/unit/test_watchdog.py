@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import page_fixture
+import pytest
 
 from fleet.boxes import jobstate
 from fleet.core.boxes import Row
 from fleet.ops import budget
-from fleet.ops.watchdog import judge
+from fleet.ops.watchdog import judge, watch
+from fleet.state.registry import Registry
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -103,3 +109,27 @@ def test_a_box_deadline_within_the_cap_holds_past_the_rents() -> None:
              "box_now": str(NOW.timestamp())}
     w = judge(row(expires_at=iso(NOW - timedelta(minutes=10))), state, None, NOW)
     assert not w.due and round(w.ttl_left_min or 0) == 20
+
+
+def test_a_watch_writes_the_registry_only_for_the_boxes_whose_job_state_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # each write rewrites the whole registry: one a one-shot box a pass is quadratic
+    cfg = page_fixture.config(tmp_path)
+    reg = Registry(cfg.registry)
+    for i in range(30):
+        reg.add(row(label=f"bench-vast-{i}", job_state="running", invocations=1))
+    states = {f"bench-vast-{i}": {"phase": "running", "invocations": 1} for i in range(30)}
+    states["bench-vast-7"] = {"phase": "finished", "invocations": 1}
+    monkeypatch.setattr(jobstate, "job_state", lambda _cfg, r, _job: states[r.label])
+    writes = []
+    update = Registry.update
+
+    def counted(self: Registry, label: str, **changes: Any) -> Row:
+        writes.append(label)
+        return update(self, label, **changes)
+
+    monkeypatch.setattr(Registry, "update", counted)
+    watched = watch(cfg, reg, NOW)
+    assert len(watched) == 30 and writes == ["bench-vast-7"]
+    assert reg.get("bench-vast-7").job_state == "finished"  # type: ignore[union-attr]
+    assert {r.job_state for r in reg.rows() if r.label != "bench-vast-7"} == {"running"}
