@@ -192,7 +192,8 @@ def write(out_dir: Path, data: Mapping[str, Any]) -> tuple[Path, Path]:
     """Write `fleet.json` and `index.html` into `out_dir`, each by temp file and rename."""
     out_dir = prepare(out_dir)
     html = render(data)
-    doc = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+    # compact: indenting would take the pure-Python encoder, seconds at 10,000 boxes
+    doc = json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
     paths = (out_dir / "fleet.json", out_dir / "index.html")
     try:
         write_atomic(paths[0], doc)
