@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: `./run.sh demo` (the sandbox demo) and `./run.sh test`.
 # Both install what they need first: Debian packages (sshd for the sandbox boxes, iproute2 for
-# their namespaces, gcc for the stand-in NVML, Debian's python3 for the boxes) and the project's
-# Python environment in .venv.
+# their namespaces, gcc for the stand-in NVML, Debian's python3 for the boxes, postgresql for the
+# tests' database servers) and the project's Python environment in .venv. The tests start servers
+# of their own (tests/pgserver.py: own socket folder, no TCP), so a default cluster the package
+# may start meets none of them, and none needs a running systemd.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 DEBIAN_PACKAGES=(openssh-server openssh-client iproute2 gcc libc6-dev python3 python3-venv
-                 procps psmisc util-linux mount e2fsprogs chromium)
+                 procps psmisc util-linux mount e2fsprogs chromium postgresql)
 
 setup() {
     if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

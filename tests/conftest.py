@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest_plugins = ["pgserver"]  # a real PostgreSQL server: pg_server, pg_url, FLEET_TEST_BACKEND
+
 # the longest modules, longest first (bench/RESULTS.md, "The suite's wall time", has their
 # times); the rest follow in their usual order
 LONGEST_FIRST = (

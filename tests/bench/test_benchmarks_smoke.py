@@ -112,10 +112,18 @@ def storage_clean(out: str) -> None:
     assert numbers(d["review_s"], d["clean_s"]), d
 
 
+def postgres_test_server(out: str) -> None:
+    for r in first_json(out)["results"]:
+        assert r["databases_per_round"] == 3, r
+        assert numbers(*(r[f]["median_ms"] for f in ("start", "stop_and_remove",
+                                                       "create_and_drop"))), r
+
+
 MEASURED: dict[str, Callable[[str], None]] = {
     f"{check.__name__}.py": check for check in (
         agent_vs_supervisord, boxes_ready, demo_repeat, inventory_1000, job_domain, loop,
-        mesh_replace, nvml_device, oneshot, publish, sim_soak, standing_convert, storage_clean)
+        mesh_replace, nvml_device, oneshot, postgres_test_server, publish, sim_soak,
+        standing_convert, storage_clean)
 }
 
 
