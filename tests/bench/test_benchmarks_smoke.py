@@ -119,11 +119,20 @@ def postgres_test_server(out: str) -> None:
                                                        "create_and_drop"))), r
 
 
+def leader_failover(out: str) -> None:
+    d = first_json(out)
+    assert d["kills"] == 3 and d["creates"] >= 1, d
+    assert (d["labels_created_twice"], d["creates_without_a_row"],
+            d["boxes_listed_without_a_row_at_end"], d["most_live_boxes_per_slot"]) == \
+        (0, 0, 0, 1), d
+    assert numbers(d["takeover_s"]["p50"], d["takeover_s"]["max"]), d
+
+
 MEASURED: dict[str, Callable[[str], None]] = {
     f"{check.__name__}.py": check for check in (
-        agent_vs_supervisord, boxes_ready, demo_repeat, inventory_1000, job_domain, loop,
-        mesh_replace, nvml_device, oneshot, postgres_test_server, publish, sim_soak,
-        standing_convert, storage_clean)
+        agent_vs_supervisord, boxes_ready, demo_repeat, inventory_1000, job_domain,
+        leader_failover, loop, mesh_replace, nvml_device, oneshot, postgres_test_server,
+        publish, sim_soak, standing_convert, storage_clean)
 }
 
 

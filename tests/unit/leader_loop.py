@@ -78,15 +78,19 @@ class FileVast:
 
     @contextlib.contextmanager
     def _state(self) -> Iterator[dict[str, Any]]:
-        with open(self.folder / "provider.json", "r+") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            state = json.loads(f.read())
+        """The provider's boxes under its lock, replaced whole (a process killed mid-write
+        leaves the last state, as a provider would)."""
+        path = self.folder / "provider.json"
+        with open(self.folder / "provider.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = json.loads(path.read_text())
             yield state
-            f.seek(0)
-            f.truncate()
-            f.write(json.dumps(state))
-            f.flush()
-            os.fsync(f.fileno())
+            tmp = path.with_name(f"provider.{os.getpid()}.tmp")
+            with open(tmp, "w") as f:
+                f.write(json.dumps(state))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
 
     def _log(self, op: str, label: str, box_id: str) -> None:
         with open(self.folder / "events.log", "a") as f:
@@ -138,6 +142,11 @@ class FileVast:
     def stop(self, box_id: str) -> None:
         raise AssertionError("the loop never stops boxes")
 
+    def take_away(self, box_id: str) -> None:
+        """The box ends on the provider's side, unasked (its machine failed)."""
+        with self._state() as s:
+            s["boxes"].pop(box_id, None)
+
     def destroy(self, box_id: str) -> None:
         with self._state() as s:
             d = s["boxes"].pop(box_id, None)
@@ -153,11 +162,16 @@ def make_loop(folder: Path, fence: Any) -> Any:
     cfg = config.parse(tomllib.loads((folder / "fleet.toml").read_text()),
                        folder / "fleet.toml")
 
-    def check(_cfg: Any, built: Any) -> list[Health]:
-        return [Health(label, "vast", ssh=True, agent=True) for label, _ in
-                built.groups["standing"]]
+    vast = FileVast(folder)
 
-    return Loop(cfg, {"vast": FileVast(folder)}, echo=lambda line: print(line, flush=True),
+    def check(_cfg: Any, built: Any) -> list[Health]:
+        """SSH answers where the provider still has the box (one taken away dies)."""
+        there = {b.label for b in vast.boxes()}
+        return [Health(label, "vast", ssh=label in there, agent=label in there,
+                       problems=[] if label in there else ["ssh: box did not answer"])
+                for label, _ in built.groups["standing"]]
+
+    return Loop(cfg, {"vast": vast}, echo=lambda line: print(line, flush=True),
                 converge_fn=lambda _cfg, _labels: None, check_fn=check, fence=fence)
 
 
