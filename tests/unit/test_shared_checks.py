@@ -165,3 +165,62 @@ def test_a_result_stored_under_a_stale_token_is_ignored(pg_url: str) -> None:
     got = claims.results(db, 5)
     assert list(got) == ["live-00"] and got["live-00"].problems == ["checked by the leader"]
     assert claims.unanswered(db, 5) == 1
+
+
+def test_a_standby_loop_checks_its_share_between_its_polls_for_the_lead(
+        cfg: config.Config, pg_url: str) -> None:
+    from fleet.ops import loop
+    from fleet.state.leader import Leadership
+
+    db = open_url(pg_url)
+    leading = Leadership(db, holder="the leader")
+    assert leading.campaign() is not None
+    by_standby: list[str] = []
+    said: list[str] = []
+
+    def standby_check(_cfg: Any, built: Built) -> list[Health]:
+        labels = [label for label, _ in built.groups["standing"]]
+        by_standby.extend(labels)
+        return [verdict(label, "the standby") for label in labels]
+
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def standby_work() -> int:
+        if done.is_set():  # the test is over: the standby stops here
+            raise KeyboardInterrupt
+        return shared_check.work(cfg, standby_check, limit=2)
+
+    def never(_fence: Any) -> Any:
+        if not done.is_set():
+            failed.append(AssertionError("the standby led while the leader held the lead"))
+        raise KeyboardInterrupt
+
+    def standby() -> None:
+        try:
+            loop.lead(Leadership(open_url(pg_url), holder="the standby"), never, 1.0, False,
+                      lambda _t: None, said.append, poll_s=0.05, standby_work=standby_work)
+        except KeyboardInterrupt:
+            pass
+        except BaseException as e:
+            failed.append(e)
+
+    def leader_check(_cfg: Any, built: Built) -> list[Health]:
+        labels = [label for label, _ in built.groups["standing"]]
+        wait_for("the standby checks a batch", lambda: by_standby)
+        return [verdict(label, "the leader") for label in labels]
+
+    t = threading.Thread(target=standby)
+    t.start()
+    try:
+        health = shared_check.lead(db, cfg, 9, hosts(6), leader_check, wait_s=60, limit=2)
+    finally:
+        done.set()
+        leading.resign()
+        t.join(60)
+    assert failed == [] and not t.is_alive()
+    assert said and said[0].startswith("standby: the loop of the leader (epoch 1")
+    assert by_standby and len(by_standby) < 6, by_standby
+    assert [h.label for h in health] == [label for label, _ in hosts(6)]
+    assert {h.label for h in health if h.problems == ["checked by the standby"]} == \
+        set(by_standby)
