@@ -37,7 +37,7 @@ def loop_cmd(
     the roster is owed, sweep orphans, rewrite the fleet page. One line per action and a
     summary per tick; with --json, one object per tick."""
     from fleet import page
-    from fleet.ops import check, loop, rent
+    from fleet.ops import check, loop, rent, shared_check
     from fleet.ops.converge import converge, write_peers
 
     c = cfg()
@@ -69,9 +69,18 @@ def loop_cmd(
         else:
             _say(t.summary())
 
+    def standby_work() -> int:
+        """Its share of the leader's checks (PostgreSQL): a failure is said, never fatal."""
+        try:
+            return shared_check.work(c, check.check)
+        except FleetError as e:
+            _note(f"standby: shared checks: {e}")
+            return 0
+
     leading = Leadership(reg.db)
     try:
-        loop.lead(leading, make, every, once, emit, _note)
+        loop.lead(leading, make, every, once, emit, _note,
+                  standby_work=standby_work if reg.db.postgres else None)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     finally:

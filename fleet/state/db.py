@@ -114,6 +114,9 @@ class Database:
     def _begin_read(self, raw: Any) -> None:
         raise NotImplementedError
 
+    def _begin_rows(self, raw: Any) -> None:
+        raise NotImplementedError
+
     def _conn(self) -> Any:
         raw = getattr(self._local, "raw", None)
         if raw is None:
@@ -134,7 +137,7 @@ class Database:
                 raw.close()
 
     @contextlib.contextmanager
-    def _tx(self, write: bool, migrate: bool) -> Iterator[Tx]:
+    def _tx(self, write: bool | None, migrate: bool) -> Iterator[Tx]:
         if migrate:
             self.migrate()
         if getattr(self._local, "open", False):
@@ -143,7 +146,9 @@ class Database:
         self._local.open = True
         try:
             try:
-                (self._begin_write if write else self._begin_read)(raw)
+                begin = {True: self._begin_write, False: self._begin_read,
+                         None: self._begin_rows}[write]
+                begin(raw)
             except Exception as e:
                 self.drop_connection()
                 raise StateError(f"state database {describe(self.url)}: {e}") from None
@@ -176,6 +181,11 @@ class Database:
     def read(self) -> contextlib.AbstractContextManager[Tx]:
         """A transaction that reads one consistent snapshot."""
         return self._tx(False, True)
+
+    def rows(self) -> contextlib.AbstractContextManager[Tx]:
+        """A write transaction that locks only the rows it selects `FOR UPDATE`: on PostgreSQL
+        it does not wait for other writers (`fleet.state.claims`); on SQLite it is `write`."""
+        return self._tx(None, True)
 
     def migrate(self) -> None:
         if self._migrated:
@@ -219,6 +229,9 @@ class SQLite(Database):
     def _begin_read(self, raw: sqlite3.Connection) -> None:
         raw.execute("BEGIN")
 
+    def _begin_rows(self, raw: sqlite3.Connection) -> None:
+        raw.execute("BEGIN IMMEDIATE")
+
 
 class Postgres(Database):
     postgres = True
@@ -241,6 +254,9 @@ class Postgres(Database):
 
     def _begin_read(self, raw: Any) -> None:
         raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+    def _begin_rows(self, raw: Any) -> None:
+        raw.execute("SELECT 1")  # READ COMMITTED: row locks only
 
 
 _OPEN: dict[tuple[str, int], Database] = {}

@@ -60,6 +60,11 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
         "token TEXT, claimed_until DOUBLE PRECISION, result TEXT, "
         "PRIMARY KEY (tick, label))",
     )),
+    (4, "what a shared check reaches", (
+        # the leader's inventory entry of the box (`fleet.boxes.inventory.host_data`): what the
+        # operator machine that claims it connects to
+        "ALTER TABLE check_claims ADD COLUMN host TEXT NOT NULL DEFAULT '{}'",
+    )),
 )
 
 LATEST = MIGRATIONS[-1][0]

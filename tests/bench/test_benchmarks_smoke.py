@@ -144,11 +144,21 @@ def page_scale(out: str) -> None:
     assert all(numbers(s["build_s"], s["render_s"]) for s in sizes), sizes
 
 
+def leader_failover(out: str) -> None:
+    d = first_json(out)
+    assert d["kills"] == 3 and d["creates"] >= 1, d
+    assert (d["labels_created_twice"], d["creates_without_a_row"],
+            d["boxes_listed_without_a_row_at_end"], d["most_live_boxes_per_slot"]) == \
+        (0, 0, 0, 1), d
+    assert numbers(d["takeover_s"]["p50"], d["takeover_s"]["max"]), d
+
+
 MEASURED: dict[str, Callable[[str], None]] = {
     f"{check.__name__}.py": check for check in (
         agent_vs_supervisord, boxes_ready, check_scale, demo_repeat, inventory_1000,
-        inventory_scale, job_domain, loop, mesh_replace, nvml_device, oneshot, page_scale,
-        postgres_test_server, publish, sim_soak, standing_convert, state_scale, storage_clean)
+        inventory_scale, job_domain, leader_failover, loop, mesh_replace, nvml_device, oneshot,
+        page_scale, postgres_test_server, publish, sim_soak, standing_convert, state_scale,
+        storage_clean)
 }
 
 

@@ -185,10 +185,13 @@ STANDBY_POLL_S = 2.0  # a standby asks for the lead this often
 
 def lead(leading: Leadership, make: Callable[[Fence], Loop], interval_s: float, once: bool,
          emit: Callable[[Tick], None], say: Callable[[str], None],
-         poll_s: float = STANDBY_POLL_S) -> None:
+         poll_s: float = STANDBY_POLL_S, standby_work: Callable[[], int] | None = None
+         ) -> None:
     """Campaign for the lead and run the loop while it lasts; wait as a standby while another
     leads (said once per leader); lose it and campaign again, with a new loop: nothing of the
-    old one's tick carries on. `--once` does not wait: another loop leading is exit 2."""
+    old one's tick carries on. `--once` does not wait: another loop leading is exit 2.
+    A standby does `standby_work` between its polls (its share of the leader's checks,
+    `fleet.ops.shared_check.work`); while that finds work, it polls again at once."""
     shown: tuple[str, int] | None = None
     while True:
         fence = leading.campaign()
@@ -202,6 +205,8 @@ def lead(leading: Leadership, make: Callable[[Fence], Loop], interval_s: float, 
             if shown != (now.holder if now else "", now.epoch if now else 0):
                 say(f"standby: the loop of {who} leads; waiting to take over")
                 shown = (now.holder if now else "", now.epoch if now else 0)
+            if standby_work is not None and standby_work():
+                continue
             time.sleep(poll_s)
             continue
         shown = None

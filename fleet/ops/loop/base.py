@@ -13,7 +13,7 @@ from fleet.boxes.inventory import Built
 from fleet.core import labels
 from fleet.core.boxes import Row, is_standing
 from fleet.core.config import Config
-from fleet.core.errors import BudgetExceeded, FleetError, UsageError
+from fleet.core.errors import BudgetExceeded, FleetError, NotLeader, UsageError
 from fleet.core.times import now_iso, parse_iso
 from fleet.core.verdicts import Health
 from fleet.ops import budget, destroy, disruption, judgement
@@ -173,6 +173,8 @@ class LoopBase:
         said (and tried again next tick), never raised; None then, or when `spend` kept it."""
         try:
             return destroy.destroy(self.cfg, self.reg, self.providers, order, spend=spend)
+        except NotLeader:
+            raise  # it acts no more: nothing of the tick goes on
         except UsageError as e:  # a guard refused (`destroy.Refused`), or no API key
             self._act(t, f"{order.label}: not destroyed ({what}): {e}")
         except FleetError as e:  # the provider failed, or could not be asked (by label)

@@ -12,14 +12,24 @@ from fleet.boxes.sshkeys import write_known_hosts
 from fleet.core.boxes import Row, is_standing
 from fleet.core.times import now_iso
 from fleet.core.verdicts import Health
-from fleet.ops import judgement
+from fleet.ops import judgement, shared_check
 from fleet.ops.loop.base import LoopBase, Tick, epoch
 from fleet.providers.base import Box
 from fleet.providers.sync import View
+from fleet.state import claims
 from fleet.state.loop_memory import Memory
 
 
 class Judging(LoopBase):
+    def _check(self, t: Tick, hosts: list[tuple[str, dict[str, Any]]]) -> list[Health]:
+        """The checks of `hosts`: on PostgreSQL shared with the standbys' machines, whose
+        results the loop waits for up to half an interval (`fleet.ops.shared_check`); on
+        SQLite, all of them here."""
+        if not self.reg.db.postgres:
+            return self.check_fn(self.cfg, Built(groups={"standing": hosts}))
+        return shared_check.lead(self.reg.db, self.cfg, t.number, hosts, self.check_fn,
+                                 wait_s=min(self.cfg.loop.interval_s / 2, claims.CLAIM_S))
+
     def _note_stops(self, v: View) -> None:
         """Record when a listing first showed a box stopped (it then bills its storage only,
         for the estimate of what it spent), and forget it once the box runs again."""
@@ -88,8 +98,7 @@ class Judging(LoopBase):
                 death[row.label] = "no provider lists it any more, and SSH does not answer"
                 hosts.append((row.label, host_data(self.cfg, row, _last_seen(row))))
         blind = self._blind_key() if hosts else None
-        health = self.check_fn(self.cfg, Built(groups={"standing": hosts})) \
-            if hosts and blind is None else []
+        health = self._check(t, hosts) if hosts and blind is None else []
         down = {h.label for h in health if not h.ssh}
         # deaths that are no one's path, of boxes their provider lists: it lost the box's host
         # too, or the box's sshd took the fleet's login and never ran the command (the path

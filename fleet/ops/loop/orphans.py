@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from fleet.core.errors import FleetError, UsageError
+from fleet.core.errors import FleetError, NotLeader, UsageError
 from fleet.core.times import now_iso
 from fleet.ops import destroy, disruption, sweep
 from fleet.ops.loop.base import LoopBase, Tick, epoch
@@ -55,6 +55,8 @@ class Sweeping(LoopBase):
                 if destroy.destroy(self.cfg, self.reg, self.providers, order,
                                    spend=spend) is None:
                     continue
+            except NotLeader:
+                raise
             except UsageError as e:  # a guard refused (`destroy.Refused`), or no API key
                 self._act(t, f"orphan {b.label} ({key}): kept: {e}")
                 seen.pop(key)

@@ -11,7 +11,7 @@ from fleet.boxes import lifecycle
 from fleet.boxes.sshkeys import write_known_hosts
 from fleet.core import labels
 from fleet.core.boxes import Row, is_standing, unfinished
-from fleet.core.errors import FleetError
+from fleet.core.errors import FleetError, NotLeader
 from fleet.core.times import now_iso
 from fleet.ops import destroy, disruption
 from fleet.ops import owed as owed_mod
@@ -196,6 +196,8 @@ class Resuming(LoopBase):
                 else:
                     self._act(t, f"{row.label}: waiting for SSH ({box.status}, {age:.0f} s "
                                  f"of {limit:.0f})")
+            except NotLeader:
+                raise
             except FleetError as e:
                 self._act(t, f"{row.label}: resuming the unfinished rent failed ({e}); tried "
                              "again next tick")

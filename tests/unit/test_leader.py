@@ -1,0 +1,290 @@
+"""One leader loop per fleet, on SQLite and on a real PostgreSQL server: the lead held by a real
+process and taken over when it is SIGKILLed, the fence of a former leader refused by every
+write that acts, a session the server ends, a standby's line, a paused leader resumed late."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from fleet.core.boxes import Row
+from fleet.core.errors import NotLeader
+from fleet.ops import loop
+from fleet.state import locks
+from fleet.state.db import open_url
+from fleet.state.leader import Fence, Leadership
+from fleet.state.loop_memory import Memory
+from fleet.state.registry import Registry
+from tests.unit import leader_loop
+
+ROOT = Path(__file__).resolve().parents[2]
+HOLD = """
+import sys, time
+from fleet.state.db import open_url
+from fleet.state.leader import Leadership
+lead = Leadership(open_url(sys.argv[1]), holder=sys.argv[2])
+fence = lead.campaign()
+print("epoch", fence.epoch if fence else None, flush=True)
+while True:
+    time.sleep(0.2)
+    lead.lost()  # marks it seen: its seen_at moves, what a standby shows
+"""
+
+
+def wait_for(what: str, ok: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = ok()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    got = (f"sqlite:///{tmp_path}/state/fleet.db" if request.param == "sqlite"
+           else str(request.getfixturevalue("pg_url")))
+    monkeypatch.setenv("FLEET_DATABASE_URL", got)
+    return got
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture
+def holder(url: str) -> Iterator[Callable[[str], subprocess.Popen[str]]]:
+    """Start a process that takes the lead as `name` and holds it; killed at the end."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(name: str) -> subprocess.Popen[str]:
+        p = subprocess.Popen([sys.executable, "-c", HOLD, url, name], stdout=subprocess.PIPE,
+                             text=True, env=env())
+        started.append(p)
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert line.startswith("epoch "), line
+        return p
+
+    yield start
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def row(label: str) -> Row:
+    return Row(label=label, provider="vast", role="live", kind="standing", card="RTX 4090",
+               gpu_count=1, usd_per_hour=0.3, status="running", provider_id=label)
+
+
+def test_one_process_leads_and_another_is_a_standby_that_names_it(
+        url: str, holder: Callable[[str], subprocess.Popen[str]]) -> None:
+    holder("first")
+    second = Leadership(open_url(url), holder="second")
+    assert second.campaign() is None
+    now = second.current()
+    assert now is not None and (now.holder, now.epoch) == ("first", 1)
+
+
+def test_a_leader_killed_is_followed_by_one_with_the_next_epoch(
+        url: str, holder: Callable[[str], subprocess.Popen[str]]) -> None:
+    first = holder("first")
+    second = Leadership(open_url(url), holder="second")
+    assert second.campaign() is None
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    fence = wait_for("the second takes the lead", second.campaign)
+    assert fence == Fence(2, "second")
+    lead = second.current()
+    assert lead is not None and (lead.holder, lead.epoch) == ("second", 2)
+    second.resign()
+
+
+def test_a_former_leaders_fence_is_refused_by_every_write_that_acts(
+        url: str, tmp_path: Path) -> None:
+    path = tmp_path / "state" / "boxes.json"
+    first = Leadership(open_url(url), holder="first")
+    old = first.campaign()
+    assert old is not None
+    Registry(path).add(row("live-a"))
+    first.resign()
+    second = Leadership(open_url(url), holder="second")
+    assert second.campaign() == Fence(2, "second")
+    stale = Registry(path, old)
+    with pytest.raises(NotLeader, match="epoch 1"):
+        stale.add(row("live-b"))
+    with pytest.raises(NotLeader):
+        stale.mark_destroyed("live-a")
+    with pytest.raises(NotLeader):
+        Memory(tick=9).save(path, fence=old)
+    assert [r.label for r in Registry(path).rows()] == ["live-a"]
+    assert Registry(path).get("live-a").destroyed_at is None  # type: ignore[union-attr]
+    assert Memory.load(path).tick == 0
+    Registry(path, second.fence).add(row("live-b"))  # the leader's own fence holds
+    second.resign()
+
+
+def _terminate_lock_session(pg: str) -> int:
+    """End, from the server's side, the session holding the leader's advisory lock."""
+    key = locks.LEADER & (1 << 64) - 1
+    with psycopg.connect(pg, autocommit=True) as admin:
+        found = admin.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND classid = %s AND objid = %s AND objsubid = 1",
+            (key >> 32, key & 0xFFFFFFFF)).fetchall()
+        assert len(found) == 1, found
+        admin.execute("SELECT pg_terminate_backend(%s)", (found[0][0],))
+        return int(found[0][0])
+
+
+def test_a_leader_whose_session_the_server_ends_stops_and_campaigns_with_a_new_epoch(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLEET_DATABASE_URL", pg_url)
+    leading = Leadership(open_url(pg_url), holder="me")
+    made: list[Fence] = []
+    ticked: list[int] = []
+    said: list[str] = []
+
+    class Ticking:
+        """The loop `lead` runs: its first tick has its session ended under it."""
+
+        def __init__(self, fence: Fence) -> None:
+            self.fence = fence
+
+        def tick(self) -> loop.Tick:
+            ticked.append(self.fence.epoch)
+            if self.fence.epoch == 1:
+                _terminate_lock_session(pg_url)
+                return loop.Tick(1, "now")
+            raise KeyboardInterrupt  # the new leader's first tick: the test has seen enough
+
+    def make(fence: Fence) -> Any:
+        made.append(fence)
+        return Ticking(fence)
+
+    with pytest.raises(KeyboardInterrupt):
+        loop.lead(leading, make, 0.01, False, lambda _t: None, said.append, poll_s=0.01)
+    assert [f.epoch for f in made] == [1, 2]
+    assert ticked == [1, 2]  # the first loop never ticked again
+    assert any(s.startswith("lost the lead") and "session dropped" in s for s in said), said
+    leading.resign()
+
+
+def test_lost_says_the_session_the_server_ended(pg_url: str) -> None:
+    leading = Leadership(open_url(pg_url), holder="me")
+    assert leading.campaign() is not None and leading.lost() is None
+    _terminate_lock_session(pg_url)
+    why = leading.lost()
+    assert why is not None and "session dropped" in why
+    assert leading.fence is None
+
+
+def test_a_standbys_fleet_loop_says_once_whose_loop_leads(
+        url: str, tmp_path: Path, holder: Callable[[str], subprocess.Popen[str]]) -> None:
+    from sandbox.daemon import Sandbox
+
+    first = holder("the first machine")
+    cfg = tmp_path / "fleet.toml"
+    cfg.write_text(f'[fleet]\nregistry = "{tmp_path}/state/boxes.json"\n'
+                   "daily_budget_usd = 10\n")
+    with Sandbox(seed=7, boot_delay=0.2, poll_interval=0.01) as sbx:
+        e = {**env(), **sbx.env(), "HOME": str(tmp_path), "FLEET_CONFIG": str(cfg)}
+        standby = subprocess.Popen(
+            [sys.executable, "-m", "fleet.cli.main", "loop", "--interval", "1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e, cwd=tmp_path)
+        try:
+            assert standby.stderr is not None
+            lines: list[str] = []
+            while not any(ln.startswith("standby:") for ln in lines):
+                line = standby.stderr.readline()
+                assert line, f"the standby ended: {lines}"
+                lines.append(line)
+            first.send_signal(signal.SIGKILL)  # it takes over at a later poll, not the first
+            first.wait()
+            while not any(ln.startswith("leading as") for ln in lines):
+                line = standby.stderr.readline()
+                assert line, f"the standby ended: {lines}"
+                lines.append(line)
+        finally:
+            standby.kill()
+            standby.wait()
+    said = [ln for ln in lines if ln.startswith("standby:")]
+    assert len(said) == 1, lines
+    assert said[0].startswith("standby: the loop of the first machine (epoch 1, leading since")
+    assert "(epoch 2)" in lines[-1], lines
+
+
+def test_a_paused_leader_resumed_after_a_takeover_rents_nothing(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGSTOPped between its tick's last save and its rent while the server ended its
+    session and another loop took over: resumed, its rent is refused (NotLeader) before the
+    provider is asked."""
+    monkeypatch.setenv("FLEET_DATABASE_URL", pg_url)
+    folder = leader_loop.prepare(tmp_path / "fleet")
+    gate = tmp_path / "go"
+    paused = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests/unit/leader_loop.py"), str(folder), pg_url, "tick"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**env(), "PAUSE_IN_OFFERS": str(gate)})
+    try:
+        wait_for("the leader asks for offers",
+                 lambda: any(e["op"] == "offers" for e in leader_loop.events(folder)))
+        paused.send_signal(signal.SIGSTOP)
+        _terminate_lock_session(pg_url)
+        other = Leadership(open_url(pg_url), holder="other")
+        assert wait_for("the other takes the lead", other.campaign) == Fence(2, "other")
+        gate.touch()
+        paused.send_signal(signal.SIGCONT)
+        out, _ = paused.communicate(timeout=120)
+    finally:
+        if paused.poll() is None:
+            paused.kill()
+            paused.wait()
+    assert paused.returncode == 3, out
+    assert "NotLeader: this loop (epoch 1) no longer leads (now epoch 2, other)" in out, out
+    assert [e["op"] for e in leader_loop.events(folder)] == ["offers"]  # no create
+    assert Registry(folder / "state" / "boxes.json").rows() == []
+    other.resign()
+
+
+def test_a_former_leaders_tick_stops_at_its_first_refused_destroy(
+        url: str, tmp_path: Path) -> None:
+    """A refused destroy is NotLeader out of the tick, never "failed, tried again next tick"
+    with the tick going on to check the boxes and act on what it sees."""
+    folder = leader_loop.prepare(tmp_path / "fleet")
+    path = folder / "state" / "boxes.json"
+    vast = leader_loop.FileVast(folder)
+    box = vast.rent(None, type("Req", (), {"label": "live-x"})())
+    r = row("live-x")
+    r.provider_id, r.destroy_wanted = box.box_id, "over budget at the listed price"
+    Registry(path).add(r)
+    standing = vast.rent(None, type("Req", (), {"label": "live-y"})())
+    Registry(path).add(Row(label="live-y", provider="vast", role="live", kind="standing",
+                           card="RTX 4090", gpu_count=1, usd_per_hour=0.2, status="running",
+                           provider_id=standing.box_id, host_key="ssh-ed25519 AAAA",
+                           ssh_host="10.0.0.1", ssh_port=22, standing=True))
+    first = Leadership(open_url(url), holder="first")
+    old = first.campaign()
+    first.resign()
+    second = Leadership(open_url(url), holder="second")
+    assert second.campaign() is not None
+    stale = leader_loop.make_loop(folder, old)
+    checked: list[Any] = []
+    stale.check_fn = lambda _cfg, built: checked.append(built) or []
+    with pytest.raises(NotLeader, match="epoch 1"):
+        stale.tick()
+    assert checked == []  # it stopped there: no box was checked
+    assert [e["op"] for e in leader_loop.events(folder)] == ["create"] * 2  # none destroyed
+    assert Registry(path).get("live-x").destroyed_at is None  # type: ignore[union-attr]
+    second.resign()
