@@ -18,7 +18,7 @@ import contextlib
 import fcntl
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,10 +40,13 @@ class Lead:
 
 @dataclass(frozen=True)
 class Fence:
-    """A leader's epoch: what its rents and destroys check."""
+    """A leader's epoch: what its rents and destroys check. On PostgreSQL also the server's
+    process of the session that holds the lock: a session that ended (the loop's machine cut
+    off, the server restarted) ends the lead at once, before any other loop took it over."""
 
     epoch: int
     holder: str
+    session_pid: int | None = field(default=None, compare=False)
 
     def check(self, tx: Tx) -> None:
         found = tx.one("SELECT epoch, holder FROM leader WHERE id = 1")
@@ -51,6 +54,14 @@ class Fence:
             now = "none" if found is None else f"epoch {found[0]}, {found[1]}"
             raise NotLeader(f"this loop (epoch {self.epoch}) no longer leads (now {now}): "
                             "it acts no more")
+        if self.session_pid is not None and tx.one(
+                "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = ? "
+                "AND classid::bigint = ? AND objsubid = 2 AND objid::bigint = "
+                f"({locks.SCHEMA_KEY}::bigint & 4294967295) AND database = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database())",
+                (self.session_pid, locks.LEADER)) is None:
+            raise NotLeader(f"this loop (epoch {self.epoch}) no longer leads: its database "
+                            "session that held the lead has ended; it acts no more")
 
 
 def current(tx: Tx) -> Lead | None:
@@ -72,6 +83,7 @@ class Leadership:
         self.fence: Fence | None = None
         self._file: IO[str] | None = None  # SQLite: the flocked file
         self._session: Any = None  # PostgreSQL: the session that holds the advisory lock
+        self._session_pid: int | None = None  # ... its server process
 
     def current(self) -> Lead | None:
         with self.db.read() as tx:
@@ -96,7 +108,7 @@ class Leadership:
         except BaseException:
             self._unlock()
             raise
-        self.fence = Fence(epoch, self.holder)
+        self.fence = Fence(epoch, self.holder, self._session_pid)
         return self.fence
 
     def lost(self) -> str | None:
@@ -156,7 +168,8 @@ class Leadership:
         if not (got and got[0]):
             session.close()
             return False
-        self._session = session
+        pid = session.execute("SELECT pg_backend_pid()").fetchone()
+        self._session, self._session_pid = session, int(pid[0]) if pid else None
         return True
 
     def _session_lost(self) -> str | None:
@@ -175,4 +188,4 @@ class Leadership:
         if self._session is not None:
             with contextlib.suppress(Exception):
                 self._session.close()
-            self._session = None
+            self._session, self._session_pid = None, None

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import leader_loop
 import psycopg
 import pytest
 
@@ -24,7 +25,6 @@ from fleet.state.db import open_url
 from fleet.state.leader import Fence, Leadership
 from fleet.state.loop_memory import Memory
 from fleet.state.registry import Registry
-from tests.unit import leader_loop
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLD = """
@@ -137,12 +137,10 @@ def test_a_former_leaders_fence_is_refused_by_every_write_that_acts(
 
 def _terminate_lock_session(pg: str) -> int:
     """End, from the server's side, the session holding the leader's advisory lock."""
-    key = locks.LEADER & (1 << 64) - 1
     with psycopg.connect(pg, autocommit=True) as admin:
         found = admin.execute(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND classid = %s AND objid = %s AND objsubid = 1",
-            (key >> 32, key & 0xFFFFFFFF)).fetchall()
+            "AND classid::bigint = %s AND objsubid = 2", (locks.LEADER,)).fetchall()
         assert len(found) == 1, found
         admin.execute("SELECT pg_terminate_backend(%s)", (found[0][0],))
         return int(found[0][0])
@@ -178,6 +176,19 @@ def test_a_leader_whose_session_the_server_ends_stops_and_campaigns_with_a_new_e
     assert [f.epoch for f in made] == [1, 2]
     assert ticked == [1, 2]  # the first loop never ticked again
     assert any(s.startswith("lost the lead") and "session dropped" in s for s in said), said
+    leading.resign()
+
+
+def test_a_leader_whose_session_ended_acts_no_more_though_no_one_took_over(
+        pg_url: str, tmp_path: Path) -> None:
+    leading = Leadership(open_url(pg_url), holder="me")
+    fence = leading.campaign()
+    assert fence is not None
+    reg = Registry(tmp_path / "boxes.json", db=open_url(pg_url)).fenced(fence)
+    _terminate_lock_session(pg_url)  # no other loop campaigns: the epoch in the row is its own
+    with pytest.raises(NotLeader, match="session"):
+        reg.add(Row("live-a", "vast", "live", "standing", "RTX 4090", 1, 0.3))
+    assert reg.rows() == []
     leading.resign()
 
 

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_sandbox import FAST
 
 from fleet.providers.factory import get_provider
 from fleet.state.registry import Registry
 from sandbox.daemon import Sandbox
-from tests.unit.cli_sandbox import FAST
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = """
