@@ -14,6 +14,7 @@ from pathlib import Path
 import page_fixture as F
 import pytest
 import test_page_keyless as K
+from state_fixture import sql
 
 from fleet import page
 from fleet.core.verdicts import Health
@@ -49,10 +50,9 @@ def test_a_tick_verdict_for_the_label_on_another_provider_is_not_this_boxs() -> 
 ])
 def test_a_hand_edited_or_partial_health_entry_never_reads_well(tmp_path: Path, entry) -> None:
     reg = tmp_path / REG
-    reg.parent.mkdir(parents=True)
-    last_tick.path_for(reg).write_text(json.dumps({
-        "schema": 1, "number": 7, "at": F.iso(F.NOW - timedelta(minutes=3)),
-        "health": [entry], "owed": [], "provider_errors": []}))
+    last_tick.save(reg, 7, F.iso(F.NOW - timedelta(minutes=3)), [], now=F.NOW)
+    sql(reg, "INSERT INTO tick_health (number, pos, label, doc) VALUES (7, 0, ?, ?)",
+        (entry["label"], json.dumps(entry)))  # written by hand, past `Health`'s checks
     t = last_tick.load(reg)
     d = K.keyless(t)
     assert _by(d)["live-vast-a1"]["verdict"] != "well"  # before: a box nobody reached reads well
@@ -93,8 +93,8 @@ def test_a_symlink_to_dev_zero_does_not_hang_or_die(tmp_path: Path) -> None:
 
 def test_a_deeply_nested_last_tick_reads_as_no_tick(tmp_path: Path) -> None:
     reg = tmp_path / REG
-    reg.parent.mkdir(parents=True)
-    last_tick.path_for(reg).write_text('{"schema": 1, "health": ' + "[" * 200000)
+    last_tick.save(reg, 7, F.iso(F.NOW - timedelta(minutes=3)), F.health()[:1], now=F.NOW)
+    sql(reg, "UPDATE tick_health SET doc = ?", ("[" * 200000,))
     assert last_tick.load(reg) is None  # before: RecursionError escapes, `fleet page` exits 1
 
 
