@@ -5,7 +5,6 @@ never held, and counts all the same (the fake provider of test_loop.py)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import tomllib
 from pathlib import Path
 from typing import Any
