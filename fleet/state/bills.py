@@ -163,10 +163,10 @@ def refresh(registry: Path, providers: Mapping[str, Any], now: datetime | None =
 
 def load(registry: Path) -> Bills | None:
     """The last bills read, or None (none yet, or unreadable: then everything is estimated)."""
-    d = docs.get(open_db(registry), NAME)
-    if d is None:
-        return None
     try:
+        d = docs.get(open_db(registry), NAME)
+        if d is None:
+            return None
         return Bills(str(d["read_at"]), {k: {str(i): float(u) for i, u in v.items()}
                                          for k, v in d["charges"].items()}, dict(d["errors"]),
                      dict(d.get("covered") or {}), str(d.get("since") or ""))

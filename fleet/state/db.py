@@ -67,15 +67,9 @@ class Tx:
     def q(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         if self.postgres:
             sql = sql.replace("?", "%s")
-        try:
+        with _said():
             cur = self._raw.execute(sql, tuple(params))
             return list(cur.fetchall()) if cur.description is not None else []
-        except sqlite3.IntegrityError as e:
-            raise Duplicate(f"the database refused it: {e}") from None
-        except Exception as e:
-            if type(e).__name__ in ("UniqueViolation", "IntegrityError"):
-                raise Duplicate(f"the database refused it: {str(e).splitlines()[0]}") from None
-            raise
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         rows = self.q(sql, params)
@@ -84,11 +78,33 @@ class Tx:
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if not rows:
             return
-        if self.postgres:
-            with self._raw.cursor() as cur:
-                cur.executemany(sql.replace("?", "%s"), [tuple(r) for r in rows])
-        else:
-            self._raw.executemany(sql, [tuple(r) for r in rows])
+        with _said():
+            if self.postgres:
+                with self._raw.cursor() as cur:
+                    cur.executemany(sql.replace("?", "%s"), [tuple(r) for r in rows])
+            else:
+                self._raw.executemany(sql, [tuple(r) for r in rows])
+
+
+@contextlib.contextmanager
+def _said() -> Iterator[None]:
+    """A statement's failure as the fleet's errors: Duplicate where the schema refused a row,
+    StateError for the database's others (its disk full, locked past the wait, its connection
+    lost), which callers that must go on without a write (the loop's page) can catch."""
+    try:
+        yield
+    except sqlite3.IntegrityError as e:
+        raise Duplicate(f"the database refused it: {e}") from None
+    except sqlite3.Error as e:
+        raise StateError(f"the state database failed: {e}") from None
+    except Exception as e:
+        if type(e).__name__ in ("UniqueViolation", "IntegrityError"):
+            raise Duplicate(f"the database refused it: {str(e).splitlines()[0]}") from None
+        if type(e).__module__.split(".")[0] == "psycopg":
+            raise StateError(f"the state database failed: {str(e).strip().splitlines()[0]}"
+                             if str(e).strip() else f"the state database failed: {e!r}"
+                             ) from None
+        raise
 
 
 class Database:

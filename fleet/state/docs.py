@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 
 def get(db: Database, name: str) -> Any | None:
-    """The document `name` as JSON values, or None when there is none."""
+    """The document `name` as JSON values, or None when there is none; ValueError when the
+    stored text is not JSON."""
     with db.read() as tx:
         found = tx.one("SELECT doc FROM docs WHERE name = ?", (name,))
     return None if found is None else json.loads(found[0])

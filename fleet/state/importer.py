@@ -2,21 +2,24 @@
 
 The files (beside the old registry path: `boxes.json`, `loop.json`, `bills.json`,
 `last_tick.json`, `check-history.json`) are read, never changed or removed. Everything goes in
-as one write transaction, so an import that fails (a file that does not parse, a row the
-schema refuses) leaves the database as it was; each row is then read back and compared with
-its file's, field by field. A database that already holds rows takes the import only where
-they are exactly the files' (a second import changes nothing); otherwise it is refused.
+as one write transaction, so an import that fails (a file that does not parse or is not a
+regular file, a row the schema refuses) leaves the database as it was; each row is then read
+back and compared with its file's, field by field. A database that already holds rows or
+documents takes the import only where they are exactly the files' (a second import changes
+nothing); otherwise it is refused: what the fleet changed since is never put back.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from fleet.core.boxes import Row
-from fleet.core.errors import RegistryError, UsageError
+from fleet.core.errors import FleetError, RegistryError, UsageError
 from fleet.core.times import now_iso
 from fleet.state import docs
 from fleet.state.db import Database, Duplicate, Tx
@@ -37,17 +40,25 @@ class Imported:
 
 
 def _read(path: Path) -> Any | None:
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # never blocks on a FIFO: a file that is not a regular one is refused below
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise UsageError(f"{path}: cannot read: {e}; nothing imported") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(f"{path}: not a regular file; nothing imported")
+        data = f.read()
     try:
-        return json.loads(text)
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: cannot read: {e}; nothing imported") from None
     except json.JSONDecodeError as e:
         raise UsageError(f"{path} is corrupt at line {e.lineno} column {e.colno}: {e.msg}; "
                          "nothing imported") from None
+    except RecursionError:
+        raise UsageError(f"{path} is corrupt: nested too deep; nothing imported") from None
 
 
 def rows_of(path: Path, doc: Any) -> tuple[str | None, list[Row]]:
@@ -122,37 +133,64 @@ def _rows(tx: Tx, rows: list[Row], out: Imported) -> None:
 
 
 def _documents(tx: Tx, folder: Path, found: dict[str, Any], out: Imported) -> None:
+    """The files' documents, each where the database has none yet or the same: one the fleet
+    changed since an earlier import is never put back (the import is refused)."""
     from fleet.state import last_tick
     from fleet.state.bills import NAME as BILLS
     from fleet.state.loop_memory import NAME as LOOP
     from fleet.state.loop_memory import Memory
 
     if found["loop.json"] is not None:
-        mem = Memory.from_dict(found["loop.json"], str(folder / "loop.json"))
-        docs.put_in(tx, LOOP, asdict(mem))
+        try:
+            mem = Memory.from_dict(found["loop.json"], str(folder / "loop.json"))
+        except FleetError as e:
+            raise UsageError(f"{e}; nothing imported") from None
+        _document(tx, LOOP, asdict(mem), folder / "loop.json")
         out.memory = True
     if found["bills.json"] is not None:
         if not isinstance(found["bills.json"], dict) or "read_at" not in found["bills.json"]:
             raise UsageError(f"{folder / 'bills.json'}: not a bills document; nothing imported")
-        docs.put_in(tx, BILLS, found["bills.json"])
+        _document(tx, BILLS, found["bills.json"], folder / "bills.json")
         out.bills = True
     tick = found["last_tick.json"]
     if tick is not None:
         try:
             read = last_tick._read(tick)
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise UsageError(f"{folder / 'last_tick.json'}: not readable ({e}); nothing "
                              "imported") from None
-        last_tick.save_in(tx, read)
+        held = last_tick.load_in(tx)
+        if held is None and tx.one("SELECT 1 FROM ticks") is None:
+            last_tick.save_in(tx, read)
+        elif held != read:
+            raise _changed(folder / "last_tick.json", "last tick")
         out.tick_boxes = len(read.health)
     history = found["check-history.json"]
     if history is not None:
         if not isinstance(history, dict):
             raise UsageError(f"{folder / 'check-history.json'}: not an object; nothing imported")
-        tx.many("INSERT INTO check_history (label, doc) VALUES (?, ?) ON CONFLICT (label) "
-                "DO UPDATE SET doc = excluded.doc",
-                [(str(k), json.dumps(v)) for k, v in history.items()])
+        held_history = dict(tx.q("SELECT label, doc FROM check_history"))
+        new = []
+        for label, doc in history.items():
+            if str(label) not in held_history:
+                new.append((str(label), json.dumps(doc)))
+            elif json.loads(held_history[str(label)]) != doc:
+                raise _changed(folder / "check-history.json", f"check history of {label}")
+        tx.many("INSERT INTO check_history (label, doc) VALUES (?, ?)", new)
         out.history = len(history)
+
+
+def _document(tx: Tx, name: str, doc: Any, path: Path) -> None:
+    held = tx.one("SELECT doc FROM docs WHERE name = ?", (name,))
+    if held is None:
+        docs.put_in(tx, name, doc)
+    elif json.loads(held[0]) != json.loads(json.dumps(doc)):
+        raise _changed(path, f"{name} document")
+
+
+def _changed(path: Path, what: str) -> UsageError:
+    return UsageError(f"{path}: the database's {what} differs from the file's (the fleet "
+                      "changed it since an earlier import); nothing imported")
 
 
 def _verify(reg: Registry, rows: list[Row]) -> None:

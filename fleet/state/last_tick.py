@@ -91,11 +91,16 @@ def load(registry: Path) -> LastTick | None:
     """The last tick recorded, or None: none yet, or one that cannot be read whole (a wrong
     type anywhere). Never raises for its content."""
     with open_db(registry).read() as tx:
-        top = tx.one("SELECT number, at, saved_at, owed, provider_errors FROM ticks "
-                     "ORDER BY number DESC LIMIT 1")
-        if top is None:
-            return None
-        health = tx.q("SELECT doc FROM tick_health WHERE number = ? ORDER BY pos", (top[0],))
+        return load_in(tx)
+
+
+def load_in(tx: Tx) -> LastTick | None:
+    """`load`, within the transaction `tx`."""
+    top = tx.one("SELECT number, at, saved_at, owed, provider_errors FROM ticks "
+                 "ORDER BY number DESC LIMIT 1")
+    if top is None:
+        return None
+    health = tx.q("SELECT doc FROM tick_health WHERE number = ? ORDER BY pos", (top[0],))
     try:
         return _read({"schema": SCHEMA, "number": top[0], "at": top[1], "saved_at": top[2],
                       "owed": json.loads(top[3]), "provider_errors": json.loads(top[4]),

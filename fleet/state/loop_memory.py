@@ -68,10 +68,15 @@ class Memory:
     @classmethod
     def load(cls, registry: Path) -> Memory:
         """The memory of the fleet whose registry path is `registry`."""
-        d = docs.get(open_db(registry), NAME)
+        where = f"{NAME} in the state database"
+        try:
+            d = docs.get(open_db(registry), NAME)
+        except ValueError as e:  # not JSON: never read as a fresh memory
+            raise FleetError(f"{where}: the loop's memory is not readable ({e}); remove it "
+                             "to start afresh") from None
         if d is None:
             return cls()
-        return cls.from_dict(d, f"{NAME} in the state database")
+        return cls.from_dict(d, where)
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Memory:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from state_fixture import dump
 
 from fleet.cli import common
 from fleet.cli import main as cli
@@ -76,8 +77,9 @@ class FleetRun:
     def reg(self) -> Registry:
         return Registry(self.tmp_path / "state" / "boxes.json")
 
-    def registry_bytes(self) -> bytes:
-        return (self.tmp_path / "state" / "boxes.json").read_bytes()
+    def registry_bytes(self) -> str:
+        """The whole state database, to compare: equal means nothing was written."""
+        return dump(self.tmp_path / "state" / "boxes.json")
 
     def client(self, provider: str) -> Provider:
         return get_provider(provider, **FAST)  # type: ignore[arg-type]

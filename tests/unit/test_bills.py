@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from state_fixture import sql
 
 from fleet.core.boxes import Row
 from fleet.core.errors import BudgetExceeded, ProviderError
@@ -68,8 +69,9 @@ def test_a_stale_bill_or_a_failed_provider_is_estimated(tmp_path: Path) -> None:
     failed = bills.refresh(reg, {"vast": Billing(None)}, NOW)
     assert "HTTP 503" in failed.errors["vast"]
     assert bills.billed([row("b", "1")], bills.load(reg), NOW) == {}
-    (tmp_path / "bills.json").write_text("{broken")
-    assert bills.load(reg) is None
+    for broken in ("{broken", "[]", '{"read_at": 7}'):
+        sql(reg, "UPDATE docs SET doc = ? WHERE name = 'bills'", (broken,))
+        assert bills.load(reg) is None  # everything estimated
 
 
 class Lagging(Billing):
@@ -123,14 +125,14 @@ def test_a_provider_that_fails_or_answers_garbage_is_estimated_and_said() -> Non
     assert spent.total_usd == pytest.approx(budget.project(rows, 100, now=NOW).spent_usd)
 
 
-def test_the_cache_beside_the_registry_round_trips_and_leaves_no_temporary(
-        tmp_path: Path) -> None:
+def test_the_saved_bills_round_trip_as_one_document(tmp_path: Path) -> None:
     reg = tmp_path / "boxes.json"
     rows = [row("v", "1"), rp_row("pod", "p")]
     spent = bills.spent_today(rows, {"vast": Billing({"1": 3.0}), "runpod": Lagging(None)},
                               NOW, registry=reg)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bills.json"]
-    saved = json.loads((tmp_path / "bills.json").read_text())
+    assert not (tmp_path / "bills.json").exists()
+    ((doc,),) = sql(reg, "SELECT doc FROM docs WHERE name = 'bills'")
+    saved = json.loads(doc)
     assert saved["read_at"] == "2026-12-03T12:00:00Z" and saved["since"] == "2026-12-03T00:00:00Z"
     assert saved["charges"] == {"vast": {"1": 3.0}} and list(saved["errors"]) == ["runpod"]
     assert saved["covered"] == {"vast": "2026-12-03T12:00:00Z"}

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from state_fixture import dump
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +56,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], message: 
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(message), r.stderr
     assert "Traceback" not in r.stderr
-    assert not (tmp_path / "state" / "boxes.json").exists()  # nothing written
+    assert dump(tmp_path / "state" / "boxes.json") == ""  # nothing written
 
 
 def test_bad_config_is_exit_2(tmp_path: Path) -> None:

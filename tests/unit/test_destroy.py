@@ -147,8 +147,8 @@ def test_teardown_expired_goes_on_past_a_box_whose_teardown_crashes(
     from fleet.core.verdicts import Watch
     from fleet.ops import teardown, watchdog
 
-    for label in ("bench-x-9", "bench-x-10"):
-        fleet.row(label, status="running", provider_id="1", job="j1")
+    for box_id, label in enumerate(("bench-x-9", "bench-x-10"), 1):  # a box id is one box's
+        fleet.row(label, status="running", provider_id=str(box_id), job="j1")
     monkeypatch.setattr(watchdog, "watch", lambda *a: [
         Watch(label, "j1", "finished", 60.0, None, ["job finished"], due=True)
         for label in ("bench-x-9", "bench-x-10")])

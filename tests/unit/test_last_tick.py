@@ -1,10 +1,15 @@
-"""The loop's last tick (last_tick.json): saved whole by the loop's after-tick hook, read back
-as it was, and never a crash (nor a box without problems) when the file is missing or damaged;
+"""The loop's last tick (the state database's `ticks` and `tick_health`): saved whole by the
+loop's after-tick hook, read back as it was, whole even when its writer is killed mid-save, and
+never a crash (nor a box without problems) when it is missing or its stored rows are damaged;
 the stale rule."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import signal
+import time
 import tomllib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,6 +17,7 @@ from typing import Any
 
 import page_fixture as F
 import pytest
+from state_fixture import sql
 
 from fleet.cli.loop_cmd import page_after_tick
 from fleet.core import config
@@ -19,6 +25,7 @@ from fleet.core.times import read_iso
 from fleet.core.verdicts import Health, Owed
 from fleet.ops.loop import Loop, Tick
 from fleet.state import last_tick
+from fleet.state.db import open_db
 from fleet.state.loop_memory import Owe
 from fleet.state.registry import Registry
 
@@ -38,9 +45,6 @@ def test_save_and_load_give_back_the_tick(tmp_path: Path) -> None:
     health = [full_health(), *F.health()[1:]]
     saved = last_tick.save(reg, 42, AT, health, F.owed(), ["vast list: HTTP 503"],
                            now=F.NOW)
-    path = tmp_path / "state" / "last_tick.json"
-    assert path == last_tick.path_for(reg) and path.is_file()
-    assert sorted(p.name for p in path.parent.iterdir()) == ["last_tick.json"]  # no temps
     back = last_tick.load(reg)
     assert back == saved
     assert back.number == 42 and back.at == AT and back.saved_at == "2026-12-02T12:00:00Z"
@@ -48,68 +52,99 @@ def test_save_and_load_give_back_the_tick(tmp_path: Path) -> None:
     assert back.provider_errors == ("vast list: HTTP 503",)
     assert back.verdict("live-runpod-b2") == F.health()[1]
     assert back.verdict("no-such-box") is None
-    doc = json.loads(path.read_text())
-    assert doc["schema"] == last_tick.SCHEMA and doc["health"][0]["well"] is True
+    # a row per box judged, in order, each its Health's document
+    stored = sql(reg, "SELECT label, doc FROM tick_health WHERE number = 42 ORDER BY pos")
+    assert [label for label, _ in stored] == [h.label for h in health]
+    assert json.loads(stored[0][1])["well"] is True
+    assert not (tmp_path / "state" / "last_tick.json").exists()
 
 
-def test_a_missing_file_is_none(tmp_path: Path) -> None:
+def test_a_second_save_replaces_the_first_whole(tmp_path: Path) -> None:
+    reg = tmp_path / "state" / "boxes.json"
+    last_tick.save(reg, 41, AT, F.health(), F.owed(), now=F.NOW)
+    saved = last_tick.save(reg, 42, AT, F.health()[:1], now=F.NOW)
+    assert last_tick.load(reg) == saved
+    assert sql(reg, "SELECT number FROM ticks") == [(42,)]
+    assert sql(reg, "SELECT DISTINCT number FROM tick_health") == [(42,)]  # no older rows
+
+
+def test_no_tick_yet_is_none(tmp_path: Path) -> None:
     assert last_tick.load(tmp_path / "state" / "boxes.json") is None
 
 
-def _saved(tmp_path: Path) -> dict[str, Any]:
+def _killed_saving(registry: str, inside: str) -> None:
+    """Saves tick 43 in a write transaction and stalls before its commit."""
+    tick = last_tick.LastTick(43, AT, tuple(F.health()[:1]), saved_at=AT)
+    with open_db(Path(registry)).write() as tx:
+        last_tick.save_in(tx, tick)
+        Path(inside).touch()
+        time.sleep(60)
+
+
+def test_a_saver_killed_mid_save_leaves_the_tick_before_it_whole(tmp_path: Path) -> None:
+    reg = tmp_path / "state" / "boxes.json"
+    saved = last_tick.save(reg, 42, AT, F.health(), F.owed(), now=F.NOW)
+    inside = tmp_path / "inside"
+    saver = multiprocessing.get_context("fork").Process(target=_killed_saving,
+                                                         args=(str(reg), str(inside)))
+    saver.start()
+    deadline = time.monotonic() + 30
+    while not inside.exists():
+        assert time.monotonic() < deadline, "the saver never got inside its transaction"
+        assert saver.exitcode is None, f"the saver ended first: {saver.exitcode}"
+        time.sleep(0.01)
+    assert last_tick.load(reg) == saved  # a reader meanwhile: the tick before, whole
+    os.kill(saver.pid or 0, signal.SIGKILL)
+    saver.join()
+    assert last_tick.load(reg) == saved
+    again = last_tick.save(reg, 44, AT, F.health()[1:], now=F.NOW)  # the next writer proceeds
+    assert last_tick.load(reg) == again
+
+
+def _edit_health(reg: Path, pos: int, change: Any) -> None:
+    (doc,) = sql(reg, "SELECT doc FROM tick_health WHERE pos = ?", (pos,))
+    d = json.loads(doc[0])
+    change(d)
+    sql(reg, "UPDATE tick_health SET doc = ? WHERE pos = ?", (json.dumps(d), pos))
+
+
+def _edit_owed(reg: Path, change: Any) -> None:
+    (owed,) = sql(reg, "SELECT owed FROM ticks")
+    d = json.loads(owed[0])
+    change(d)
+    sql(reg, "UPDATE ticks SET owed = ?", (json.dumps(d),))
+
+
+DAMAGES: dict[str, Any] = {
+    "health not json": lambda reg: sql(reg, "UPDATE tick_health SET doc = '{not json'"),
+    "health truncated": lambda reg: sql(reg, "UPDATE tick_health SET doc = substr(doc, 1, 40)"
+                                        " WHERE pos = 1"),
+    "health a list": lambda reg: sql(reg, "UPDATE tick_health SET doc = '[]' WHERE pos = 0"),
+    "health a number": lambda reg: sql(reg, "UPDATE tick_health SET doc = '7' WHERE pos = 0"),
+    "health without a label": lambda reg: _edit_health(reg, 0, lambda d: d.pop("label")),
+    # read as "no problems", it would be a well box
+    "problems null": lambda reg: _edit_health(reg, 1, lambda d: d.update(problems=None)),
+    "problems not texts": lambda reg: _edit_health(reg, 1, lambda d: d.update(problems=[1, 2])),
+    "ssh is text": lambda reg: _edit_health(reg, 0, lambda d: d.update(ssh="yes")),
+    "time unreadable": lambda reg: sql(reg, "UPDATE ticks SET at = 'yesterday'"),
+    "owed not json": lambda reg: sql(reg, "UPDATE ticks SET owed = '[{'"),
+    "owed not a list": lambda reg: sql(reg, "UPDATE ticks SET owed = '7'"),
+    "owed gpus text": lambda reg: _edit_owed(reg, lambda d: d[0].update(gpus="1")),
+    "owed without reason": lambda reg: _edit_owed(reg, lambda d: d[0].pop("reason")),
+    "errors not texts": lambda reg: sql(reg, "UPDATE ticks SET provider_errors = '[null]'"),
+    "errors not json": lambda reg: sql(reg, "UPDATE ticks SET provider_errors = 'HTTP 503'"),
+    "deeply nested": lambda reg: sql(reg, "UPDATE tick_health SET doc = ? WHERE pos = 0",
+                                     ("[" * 200000,)),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_tick_is_none_never_an_error(tmp_path: Path, damage: str) -> None:
     reg = tmp_path / "boxes.json"
     last_tick.save(reg, 42, AT, F.health(), F.owed(), now=F.NOW)
-    d: dict[str, Any] = json.loads(last_tick.path_for(reg).read_text())
-    return d
-
-
-@pytest.mark.parametrize("damage", [
-    "not json", "truncated", "a list", "another schema", "no number", "number is text",
-    "number is a bool", "time unreadable", "health not a list", "health without a label",
-    "problems null", "problems not texts", "ssh is text", "owed gpus text",
-    "owed without reason", "errors not texts", "a folder"])
-def test_a_damaged_file_is_none_never_an_error(tmp_path: Path, damage: str) -> None:
-    d = _saved(tmp_path)
-    path = last_tick.path_for(tmp_path / "boxes.json")
-    text = None
-    if damage == "not json":
-        text = "{not json"
-    elif damage == "truncated":
-        text = path.read_text()[:200]
-    elif damage == "a list":
-        text = "[]"
-    elif damage == "another schema":
-        d["schema"] = 2
-    elif damage == "no number":
-        del d["number"]
-    elif damage == "number is text":
-        d["number"] = "42"
-    elif damage == "number is a bool":
-        d["number"] = True
-    elif damage == "time unreadable":
-        d["at"] = "yesterday"
-    elif damage == "health not a list":
-        d["health"] = 7
-    elif damage == "health without a label":
-        del d["health"][0]["label"]
-    elif damage == "problems null":  # read as "no problems", it would be a well box
-        d["health"][1]["problems"] = None
-    elif damage == "problems not texts":
-        d["health"][1]["problems"] = [1, 2]
-    elif damage == "ssh is text":
-        d["health"][0]["ssh"] = "yes"
-    elif damage == "owed gpus text":
-        d["owed"][0]["gpus"] = "1"
-    elif damage == "owed without reason":
-        del d["owed"][0]["reason"]
-    elif damage == "errors not texts":
-        d["provider_errors"] = [None]
-    if damage == "a folder":
-        path.unlink()
-        path.mkdir()
-    else:
-        path.write_text(text if text is not None else json.dumps(d))
-    assert last_tick.load(tmp_path / "boxes.json") is None
+    assert last_tick.load(reg) is not None
+    DAMAGES[damage](reg)
+    assert last_tick.load(reg) is None
 
 
 def test_health_from_dict_rederives_well_and_refuses_wrong_types() -> None:

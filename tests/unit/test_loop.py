@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from state_fixture import sql
 
 from fleet.cli.loop_cmd import page_after_tick
 from fleet.core import config
 from fleet.core.boxes import Row
-from fleet.core.errors import ProviderError
+from fleet.core.errors import FleetError, ProviderError
 from fleet.core.verdicts import Health
 from fleet.ops.converge import _bounded
 from fleet.ops.loop import Loop
@@ -238,10 +239,14 @@ def test_rerent_labels_count_up_from_the_first_box(tmp_path: Path) -> None:
     assert loop._label(owe) == f"{first}-r2"
 
 
-def test_an_unreadable_memory_is_one_clear_error(tmp_path: Path) -> None:
-    (tmp_path / "loop.json").write_text("{not json")
-    with pytest.raises(Exception, match="the loop's memory is not readable"):
-        Memory.load(tmp_path / "loop.json")
+@pytest.mark.parametrize("doc", ["{not json", "[]", '{"tick": "x"}'])
+def test_an_unreadable_memory_is_one_clear_error_and_is_kept(tmp_path: Path, doc: str) -> None:
+    reg = tmp_path / "boxes.json"
+    Memory(tick=3).save(reg)
+    sql(reg, "UPDATE docs SET doc = ? WHERE name = 'loop'", (doc,))
+    with pytest.raises(FleetError, match="the loop's memory is not readable"):
+        Memory.load(reg)
+    assert sql(reg, "SELECT doc FROM docs WHERE name = 'loop'") == [(doc,)]  # never reset
 
 
 def test_a_rerent_keeps_the_dead_boxs_cloud_tier(tmp_path: Path) -> None:

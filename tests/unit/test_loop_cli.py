@@ -1,4 +1,6 @@
-"""`fleet loop`'s bad input and its lock: one line, exit 2, nothing asked of any provider."""
+"""`fleet loop`'s bad input and its leadership: one line, exit 2, nothing asked of any
+provider; one loop leads a fleet, a second `--once` is refused naming it, and the next to lead
+after it has a higher epoch."""
 
 from __future__ import annotations
 
@@ -6,10 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from state_fixture import dump
 from test_cli import CONFIG, fleet
 
-from fleet.ops.loop import LoopLock
 from fleet.providers.base import Box
+from fleet.state.db import open_db
+from fleet.state.leader import Leadership, me
 
 
 @pytest.mark.parametrize(("args", "extra", "message"), [
@@ -41,8 +45,8 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], extra: st
     r = fleet(tmp_path, "loop", "--once", *args, config=CONFIG + extra)
     assert r.returncode == 2, r.stdout + r.stderr
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert not (tmp_path / "state" / "loop.json").exists()
-    assert not (tmp_path / "state" / "page").exists()  # nothing changed
+    assert dump(tmp_path / "state" / "boxes.json") == ""  # nothing changed
+    assert not (tmp_path / "state" / "page").exists()
 
 
 def test_an_interval_of_half_the_orphan_grace_is_taken(tmp_path: Path) -> None:
@@ -57,15 +61,30 @@ def test_a_page_directory_that_cannot_be_written_is_refused(tmp_path: Path) -> N
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_a_second_loop_on_the_same_registry_refuses_to_start(tmp_path: Path) -> None:
+def test_a_second_loop_while_one_leads_refuses_naming_it_and_the_next_leads_higher(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    from fleet.ops import loop
+
+    ticked: list[object] = []
+    monkeypatch.setattr(loop, "run", lambda *a: ticked.append(a))
     registry = tmp_path / "state" / "boxes.json"
-    with LoopLock(registry):  # the first loop
-        r = fleet(tmp_path, "loop", "--once")
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert "another fleet loop runs on" in r.stderr and "not starting a second" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
-    with LoopLock(registry):  # released when the first one ends
-        pass
+    first = Leadership(open_db(registry), holder="ops-1 pid 4242")
+    fence = first.campaign()  # the first loop
+    assert fence is not None and fence.epoch == 1
+    assert run_fleet(tmp_path, monkeypatch, _Account(), "loop", "--once") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: another fleet loop leads this fleet: ops-1 pid 4242 "
+                          "(epoch 1, leading since "), err
+    assert "not starting a second" in err and len(err.strip().splitlines()) == 1, err
+    assert ticked == [] and first.lost() is None  # it still leads
+    first.resign()  # the first loop ends
+    assert run_fleet(tmp_path, monkeypatch, _Account(), "loop", "--once") == 0
+    assert f"leading as {me()} (epoch 2)" in capsys.readouterr().err
+    assert len(ticked) == 1
+    lead = first.current()
+    assert lead is not None and (lead.epoch, lead.holder) == (2, me())
+    assert first.campaign() is not None and first.fence == fence.__class__(3, "ops-1 pid 4242")
 
 
 # --- an empty registry beside another fleet: most likely a wrong path ----------------------
@@ -116,8 +135,7 @@ def test_an_empty_registry_beside_another_fleets_boxes_refuses_to_rent_and_names
     assert "2 of another fleet (fleet id 3fa9c1)" in err
     assert "live-3fa9c1-vast-0b12ef (vast/10)" in err and "-r1 (vast/11)" in err
     assert "live-debug" not in err and "--new-fleet" in err  # a person's box is no fleet
-    assert not (tmp_path / "state" / "boxes.json").exists()
-    assert not (tmp_path / "state" / "loop.json").exists()
+    assert dump(tmp_path / "state" / "boxes.json") == ""  # nothing written
 
 
 def test_new_fleet_starts_the_loop_beside_another_fleet(

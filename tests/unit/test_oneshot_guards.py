@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from state_fixture import dump
 
 from fleet.boxes import boxssh, jobstate, lifecycle
 from fleet.core import fileutil
@@ -199,12 +200,12 @@ def test_a_job_the_box_cannot_stop_keeps_the_box(cfg: Config, reg: Registry, box
 
 def test_a_second_teardown_of_the_same_box_changes_nothing(cfg: Config, reg: Registry,
                                                             box: Box) -> None:
-    before = reg.path.read_bytes()
+    before = dump(reg.path)
     vast = Vast()
     with fileutil.locked(reg.path.parent / "locks" / "teardown-bench-1.lock"):
         with pytest.raises(FleetError, match="a teardown of this box is under way"):
             teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
-    assert box.sent == [] and vast.destroyed == [] and reg.path.read_bytes() == before
+    assert box.sent == [] and vast.destroyed == [] and dump(reg.path) == before
 
 
 def test_a_box_destroyed_by_another_hand_mid_teardown_stops_it(
@@ -414,13 +415,13 @@ def _deploy_support(monkeypatch: pytest.MonkeyPatch, cfg: Config) -> None:
 def test_a_dry_run_writes_nothing_when_the_job_is_not_staged_yet(
         cfg: Config, reg: Registry, box: Box, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(teardown, "_remote_job", lambda *a: {})  # deploy still installing
-    before = reg.path.read_bytes()
+    before = dump(reg.path)
     teardown.teardown(cfg, reg, {"vast": Vast()}, "bench-1", dry_run=True)  # type: ignore[dict-item]
     row = reg.get("bench-1")
     assert row is not None
     # the promise: a dry run changes nothing, and j1 (about to run) still reads as unread
     assert unread(row), f"read_back={row.read_back}: `fleet destroy` now needs no --force"
-    assert reg.path.read_bytes() == before
+    assert dump(reg.path) == before
 
 
 # --- a later teardown that keeps the box leaves read_back set --------------------------------
@@ -645,10 +646,10 @@ def test_a_dry_run_pins_no_host_key(cfg: Config, reg: Registry, box: Box,
     reg.update("bench-1", host_key=None)
     monkeypatch.setattr(lifecycle, "host_key_if_ready", lambda b: KEY)
     monkeypatch.setattr(teardown, "_manifest", lambda *a: [])
-    before = reg.path.read_bytes()
+    before = dump(reg.path)
     teardown.teardown(cfg, reg, {"vast": Vast(ready=True)}, "bench-1",  # type: ignore[dict-item]
                       dry_run=True)
-    assert reg.path.read_bytes() == before, "a dry run pinned a key / recorded the box"
+    assert dump(reg.path) == before, "a dry run pinned a key / recorded the box"
 
 
 def test_a_job_seen_running_whose_files_vanished_keeps_the_box(

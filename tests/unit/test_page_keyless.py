@@ -17,6 +17,7 @@ from typing import Any
 import page_fixture as F
 import pytest
 from headless_chromium import Chromium, executable
+from state_fixture import sql
 
 from fleet import page
 from fleet.core.times import iso
@@ -158,13 +159,15 @@ def test_no_tick_on_record_leaves_the_verdicts_and_the_owed_unknown() -> None:
     assert "Owed boxes unknown: no loop tick on record." in html and "owed unknown" in html
 
 
-@pytest.mark.parametrize("content", ["{broken", '{"schema": 1, "number": 42}', "missing"])
-def test_a_missing_or_damaged_last_tick_file_reads_as_no_tick(tmp_path: Path,
-                                                               content: str) -> None:
+@pytest.mark.parametrize("damage", [
+    "UPDATE tick_health SET doc = '{broken'",  # a verdict that is not JSON
+    "UPDATE ticks SET owed = '{}', provider_errors = 'null'",  # a tick without its lists
+    "missing"])
+def test_a_missing_or_damaged_last_tick_reads_as_no_tick(tmp_path: Path, damage: str) -> None:
     reg = tmp_path / "state" / "boxes.json"
-    if content != "missing":
-        last_tick.path_for(reg).parent.mkdir(parents=True)
-        last_tick.path_for(reg).write_text(content)
+    if damage != "missing":
+        last_tick.save(reg, 42, F.iso(F.NOW), F.health(), F.owed(), now=F.NOW)
+        sql(reg, damage)
     t = last_tick.load(reg)
     assert t is None
     d = keyless(t)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from state_fixture import dump, sql
 
 from fleet.core.boxes import Row
 from fleet.core.errors import BudgetExceeded, RegistryError, UsageError
@@ -29,8 +30,9 @@ def test_add_update_history(tmp_path: Path) -> None:
     (r,) = reg.rows()
     assert r.status == "destroyed" and r.destroyed_at and r.provider_id == "42"
     assert not r.live
-    doc = json.loads((tmp_path / "boxes.json").read_text())
-    assert doc["schema"] == 1 and len(doc["boxes"]) == 1  # destroyed rows stay
+    assert sql(tmp_path / "boxes.json", "SELECT label, live FROM boxes") == \
+        [("live-vast-1", 0)]  # destroyed rows stay
+    assert not (tmp_path / "boxes.json").exists()  # the database holds them, no file
 
 
 def test_duplicate_label_and_bad_label(tmp_path: Path) -> None:
@@ -44,26 +46,32 @@ def test_duplicate_label_and_bad_label(tmp_path: Path) -> None:
         reg.update("nope", status="x")
 
 
-def test_corrupt_file_names_the_place_and_is_kept(tmp_path: Path) -> None:
+def test_a_corrupt_row_names_its_label_and_is_kept(tmp_path: Path) -> None:
     p = tmp_path / "boxes.json"
     Registry(p).add(row("a-1"))
-    broken = p.read_text()[:-20]
-    p.write_text(broken)
-    with pytest.raises(RegistryError, match=r"corrupt at line \d+ column \d+"):
+    sql(p, "UPDATE boxes SET doc = substr(doc, 1, length(doc) - 20)")
+    (broken,) = sql(p, "SELECT doc FROM boxes")
+    with pytest.raises(RegistryError, match="registry row 'a-1' is corrupt"):
         Registry(p).rows()
-    with pytest.raises(RegistryError):
+    with pytest.raises(RegistryError, match="registry row 'a-1' is corrupt"):
         Registry(p).add(row("a-2"))
-    assert p.read_text() == broken  # never silently reset
+    assert sql(p, "SELECT doc FROM boxes") == [broken]  # never silently reset
 
 
-def test_wrong_schema_and_unknown_field(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("doc", "message"), [
+    ("[]", "registry row 'x': expected an object"),
+    ('{"label": "x", "colour": "red"}', "registry row 'x': unknown field 'colour'"),
+    ('{"label": "x"}', "registry row 'x': .*missing"),
+])
+def test_a_row_that_is_not_a_box_is_refused_by_its_label(tmp_path: Path, doc: str,
+                                                         message: str) -> None:
     p = tmp_path / "boxes.json"
-    p.write_text(json.dumps({"schema": 99, "boxes": []}))
-    with pytest.raises(RegistryError, match="expected schema 1"):
+    Registry(p).add(row("x"))
+    sql(p, "UPDATE boxes SET doc = ?", (doc,))
+    with pytest.raises(RegistryError, match=message):
         Registry(p).rows()
-    p.write_text(json.dumps({"schema": 1, "boxes": [{"label": "x", "colour": "red"}]}))
-    with pytest.raises(RegistryError, match=r"boxes\[0\]: unknown field 'colour'"):
-        Registry(p).rows()
+    with pytest.raises(RegistryError, match=message):
+        Registry(p).get("x")
 
 
 def _writer(path: str, prefix: str, n: int) -> None:
@@ -72,30 +80,39 @@ def _writer(path: str, prefix: str, n: int) -> None:
         reg.add(row(f"{prefix}-{i}"))
 
 
-def _slow_writer(path: str) -> None:
-    """Holds the lock and is killed while writing: the rename never happens."""
-    import fleet.core.fileutil as fu
+def _slow_writer(path: str, inside: str) -> None:
+    """Changes a row and adds one in one write transaction, and is killed before its commit:
+    it stalls once its first statement has run."""
+    import fleet.state.registry as registry
 
-    real = fu.os.fsync
+    real = registry._put
 
-    def stall(fd: int) -> None:
-        real(fd)
+    def stall(*args: Any) -> None:
+        real(*args)
+        Path(inside).touch()
         time.sleep(60)
 
-    fu.os.fsync = stall  # type: ignore[assignment]
-    Registry(Path(path)).add(row("victim-0"))
+    registry._put = stall  # type: ignore[assignment]
+    with Registry(Path(path)).transaction() as rows:
+        rows["a-0"].status = "changed by the victim"
+        rows["victim-0"] = row("victim-0")
 
 
 def test_concurrent_writers_with_one_killed_mid_write(tmp_path: Path) -> None:
     p = tmp_path / "boxes.json"
+    Registry(p).add(row("a-0", status="running"))
+    before = dump(p)
+    inside = tmp_path / "victim-inside"
     ctx = multiprocessing.get_context("fork")
-    victim = ctx.Process(target=_slow_writer, args=(str(p),))
+    victim = ctx.Process(target=_slow_writer, args=(str(p), str(inside)))
     victim.start()
-    # wait until the victim holds the lock and is inside its write
+    # wait until the victim holds the write lock and has written inside its transaction
     deadline = time.monotonic() + 30
-    while not any(f.name.startswith(".boxes.json.") for f in tmp_path.iterdir()):
+    while not inside.exists():
         assert time.monotonic() < deadline, "victim never started writing"
+        assert victim.exitcode is None, f"victim ended first: {victim.exitcode}"
         time.sleep(0.01)
+    assert dump(p) == before  # a reader never sees a write before its commit
     writers = [ctx.Process(target=_writer, args=(str(p), f"w{k}", 25)) for k in range(4)]
     for w in writers:
         w.start()
@@ -104,8 +121,9 @@ def test_concurrent_writers_with_one_killed_mid_write(tmp_path: Path) -> None:
     for w in writers:
         w.join(60)
         assert w.exitcode == 0
-    labels = {r.label for r in Registry(p).rows()}
-    assert labels == {f"w{k}-{i}" for k in range(4) for i in range(25)}
+    rows = {r.label: r for r in Registry(p).rows()}
+    assert set(rows) == {"a-0"} | {f"w{k}-{i}" for k in range(4) for i in range(25)}
+    assert rows["a-0"].status == "running"  # the victim's change is gone with it
 
 
 def _reserver(path: str, label: str, limit: int, start: Any) -> None:
@@ -144,7 +162,7 @@ def test_a_refused_check_writes_nothing(tmp_path: Path) -> None:
     p = tmp_path / "boxes.json"
     reg = Registry(p)
     reg.add(row("a-1"))
-    before = p.read_bytes()
+    before = dump(p)
 
     def refuse(rows: list[Row]) -> None:
         assert [r.label for r in rows] == ["a-1"]
@@ -152,7 +170,7 @@ def test_a_refused_check_writes_nothing(tmp_path: Path) -> None:
 
     with pytest.raises(BudgetExceeded):
         reg.add(row("a-2"), check=refuse)
-    assert p.read_bytes() == before
+    assert dump(p) == before
 
 
 def test_resume_replaces_only_an_unfinished_row(tmp_path: Path) -> None:
@@ -174,10 +192,10 @@ def test_resume_replaces_only_an_unfinished_row(tmp_path: Path) -> None:
             reg.add(row("a-1"), resume=True)
 
 
-def test_a_re_read_is_the_file_as_it_is_now_whoever_changed_it(tmp_path: Path) -> None:
-    """The rows of an unchanged file are kept between reads (a tick reads the registry some
-    twenty times): never past a change, even one that keeps the file's size, inode and times,
-    and never shared between readers, who may change their rows."""
+def test_a_re_read_is_the_database_as_it_is_now_whoever_changed_it(tmp_path: Path) -> None:
+    """The parsed rows of an unchanged document are kept between reads (a tick reads the
+    registry some twenty times): never past a change, even one that keeps the document's
+    length, and never shared between readers, who may change their rows."""
     path = tmp_path / "boxes.json"
     reg = Registry(path)
     reg.add(row("a-1", status="running"))
@@ -190,23 +208,19 @@ def test_a_re_read_is_the_file_as_it_is_now_whoever_changed_it(tmp_path: Path) -
         assert rows["a-1"].status == "running"
         rows["a-1"].status = "stopped"
     assert [r.status for r in Registry(path).rows()] == ["stopped"]  # another reader sees it
-    # another writer (another process) rewrites the file in place: same size, inode and times
-    st = path.stat()
-    text = path.read_text()
-    path.write_text(text.replace('"stopped"', '"exited!"'))
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert (path.stat().st_size, path.stat().st_ino, path.stat().st_mtime_ns) == \
-        (st.st_size, st.st_ino, st.st_mtime_ns)
+    # another writer changes the stored row directly: same length
+    (doc,) = sql(path, "SELECT doc FROM boxes")
+    sql(path, "UPDATE boxes SET doc = ?", (doc[0].replace('"stopped"', '"exited!"'),))
     assert [r.status for r in reg.rows()] == ["exited!"]
     # a value a hand edit put where a text belongs is the reader's own too
-    doc = json.loads(path.read_text())
-    doc["boxes"][0]["note"] = ["a", "list"]
-    path.write_text(json.dumps(doc))
+    d = json.loads(doc[0])
+    d["note"] = ["a", "list"]
+    sql(path, "UPDATE boxes SET doc = ?", (json.dumps(d),))
     mine = reg.rows()[0]
     mine.note.append("more")  # type: ignore[union-attr]
     assert reg.rows()[0].note == ["a", "list"]
-    path.write_text("{")  # broken since the last read: said, never the rows before it
+    sql(path, "UPDATE boxes SET doc = '{'")  # broken since the last read: said, never the rows
     with pytest.raises(RegistryError, match="corrupt"):
         reg.rows()
-    path.unlink()
+    sql(path, "DELETE FROM boxes")
     assert reg.rows() == []
