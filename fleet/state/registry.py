@@ -247,9 +247,8 @@ class Registry:
         try:
             with self.db.write() as tx:
                 self._check_fence(tx)
-                rows = self._all(tx) if check is not None else {}
-                found = tx.one("SELECT doc FROM boxes WHERE label = ?", (row.label,))
-                old = None if found is None else _parse(row.label, found[0])
+                rows = self._all(tx)  # every row read: a corrupt one stops the write too
+                old = rows.get(row.label)
                 if old is not None and not (resume and unfinished(old)):
                     raise UsageError(f"label {row.label!r} is already in the registry")
                 if check is not None:
