@@ -53,6 +53,11 @@ suite() {
     local bench=$!
     .venv/bin/pytest -q --tx "$WORKERS*popen//python=$PWD/tests/lane-python" --dist loadfile \
         --no-loadscope-reorder tests/integration tests/unit tests/sim || status=$?
+    # the unit tests again with the state in PostgreSQL: a real server per worker, each test a
+    # schema of its own (tests/pgserver.py)
+    FLEET_TEST_BACKEND=postgresql .venv/bin/pytest -q \
+        --tx "$WORKERS*popen//python=$PWD/tests/lane-python" --dist loadfile tests/unit \
+        || status=$?
     # pyinfra-testing monkeypatches with gevent on import: its own process
     .venv/bin/pytest -q -p no:cacheprovider tests/pyinfra || status=$?
     wait "$bench" || bench_status=$?
