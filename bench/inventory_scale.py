@@ -85,15 +85,20 @@ def fill(state: Path, n: int) -> Path:
 
 
 def child(cfg_path: Path, n: int, unreadable: bool) -> None:
-    """One round, in this fresh process: the listings built from the registry's file (not
-    timed), then the inventory built twice."""
+    """One round, in this fresh process: the listings built from the registry's rows (not
+    timed, read by plain sqlite3 so that fleet's own reading starts cold), then the inventory
+    built twice."""
+    import sqlite3
+
     from fleet.boxes.inventory import build
     from fleet.core.config import load
     from fleet.providers.base import Box, Unreadable
 
     cfg = load(cfg_path)
     boxes: dict[str, list[Any]] = {"runpod": [], "vast": []}
-    for d in json.loads(cfg.registry.read_text())["boxes"]:
+    with sqlite3.connect(cfg.registry.parent / "fleet.db") as db:
+        docs = [json.loads(doc) for (doc,) in db.execute("SELECT doc FROM boxes")]
+    for d in docs:
         boxes[d["provider"]].append(
             Unreadable(d["provider"], d["provider_id"], d["label"], "KeyError: 'HostPort'")
             if unreadable else Box(d["provider"], d["provider_id"], d["label"], d["card"], 1,

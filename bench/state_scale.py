@@ -91,7 +91,8 @@ def _child(n: int, what: str, rounds: int) -> dict[str, Any]:
             rows[label] = Row(label, "vast", "live", "standing", "RTX 4090", 1, 0.3,
                               status="running", provider_id=str(1000 + i),
                               ssh_host="10.0.0.1", ssh_port=20000 + i % 40000,
-                              place=f"vast machine {i}", host_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKey",
+                              place=f"vast machine {i}",
+                              host_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKey",
                               standing=True, standing_since="2026-12-01T00:00:00Z",
                               node_sha16_wanted=WANTED, created_at="2026-12-01T00:00:00Z")
             vast.listed[str(1000 + i)] = Box("vast", str(1000 + i), label, "RTX 4090", 1, 0.3,
