@@ -60,7 +60,7 @@ def loop_cmd(
     def make(fence: Fence) -> loop.Loop:
         return loop.Loop(c, ps, destroy_orphans=not no_destroy, check_fn=check.check,
                          converge_fn=converge, peers_fn=write_peers,
-                         after_tick=page_after_tick(c, target),
+                         after_tick=page_after_tick(c, target, fence),
                          echo=(lambda _line: None) if as_json else _say, fence=fence)
 
     def emit(t: loop.Tick) -> None:
@@ -96,7 +96,7 @@ def _note(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def page_after_tick(c: Config, target: Path) -> AfterTick:
+def page_after_tick(c: Config, target: Path, fence: Fence | None = None) -> AfterTick:
     """The loop's after-tick hook: the tick saved in the fleet's state (its number and time,
     every verdict, the owed boxes), which a page drawn without provider keys
     shows; then the fleet page from the tick's verdicts, its owed boxes and the bills the tick
@@ -108,7 +108,8 @@ def page_after_tick(c: Config, target: Path) -> AfterTick:
     def write(t: Tick, health: list[Health]) -> None:
         owed = [o.for_page() for o in t.owed]
         try:
-            last_tick.save(c.registry, t.number, t.started_at, health, owed, t.provider_errors)
+            last_tick.save(c.registry, t.number, t.started_at, health, owed, t.provider_errors,
+                           fence=fence)
         except (OSError, FleetError) as e:  # a full disk: the page is still worth writing
             unsaved: Exception | None = e
         else:

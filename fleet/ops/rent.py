@@ -172,6 +172,9 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
             # further on may still fit
             over = over or e
             continue
+        # the lead lost since the row was written: no create (the new leader finds the row
+        # unfinished, and no box under its label); the window left is this call's own
+        reg.check_fence()
         try:
             box = p.rent(offer, req)
         except BaseException as e:

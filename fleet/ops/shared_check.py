@@ -23,6 +23,7 @@ from fleet.state.registry import Registry
 
 if TYPE_CHECKING:
     from fleet.core.config import Config
+    from fleet.state.leader import Fence
 
 Check = Callable[["Config", Built], list[Health]]
 POLL_S = 0.2  # the leader looks for results this often
@@ -50,9 +51,10 @@ def work(cfg: Config, check_fn: Check, limit: int = claims.BATCH,
 
 def lead(db: Database, cfg: Config, tick: int, hosts: list[tuple[str, dict[str, Any]]],
          check_fn: Check, wait_s: float, limit: int = claims.BATCH,
-         claim_s: float = claims.CLAIM_S) -> list[Health]:
-    """Tick `tick`'s checks of `hosts`, shared: every box's verdict, in `hosts`' order."""
-    claims.post(db, tick, hosts)
+         claim_s: float = claims.CLAIM_S, fence: Fence | None = None) -> list[Health]:
+    """Tick `tick`'s checks of `hosts`, shared: every box's verdict, in `hosts`' order (posted
+    only while `fence` leads)."""
+    claims.post(db, tick, hosts, fence)
     mine: dict[str, Health] = {}  # its own verdicts, as they are: not read back
     deadline = time.monotonic() + wait_s
     while claims.unanswered(db, tick):

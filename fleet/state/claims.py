@@ -16,10 +16,13 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet.core.verdicts import Health
 from fleet.state.db import Database, Tx
+
+if TYPE_CHECKING:
+    from fleet.state.leader import Fence
 
 CLAIM_S = 90.0  # a claim's life: longer than one batch's checks (`fleet.ops.check`)
 BATCH = 32  # boxes one claim takes: what one check runs at once
@@ -39,10 +42,13 @@ def _now(tx: Tx) -> float:
     return time.time()
 
 
-def post(db: Database, tick: int, hosts: list[tuple[str, dict[str, Any]]]) -> None:
+def post(db: Database, tick: int, hosts: list[tuple[str, dict[str, Any]]],
+         fence: Fence | None = None) -> None:
     """Open tick `tick`'s checks of `hosts`: every other tick's are removed, and a box the
     tick posted before is open again (a new leader that took over in the same tick)."""
     with db.write() as tx:
+        if fence is not None:  # a former leader's post would take the new one's checks away
+            fence.check(tx)
         tx.q("DELETE FROM check_claims")
         tx.many("INSERT INTO check_claims (tick, label, host) VALUES (?, ?, ?)",
                 [(tick, label, json.dumps(data)) for label, data in hosts])

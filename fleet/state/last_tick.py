@@ -18,11 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet.core.times import iso, parse_iso
 from fleet.core.verdicts import Health, Owed
 from fleet.state.db import Tx, open_db
+
+if TYPE_CHECKING:
+    from fleet.state.leader import Fence
 
 SCHEMA = 1
 STALE_INTERVALS = 2  # a tick older than this many loop intervals: the loop may have stopped
@@ -66,11 +69,14 @@ class LastTick:
 
 def save(registry: Path, number: int, started_at: str, health: Sequence[Health],
          owed: Sequence[Owed] = (), provider_errors: Sequence[str] = (),
-         now: datetime | None = None) -> LastTick:
-    """Record the tick in the fleet's state, whole, in place of the ones before."""
+         now: datetime | None = None, fence: Fence | None = None) -> LastTick:
+    """Record the tick in the fleet's state, whole, in place of the ones before; with `fence`,
+    only while that leader leads."""
     tick = LastTick(number, started_at, tuple(health), tuple(owed), tuple(provider_errors),
                     iso(now or datetime.now(UTC)))
     with open_db(registry).write() as tx:
+        if fence is not None:
+            fence.check(tx)
         save_in(tx, tick)
     return tick
 

@@ -143,7 +143,8 @@ class Leadership:
 
     def _flock(self) -> bool:
         assert isinstance(self.db, SQLite)
-        path = Path(str(self.db.path) + ".leader")
+        # the file itself, whatever path named it: two paths to one database share one lead
+        path = Path(os.path.realpath(self.db.path) + ".leader")
         path.parent.mkdir(parents=True, exist_ok=True)
         f = open(path, "a+")  # noqa: SIM115 (held while leading)
         try:

@@ -9,8 +9,9 @@ slot's second live box, a dead box's second replacement, a provider id's second 
 read; a row that does not parse stops the program with its label: it is never silently reset.
 
 A registry built with a `fence` (the leader's epoch, `fleet.state.leader`) checks it in every
-rent (`add`) and destroy (`mark_destroyed`, `check_fence`) transaction: a loop that lost the
-lead can never act.
+write transaction it makes (a rent's row, an update, a destroy's mark), and the destroy and
+the create ask it just before they call the provider (`check_fence`): a loop that lost the
+lead can never act, nor change a row (giving up a rent would free its slot for another box).
 """
 
 from __future__ import annotations
@@ -180,6 +181,7 @@ class Registry:
     @contextlib.contextmanager
     def _rows_tx(self) -> Iterator[tuple[Tx, dict[str, Row]]]:
         with self.db.write() as tx:
+            self._check_fence(tx)
             rows = self._all(tx)
             before = {label: encode(r) for label, r in rows.items()}
             yield tx, rows
@@ -273,6 +275,7 @@ class Registry:
             return self._update(tx, label, changes)
 
     def _update(self, tx: Tx, label: str, changes: dict[str, Any]) -> Row:
+        self._check_fence(tx)
         bad = set(changes) - _FIELDS
         if bad:
             raise RegistryError(f"no registry field {sorted(bad)[0]!r}")

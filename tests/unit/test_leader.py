@@ -20,7 +20,7 @@ import pytest
 from fleet.core.boxes import Row
 from fleet.core.errors import NotLeader
 from fleet.ops import loop
-from fleet.state import locks
+from fleet.state import claims, last_tick, locks
 from fleet.state.db import open_url
 from fleet.state.leader import Fence, Leadership
 from fleet.state.loop_memory import Memory
@@ -299,3 +299,67 @@ def test_a_former_leaders_tick_stops_at_its_first_refused_destroy(
     assert [e["op"] for e in leader_loop.events(folder)] == ["create"] * 2  # none destroyed
     assert Registry(path).get("live-x").destroyed_at is None  # type: ignore[union-attr]
     second.resign()
+
+
+def test_a_former_leader_changes_no_row_and_records_no_tick(pg_url: str, tmp_path: Path) -> None:
+    """Its session ended and another leads: none of its writes lands, whichever path it takes
+    (an update giving up a rent would free the slot for a second box)."""
+    db = open_url(pg_url)
+    first = Leadership(db, holder="first")
+    fence = first.campaign()
+    assert fence is not None
+    path = tmp_path / "boxes.json"
+    old = Registry(path, db=db).fenced(fence)
+    old.add(Row("n1", "vast", "live", "standing", "RTX 4090", 1, 0.3, slot="live/vast/x/1#0"))
+    _terminate_lock_session(pg_url)
+    second = Leadership(open_url(pg_url), holder="second")
+    assert wait_for("the second takes the lead", second.campaign) is not None
+    before = Registry(path, db=db).rows()
+    for write in (lambda: old.update("n1", status="failed", destroyed_at="2026-12-05T00:00:00Z"),
+                  lambda: old.update_many({"n1": {"provider_id": "7"}}),
+                  lambda: old.transaction().__enter__(),
+                  lambda: last_tick.save(path, 9, "2026-12-05T00:00:00Z", [], fence=fence),
+                  lambda: claims.post(db, 9, [("n1", {})], fence=fence)):
+        with pytest.raises(NotLeader):
+            write()
+    assert Registry(path, db=db).rows() == before
+    assert last_tick.load(path) is None
+    second.resign()
+
+
+def test_a_loop_that_lost_the_lead_after_writing_its_row_makes_no_create(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row is written under the fence; the lead lost before the provider is asked: no box
+    (the new leader finds the row unfinished, and no box under its label)."""
+    from fleet.ops import rent as rent_mod
+
+    monkeypatch.setenv("FLEET_DATABASE_URL", pg_url)
+    folder = leader_loop.prepare(tmp_path / "fleet")
+    leading = Leadership(open_url(pg_url), holder="me")
+    fence = leading.campaign()
+    assert fence is not None
+    added = rent_mod._add_row
+
+    def add_then_lose(*a: Any, **k: Any) -> Row:
+        row = added(*a, **k)
+        _terminate_lock_session(pg_url)
+        return row
+
+    monkeypatch.setattr(rent_mod, "_add_row", add_then_lose)
+    with pytest.raises(NotLeader):
+        leader_loop.make_loop(folder, fence).tick()
+    assert [e["op"] for e in leader_loop.events(folder)] == ["offers"]  # no create
+    rows = Registry(folder / "state" / "boxes.json").rows()
+    assert [(r.status, r.provider_id) for r in rows] == [("renting", None)]  # the new leader's
+    leading.resign()
+
+
+def test_two_paths_to_one_sqlite_file_share_one_lead(tmp_path: Path) -> None:
+    real = tmp_path / "data" / "fleet.db"
+    real.parent.mkdir()
+    first = Leadership(open_url(f"sqlite:///{real}"), holder="first")
+    assert first.campaign() is not None
+    (tmp_path / "fleet.db").symlink_to(real)
+    second = Leadership(open_url(f"sqlite:///{tmp_path / 'fleet.db'}"), holder="second")
+    assert second.campaign() is None
+    first.resign()

@@ -28,7 +28,8 @@ class Judging(LoopBase):
         if not self.reg.db.postgres:
             return self.check_fn(self.cfg, Built(groups={"standing": hosts}))
         return shared_check.lead(self.reg.db, self.cfg, t.number, hosts, self.check_fn,
-                                 wait_s=min(self.cfg.loop.interval_s / 2, claims.CLAIM_S))
+                                 wait_s=min(self.cfg.loop.interval_s / 2, claims.CLAIM_S),
+                                 fence=self.fence)
 
     def _note_stops(self, v: View) -> None:
         """Record when a listing first showed a box stopped (it then bills its storage only,
