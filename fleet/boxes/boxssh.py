@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from facts.agent_json import Unreadable
+from fleet.boxes import sshmux
 from fleet.core.errors import FleetError
 
 if TYPE_CHECKING:
@@ -41,26 +42,37 @@ def argv(cfg: Config, row: Row, command: str) -> list[str]:
                 command)
 
 
-def host_argv(data: Mapping[str, Any], command: str, kex: str | None = None) -> list[str]:
+def host_argv(data: Mapping[str, Any], command: str, kex: str | None = None,
+              reuse: bool = False) -> list[str]:
     """`ssh` to an inventory host, as its host data says (the pyinfra keys `ssh_hostname`,
     `ssh_port`, `ssh_user`, `ssh_key`, `ssh_known_hosts_file`, ...); `kex`: the key exchange
-    algorithms, where not OpenSSH's default."""
-    return _ssh(str(data["ssh_key"]), str(data["ssh_known_hosts_file"]),
-                str(data.get("ssh_user") or "root"), str(data["ssh_hostname"]),
-                int(data.get("ssh_port") or 22), command,
-                strict=data.get("ssh_strict_host_key_checking") != "accept-new", kex=kex)
+    algorithms, where not OpenSSH's default. `reuse`: over the box's master connection
+    (`sshmux`), made if missing, where its host key is pinned (`host_key`)."""
+    user, host = str(data.get("ssh_user") or "root"), str(data["ssh_hostname"])
+    port = int(data.get("ssh_port") or 22)
+    strict = data.get("ssh_strict_host_key_checking") != "accept-new"
+    socket = None
+    if reuse and strict and data.get("host_key"):
+        socket = sshmux.path(str(data["ssh_known_hosts_file"]), user, host, port,
+                             str(data["host_key"]))
+    return _ssh(str(data["ssh_key"]), str(data["ssh_known_hosts_file"]), user, host, port,
+                command, strict=strict, kex=kex, mux=socket)
 
 
 def _ssh(key: str, known_hosts: str, user: str, host: str, port: int, command: str, *,
-         strict: bool = True, kex: str | None = None) -> list[str]:
+         strict: bool = True, kex: str | None = None, mux: str | None = None) -> list[str]:
     """`ssh` with the fleet's key, checked against the host keys the fleet pinned (`strict`;
     else a box not pinned yet is accepted and its key recorded). ssh's own errors (a host key
-    that differs from the pinned one) reach stderr; its warnings do not."""
+    that differs from the pinned one) reach stderr; its warnings do not. `mux`: the socket of
+    the box's master connection, whose keep-alive gives a silent box up sooner."""
     checking = "yes" if strict else "accept-new"
+    alive = (f"ServerAliveInterval={sshmux.ALIVE_S}", "-o",
+             f"ServerAliveCountMax={sshmux.ALIVE_COUNT}", *sshmux.options(mux)) if mux else \
+        ("ServerAliveInterval=15",)
     return ["ssh", "-o", "LogLevel=ERROR", "-i", key, "-p", str(port),
             "-o", "BatchMode=yes", "-o", f"StrictHostKeyChecking={checking}",
             "-o", f"UserKnownHostsFile={known_hosts}",
-            "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", "ServerAliveInterval=15",
+            "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", *alive,
             # AES-GCM runs on the CPU's AES instructions: outputs stream about 1.5x faster
             # than with OpenSSH's default chacha20 (bench/oneshot.py)
             "-o", "Ciphers=^aes128-gcm@openssh.com",
@@ -104,7 +116,7 @@ def read_fact(data: Mapping[str, Any], fact: Fact, root: str, deadline_s: float)
     host data's `ssh_connect_retries` says (a reset during the handshake is a flake)."""
     asked = fact.command(root=root)
     text = asked if isinstance(asked, str) else asked.get_raw_value()
-    argv = host_argv(data, f"echo {_CONNECTED} && {{ {text}; }}", kex=STATUS_KEX)
+    argv = host_argv(data, f"echo {_CONNECTED} && {{ {text}; }}", kex=STATUS_KEX, reuse=True)
     retries = int(data.get("ssh_connect_retries") or 0)
     read = _read_once(argv, fact, deadline_s)
     for attempt in range(retries):
