@@ -60,6 +60,12 @@ def standing_convert(out: str) -> None:
     assert str(r["rerun"]["changed_ops"]) in ("-", "0"), r
 
 
+def check_cpu(out: str) -> None:
+    d = first_json(out)
+    assert numbers(d["fresh"]["total_ms_per_box_check"], d["reused"]["total_ms_per_box_check"],
+                   d["ratio"]), d
+
+
 def loop(out: str) -> None:
     d = first_json(out)
     assert numbers(d["replacement"]["death_to_replaced_and_checked_s"]), d
@@ -114,7 +120,7 @@ def storage_clean(out: str) -> None:
 
 MEASURED: dict[str, Callable[[str], None]] = {
     f"{check.__name__}.py": check for check in (
-        agent_vs_supervisord, boxes_ready, demo_repeat, inventory_1000, job_domain, loop,
+        agent_vs_supervisord, boxes_ready, check_cpu, demo_repeat, inventory_1000, job_domain, loop,
         mesh_replace, nvml_device, oneshot, publish, sim_soak, standing_convert, storage_clean)
 }
 
