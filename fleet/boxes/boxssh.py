@@ -51,12 +51,18 @@ def host_argv(data: Mapping[str, Any], command: str, kex: str | None = None,
     user, host = str(data.get("ssh_user") or "root"), str(data["ssh_hostname"])
     port = int(data.get("ssh_port") or 22)
     strict = data.get("ssh_strict_host_key_checking") != "accept-new"
-    socket = None
-    if reuse and strict and data.get("host_key"):
-        socket = sshmux.path(str(data["ssh_known_hosts_file"]), user, host, port,
-                             str(data["host_key"]))
     return _ssh(str(data["ssh_key"]), str(data["ssh_known_hosts_file"]), user, host, port,
-                command, strict=strict, kex=kex, mux=socket)
+                command, strict=strict, kex=kex, mux=master(data) if reuse else None)
+
+
+def master(data: Mapping[str, Any]) -> str | None:
+    """The socket of the inventory host's master connection (`sshmux`): only for a box whose
+    host key is pinned (`host_key`) and checked strictly; None: connect afresh."""
+    if data.get("ssh_strict_host_key_checking") == "accept-new" or not data.get("host_key"):
+        return None
+    return sshmux.path(str(data["ssh_known_hosts_file"]), str(data.get("ssh_user") or "root"),
+                       str(data["ssh_hostname"]), int(data.get("ssh_port") or 22),
+                       str(data["host_key"]))
 
 
 def _ssh(key: str, known_hosts: str, user: str, host: str, port: int, command: str, *,
@@ -117,17 +123,19 @@ def read_fact(data: Mapping[str, Any], fact: Fact, root: str, deadline_s: float)
     asked = fact.command(root=root)
     text = asked if isinstance(asked, str) else asked.get_raw_value()
     argv = host_argv(data, f"echo {_CONNECTED} && {{ {text}; }}", kex=STATUS_KEX, reuse=True)
+    socket = master(data)
     retries = int(data.get("ssh_connect_retries") or 0)
-    read = _read_once(argv, fact, deadline_s)
+    read = _read_once(argv, fact, deadline_s, socket)
     for attempt in range(retries):
         if read.answered or read.late or read.connected:
             break
         time.sleep(0.5 * (attempt + 1))
-        read = _read_once(argv, fact, deadline_s)
+        read = _read_once(argv, fact, deadline_s, socket)
     return read
 
 
-def _read_once(argv: list[str], fact: Fact, deadline_s: float) -> FactRead:
+def _read_once(argv: list[str], fact: Fact, deadline_s: float,
+               socket: str | None) -> FactRead:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL)
     assert proc.stdout is not None and proc.stderr is not None
@@ -142,6 +150,8 @@ def _read_once(argv: list[str], fact: Fact, deadline_s: float) -> FactRead:
             if left <= 0:
                 proc.kill()
                 proc.wait()
+                if socket is not None:  # the box's end of the session goes with its connection,
+                    sshmux.close(socket)  # as a fresh one's did; the next read connects anew
                 if deadline is None:  # ssh connected (else it would have exited by now)
                     waited = CONNECT_TIMEOUT_S + LOGIN_S + deadline_s
                     return FactRead(error="connected, but the command did not start within "

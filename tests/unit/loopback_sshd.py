@@ -7,6 +7,8 @@ import os
 import signal
 import socket
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +100,10 @@ def signal_all(pids: list[int], sig: signal.Signals) -> None:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+def wait_until(what: str, check: Callable[[], bool], within: float = 30.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, f"not within {within:g}s: {what}"
+        time.sleep(0.1)

@@ -10,12 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from loopback_sshd import Sshd, signal_all
+from loopback_sshd import Sshd, signal_all, wait_until
 
 from facts.box import AgentStatus
 from fleet.boxes import boxssh, sshmux
 from fleet.boxes.sshkeys import write_known_hosts
 from fleet.core.boxes import Row
+from sandbox.boxes.proc import comm
 
 
 @pytest.fixture
@@ -124,3 +125,26 @@ def test_a_changed_host_key_is_refused_once_the_fleet_pins_anew(sshd: Sshd) -> N
     sshd.made.append(sshd.master(renewed))  # type: ignore[attr-defined]
     assert boxssh.read_fact(renewed, AgentStatus(), "/no-fleet-here", 30).answered
     assert sshd.master(renewed) != socket
+
+
+class Sleep:
+    """A command that outlives its read's deadline."""
+
+    def command(self, root: str) -> str:
+        return "sleep 60"
+
+    def process(self, output: list[str]) -> list[str]:
+        return output
+
+
+def test_a_read_past_its_deadline_closes_the_master_and_its_session(sshd: Sshd) -> None:
+    sshd.start()
+    data = _pinned(sshd)
+    assert boxssh.read_fact(data, AgentStatus(), "/no-fleet-here", 30).answered
+    socket = sshd.master(data)
+    read = boxssh.read_fact(data, Sleep(), "/", 1)
+    assert read.answered and read.late, read
+    # as a fresh connection's did, the session goes with its connection: nothing runs on
+    assert not sshmux.running(socket)
+    wait_until("the box's sleep to end with the connection",
+               lambda: not any(comm(p) == "sleep" for p in sshd.sessions()))
