@@ -8,17 +8,21 @@ work (`fleet.ops.check.check` over the inventory the loop builds) run `--rounds`
 - fresh: the host data without the pinned key's name, so every read starts its own `ssh`
   connection with a full key exchange and login, as every read did before;
 - reused: the inventory as the fleet builds it: one warm-up check makes each box's master, then
-  the measured checks run their reads over it.
+  the measured checks run their reads over it, as the fleet's own mux requests (`muxclient`);
+- reused_by_ssh_client: the same, each read by one system `ssh` client over the master (the
+  mux requests refused here, so each read takes its fallback).
 Figures: CPU seconds (user + system) of this process and of the children it waited for
 (`os.times()`: the `ssh` clients), plus, for the reused way, the masters' own CPU over the same
-rounds (they run detached, so no rusage of this process counts them: read from /proc), divided
-by boxes x rounds. The boxes are rented, not converted: the status read answers "no agent", so
-the figures are the SSH read's cost, which is what changes.
+rounds (they run detached, so no rusage of this process counts them: their /proc schedstat), divided
+by boxes x rounds; and the CPU of starting one `ssh` client that does nothing (`ssh -V`), the
+floor of any read that starts one. The boxes are rented, not converted: the status read
+answers "no agent", so the figures are the SSH read's cost, which is what changes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -26,7 +30,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,13 +41,11 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(REPO))
 
-from fleet.boxes import inventory, sshmux  # noqa: E402
+from fleet.boxes import inventory, muxclient, sshmux  # noqa: E402
 from fleet.core.config import load  # noqa: E402
 from fleet.ops import check  # noqa: E402
 from fleet.providers.factory import all_providers  # noqa: E402
 from sandbox import fleet_toml, manage  # noqa: E402
-
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_now() -> float:
@@ -60,8 +62,9 @@ def masters_cpu(sockets: list[str]) -> float:
         m = re.search(r"pid=(\d+)", r.stderr)
         if not m:
             raise SystemExit(f"no master at {s}: {r.stderr.strip()}")
-        fields = Path(f"/proc/{m.group(1)}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+        # the time it ran, in ns (/proc's utime and stime count whole 10 ms ticks, which a
+        # master idle between reads mostly never reaches)
+        total += int(Path(f"/proc/{m.group(1)}/schedstat").read_text().split()[0]) / 1e9
     return total
 
 
@@ -77,6 +80,30 @@ def measured(rounds: int, n: int, one: Callable[[], list[Any]],
     kept = (m1 - m0) / (rounds * n)
     return {"ms_per_box_check": round(1000 * own, 2), "masters_ms_per_box_check":
             round(1000 * kept, 2), "total_ms_per_box_check": round(1000 * (own + kept), 2)}
+
+
+def ssh_start_ms(times: int = 100) -> float:
+    """CPU ms of starting the system's `ssh` and nothing more (`ssh -V`): the floor of any read
+    that starts one `ssh` client, master or not."""
+    c0 = cpu_now()
+    for _ in range(times):
+        subprocess.run(["ssh", "-V"], capture_output=True, check=True)
+    return round(1000 * (cpu_now() - c0) / times, 2)
+
+
+@contextlib.contextmanager
+def ssh_client_only() -> Iterator[None]:
+    """Reads over the master as the system's `ssh` makes them (one `ssh` client each): the
+    fleet's own mux requests (`muxclient`) refused, so every read takes its fallback."""
+    def refused(socket: str, command: str, timeout: float) -> muxclient.Session:
+        raise muxclient.MuxError("measuring the ssh client")
+
+    real = muxclient.open_session
+    muxclient.open_session = refused  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        muxclient.open_session = real  # type: ignore[assignment]
 
 
 def run(boxes: int, rounds: int) -> dict[str, Any]:
@@ -110,9 +137,14 @@ def run(boxes: int, rounds: int) -> dict[str, Any]:
             live = [s for s in sockets if s is not None]
             after = measured(rounds, boxes, lambda: check.check(cfg, built),
                              lambda: masters_cpu(live))
+            with ssh_client_only():
+                client = measured(rounds, boxes, lambda: check.check(cfg, built),
+                                  lambda: masters_cpu(live))
             for s in live:
                 sshmux.close(s)
             return {"boxes": boxes, "rounds": rounds, "fresh": before, "reused": after,
+                    "reused_by_ssh_client": client,
+                    "ssh_start_ms": ssh_start_ms(),
                     "ratio": round(after["total_ms_per_box_check"]
                                    / before["total_ms_per_box_check"], 3)}
         finally:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from facts.agent_json import Unreadable
-from fleet.boxes import sshmux
+from fleet.boxes import muxclient, sshmux
 from fleet.core.errors import FleetError
 
 if TYPE_CHECKING:
@@ -136,11 +136,29 @@ def read_fact(data: Mapping[str, Any], fact: Fact, root: str, deadline_s: float)
 
 def _read_once(argv: list[str], fact: Fact, deadline_s: float,
                socket: str | None) -> FactRead:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL)
+    window = CONNECT_TIMEOUT_S + LOGIN_S + deadline_s
+    start_by = time.monotonic() + window
+    proc: subprocess.Popen[bytes] | muxclient.Session | None = None
+    if socket is not None and os.path.exists(socket):
+        try:  # over the master without starting `ssh` (`muxclient`)
+            proc = muxclient.open_session(socket, argv[-1], window)
+        except muxclient.NotOpened:
+            sshmux.close(socket)  # as a client killed at the deadline would have it
+            return FactRead(error=f"connected, but the command did not start within "
+                            f"{window:g} s", connected=True)
+        except muxclient.MuxError:
+            pass  # the system's `ssh`: it makes the master anew, or connects afresh
+    if proc is None:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL)
+    return _read_answer(proc, fact, deadline_s, socket, start_by, window)
+
+
+def _read_answer(proc: subprocess.Popen[bytes] | muxclient.Session, fact: Fact,
+                 deadline_s: float, socket: str | None, start_by: float,
+                 window: float) -> FactRead:
     assert proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
-    start_by = time.monotonic() + CONNECT_TIMEOUT_S + LOGIN_S + deadline_s
     deadline: float | None = None  # set once the box has started the command
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ, out)
@@ -153,9 +171,8 @@ def _read_once(argv: list[str], fact: Fact, deadline_s: float,
                 if socket is not None:  # the box's end of the session goes with its connection,
                     sshmux.close(socket)  # as a fresh one's did; the next read connects anew
                 if deadline is None:  # ssh connected (else it would have exited by now)
-                    waited = CONNECT_TIMEOUT_S + LOGIN_S + deadline_s
                     return FactRead(error="connected, but the command did not start within "
-                                    f"{waited:g} s", connected=True)
+                                    f"{window:g} s", connected=True)
                 return FactRead(answered=True, late=True,
                                 error=f"did not finish within {deadline_s:g} s")
             for key, _ in sel.select(left):

@@ -3,7 +3,7 @@
 A status read that starts its own connection pays a key exchange and a login each time; the
 loop reads every standing box every tick. The first read of a box starts a master connection
 (`ControlMaster=auto`) that outlives it by `PERSIST_S`, and later reads run their command over
-it: one `ssh` client per read still, but no handshake.
+it with no handshake, and without starting `ssh` either (`muxclient`).
 
 What a fresh connection guaranteed still holds:
 - the host key: a master is made by a strict connection against the fleet's pinned

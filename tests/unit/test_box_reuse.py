@@ -4,10 +4,12 @@ fleet stops trusting the key it was made under."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from loopback_sshd import Sshd, signal_all, wait_until
@@ -148,3 +150,37 @@ def test_a_read_past_its_deadline_closes_the_master_and_its_session(sshd: Sshd) 
     assert not sshmux.running(socket)
     wait_until("the box's sleep to end with the connection",
                lambda: not any(comm(p) == "sleep" for p in sshd.sessions()))
+
+
+def test_a_read_over_a_warm_master_starts_no_ssh_client(sshd: Sshd,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    sshd.start()
+    data = _pinned(sshd)
+    started: list[list[str]] = []
+    real = subprocess.Popen
+
+    def counted(argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+        started.append(argv)
+        return real(argv, **kw)
+
+    monkeypatch.setattr(boxssh.subprocess, "Popen", counted)
+    assert boxssh.read_fact(data, AgentStatus(), "/no-fleet-here", 30).value == {}
+    assert len(started) == 1  # the first read starts `ssh`, which makes the master
+    for _ in range(2):
+        read = boxssh.read_fact(data, AgentStatus(), "/no-fleet-here", 30)
+        assert read.answered and read.value == {}, read
+    assert len(started) == 1 and sshd.logins() == 1
+
+
+def test_a_master_killed_outright_leaves_a_stale_socket_that_reads_get_past(sshd: Sshd) -> None:
+    sshd.start()
+    data = _pinned(sshd)
+    assert boxssh.read_fact(data, AgentStatus(), "/no-fleet-here", 30).answered
+    socket = sshd.master(data)
+    said = subprocess.run(["ssh", "-o", f"ControlPath={socket}", "-O", "check", "x"],
+                          capture_output=True, text=True).stderr
+    os.kill(int(said.split("pid=")[1].split(")")[0]), signal.SIGKILL)
+    assert Path(socket).exists() and not sshmux.running(socket)  # nothing answers there
+    read = boxssh.read_fact(data, AgentStatus(), "/no-fleet-here", 30)
+    assert read.answered and read.value == {}, read  # by `ssh`, which makes a new master
+    assert sshmux.running(socket) and sshd.logins() == 2
