@@ -26,6 +26,7 @@ SESSION_OPENED = 0x80000006
 VERSION = 4
 NO_ESCAPE = 0xFFFFFFFF
 MAX_PACKET = 1 << 18  # the master's answers are a few words
+HELLO_S = 5.0  # the master answers a hello itself, without the box: one that does not is hung
 
 
 class MuxError(Exception):
@@ -108,10 +109,10 @@ def open_session(socket: str, command: str, timeout: float) -> Session:
     fds: list[int] = []
     try:
         try:
-            sock.settimeout(timeout)
+            sock.settimeout(min(timeout, HELLO_S))
             sock.connect(socket)
             _send(sock, _u32(HELLO), _u32(VERSION))
-            kind, body = _recv(sock, deadline)
+            kind, body = _recv(sock, min(deadline, time.monotonic() + HELLO_S))
         except (OSError, TimeoutError) as e:
             raise MuxError(f"no master at {socket}: {e}") from None
         if kind != HELLO or body[:4] != _u32(VERSION):

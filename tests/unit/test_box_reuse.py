@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket as socketlib
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from loopback_sshd import Sshd, signal_all, wait_until
 
 from facts.box import AgentStatus
-from fleet.boxes import boxssh, sshmux
+from fleet.boxes import boxssh, muxclient, sshmux
 from fleet.boxes.sshkeys import write_known_hosts
 from fleet.core.boxes import Row
 from sandbox.boxes.proc import comm
@@ -184,3 +185,22 @@ def test_a_master_killed_outright_leaves_a_stale_socket_that_reads_get_past(sshd
     read = boxssh.read_fact(data, AgentStatus(), "/no-fleet-here", 30)
     assert read.answered and read.value == {}, read  # by `ssh`, which makes a new master
     assert sshmux.running(socket) and sshd.logins() == 2
+
+
+def test_a_master_that_never_answers_is_not_read_well_and_is_put_aside(
+        sshd: Sshd, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(muxclient, "HELLO_S", 0.5)
+    monkeypatch.setattr(sshmux, "CLOSE_S", 1.0)
+    monkeypatch.setattr(boxssh, "CONNECT_TIMEOUT_S", 2)
+    monkeypatch.setattr(boxssh, "LOGIN_S", 1)
+    sshd.start()
+    data = _pinned(sshd)
+    path = sshd.master(data)
+    with socketlib.socket(socketlib.AF_UNIX) as hung:  # listens, never says a word
+        hung.bind(path)
+        hung.listen()
+        read = boxssh.read_fact(data, AgentStatus(), "/no-fleet-here", 1)
+        assert not read.answered and read.value is None, read
+        assert not Path(path).exists()  # unlinked: no read goes to it again
+    again = boxssh.read_fact(data, AgentStatus(), "/no-fleet-here", 30)
+    assert again.answered and again.value == {} and sshmux.running(path), again
