@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from facts.agent_json import Unreadable
+from fleet.boxes import muxclient, sshmux
 from fleet.core.errors import FleetError
 
 if TYPE_CHECKING:
@@ -41,26 +42,43 @@ def argv(cfg: Config, row: Row, command: str) -> list[str]:
                 command)
 
 
-def host_argv(data: Mapping[str, Any], command: str, kex: str | None = None) -> list[str]:
+def host_argv(data: Mapping[str, Any], command: str, kex: str | None = None,
+              reuse: bool = False) -> list[str]:
     """`ssh` to an inventory host, as its host data says (the pyinfra keys `ssh_hostname`,
     `ssh_port`, `ssh_user`, `ssh_key`, `ssh_known_hosts_file`, ...); `kex`: the key exchange
-    algorithms, where not OpenSSH's default."""
-    return _ssh(str(data["ssh_key"]), str(data["ssh_known_hosts_file"]),
-                str(data.get("ssh_user") or "root"), str(data["ssh_hostname"]),
-                int(data.get("ssh_port") or 22), command,
-                strict=data.get("ssh_strict_host_key_checking") != "accept-new", kex=kex)
+    algorithms, where not OpenSSH's default. `reuse`: over the box's master connection
+    (`sshmux`), made if missing, where its host key is pinned (`host_key`)."""
+    user, host = str(data.get("ssh_user") or "root"), str(data["ssh_hostname"])
+    port = int(data.get("ssh_port") or 22)
+    strict = data.get("ssh_strict_host_key_checking") != "accept-new"
+    return _ssh(str(data["ssh_key"]), str(data["ssh_known_hosts_file"]), user, host, port,
+                command, strict=strict, kex=kex, mux=master(data) if reuse else None)
+
+
+def master(data: Mapping[str, Any]) -> str | None:
+    """The socket of the inventory host's master connection (`sshmux`): only for a box whose
+    host key is pinned (`host_key`) and checked strictly; None: connect afresh."""
+    if data.get("ssh_strict_host_key_checking") == "accept-new" or not data.get("host_key"):
+        return None
+    return sshmux.path(str(data["ssh_known_hosts_file"]), str(data.get("ssh_user") or "root"),
+                       str(data["ssh_hostname"]), int(data.get("ssh_port") or 22),
+                       str(data["host_key"]))
 
 
 def _ssh(key: str, known_hosts: str, user: str, host: str, port: int, command: str, *,
-         strict: bool = True, kex: str | None = None) -> list[str]:
+         strict: bool = True, kex: str | None = None, mux: str | None = None) -> list[str]:
     """`ssh` with the fleet's key, checked against the host keys the fleet pinned (`strict`;
     else a box not pinned yet is accepted and its key recorded). ssh's own errors (a host key
-    that differs from the pinned one) reach stderr; its warnings do not."""
+    that differs from the pinned one) reach stderr; its warnings do not. `mux`: the socket of
+    the box's master connection, whose keep-alive gives a silent box up sooner."""
     checking = "yes" if strict else "accept-new"
+    alive = (f"ServerAliveInterval={sshmux.ALIVE_S}", "-o",
+             f"ServerAliveCountMax={sshmux.ALIVE_COUNT}", *sshmux.options(mux)) if mux else \
+        ("ServerAliveInterval=15",)
     return ["ssh", "-o", "LogLevel=ERROR", "-i", key, "-p", str(port),
             "-o", "BatchMode=yes", "-o", f"StrictHostKeyChecking={checking}",
             "-o", f"UserKnownHostsFile={known_hosts}",
-            "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", "ServerAliveInterval=15",
+            "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", *alive,
             # AES-GCM runs on the CPU's AES instructions: outputs stream about 1.5x faster
             # than with OpenSSH's default chacha20 (bench/oneshot.py)
             "-o", "Ciphers=^aes128-gcm@openssh.com",
@@ -104,23 +122,43 @@ def read_fact(data: Mapping[str, Any], fact: Fact, root: str, deadline_s: float)
     host data's `ssh_connect_retries` says (a reset during the handshake is a flake)."""
     asked = fact.command(root=root)
     text = asked if isinstance(asked, str) else asked.get_raw_value()
-    argv = host_argv(data, f"echo {_CONNECTED} && {{ {text}; }}", kex=STATUS_KEX)
+    argv = host_argv(data, f"echo {_CONNECTED} && {{ {text}; }}", kex=STATUS_KEX, reuse=True)
+    socket = master(data)
     retries = int(data.get("ssh_connect_retries") or 0)
-    read = _read_once(argv, fact, deadline_s)
+    read = _read_once(argv, fact, deadline_s, socket)
     for attempt in range(retries):
         if read.answered or read.late or read.connected:
             break
         time.sleep(0.5 * (attempt + 1))
-        read = _read_once(argv, fact, deadline_s)
+        read = _read_once(argv, fact, deadline_s, socket)
     return read
 
 
-def _read_once(argv: list[str], fact: Fact, deadline_s: float) -> FactRead:
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL)
+def _read_once(argv: list[str], fact: Fact, deadline_s: float,
+               socket: str | None) -> FactRead:
+    window = CONNECT_TIMEOUT_S + LOGIN_S + deadline_s
+    start_by = time.monotonic() + window
+    proc: subprocess.Popen[bytes] | muxclient.Session | None = None
+    if socket is not None and os.path.exists(socket):
+        try:  # over the master without starting `ssh` (`muxclient`)
+            proc = muxclient.open_session(socket, argv[-1], window)
+        except muxclient.NotOpened:
+            sshmux.close(socket)  # as a client killed at the deadline would have it
+            return FactRead(error=f"connected, but the command did not start within "
+                            f"{window:g} s", connected=True)
+        except muxclient.MuxError:
+            pass  # the system's `ssh`: it makes the master anew, or connects afresh
+    if proc is None:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL)
+    return _read_answer(proc, fact, deadline_s, socket, start_by, window)
+
+
+def _read_answer(proc: subprocess.Popen[bytes] | muxclient.Session, fact: Fact,
+                 deadline_s: float, socket: str | None, start_by: float,
+                 window: float) -> FactRead:
     assert proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
-    start_by = time.monotonic() + CONNECT_TIMEOUT_S + LOGIN_S + deadline_s
     deadline: float | None = None  # set once the box has started the command
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ, out)
@@ -130,10 +168,11 @@ def _read_once(argv: list[str], fact: Fact, deadline_s: float) -> FactRead:
             if left <= 0:
                 proc.kill()
                 proc.wait()
+                if socket is not None:  # the box's end of the session goes with its connection,
+                    sshmux.close(socket)  # as a fresh one's did; the next read connects anew
                 if deadline is None:  # ssh connected (else it would have exited by now)
-                    waited = CONNECT_TIMEOUT_S + LOGIN_S + deadline_s
                     return FactRead(error="connected, but the command did not start within "
-                                    f"{waited:g} s", connected=True)
+                                    f"{window:g} s", connected=True)
                 return FactRead(answered=True, late=True,
                                 error=f"did not finish within {deadline_s:g} s")
             for key, _ in sel.select(left):

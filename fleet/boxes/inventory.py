@@ -43,6 +43,7 @@ def host_data(cfg: Config, row: Row, box: Box) -> dict[str, Any]:
         "ssh_known_hosts_file": str(cfg.known_hosts),
         # the key was pinned at rent time; a box presenting another one is refused
         "ssh_strict_host_key_checking": "yes" if row.host_key else "accept-new",
+        "host_key": row.host_key,  # names the box's master connection (`boxssh`, `sshmux`)
         "ssh_connect_retries": 2,
         "provider": row.provider,
         "provider_id": row.provider_id,

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fleet.boxes import sshmux
 from fleet.core.errors import FleetError
 from fleet.core.fileutil import locked, write_atomic
 
@@ -70,9 +71,17 @@ def known_hosts_line(host: str, port: int, key: str) -> str:
 
 
 def write_known_hosts(path: Path, rows: Iterable[Row]) -> None:
+    """Write the live boxes' pinned keys, and close the master connection (`sshmux`) of every
+    box whose line goes or changes: a master made under a key the fleet no longer pins never
+    carries a read on."""
     lines = sorted(
         known_hosts_line(r.ssh_host, r.ssh_port, r.host_key)
         for r in rows
         if r.live and r.ssh_host and r.ssh_port and r.host_key
     )
+    try:
+        old = path.read_text().splitlines()
+    except FileNotFoundError:
+        old = []
     write_atomic(path, "".join(line + "\n" for line in lines), mode=0o600)
+    sshmux.close_changed(str(path), old, lines)

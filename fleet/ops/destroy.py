@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fleet.boxes import lifecycle
+from fleet.boxes import lifecycle, sshmux
 from fleet.core import labels
 from fleet.core.boxes import Row, is_standing, unfinished, unread
 from fleet.core.errors import ProviderError, UsageError
@@ -103,7 +103,10 @@ def destroy(cfg: Config, reg: Registry, providers: Mapping[str, Provider], order
     else:  # a rent stopped before it learnt its box's id: every box under its label
         ids = lifecycle.destroy_by_label(p, reg, row.label,
                                          order.again or f"fleet destroy {row.label}")
-    return Destroyed(row.label, ids, _mark(reg, row.label, ids, order))
+    marked = _mark(reg, row.label, ids, order)
+    # its master connection goes with it (known_hosts, rewritten later, would close it too)
+    sshmux.close_endpoint(str(cfg.known_hosts), row.ssh_host, row.ssh_port, row.host_key)
+    return Destroyed(row.label, ids, marked)
 
 
 def mark_gone(reg: Registry, providers: Mapping[str, Provider], label: str, *,

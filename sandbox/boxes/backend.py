@@ -32,6 +32,9 @@ from sandbox.boxes.layout import BoxPaths, write_atomic, write_json
 from sandbox.boxes.net import Network
 from sandbox.boxes.proc import (
     SSHD_EXITED,
+    children,
+    comm,
+    descendants,
     kill_pid,
     listening,
     notified,
@@ -194,13 +197,31 @@ class NamespaceBackend:
 
     def set_sshd_hung(self, box_id: str, hung: bool) -> None:
         """sshd_hang: from now on the box's sshd logs each new session in and never runs its
-        command; sessions already open, and the box's other processes, run on. False heals."""
+        command; sessions already open, and the box's other processes, run on. False heals.
+
+        A hung login (stuck storage under the home, a stuck PAM) hangs a session opened over
+        a connection made before it too (an operator's master connection), but sshd reads the
+        hang's config only for new connections: the connections with no session open are
+        ended, so that the next session logs in hung."""
         box = self._get(box_id)
         with box.lock:
             box.spec.sshd_hung = hung
             if box.pid is not None:
                 self._write_sshd_config(box)
                 self._reload_sshd(box)
+                if hung:
+                    self._end_idle_connections(box)
+
+    def _end_idle_connections(self, box: _Box) -> None:
+        assert box.pid is not None
+        listener = oldest_child(box.pid, "sshd")
+        if listener is None:
+            return
+        for conn in children(listener):
+            below = descendants(conn)
+            if all(comm(p) in ("sshd", None) for p in below):  # no command runs on it
+                for pid in (conn, *below):
+                    kill_pid(pid)
 
     def set_ssh_cut(self, box_id: str, cut: bool) -> None:
         """ssh_path_cut: the box's public SSH port drops every connection, its live ones too,

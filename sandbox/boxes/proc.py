@@ -111,6 +111,30 @@ def oldest_child(pid: int, name: str) -> int | None:
     return min(found)[1] if found else None
 
 
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []  # gone meanwhile
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, as far as /proc shows them now."""
+    found, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop())
+        found += kids
+        todo += kids
+    return found
+
+
+def comm(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
 def start_time(pid: int) -> int:
     """Field 22 of /proc/<pid>/stat: tells a reused pid from the process we started."""
     stat = Path(f"/proc/{pid}/stat").read_text()

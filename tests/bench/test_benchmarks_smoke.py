@@ -60,6 +60,12 @@ def standing_convert(out: str) -> None:
     assert str(r["rerun"]["changed_ops"]) in ("-", "0"), r
 
 
+def check_cpu(out: str) -> None:
+    d = first_json(out)
+    assert numbers(d["fresh"]["total_ms_per_box_check"], d["reused"]["total_ms_per_box_check"],
+                   d["ratio"]), d
+
+
 def loop(out: str) -> None:
     d = first_json(out)
     assert numbers(d["replacement"]["death_to_replaced_and_checked_s"]), d
@@ -155,10 +161,10 @@ def leader_failover(out: str) -> None:
 
 MEASURED: dict[str, Callable[[str], None]] = {
     f"{check.__name__}.py": check for check in (
-        agent_vs_supervisord, boxes_ready, check_scale, demo_repeat, inventory_1000,
-        inventory_scale, job_domain, leader_failover, loop, mesh_replace, nvml_device, oneshot,
-        page_scale, postgres_test_server, publish, sim_soak, standing_convert, state_scale,
-        storage_clean)
+        agent_vs_supervisord, boxes_ready, check_cpu, check_scale, demo_repeat,
+        inventory_1000, inventory_scale, job_domain, leader_failover, loop, mesh_replace,
+        nvml_device, oneshot, page_scale, postgres_test_server, publish, sim_soak,
+        standing_convert, state_scale, storage_clean)
 }
 
 

@@ -5,14 +5,12 @@ of a box that answers SSH but not with a status."""
 from __future__ import annotations
 
 import os
-import socket
 import stat
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from loopback_sshd import Sshd, free_port
 
 from facts.box import AgentStatus
 from fleet.boxes import boxssh
@@ -20,46 +18,6 @@ from fleet.boxes.sshkeys import fetch_host_key
 from fleet.core.errors import FleetError
 from sandbox.boxes.errors import BoxError
 from sandbox.boxes.sshd import HostSshd, prepare
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Sshd:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        for name in ("host", "client"):
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
-                            str(tmp / name)], check=True)
-        (tmp / "authorized").write_text((tmp / "client.pub").read_text())
-        self.port = 0
-        self.server: HostSshd | None = None
-
-    def start(self, force_command: str | None = None) -> None:
-        self.stop()
-        self.port = _free_port()
-        config = [f"HostKey {self.tmp / 'host'}", "UsePAM no", "StrictModes no",
-                  "PermitRootLogin yes", f"AuthorizedKeysFile {self.tmp / 'authorized'}"]
-        if force_command:
-            config.append(f"ForceCommand {force_command}")
-        self.server = HostSshd(self.tmp, config, self.port)
-        self.server.start()  # raises with sshd's own words when it does not listen
-        key = fetch_host_key("127.0.0.1", self.port, 5)
-        (self.tmp / "known").write_text(f"[127.0.0.1]:{self.port} {key}\n")
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-
-    def data(self, **extra: Any) -> dict[str, Any]:
-        return {"ssh_hostname": "127.0.0.1", "ssh_port": self.port, "ssh_user": "root",
-                "ssh_key": str(self.tmp / "client"),
-                "ssh_known_hosts_file": str(self.tmp / "known"),
-                "ssh_strict_host_key_checking": "yes", **extra}
 
 
 @pytest.fixture
@@ -83,7 +41,7 @@ def test_sshds_runtime_directory_is_made_where_no_ssh_service_ran(tmp_path: Path
 
 
 def test_an_sshd_that_cannot_start_fails_at_once_in_its_own_words(tmp_path: Path) -> None:
-    server = HostSshd(tmp_path, ["NoSuchOption yes"], _free_port())
+    server = HostSshd(tmp_path, ["NoSuchOption yes"], free_port())
     with pytest.raises(BoxError, match="exited before it listened: .*NoSuchOption"):
         server.start(timeout=600)  # had it waited for the port, this would take ten minutes
     assert server.proc is None
@@ -94,7 +52,7 @@ def test_the_host_key_is_the_one_the_server_holds(sshd: Sshd) -> None:
     want = (sshd.tmp / "host.pub").read_text().split()[:2]
     assert fetch_host_key("127.0.0.1", sshd.port, 5).split() == want
     with pytest.raises(FleetError, match="no host key"):
-        fetch_host_key("127.0.0.1", _free_port(), 2)
+        fetch_host_key("127.0.0.1", free_port(), 2)
     with pytest.raises(FleetError, match="no host key"):  # never read as an ssh option
         fetch_host_key(f"-oProxyCommand=touch {sshd.tmp / 'ran'}", sshd.port, 2)
     assert not (sshd.tmp / "ran").exists()

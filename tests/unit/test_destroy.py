@@ -10,6 +10,11 @@ from pathlib import Path
 
 import pytest
 from cli_sandbox import FleetRun, fleet_run
+from loopback_sshd import Sshd
+
+from facts.box import AgentStatus
+from fleet.boxes import boxssh, sshmux
+from fleet.boxes.sshkeys import write_known_hosts
 
 
 @pytest.fixture
@@ -164,3 +169,27 @@ def test_teardown_expired_goes_on_past_a_box_whose_teardown_crashes(
     r = fleet("teardown", "--expired")
     assert r.code == 1 and done == ["bench-x-10"], r.err
     assert "bench-x-9: ValueError" in r.err and "Traceback" not in r.err
+
+
+def test_a_destroyed_boxs_master_connection_is_closed(fleet: FleetRun, tmp_path: Path) -> None:
+    (tmp_path / "box").mkdir()
+    sshd = Sshd(tmp_path / "box")
+    sshd.start()
+    known = tmp_path / "state" / "known_hosts"  # the fleet's, as fleet.toml leaves it
+    try:
+        label = f"bench-{fleet.reg.fleet_id()}-vast-0c0c0c"
+        box = fleet.land("vast", label)
+        fleet.row(label, status="running", provider_id=box.box_id, ssh_host="127.0.0.1",
+                  ssh_port=sshd.port, host_key=sshd.key)
+        write_known_hosts(known, fleet.reg.rows())
+        data = sshd.data(host_key=sshd.key, ssh_known_hosts_file=str(known))
+        assert boxssh.read_fact(data, AgentStatus(), "/no-fleet-here", 30).answered
+        socket = sshd.master(data)
+        assert sshmux.running(socket)
+        r = fleet("destroy", label)
+        assert r.code == 0, r.err
+        assert not sshmux.running(socket) and not Path(socket).exists()
+    finally:
+        sshmux.close(sshd.master(sshd.data(host_key=sshd.key,
+                                           ssh_known_hosts_file=str(known))))
+        sshd.stop()

@@ -179,7 +179,7 @@ def host_data(cloud: Sandbox, key: Path, inst: Instance) -> dict[str, Any]:
     known.write_text(f"[{ep.ssh_host}]:{ep.ssh_port} {ep.host_key}\n")
     return {"ssh_hostname": ep.ssh_host, "ssh_port": ep.ssh_port, "ssh_user": "root",
             "ssh_key": str(key), "ssh_known_hosts_file": str(known),
-            "ssh_strict_host_key_checking": "yes"}
+            "ssh_strict_host_key_checking": "yes", "host_key": ep.host_key}
 
 
 def ssh_runs(cloud: Sandbox, key: Path, inst: Instance) -> bool:
@@ -253,6 +253,7 @@ def test_a_hung_sshd_logs_in_but_never_runs_the_command_while_the_box_runs_on(
     agent = agent_of(pod)
     before = boxssh.read_fact(data, Touch(), "/root/before", 60)
     assert before.answered and before.value == ["touched"] and touched(cloud, pod, "before")
+    # the read left the box's master connection: a hung login reaches its next session too
     cloud.world.inject("sshd_hang", pod.key)
     try:
         assert cloud.world.settle(60)
