@@ -155,6 +155,12 @@ def start(server: PgServer, **changed: str) -> None:
     with (server.data_dir / "postgresql.conf").open("a") as f:
         f.write("\n# tests/pgserver.py\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
     (server.data_dir / "pg_hba.conf").write_text("local all all trust\n")
+    restart(server)
+
+
+def restart(server: PgServer) -> None:
+    """Start the server `start` made (and `stop` stopped) again, its data as it was."""
+    bins = bin_dir()
     r = _as_server_user(str(bins / "pg_ctl"), "start", "-D", str(server.data_dir),
                         "-l", str(server.log), "-w", "-t", str(START_TIMEOUT_S),
                         cwd=server.top, timeout=START_TIMEOUT_S + 30)

@@ -73,8 +73,8 @@ def loop_cmd(
         """Its share of the leader's checks (PostgreSQL): a failure is said, never fatal."""
         try:
             return shared_check.work(c, check.check)
-        except FleetError as e:
-            _note(f"standby: shared checks: {e}")
+        except Exception as e:  # noqa: BLE001 - a standby's share never ends its campaign
+            _note(f"standby: shared checks: {type(e).__name__}: {e}")
             return 0
 
     leading = Leadership(reg.db)

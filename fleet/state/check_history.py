@@ -14,16 +14,30 @@ if TYPE_CHECKING:
 
 
 def load(registry: Path) -> dict[str, Any]:
-    """Label -> what the last check remembered of it."""
+    """Label -> what the last check remembered of it. An entry that does not read as what the
+    check writes says nothing: its box is checked as if first seen."""
     with open_db(registry).read() as tx:
         rows = tx.q("SELECT label, doc FROM check_history")
     out: dict[str, Any] = {}
     for label, doc in rows:
         try:
-            out[label] = json.loads(doc)
-        except ValueError:
-            continue  # a damaged entry says nothing: the box is checked as if first seen
+            entry = json.loads(doc)
+        except (ValueError, RecursionError):
+            continue
+        if _readable(entry):
+            out[label] = entry
     return out
+
+
+def _readable(entry: Any) -> bool:
+    """{"exec_tip": int, "moving": bool | None, "rpc_at": str | None, "at": number}, as
+    `fleet.ops.check` writes it."""
+    if not isinstance(entry, dict):
+        return False
+    tip, moving, rpc_at = entry.get("exec_tip"), entry.get("moving"), entry.get("rpc_at")
+    return (isinstance(tip, int) and not isinstance(tip, bool)
+            and (moving is None or isinstance(moving, bool))
+            and (rpc_at is None or isinstance(rpc_at, str)))
 
 
 def save(registry: Path, entries: Mapping[str, Any]) -> None:

@@ -109,7 +109,7 @@ def results(db: Database, tick: int) -> dict[str, Health]:
     for label, doc in rows:
         try:
             out[str(label)] = Health.from_dict(json.loads(doc))
-        except ValueError:
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             continue
     return out
 

@@ -32,6 +32,7 @@ from fleet.state import locks, schema
 
 ENV = "FLEET_DATABASE_URL"
 BUSY_TIMEOUT_MS = 60_000  # a writer waits this long for another's transaction to end
+CONNECT_S = 10  # a PostgreSQL server that takes longer to accept a connection did not answer
 
 
 def url_for(registry: Path) -> str:
@@ -259,7 +260,7 @@ class Postgres(Database):
             raise StateError(f"{ENV} names PostgreSQL ({describe(self.url)}) but psycopg is "
                              "not installed: pip install 'psycopg[binary]'") from None
         try:
-            return psycopg.connect(self.url, autocommit=False)
+            return psycopg.connect(self.url, autocommit=False, connect_timeout=CONNECT_S)
         except psycopg.Error as e:
             raise StateError(f"state database {describe(self.url)}: cannot connect: "
                              f"{str(e).strip().splitlines()[0] if str(e).strip() else e}"
@@ -361,6 +362,7 @@ def _make(url: str) -> Database:
     parts = urlsplit(url)
     if parts.scheme == "sqlite":
         path = unquote(parts.path)
+        path = "/" + path.lstrip("/") if path.startswith("/") else path  # sqlite:////abs
         if not path or path == "/":
             raise StateError(f"database URL {url!r}: no file (sqlite:///path/to/fleet.db)")
         return SQLite(url, Path(path))

@@ -25,7 +25,7 @@ from typing import IO, Any
 from fleet.core.errors import NotLeader, StateError
 from fleet.core.times import now_iso
 from fleet.state import locks
-from fleet.state.db import Database, SQLite, Tx, describe
+from fleet.state.db import CONNECT_S, Database, SQLite, Tx, describe
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ class Leadership:
         import psycopg
 
         try:
-            session = psycopg.connect(self.db.url, autocommit=True)
+            session = psycopg.connect(self.db.url, autocommit=True, connect_timeout=CONNECT_S)
             got = session.execute(f"SELECT pg_try_advisory_lock(%s, {locks.SCHEMA_KEY})",
                                   (locks.LEADER,)).fetchone()
         except psycopg.Error as e:

@@ -363,3 +363,37 @@ def test_two_paths_to_one_sqlite_file_share_one_lead(tmp_path: Path) -> None:
     second = Leadership(open_url(f"sqlite:///{tmp_path / 'fleet.db'}"), holder="second")
     assert second.campaign() is None
     first.resign()
+
+
+def test_a_loop_whose_database_goes_away_waits_for_it_and_leads_again() -> None:
+    """The server stops under the leader's tick: the loop says so and campaigns until it is
+    back, then leads with a new epoch; it never exits for it."""
+    import pgserver
+
+    with pgserver.running() as server:
+        url = server.url(pgserver.create_database(server))
+        leading = Leadership(open_url(url), holder="me")
+        ticked: list[int] = []
+        said: list[str] = []
+
+        class Ticking:
+            def __init__(self, fence: Fence) -> None:
+                self.fence = fence
+
+            def tick(self) -> loop.Tick:
+                ticked.append(self.fence.epoch)
+                if len(ticked) == 1:
+                    pgserver.stop(server)  # the database goes away mid-tick
+                    return loop.Tick(1, "now")
+                raise KeyboardInterrupt  # the loop leads again: seen enough
+
+        def say(line: str) -> None:
+            said.append(line)
+            if "did not answer" in line and len(said) < 100:
+                pgserver.restart(server)  # back after one failed campaign
+
+        with pytest.raises(KeyboardInterrupt):
+            loop.lead(leading, Ticking, 0.01, False, lambda _t: None, say, poll_s=0.01)
+        leading.resign()
+    assert ticked == [1, 2], said
+    assert any("did not answer" in s for s in said), said

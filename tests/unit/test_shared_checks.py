@@ -5,6 +5,7 @@ checks them itself, a result stored under a token that no longer holds is ignore
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -165,6 +166,19 @@ def test_a_result_stored_under_a_stale_token_is_ignored(pg_url: str) -> None:
     got = claims.results(db, 5)
     assert list(got) == ["live-00"] and got["live-00"].problems == ["checked by the leader"]
     assert claims.unanswered(db, 5) == 1
+
+
+@pytest.mark.parametrize("stored", ["1", "null", "[]", '"x"', "{not json", '{"label": 1}'])
+def test_a_result_that_does_not_read_is_no_result(pg_url: str, stored: str) -> None:
+    """Whatever another machine left in a result, its box is checked again, never read as a
+    verdict, and the other boxes' results still count."""
+    db = open_url(pg_url)
+    claims.post(db, 5, hosts(2))
+    with db.write() as tx:
+        tx.q("UPDATE check_claims SET result = ? WHERE label = 'live-00'", (stored,))
+        tx.q("UPDATE check_claims SET result = ? WHERE label = 'live-01'",
+             (json.dumps(verdict("live-01", "another").to_dict()),))
+    assert list(claims.results(db, 5)) == ["live-01"]
 
 
 def test_a_standby_loop_checks_its_share_between_its_polls_for_the_lead(

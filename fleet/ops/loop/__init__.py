@@ -63,7 +63,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from fleet.core.errors import FleetError, NotLeader, UsageError
+from fleet.core.errors import FleetError, NotLeader, StateError, UsageError
 from fleet.core.times import now_iso
 from fleet.ops import disruption
 from fleet.ops import rent as rent_mod
@@ -191,12 +191,28 @@ def lead(leading: Leadership, make: Callable[[Fence], Loop], interval_s: float, 
     leads (said once per leader); lose it and campaign again, with a new loop: nothing of the
     old one's tick carries on. `--once` does not wait: another loop leading is exit 2.
     A standby does `standby_work` between its polls (its share of the leader's checks,
-    `fleet.ops.shared_check.work`); while that finds work, it polls again at once."""
+    `fleet.ops.shared_check.work`); while that finds work, it polls again at once. A database
+    that does not answer is said once and asked again every `poll_s`: the loop waits for it,
+    it never exits for it (`--once` does: exit 1)."""
     shown: tuple[str, int] | None = None
+    down: str | None = None  # why the database did not answer, while it does not
     while True:
-        fence = leading.campaign()
+        try:
+            fence = leading.campaign()
+            now = leading.current() if fence is None else None
+        except StateError as e:
+            if once:
+                raise
+            if down is None:
+                say(f"the state database did not answer ({e}); campaigning again every "
+                    f"{poll_s:g} s")
+            down = str(e)
+            time.sleep(poll_s)
+            continue
+        if down is not None:
+            say("the state database answers again")
+            down = None
         if fence is None:
-            now = leading.current()
             who = (f"{now.holder} (epoch {now.epoch}, leading since {now.since}, last seen "
                    f"{now.seen_at})") if now else "another process"
             if once:
