@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -95,17 +96,43 @@ def _said() -> Iterator[None]:
     try:
         yield
     except sqlite3.IntegrityError as e:
-        raise Duplicate(f"the database refused it: {e}") from None
+        raise Duplicate(f"the database refused it: {_sqlite_refusal(str(e))}") from None
     except sqlite3.Error as e:
         raise StateError(f"the state database failed: {e}") from None
     except Exception as e:
         if type(e).__name__ in ("UniqueViolation", "IntegrityError"):
-            raise Duplicate(f"the database refused it: {str(e).splitlines()[0]}") from None
+            raise Duplicate(f"the database refused it: {_postgres_refusal(e)}") from None
         if type(e).__module__.split(".")[0] == "psycopg":
             raise StateError(f"the state database failed: {str(e).strip().splitlines()[0]}"
                              if str(e).strip() else f"the state database failed: {e!r}"
                              ) from None
         raise
+
+
+def _second_row(table: str, columns: Sequence[str]) -> str:
+    """A uniqueness refusal in the same words on both backends."""
+    return "a second row with the same " + ", ".join(f"{table}.{c}" for c in columns)
+
+
+def _sqlite_refusal(message: str) -> str:
+    """SQLite's `UNIQUE constraint failed: boxes.provider, boxes.provider_id`."""
+    found = re.fullmatch(r"UNIQUE constraint failed: (\w+)\.\w+(?:, \1\.\w+)*", message)
+    if found is None:
+        return message  # another constraint (NOT NULL, ...): as SQLite says it
+    return _second_row(found[1], [c.split(".", 1)[1] for c in message.split(": ", 1)[1]
+                                  .split(", ")])
+
+
+def _postgres_refusal(e: Exception) -> str:
+    """PostgreSQL's unique violation, its table and the key's columns from its diagnostics
+    (`Key (provider, provider_id)=(vast, 31) already exists.`); where they do not say (another
+    constraint, a server speaking another language), its own first line."""
+    diag = getattr(e, "diag", None)
+    table = getattr(diag, "table_name", None)
+    key = re.match(r"Key \(([\w, ]+)\)=", getattr(diag, "message_detail", None) or "")
+    if type(e).__name__ == "UniqueViolation" and table and key:
+        return _second_row(table, key[1].split(", "))
+    return str(e).strip().splitlines()[0]
 
 
 class Database:

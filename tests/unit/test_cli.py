@@ -24,8 +24,9 @@ disk_gb = 20
 def fleet(tmp_path: Path, *args: str, config: str = CONFIG) -> subprocess.CompletedProcess[str]:
     cfg = tmp_path / "fleet.toml"
     cfg.write_text(config)
+    # the test's own database (FLEET_DATABASE_URL, on PostgreSQL) goes with it; no other setting
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RUNPOD_", "VAST_", "FLEET_"))}
+           if not k.startswith(("RUNPOD_", "VAST_", "FLEET_")) or k == "FLEET_DATABASE_URL"}
     env["FLEET_CONFIG"] = str(cfg)
     env["HOME"] = str(tmp_path)  # no provider key files
     env["COLUMNS"] = "200"

@@ -262,8 +262,9 @@ disk_gb = 20
 
 def fleet(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "fleet.toml").write_text(CONFIG)
+    # the test's own database (FLEET_DATABASE_URL, on PostgreSQL) goes with it; no other setting
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RUNPOD_", "VAST_", "FLEET_", "HF_"))}
+           if not k.startswith(("RUNPOD_", "VAST_", "FLEET_", "HF_")) or k == "FLEET_DATABASE_URL"}
     env.update(FLEET_CONFIG=str(tmp_path / "fleet.toml"), HOME=str(tmp_path), COLUMNS="200")
     return subprocess.run([sys.executable, "-c", "from fleet.cli.main import main; main()", *args],
                           cwd=tmp_path, env=env,

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from state_fixture import db_file, dump, sql
+from state_fixture import database, dump, is_postgres, sql
 from test_cli import fleet
 
 from fleet.core.boxes import Row
 from fleet.core.errors import NotLeader, StateError, UsageError
 from fleet.state import bills, last_tick, schema
-from fleet.state.db import Duplicate, LegacyState, migrate, open_db, open_url, version
+from fleet.state.db import Duplicate, LegacyState, migrate, open_db, open_url, url_for, version
 from fleet.state.leader import Fence, Leadership
 from fleet.state.loop_memory import Memory
 from fleet.state.registry import Registry, columns
@@ -72,7 +72,7 @@ def _migrate_at_once(url: str, start: Any) -> None:
 
 
 def test_two_processes_migrating_at_once_both_succeed(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    url = url_for(tmp_path / "boxes.json")
     ctx = multiprocessing.get_context("fork")
     start = ctx.Barrier(4)
     procs = [ctx.Process(target=_migrate_at_once, args=(url, start)) for _ in range(4)]
@@ -187,7 +187,7 @@ def test_a_corrupt_file_imports_nothing_and_is_kept(tmp_path: Path, name: str,
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert name in r.stderr and "nothing imported" in r.stderr, r.stderr
     assert {n: (reg.parent / n).read_bytes() for n in files} == files
-    with open_url(f"sqlite:///{db_file(reg)}").read() as tx:  # past the legacy refusal
+    with database(reg).read() as tx:  # past the legacy refusal
         for table in ("boxes", "meta", "docs", "ticks", "tick_health", "check_history"):
             assert tx.q(f"SELECT * FROM {table}") == [], table
 
@@ -224,23 +224,32 @@ def test_an_import_from_a_folder_without_the_files_is_refused(tmp_path: Path) ->
 
 # --- the schema's uniqueness, whoever writes ----------------------------------------------
 
-@pytest.mark.parametrize(("first", "second"), [
-    (dict(slot="live/vast/RTX 4090/1#1"), dict(slot="live/vast/RTX 4090/1#1")),
-    (dict(rerent_of="live-dead-1"), dict(rerent_of="live-dead-1")),
-    (dict(move_of="live-moved-1"), dict(move_of="live-moved-1")),
-    (dict(provider_id="31"), dict(provider_id="31")),
+@pytest.mark.parametrize(("first", "second", "columns"), [
+    (dict(slot="live/vast/RTX 4090/1#1"), dict(slot="live/vast/RTX 4090/1#1"), "boxes.slot"),
+    (dict(rerent_of="live-dead-1"), dict(rerent_of="live-dead-1"), "boxes.rerent_of"),
+    (dict(move_of="live-moved-1"), dict(move_of="live-moved-1"), "boxes.move_of"),
+    (dict(provider_id="31"), dict(provider_id="31"), "boxes.provider, boxes.provider_id"),
     # a provider id is one box's for ever: a dead row's id is never a new box's
     (dict(provider_id="31", status="destroyed", destroyed_at="2026-12-01T00:00:00Z"),
-     dict(provider_id="31")),
+     dict(provider_id="31"), "boxes.provider, boxes.provider_id"),
 ])
-def test_the_database_refuses_a_second_row_for_what_one_may_hold(
-        tmp_path: Path, first: dict[str, Any], second: dict[str, Any]) -> None:
+def test_the_database_refuses_a_second_row_for_what_one_may_hold_in_the_same_words_on_both(
+        tmp_path: Path, first: dict[str, Any], second: dict[str, Any], columns: str) -> None:
     reg = tmp_path / "boxes.json"
     insert(reg, row("a-1", **first), 1)
     before = dump(reg)
-    with pytest.raises(Duplicate, match="UNIQUE constraint failed"):
+    with pytest.raises(Duplicate) as refused:
         insert(reg, row("a-2", **second), 2)
+    assert str(refused.value) == f"the database refused it: a second row with the same {columns}"
     assert dump(reg) == before
+
+
+def test_a_second_row_for_a_label_is_refused_in_the_same_words_on_both(tmp_path: Path) -> None:
+    reg = tmp_path / "boxes.json"
+    insert(reg, row("a-1"), 1)
+    with pytest.raises(Duplicate) as refused:
+        insert(reg, row("a-1"), 2)
+    assert str(refused.value) == "the database refused it: a second row with the same boxes.label"
 
 
 @pytest.mark.parametrize("held", [dict(slot="live/vast/RTX 4090/1#1"),
@@ -268,6 +277,9 @@ def test_a_registry_add_for_a_taken_slot_is_one_line_and_writes_nothing(
 
 def test_a_stale_epoch_is_refused_by_the_fence(tmp_path: Path) -> None:
     db = open_db(tmp_path / "boxes.json")
+    with pytest.raises(NotLeader, match="now none"):
+        with db.write() as tx:
+            Fence(1, "first").check(tx)  # no leader yet
     first = Leadership(db, holder="first")
     old = first.campaign()
     assert old is not None
@@ -280,9 +292,6 @@ def test_a_stale_epoch_is_refused_by_the_fence(tmp_path: Path) -> None:
     with pytest.raises(NotLeader, match=r"epoch 1\) no longer leads \(now epoch 2, second\)"):
         with db.write() as tx:
             old.check(tx)
-    with pytest.raises(NotLeader, match="now none"):
-        with open_db(tmp_path / "other" / "boxes.json").write() as tx:
-            Fence(1, "first").check(tx)  # no leader yet
 
 
 def test_a_leader_that_lost_the_lead_rents_destroys_and_saves_nothing(tmp_path: Path) -> None:
@@ -319,8 +328,21 @@ def test_a_leader_whose_row_was_taken_over_says_it_lost(tmp_path: Path) -> None:
     assert second.campaign() is not None  # its lock is free again
 
 
-def test_an_unreachable_database_is_a_state_error(tmp_path: Path) -> None:
+def test_an_unreachable_database_is_a_state_error_that_names_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite: a folder where its file belongs; PostgreSQL: no server at the URL's socket."""
+    reg = tmp_path / "boxes.json"
+    if is_postgres(reg):
+        (tmp_path / "socket").mkdir()  # a folder no server listens in
+        url = f"postgresql://fleet:secret@/fleet?host={tmp_path / 'socket'}"
+        monkeypatch.setenv("FLEET_DATABASE_URL", url)
+        with pytest.raises(StateError, match="cannot connect") as failed:
+            Registry(reg).rows()
+        assert url.replace(":secret@", ":***@") in str(failed.value)
+        assert "secret" not in str(failed.value)
+        assert os.listdir(tmp_path / "socket") == []
+        return
     (tmp_path / "fleet.db").mkdir()  # a folder where the file belongs
     with pytest.raises(StateError, match="fleet.db"):
-        Registry(tmp_path / "boxes.json").rows()
+        Registry(reg).rows()
     assert os.listdir(tmp_path / "fleet.db") == []
