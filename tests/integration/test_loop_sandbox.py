@@ -70,7 +70,7 @@ def test_a_dead_host_is_replaced_in_the_same_shape(fleet: Loopy) -> None:
                          if ln.startswith("{")]
         wait_for("the loop's first tick", ticks, timeout=120)
         second = fleet.fleet("loop", "--once", check=False)  # the lock
-        assert second.returncode == 2 and "another fleet loop runs" in second.stderr
+        assert second.returncode == 2 and "another fleet loop leads this fleet" in second.stderr
         fleet.fleet("sandbox", "fault", "host_death", old.label)
         new = wait_for("a converted replacement", lambda: next(
             (r for r in fleet.live("vast") if r.rerent_of == old.label and r.standing
