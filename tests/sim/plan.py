@@ -33,6 +33,9 @@ KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
     "kill_after": (2, ("0", "1")),  # ... right after its Nth change, before it hears back
     "second_registry": (1, ("",)),  # an operator starts a loop on another registry
     "mark_gone": (1, ("",)),  # an operator runs `fleet destroy LABEL --gone` on a fleet box
+    # another loop takes the lead (the leader's session dropped, a standby took over): the old
+    # loop's next tick must act on nothing
+    "usurp": (1, ("",)),
 }
 
 

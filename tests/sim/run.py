@@ -16,6 +16,8 @@ the loop takes and after every tick.
   (a box so marked is the operator's word: I2 and I3 leave it out).
 - I8: one live box per roster slot, and one live replacement per dead box (the database's
   unique indexes: a second rent for a slot is refused, never made).
+- I9: a loop whose lead another loop took acts on nothing at its next tick: no provider change,
+  no row changed (its fence refuses); and a loop no one usurped never loses the lead.
 - L1: once the faults stop, and offers exist within a generous budget, the roster is filled
   and every box converted within `HEAL_TICKS` ticks.
 """
@@ -42,11 +44,12 @@ from plan import HEAL_TICKS, Event, Plan
 from fleet.boxes import lifecycle
 from fleet.core import config as config_mod
 from fleet.core.boxes import Row
-from fleet.core.errors import FleetError
+from fleet.core.errors import FleetError, NotLeader
 from fleet.ops import destroy, disruption
 from fleet.ops import loop as loop_mod
 from fleet.ops import rent as rent_mod
 from fleet.state.db import open_db
+from fleet.state.leader import Leadership
 from fleet.state.registry import Registry
 from sandbox.catalog import CARDS
 
@@ -130,6 +133,8 @@ class Sim:
         self.snapshots: list[bytes] = []
         self.kill_at: int | None = None  # kill before (or, negative, after) this mutation
         self.mutations = 0
+        self.leading: dict[str, Leadership] = {}
+        self.usurped: dict[str, bool] = {}  # fleet -> another loop took its lead this tick
         self.disruptions: list[tuple[float, str]] = []  # destroys on the loop's judgement
         # boxes an operator said were gone while the key could not see them: their word, not
         # the fleet's judgement (the box may be swept as an orphan, or run beside its re-rent)
@@ -170,10 +175,19 @@ class Sim:
         self.cloud.step()
 
     def loop(self, fleet: str = "main") -> loop_mod.Loop:
+        """The fleet's loop, leading: a loop started (again) campaigns, as `fleet loop` does."""
         if fleet not in self.loops:
+            old = self.leading.pop(fleet, None)
+            if old is not None:
+                old.resign()  # its process is gone: so is its lock
+            leading = self.leading[fleet] = Leadership(open_db(self.fleets[fleet].registry),
+                                                       holder=f"sim {fleet}")
+            fence = leading.campaign()
+            assert fence is not None, "no other loop holds the lead in the simulation"
             self.loops[fleet] = loop_mod.Loop(
                 self.fleets[fleet], self.cloud.providers(fleet), echo=lambda _: None,
-                converge_fn=self.cloud.converge, check_fn=self.cloud.check, peers_fn=None)
+                converge_fn=self.cloud.converge, check_fn=self.cloud.check, peers_fn=None,
+                fence=fence)
         return self.loops[fleet]
 
     # -- the clock -----------------------------------------------------------------------
@@ -207,9 +221,22 @@ class Sim:
     def tick(self, n: int, fleet: str) -> None:
         started = self.now()
         lp = self.loop(fleet)
+        usurped = self.usurped.pop(fleet, False)
+        if usurped:
+            before, acted = self.rows(fleet), self.mutations
         try:
             t = lp.tick()
             self.out.trace.append(f"t{n} {fleet}: " + " | ".join(t.actions))
+            if usurped:
+                self.violate(f"I9: tick {n} of {fleet} ran whole though another loop led")
+        except NotLeader as e:
+            self.out.trace.append(f"t{n} {fleet}: {e}")
+            if not usurped:
+                self.violate(f"I9: tick {n} of {fleet} lost the lead no one took: {e}")
+            elif self.mutations != acted or self.rows(fleet) != before:
+                self.violate(f"I9: tick {n} of {fleet} acted after another loop took the lead "
+                             f"({self.mutations - acted} provider changes)")
+            del self.loops[fleet]  # `fleet loop` campaigns again, a new loop
         except Killed:
             self.out.trace.append(f"t{n} {fleet}: killed after {self.mutations} changes")
             self.kill_at = None
@@ -260,6 +287,11 @@ class Sim:
             self.kill_at = self.mutations + int(e.arg)
         elif e.kind == "kill_after":
             self.kill_at = -(self.mutations + int(e.arg))
+        elif e.kind == "usurp":
+            with open_db(self.cfg.registry).write() as tx:  # another loop's takeover
+                tx.q("UPDATE leader SET epoch = epoch + 1, holder = 'another loop'")
+            # a loop that runs now must act on nothing more; one started later leads anew
+            self.usurped["main"] = "main" in self.loops
         elif e.kind == "mark_gone" and target is not None:
             self.mark_gone(target)
         elif e.kind == "second_registry" and "second" not in self.fleets:
