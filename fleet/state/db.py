@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from fleet.core.fileutil import locked
 from fleet.core.paths import database_url
 from fleet.core.times import now_iso
 from fleet.core.errors import RegistryError, StateError, UsageError
@@ -252,11 +253,17 @@ class SQLite(Database):
     def _connect(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            raw = sqlite3.connect(self.path, isolation_level=None,
-                                  timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=True)
-            raw.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            raw.execute("PRAGMA journal_mode = WAL")
-            raw.execute("PRAGMA synchronous = FULL")
+            # one opener at a time: turning a new file to WAL takes an exclusive lock that
+            # SQLite does not wait for (no busy handler there), so processes opening a new
+            # database at once would see "database is locked"
+            with locked(self.path.with_name(self.path.name + ".open")):
+                raw = sqlite3.connect(self.path, isolation_level=None,
+                                      timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=True)
+                raw.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                found = raw.execute("PRAGMA journal_mode").fetchone()
+                if not found or str(found[0]).lower() != "wal":
+                    raw.execute("PRAGMA journal_mode = WAL")
+                raw.execute("PRAGMA synchronous = FULL")
         except (OSError, sqlite3.Error) as e:
             raise StateError(f"state database {self.path}: cannot open: {e}") from None
         return raw

@@ -3,10 +3,12 @@ whoever made it (this thread, another thread, another process, plain SQL)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from fleet.core.boxes import Row
 from fleet.state.db import open_db
@@ -48,3 +50,25 @@ def test_each_reader_gets_rows_of_its_own(tmp_path: Path) -> None:
     first = reg.rows()
     first[0].note = "changed in memory only"
     assert [r.note for r in reg.rows()] == [None]
+
+
+def _first_use(path: str, start: Any, ok: Any) -> None:
+    start.wait()
+    Registry(Path(path)).rows()
+    ok.put(True)
+
+
+def test_processes_opening_a_new_database_at_once_all_open_it(tmp_path: Path) -> None:
+    """The first use of a new database turns it to WAL, which takes an exclusive lock SQLite
+    does not wait for: openers take turns, none is refused with "database is locked"."""
+    for attempt in range(5):
+        path = tmp_path / str(attempt) / "boxes.json"
+        ctx = multiprocessing.get_context("fork")
+        n = 8
+        start, ok = ctx.Barrier(n), ctx.Queue()
+        procs = [ctx.Process(target=_first_use, args=(str(path), start, ok)) for _ in range(n)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(120)
+        assert [p.exitcode for p in procs] == [0] * n

@@ -107,7 +107,7 @@ def legacy(folder: Path) -> dict[str, bytes]:
                            "provider_errors": ["runpod list: HTTP 503"],
                            "health": [{"label": "live-abc123-vast-000001", "provider": "vast",
                                        "ssh": True, "agent": True, "problems": []}]},
-        "check-history.json": {"live-abc123-vast-000001": {"tip": 12, "at": 1.0}},
+        "check-history.json": {"live-abc123-vast-000001": {"exec_tip": 12, "at": 1.0}},
     }
     for name, d in docs.items():
         (folder / name).write_text(json.dumps(d, indent=2))
@@ -145,7 +145,7 @@ def test_state_import_moves_every_file_in_reads_it_back_and_keeps_the_files(
     assert tick is not None and tick.number == 7 and tick.provider_errors == (
         "runpod list: HTTP 503",)
     from fleet.state import check_history
-    assert check_history.load(reg) == {"live-abc123-vast-000001": {"tip": 12, "at": 1.0}}
+    assert check_history.load(reg) == {"live-abc123-vast-000001": {"exec_tip": 12, "at": 1.0}}
     before = dump(reg)
     again = fleet(tmp_path, "state", "import")  # a second import changes nothing
     assert again.returncode == 0 and "(2 already there)" in again.stdout, again.stderr
