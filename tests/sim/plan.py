@@ -33,10 +33,11 @@ KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
     "kill_after": (2, ("0", "1")),  # ... right after its Nth change, before it hears back
     "second_registry": (1, ("",)),  # an operator starts a loop on another registry
     "mark_gone": (1, ("",)),  # an operator runs `fleet destroy LABEL --gone` on a fleet box
-    # another loop takes the lead (the leader's session dropped, a standby took over): the old
-    # loop's next tick must act on nothing
-    "usurp": (1, ("",)),
 }
+# another loop takes the lead (the leader's session dropped, a standby took over): the old
+# loop's next tick must act on nothing. Drawn from a stream of its own, so that every seed's
+# other events stay what they were before it existed
+USURP_CHANCE = 0.4
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,9 @@ def draw(seed: int) -> Plan:
     for _ in range(rng.randint(2, 9)):
         kind = rng.choices(kinds, weights)[0]
         plan.events.append(Event(rng.randint(3, calm - 1), kind, rng.choice(KINDS[kind][1])))
+    usurp = random.Random(f"fleet-sim/{seed}/usurp")
+    if usurp.random() < USURP_CHANCE:
+        plan.events.append(Event(usurp.randint(3, calm - 1), "usurp"))
     # the faults a schedule left on are lifted at calm: no SSH cut, no blind key, no hang
     plan.events += [Event(calm, "restore"), Event(calm, "see"), Event(calm, "heal")]
     plan.events.sort(key=lambda e: e.tick)
