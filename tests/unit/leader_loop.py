@@ -26,7 +26,7 @@ import random
 import sys
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,18 @@ admitted_driver = "580.95.05"
 provider = "vast"
 card = "RTX 4090"
 """
+
+
+def wait_for(what: str, ok: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    """`ok()`'s first true answer, polled (bounded): the tests wait on a condition, never a
+    fixed sleep."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = ok()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
 
 
 def prepare(folder: Path) -> Path:

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import leader_loop
 import psycopg
 import pytest
+from leader_loop import wait_for
 
 from fleet.core.boxes import Row
 from fleet.core.errors import NotLeader
@@ -38,16 +38,6 @@ while True:
     time.sleep(0.2)
     lead.lost()  # marks it seen: its seen_at moves, what a standby shows
 """
-
-
-def wait_for(what: str, ok: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = ok()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -11,12 +11,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from leader_loop import wait_for
 
 from fleet.boxes.inventory import Built
 from fleet.core import config
@@ -34,16 +34,6 @@ c = claims.claim(open_url(sys.argv[1]), 1, float(sys.argv[2]))
 print("claimed", c.hosts[0][0] if c else None, flush=True)
 time.sleep(3600)  # checking, until killed
 """
-
-
-def wait_for(what: str, ok: Any, timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = ok()
-        if got:
-            return got
-        time.sleep(0.02)
-    raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
 
 
 @pytest.fixture
