@@ -23,7 +23,7 @@ from fleet.core.errors import FleetError, RegistryError, UsageError
 from fleet.core.times import now_iso
 from fleet.state import docs
 from fleet.state.db import Database, Duplicate, Tx
-from fleet.state.registry import FLEET_ID_RE, Registry, _row, columns, encode
+from fleet.state.registry import FLEET_ID_RE, Registry, _row, encode, put
 
 FILES = ("boxes.json", "loop.json", "bills.json", "last_tick.json", "check-history.json")
 
@@ -127,8 +127,7 @@ def _rows(tx: Tx, rows: list[Row], out: Imported) -> None:
             out.already += 1
             continue
         seq += 1
-        tx.q("INSERT INTO boxes (provider, provider_id, slot, rerent_of, move_of, live, doc, "
-             "label, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (*columns(r), r.label, seq))
+        put(tx, r, seq)
         out.rows += 1
 
 

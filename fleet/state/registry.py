@@ -115,7 +115,8 @@ def columns(r: Row) -> tuple[Any, ...]:
             encode(r))
 
 
-def _put(tx: Tx, r: Row, seq: int | None) -> None:
+def put(tx: Tx, r: Row, seq: int | None) -> None:
+    """Write `r` within `tx`: a new row at `seq`, or (None) the row of its label changed."""
     if seq is None:
         tx.q("UPDATE boxes SET provider = ?, provider_id = ?, slot = ?, rerent_of = ?, "
              "move_of = ?, live = ?, doc = ? WHERE label = ?", (*columns(r), r.label))
@@ -197,9 +198,9 @@ class Registry:
             old = before.get(label)
             if old is None:
                 seq = _next_seq(tx) if seq is None else seq + 1
-                _put(tx, r, seq)
+                put(tx, r, seq)
             elif encode(r) != old:
-                _put(tx, r, None)
+                put(tx, r, None)
 
     def fleet_id(self) -> str:
         """This registry's fleet id, made and written on first use: every label the fleet
@@ -258,7 +259,7 @@ class Registry:
                 if old is not None:
                     row.rerent_of = row.rerent_of or old.rerent_of
                     row.slot = row.slot or old.slot
-                _put(tx, row, None if old is not None else _next_seq(tx))
+                put(tx, row, None if old is not None else _next_seq(tx))
         except Duplicate as e:
             raise UsageError(f"{row.label}: not rented: {_taken(row)} ({e})") from None
         return row
@@ -286,7 +287,7 @@ class Registry:
         for k, v in changes.items():
             setattr(row, k, v)
         try:
-            _put(tx, row, None)
+            put(tx, row, None)
         except Duplicate as e:
             raise UsageError(f"{label}: not changed: {_taken(row)} ({e})") from None
         return row

@@ -85,14 +85,14 @@ def _slow_writer(path: str, inside: str) -> None:
     it stalls once its first statement has run."""
     import fleet.state.registry as registry
 
-    real = registry._put
+    real = registry.put
 
     def stall(*args: Any) -> None:
         real(*args)
         Path(inside).touch()
         time.sleep(60)
 
-    registry._put = stall  # type: ignore[assignment]
+    registry.put = stall  # type: ignore[assignment]
     with Registry(Path(path)).transaction() as rows:
         rows["a-0"].status = "changed by the victim"
         rows["victim-0"] = row("victim-0")
