@@ -16,8 +16,8 @@ from typing import Protocol
 
 @dataclass
 class GpuDevice:
-    uuid: str  # "GPU-8c4f...": NVML's nvmlDeviceGetUUID
-    name: str  # "NVIDIA H100 80GB HBM3"
+    uuid: str  # "GPU-8c4f...": NVML's nvmlDeviceGetUUID (AMD: amdsmi_get_gpu_device_uuid)
+    name: str  # "NVIDIA H100 80GB HBM3" (AMD: the market name, "AMD Instinct MI300X")
     pci_bus_id: str  # "00000000:1B:00.0"
     memory_total: int  # bytes
     serial: str | None = None  # only datacenter cards have one
@@ -25,9 +25,13 @@ class GpuDevice:
 
 @dataclass
 class GpuSpec:
-    driver_version: str  # "580.95.05", exactly what nvmlSystemGetDriverVersion answers
-    cuda_driver_version: int  # NVML's integer form: 12080 for 12.8
+    # exactly what the vendor's library answers: nvmlSystemGetDriverVersion ("580.95.05"), or
+    # on AMD the amdgpu driver's version from amdsmi_get_gpu_driver_info ("6.12.12")
+    driver_version: str
+    cuda_driver_version: int  # NVML's integer form: 12080 for 12.8; 0 on AMD
     devices: list[GpuDevice] = field(default_factory=list)
+    vendor: str = "nvidia"  # "nvidia" (the stand-in NVML) | "amd" (the stand-in AMD SMI)
+    rocm_version: str = ""  # AMD only: the ROCm userspace release, "6.4.1"
 
 
 @dataclass

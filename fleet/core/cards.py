@@ -10,15 +10,23 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+NVIDIA = "nvidia"
+AMD = "amd"
+VENDORS = (NVIDIA, AMD)
+
 
 class Card(NamedTuple):
     fleet: str  # Vast's gpu_name, the fleet's name: "H100 SXM"
     runpod_id: str  # RunPod gpuTypeId: "NVIDIA H100 80GB HBM3"
     runpod_display: str  # RunPod displayName / machine.gpuDisplayName: "H100 SXM"
+    vendor: str = NVIDIA  # whose library admits it: NVML (nvidia) or AMD SMI (amd)
+    aliases: tuple[str, ...] = ()  # other spellings an operator may write
 
 
 CARDS: tuple[Card, ...] = (
+    Card("RTX 3080", "NVIDIA GeForce RTX 3080", "RTX 3080"),
     Card("RTX 3090", "NVIDIA GeForce RTX 3090", "RTX 3090"),
+    Card("RTX 4070", "NVIDIA GeForce RTX 4070", "RTX 4070"),
     Card("RTX 4090", "NVIDIA GeForce RTX 4090", "RTX 4090"),
     Card("RTX 5090", "NVIDIA GeForce RTX 5090", "RTX 5090"),
     Card("RTX A4000", "NVIDIA RTX A4000", "RTX A4000"),
@@ -36,6 +44,14 @@ CARDS: tuple[Card, ...] = (
     Card("H100 NVL", "NVIDIA H100 NVL", "H100 NVL"),
     Card("H200", "NVIDIA H200", "H200 SXM"),
     Card("B200", "NVIDIA B200", "B200"),
+    # AMD: Vast's gpu_name; RunPod's gpuTypeId is AMD's full market name
+    Card("RX 7900 XTX", "AMD Radeon RX 7900 XTX", "RX 7900 XTX", AMD,
+         ("Radeon RX 7900 XTX", "7900 XTX")),
+    Card("PRO W7900", "AMD Radeon PRO W7900", "W7900", AMD, ("Radeon PRO W7900",)),
+    Card("MI210", "AMD Instinct MI210", "MI210", AMD, ("Instinct MI210",)),
+    Card("MI250X", "AMD Instinct MI250X", "MI250X", AMD, ("Instinct MI250X",)),
+    Card("MI300X", "AMD Instinct MI300X OAM", "MI300X", AMD,
+         ("Instinct MI300X", "AMD Instinct MI300X")),
 )
 
 _BY_FLEET = {c.fleet.lower(): c for c in CARDS}
@@ -49,7 +65,8 @@ def _key(name: str) -> str:
 
 # every spelling an operator may write for a card: the fleet's name, RunPod's gpuTypeId and
 # RunPod's display name (case and runs of whitespace aside)
-_BY_ANY = {_key(n): c.fleet for c in CARDS for n in (c.runpod_display, c.runpod_id, c.fleet)}
+_BY_ANY = {_key(n): c.fleet for c in CARDS
+           for n in (c.runpod_display, c.runpod_id, c.fleet, *c.aliases)}
 
 
 def canonical(name: str) -> str | None:
@@ -57,6 +74,13 @@ def canonical(name: str) -> str | None:
     or display name; any case, extra whitespace): `"nvidia geforce rtx 4090"` is `"RTX 4090"`.
     None for a card the table does not know."""
     return _BY_ANY.get(_key(name))
+
+
+def vendor(card: str) -> str | None:
+    """"nvidia" or "amd" for a card in any spelling; None for a card the table does not know
+    (whose library would admit it cannot be told)."""
+    name = canonical(card)
+    return None if name is None else _BY_FLEET[name.lower()].vendor
 
 
 def known() -> str:
