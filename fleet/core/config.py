@@ -34,6 +34,7 @@ NODE_UNHEALTHY_RESTART_MAX_S = DAY_S
 READY_TIMEOUT_MIN_S = 300.0
 DRIVER = re.compile(r"^\d+\.\d+\.\d+$")
 CUDA = re.compile(r"^\d+\.\d+$")
+ROCM = CUDA  # a ROCm release line an offer may carry: "6.4"
 # a role name starts every label the fleet makes (`<role>-<fleet id>-<provider>-<6 hex>[-r<n>]`,
 # see fleet/labels.py), which must stay within 60 characters and one DNS-like form
 ROLE_NAME = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
@@ -52,6 +53,11 @@ class Role:
     qualified_gpus: tuple[str, ...] = ()
     release: str | None = None
     allowed_cuda: tuple[str, ...] = ()
+    # AMD boxes: the exact amdgpu driver and ROCm release their GPU programs run on, and the
+    # ROCm release lines offers may carry (as allowed_cuda for NVIDIA)
+    admitted_amdgpu: str | None = None
+    admitted_rocm: str | None = None
+    allowed_rocm: tuple[str, ...] = ()
     gpu_programs: tuple[str, ...] = GPU_PROGRAMS  # run only where admission passes
     node_unhealthy_restart_s: float = NODE_UNHEALTHY_RESTART_S  # 0 = report only
     # one-shot jobs: symbol/kernel name globs (case-insensitive) a scanned module may not hold,
@@ -69,20 +75,44 @@ class Role:
     def needs_gpu(self, program: str) -> bool:
         return program in self.programs and program in self.gpu_programs
 
-    def check_gpu_guard(self) -> None:
+    @property
+    def uses_gpu(self) -> bool:
+        """Whether its boxes run GPU work: a GPU program, or a one-shot job."""
+        return self.kind == "oneshot" or any(self.needs_gpu(p) for p in self.programs)
+
+    def check_gpu_guard(self, vendor: str | None = None) -> None:
         """GPU work runs only on a named driver: a GPU program (or a one-shot role, whose job
-        is GPU work) without one is a config error."""
+        is GPU work) without the one its box's vendor needs is a config error. `vendor` is the
+        box's card's ("nvidia", "amd"); None (no card known) keeps the NVIDIA rule unless the
+        role names the AMD pair. A vendor the fleet cannot tell is refused, never defaulted."""
+        if not self.uses_gpu:
+            return
+        if vendor not in (None, *cards.VENDORS):
+            raise ConfigError(f"roles.{self.name}: the card's vendor cannot be told; GPU work "
+                              "runs only where its library is known")
+        if vendor == cards.AMD:
+            if self.kind == "oneshot":
+                raise ConfigError(f"roles.{self.name}: one-shot jobs run on NVIDIA cards only")
+            if not (self.admitted_amdgpu and self.admitted_rocm):
+                raise ConfigError(
+                    f"roles.{self.name}: {self.gpu_work()} needs the GPU but admitted_amdgpu "
+                    "and admitted_rocm are not set; name the exact amdgpu driver and ROCm "
+                    "release it may run on (e.g. \"6.12.12\" and \"6.4.1\")")
+            return
         if (self.admitted_driver or "").strip():
             return
+        if vendor is None and self.kind != "oneshot" and self.admitted_amdgpu:
+            return  # an AMD-only role (the pair is checked whole at load)
         if self.kind == "oneshot":
             raise ConfigError(
                 f"roles.{self.name}: one-shot jobs run GPU work but admitted_driver is not "
                 "set; name the exact NVIDIA driver they may run on (e.g. \"580.95.05\")")
-        for program in self.programs:
-            if self.needs_gpu(program):
-                raise ConfigError(
-                    f"roles.{self.name}: {program} needs the GPU but admitted_driver is not "
-                    "set; name the exact NVIDIA driver it may run on (e.g. \"580.95.05\")")
+        raise ConfigError(
+            f"roles.{self.name}: {self.gpu_work()} needs the GPU but admitted_driver is not "
+            "set; name the exact NVIDIA driver it may run on (e.g. \"580.95.05\")")
+
+    def gpu_work(self) -> str:
+        return next((p for p in self.programs if self.needs_gpu(p)), "the one-shot job")
 
 
 @dataclass(frozen=True)
@@ -167,6 +197,7 @@ _ROLE_SPEC: dict[str, tuple[type, ...]] = {
     "release": (str,), "allowed_cuda": (list,), "gpu_programs": (list,),
     "node_unhealthy_restart_s": (int, float), "banned_symbols": (list,),
     "allowed_symbols": (list,), "spread": (bool,),
+    "admitted_amdgpu": (str,), "admitted_rocm": (str,), "allowed_rocm": (list,),
 }
 
 
@@ -208,6 +239,7 @@ def _role(name: str, table: Any, src: str) -> Role:
         if not CUDA.match(cuda):
             raise ConfigError(f"{where}.allowed_cuda: {cuda!r} is not a CUDA version X.Y "
                               "(e.g. \"13.0\")")
+    amd = _amd(where, table)
     restart = table.get("node_unhealthy_restart_s", NODE_UNHEALTHY_RESTART_S)
     if restart < 0:
         raise ConfigError(
@@ -226,6 +258,7 @@ def _role(name: str, table: Any, src: str) -> Role:
         banned_symbols=_strings(f"{where}.banned_symbols", table.get("banned_symbols", [])),
         allowed_symbols=_strings(f"{where}.allowed_symbols", table.get("allowed_symbols", [])),
         spread=table.get("spread", True),
+        **amd,
     )
     try:
         role.check_gpu_guard()
@@ -234,10 +267,32 @@ def _role(name: str, table: Any, src: str) -> Role:
     return role
 
 
-def _wants(role: str, entries: Any, src: str) -> list[Want]:
-    where = f"{src}: roster.{role}"
+def _amd(where: str, table: dict[str, Any]) -> dict[str, Any]:
+    """The role's AMD settings, each checked: the exact pair comes whole or not at all."""
+    amdgpu, rocm = table.get("admitted_amdgpu"), table.get("admitted_rocm")
+    if amdgpu is not None and not DRIVER.match(amdgpu):
+        raise ConfigError(f"{where}.admitted_amdgpu: {amdgpu!r} is not an exact amdgpu driver "
+                          "version X.Y.Z (e.g. \"6.12.12\")")
+    if rocm is not None and not DRIVER.match(rocm):
+        raise ConfigError(f"{where}.admitted_rocm: {rocm!r} is not an exact ROCm release X.Y.Z "
+                          "(e.g. \"6.4.1\")")
+    if (amdgpu is None) != (rocm is None):
+        have, lacks = ("admitted_amdgpu", "admitted_rocm") if rocm is None else (
+            "admitted_rocm", "admitted_amdgpu")
+        raise ConfigError(f"{where.split(': ', 1)[-1]}: {have} without {lacks}; an AMD box is "
+                          "admitted on the exact pair")
+    allowed = _strings(f"{where}.allowed_rocm", table.get("allowed_rocm", []))
+    for line in allowed:
+        if not ROCM.match(line):
+            raise ConfigError(f"{where}.allowed_rocm: {line!r} is not a ROCm release X.Y "
+                              "(e.g. \"6.4\")")
+    return {"admitted_amdgpu": amdgpu, "admitted_rocm": rocm, "allowed_rocm": allowed}
+
+
+def _wants(role: Role, entries: Any, src: str) -> list[Want]:
+    where = f"{src}: roster.{role.name}"
     if not isinstance(entries, list):
-        raise ConfigError(f"{where}: expected an array of tables ([[roster.{role}]])")
+        raise ConfigError(f"{where}: expected an array of tables ([[roster.{role.name}]])")
     wants: list[Want] = []
     for i, e in enumerate(entries):
         w = f"{where}[{i}]"
@@ -256,14 +311,30 @@ def _wants(role: str, entries: Any, src: str) -> list[Want]:
         card = cards.canonical(e["card"])
         if card is None:
             raise ConfigError(f"{w}.card: unknown card {e['card']!r} (known: {cards.known()})")
+        _guard_card(role, card, w)
         twin = next((x for x in wants if (x.provider, x.card, x.gpus) ==
                      (e["provider"], card, gpus)), None)
         if twin is not None:
             # each would be counted against the same boxes: the roster would mean the larger
             raise ConfigError(f"{w}: the same {e['provider']} {card} x{gpus} as an earlier "
                               "entry; give one entry the sum of their counts")
-        wants.append(Want(role, e["provider"], card, gpus, count))
+        wants.append(Want(role.name, e["provider"], card, gpus, count))
     return wants
+
+
+def _guard_card(role: Role, card: str, where: str) -> None:
+    """The role's GPU guard for a box of `card`: one line naming the roster entry."""
+    vendor = cards.vendor(card)
+    try:
+        role.check_gpu_guard(vendor)
+    except ConfigError as e:
+        why = str(e).split(": ", 1)[1]
+        if vendor == cards.AMD and role.kind == "oneshot":
+            raise ConfigError(f"{where}: {card} is an AMD card; {why}") from None
+        name = "AMD" if vendor == cards.AMD else "NVIDIA"
+        lacks = "admitted_amdgpu and admitted_rocm" if vendor == cards.AMD else "admitted_driver"
+        raise ConfigError(f"{where}: {card} is an {name} card and {role.gpu_work()} needs the "
+                          f"GPU, but roles.{role.name} names no {lacks}") from None
 
 
 def _loop(table: dict[str, Any], src: str) -> LoopSettings:
@@ -327,7 +398,7 @@ def parse(data: dict[str, Any], path: Path) -> Config:
     for role, entries in data.get("roster", {}).items():
         if role not in roles:
             raise ConfigError(f"{src}: roster.{role}: unknown role {role!r}")
-        roster.extend(_wants(role, entries, src))
+        roster.extend(_wants(roles[role], entries, src))
     loop = _loop(data.get("loop", {}), src)
     budget = float(top.get("daily_budget_usd", 100.0))
     if budget <= 0:

@@ -95,6 +95,9 @@ class Job:
         if not role.admitted_driver:
             raise UsageError(f"role {role.name} names no admitted_driver: a one-shot job runs "
                              "only on the admitted driver")
+        if self.card and cards.vendor(self.card) != cards.NVIDIA:
+            raise UsageError(f"{self.path}: card: {self.card} is not an NVIDIA card; one-shot "
+                             "jobs run on NVIDIA cards only")
         if role.banned_symbols and not self.modules:
             raise UsageError(f"{self.path}: modules: role {role.name} bans symbols "
                              f"({', '.join(role.banned_symbols)}), so the job must name its "

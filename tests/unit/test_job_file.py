@@ -187,3 +187,13 @@ def test_a_module_reached_only_through_a_link_rents_nothing(tmp_path: Path, link
     with pytest.raises(UsageError) as e:
         job.box_spec(ROLE, None)
     assert "module glob 'kernels/*.ptx' matched nothing" in str(e.value)
+
+
+def test_a_job_that_names_an_amd_card_rents_nothing(tmp_path: Path) -> None:
+    job = load(write(tmp_path, GOOD.replace('ttl_minutes = 30',
+                                            'ttl_minutes = 30\ncard = "Instinct MI300X"')))
+    assert job.card == "MI300X"
+    role = Role("bench", "oneshot", "img", 20, admitted_driver="580.95.05")
+    with pytest.raises(UsageError, match=r"card: MI300X is not an NVIDIA card; one-shot jobs "
+                                         "run on NVIDIA cards only"):
+        job.check_role(role)
