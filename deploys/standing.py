@@ -40,7 +40,8 @@ def standing() -> None:
     bundle = support.agent_bundle()
     state = box_state(host, ROOT)
 
-    toml_path, toml_text = f"{ROOT}/{CONFIG}", render(role, rel.node_sha16, ROOT)
+    toml_path, toml_text = f"{ROOT}/{CONFIG}", render(role, rel.node_sha16, host.data.card,
+                                                         ROOT)
 
     agent.installed(name="Agent installed", bundle=str(bundle.path),
                     bundle_sha256=bundle.sha256, root=ROOT)

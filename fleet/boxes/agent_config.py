@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from agent.contract import MINER, NODE, PEERS, PROVER, RELEASES, ROOT, RUN
+from fleet.core import cards
+from fleet.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from fleet.core.config import Role
@@ -46,9 +48,19 @@ _ENV.filters["toml"] = toml_value
 _TEMPLATE = _ENV.get_template("agent.toml.j2")
 
 
-def render(role: Role, release_sha16: str, root: str = ROOT) -> str:
-    """The agent.toml text; a role whose GPU programs have no admitted driver is refused."""
-    role.check_gpu_guard()
+def render(role: Role, release_sha16: str, card: str, root: str = ROOT) -> str:
+    """The agent.toml text for a box of `card`; refused for a card whose vendor the table
+    cannot tell (never taken for NVIDIA), and for a role whose GPU programs have no admitted
+    driver for that vendor."""
+    vendor = cards.vendor(card)
+    if vendor is None:
+        raise ConfigError(f"roles.{role.name}: card {card!r}: its vendor cannot be told, so "
+                          "neither can the library that would admit its GPU programs")
+    role.check_gpu_guard(vendor)
+    # An NVIDIA box's file leaves gpu_vendor out (the agent reads none as "nvidia"): the text
+    # stays byte for byte what boxes already run, and the deploy restarts an agent whose
+    # agent.toml changed
+    amd = vendor == cards.AMD
     rel = f"{root}/{RELEASES}/{release_sha16}"
     rpc = f"http://127.0.0.1:{NODE_RPC_PORT}"
     known: dict[str, dict[str, Any]] = {
@@ -77,7 +89,9 @@ def render(role: Role, release_sha16: str, root: str = ROOT) -> str:
     ]
     return _TEMPLATE.render(
         root=root,
-        admitted_driver=role.admitted_driver or "",
+        gpu_vendor=vendor if amd else "",
+        admitted_driver=(role.admitted_amdgpu if amd else role.admitted_driver) or "",
+        admitted_rocm=(role.admitted_rocm or "") if amd else "",
         qualified_gpus=role.qualified_gpus,
         p2p_port=role.p2p_port or 0,
         recipe=[f"{root}/in/box-exec-snapshot.sh", f"{root}/node"],

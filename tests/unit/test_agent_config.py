@@ -58,7 +58,7 @@ def live_role() -> Role:
 
 
 def rendered(role: Role) -> dict[str, Any]:
-    return tomllib.loads(render(role, SHA16))
+    return tomllib.loads(render(role, SHA16, "RTX 4090"))
 
 
 def test_every_program_that_uses_the_gpu_is_marked() -> None:
@@ -99,12 +99,12 @@ def test_the_agent_accepts_what_fleet_renders(tmp_path: Path) -> None:
 def test_a_gpu_role_without_a_driver_is_never_rendered() -> None:
     unguarded = dataclasses.replace(live_role(), admitted_driver=None)
     with pytest.raises(ConfigError, match="miner needs the GPU but admitted_driver is not set"):
-        render(unguarded, SHA16)
+        render(unguarded, SHA16, "RTX 4090")
 
 
 def test_values_are_quoted_for_toml() -> None:
     odd = dataclasses.replace(live_role(), admitted_driver='580"\\x', qualified_gpus=("G\n1",))
     doc = rendered(odd)
     assert doc["admitted_driver"] == '580"\\x' and doc["qualified_gpus"] == ["G\n1"]
-    assert render(live_role(), SHA16).startswith(
+    assert render(live_role(), SHA16, "RTX 4090").startswith(
         "# written by fleet's standing deploy; edits are overwritten\n")
