@@ -28,6 +28,7 @@ class Card:
     vast_price: float  # Vast median dph_base per GPU; machines vary around it
     datacenter_card: bool  # only these have an NVML serial number
     weight: int  # how common the card is in the world
+    vendor: str = "nvidia"  # "amd": its box answers through the stand-in AMD SMI
 
 
 CARDS: tuple[Card, ...] = (
@@ -45,7 +46,21 @@ CARDS: tuple[Card, ...] = (
          80, 900, 66.9, 2.69, 2.39, 1.90, True, 3),
 )
 
-CARDS_BY_RUNPOD_ID = {c.runpod_id: c for c in CARDS}
+# AMD cards: machines of their own, drawn after the NVIDIA ones from a stream of their own, so
+# a seed's NVIDIA machines stay as they were. nvml_name is what amdsmi's market name answers.
+RX_7900_XTX = Card("AMD Radeon RX 7900 XTX", "RX 7900 XTX", "RX 7900 XTX",
+                   "AMD Radeon RX 7900 XTX", 24, 0, 61.4, 0.69, 0.39, 0.32, False, 0, "amd")
+MI300X = Card("AMD Instinct MI300X OAM", "MI300X", "MI300X", "AMD Instinct MI300X",
+              192, 0, 163.4, 2.99, 2.49, 1.95, True, 0, "amd")
+AMD_CARDS: tuple[Card, ...] = (RX_7900_XTX, MI300X)
+# per provider, the AMD machines of the world: (card, GPUs); the first of each card carries the
+# majority driver, so every seed offers each card on it
+AMD_MACHINES: dict[str, tuple[tuple[Card, int], ...]] = {
+    "vast": ((RX_7900_XTX, 2), (MI300X, 8), (RX_7900_XTX, 4), (MI300X, 8)),
+    "runpod": ((MI300X, 8), (MI300X, 8)),
+}
+ALL_CARDS = CARDS + AMD_CARDS
+CARDS_BY_RUNPOD_ID = {c.runpod_id: c for c in ALL_CARDS}
 
 # Driver string -> the CUDA version it supports (what RunPod's machineSystem and Vast's
 # cuda_max_good report). 580.95.05 is the majority, as on the real market.
@@ -75,6 +90,19 @@ DRIFT_SIBLING: dict[str, str] = {
     "575.64.03": "575.57.08", "575.57.08": "575.64.03",
     "570.172.08": "570.195.03", "570.195.03": "570.172.08",
 }
+
+# amdgpu driver (as amdsmi_get_gpu_driver_info answers it) -> the ROCm release installed with
+# it. 6.12.12 with ROCm 6.4.1 is the majority.
+AMDGPU_ROCM: dict[str, str] = {
+    "6.12.12": "6.4.1",
+    "6.12.10": "6.4.1",  # a sibling on the same ROCm release: what a ROCm filter can't see
+    "6.10.5": "6.3.3",
+    "6.8.5": "6.2.4",
+}
+AMDGPU_WEIGHTS: tuple[tuple[str, int], ...] = (("6.12.12", 6), ("6.10.5", 2), ("6.8.5", 1))
+AMDGPU_MAJORITY = "6.12.12"
+AMD_DRIFT_SIBLING: dict[str, str] = {"6.12.12": "6.12.10", "6.12.10": "6.12.12",
+                                     "6.10.5": "6.10.3", "6.8.5": "6.8.3"}
 
 # RunPod Secure Cloud data centres (id -> country); Community Cloud is addressed by country.
 RUNPOD_DATACENTERS: dict[str, str] = {
@@ -106,6 +134,33 @@ def cuda_for(driver: str) -> str:
     if branch not in BRANCH_CUDA:
         raise ValueError(f"driver {driver!r}: unknown branch {branch}")
     return BRANCH_CUDA[branch]
+
+
+def rocm_for(amdgpu: str) -> str:
+    """The ROCm release an amdgpu driver came with; for one outside the table, the release of
+    its branch's first listed driver (a drift stays on its ROCm release). ValueError for a
+    malformed driver or an unknown branch."""
+    if amdgpu in AMDGPU_ROCM:
+        return AMDGPU_ROCM[amdgpu]
+    driver_number(amdgpu)  # X.Y.Z or ValueError
+    branch = amdgpu.rsplit(".", 1)[0]
+    for known, rocm in AMDGPU_ROCM.items():
+        if known.rsplit(".", 1)[0] == branch:
+            return rocm
+    raise ValueError(f"amdgpu driver {amdgpu!r}: unknown branch {branch}")
+
+
+def known_driver(driver: str) -> None:
+    """ValueError unless `driver` is an NVIDIA driver of a known branch or an amdgpu one."""
+    try:
+        cuda_for(driver)
+    except ValueError:
+        rocm_for(driver)
+
+
+def rocm_line(rocm: str) -> str:
+    """A ROCm release's line, as offers are filtered by it: "6.4.1" -> "6.4"."""
+    return ".".join(rocm.split(".")[:2])
 
 
 def cuda_int(cuda: str) -> int:
@@ -152,8 +207,18 @@ class Machine:
         return len(self.gpus)
 
     @property
+    def vendor(self) -> str:
+        return self.card.vendor
+
+    @property
     def cuda(self) -> str:
-        return cuda_for(self.driver)
+        """The CUDA version the advertised driver supports; "" on an AMD machine."""
+        return "" if self.vendor == "amd" else cuda_for(self.driver)
+
+    @property
+    def rocm(self) -> str:
+        """The ROCm release the advertised amdgpu driver came with; "" on an NVIDIA machine."""
+        return rocm_for(self.driver) if self.vendor == "amd" else ""
 
     @property
     def free_gpus(self) -> int:
@@ -165,11 +230,19 @@ def _weighted(rng: random.Random, pairs: tuple[tuple[str, int], ...] | tuple[tup
     return rng.choices(values, weights=weights)[0]
 
 
+def _uuid(rng: random.Random, card: Card) -> str:
+    """NVML's "GPU-<uuid4>"; amdsmi answers a bare uuid whose first bytes are the ASIC's."""
+    drawn = uuid.UUID(int=rng.getrandbits(128), version=4)
+    if card.vendor == "amd":
+        return f"{rng.randrange(256):02x}ff74a1-0000-1000-80{str(drawn)[21:]}"
+    return f"GPU-{drawn}"
+
+
 def _gpus(rng: random.Random, card: Card, count: int) -> list[GpuDevice]:
     serial_base = rng.randrange(1_320_000_000_000, 1_660_000_000_000)
     return [
         GpuDevice(
-            uuid=f"GPU-{uuid.UUID(int=rng.getrandbits(128), version=4)}",
+            uuid=_uuid(rng, card),
             name=card.nvml_name,
             pci_bus_id=f"00000000:{PCI_BUSES[i]:02X}:00.0",
             memory_total=card.memory_gb * 1024**3,
@@ -184,6 +257,21 @@ def make_machine(rng: random.Random, provider: str, index: int) -> Machine:
     card = rng.choices(CARDS, weights=[c.weight for c in CARDS])[0]
     count = int(_weighted(rng, GPU_COUNTS))
     driver = str(_weighted(rng, DRIVER_WEIGHTS))
+    return _machine(rng, provider, index, card, count, driver)
+
+
+def make_amd_machines(rng: random.Random, provider: str, first_index: int) -> list[Machine]:
+    """The provider's AMD machines (`AMD_MACHINES`), indexed from `first_index`."""
+    out: list[Machine] = []
+    for card, count in AMD_MACHINES[provider]:
+        first = all(m.card is not card for m in out)
+        driver = AMDGPU_MAJORITY if first else str(_weighted(rng, AMDGPU_WEIGHTS))
+        out.append(_machine(rng, provider, first_index + len(out), card, count, driver))
+    return out
+
+
+def _machine(rng: random.Random, provider: str, index: int, card: Card, count: int,
+             driver: str) -> Machine:
     datacenter = rng.random() < (0.5 if provider == "runpod" else 0.4)
     if provider == "runpod":
         machine_id = "".join(rng.choices(string.ascii_lowercase + string.digits, k=12))

@@ -48,6 +48,7 @@ def machine_view(m: Machine) -> dict[str, Any]:
         "provider": m.provider, "machine_id": m.machine_id, "card": m.card.display,
         "gpu_count": m.gpu_count, "free_gpus": m.free_gpus, "price_per_gpu": m.price,
         "driver": m.driver, "actual_driver": m.actual_driver, "cuda": m.cuda,
+        "vendor": m.vendor, "rocm": m.rocm,
         "reliability": m.reliability, "direct_port_count": m.direct_port_count,
         "country": m.country, "datacenter": m.datacenter, "location": m.location,
         "public_ip": m.public_ip, "dead": m.dead_at is not None,

@@ -33,7 +33,7 @@ from graphql import (
 )
 from graphql.language import FieldNode
 
-from sandbox.catalog import CARDS, CARDS_BY_RUNPOD_ID, Card, Machine
+from sandbox.catalog import ALL_CARDS, CARDS_BY_RUNPOD_ID, Card, Machine
 from sandbox.faults import REQUEST_KINDS, Call, Fault
 from sandbox.httpbase import Request, Response, json_response
 from sandbox.world import Instance, World, WorldError
@@ -176,7 +176,7 @@ def eligible(m: Machine, card: Card, q: dict[str, Any], cloud: str, gpus: int) -
         and (not q.get("countryCode") or m.country == q["countryCode"])
         and (not q.get("supportPublicIp") or m.direct_port_count > 0)
         and (not q.get("allowedCudaVersions") or m.cuda in q["allowedCudaVersions"])
-        and (not min_cuda or _version(m.cuda) >= _version(min_cuda))
+        and (not min_cuda or (bool(m.cuda) and _version(m.cuda) >= _version(min_cuda)))
         and (q.get("minVcpuCount") or 0) <= m.cpu_cores * share
         and (q.get("minMemoryInGb") or 0) <= m.ram_gb * share
         and (q.get("minDisk") or 0) <= m.disk_gb
@@ -225,7 +225,8 @@ def gpu_type(world: World, card: Card, sold_out: bool = False) -> dict[str, Any]
 
     centres = sorted({m.location for m in machines if m.datacenter})
     return {
-        "id": card.runpod_id, "displayName": card.display, "manufacturer": "Nvidia",
+        "id": card.runpod_id, "displayName": card.display,
+        "manufacturer": "AMD" if card.vendor == "amd" else "Nvidia",
         "memoryInGb": card.memory_gb, "cudaCores": 0, "maxGpuCount": most(None),
         "maxGpuCountSecureCloud": most(True), "maxGpuCountCommunityCloud": most(False),
         "minPodGpuCount": 1, "secureCloud": any(m.datacenter for m in machines),
@@ -301,7 +302,7 @@ def pod_view(world: World, inst: Instance) -> dict[str, Any]:
             "dataCenterId": m.location if m.datacenter else None, "location": m.country,
             "countryCode": m.country, "secureCloud": m.datacenter,
             "supportPublicIp": m.direct_port_count > 0,
-            "machineSystem": {"cudaVersion": m.cuda, "os": "Ubuntu 22.04",
+            "machineSystem": {"cudaVersion": m.cuda or None, "os": "Ubuntu 22.04",
                               "kernelVersion": "6.8.0-sandbox"},
         },
     }
@@ -371,7 +372,7 @@ class Root:
     def gpuTypes(self, _info: Any, input: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         wanted = set((input or {}).get("ids") or []) | {(input or {}).get("id")} - {None}
         sold_out = "gpuTypes" in self.faults  # no_capacity: every stockStatus reads null
-        return [gpu_type(self.world, c, sold_out) for c in CARDS
+        return [gpu_type(self.world, c, sold_out) for c in ALL_CARDS
                 if not wanted or c.runpod_id in wanted]
 
     # -- mutations -------------------------------------------------------------------------

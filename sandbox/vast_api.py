@@ -32,7 +32,7 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
-from sandbox.catalog import Machine, driver_number, make_machine
+from sandbox.catalog import Machine, driver_number, make_machine, rocm_line
 from sandbox.faults import REQUEST_KINDS, Call, Fault
 from sandbox.httpbase import Request, Response, json_response, text_response
 from sandbox.vast_index import VastIndex
@@ -88,6 +88,15 @@ def prices(m: Machine, gpus: int) -> tuple[float, float]:
     return dph_base, round(dph_base * 0.45, 4)
 
 
+def gpu_stack(m: Machine) -> dict[str, Any]:
+    """What a row says of the machine's GPU software: NVIDIA's highest CUDA (`cuda_max_good`),
+    or on an AMD machine (`gpu_arch` "amd", whose `driver_version` is the amdgpu driver's) no
+    CUDA and the ROCm release line, as a number as `cuda_max_good` is (`rocm_version`)."""
+    if m.vendor == "amd":
+        return {"cuda_max_good": None, "rocm_version": float(rocm_line(m.rocm))}
+    return {"cuda_max_good": float(m.cuda), "rocm_version": None}
+
+
 def offer_row(now: float, position: int, m: Machine, gpus: int, bid: bool,
               storage_gb: float) -> dict[str, Any]:
     card = m.card
@@ -102,9 +111,9 @@ def offer_row(now: float, position: int, m: Machine, gpus: int, bid: bool,
         "machine_id": int(m.machine_id), "host_id": m.host_id, "hostname": None,
         "num_gpus": gpus, "gpu_name": card.vast_name, "gpu_ram": card.memory_gb * 1024,
         "gpu_total_ram": card.memory_gb * 1024 * gpus, "gpu_frac": gpus / m.gpu_count,
-        "gpu_arch": "nvidia", "gpu_lanes": 16, "gpu_mem_bw": 900.0, "gpu_max_power": 450.0,
+        "gpu_arch": m.vendor, "gpu_lanes": 16, "gpu_mem_bw": 900.0, "gpu_max_power": 450.0,
         "gpu_max_temp": 85.0, "gpu_display_active": False, "compute_cap": card.compute_cap,
-        "cuda_max_good": float(m.cuda), "driver_version": m.driver,
+        **gpu_stack(m), "driver_version": m.driver,
         "driver_vers": driver_number(m.driver), "bw_nvlink": 0.0,
         "cpu_name": "AMD EPYC 7543 32-Core Processor", "cpu_arch": "amd64",
         "cpu_cores": m.cpu_cores, "cpu_cores_effective": m.cpu_cores * gpus / m.gpu_count,
@@ -259,7 +268,7 @@ def instance_row(world: World, inst: Instance) -> dict[str, Any]:
         "gpu_ram": m.card.memory_gb * 1024,
         "gpu_totalram": m.card.memory_gb * 1024 * inst.gpu_count,
         "gpu_util": 0.0 if ep else None, "gpu_temp": 35.0 if ep else None,
-        "driver_version": m.driver, "cuda_max_good": float(m.cuda),
+        "driver_version": m.driver, **gpu_stack(m), "gpu_arch": m.vendor,
         "compute_cap": m.card.compute_cap, "cpu_cores": m.cpu_cores, "cpu_ram": m.ram_gb * 1024,
         "disk_space": inst.disk_gb, "dph_base": inst.gpu_rate, "dph_total": inst.gpu_rate + storage,
         "storage_cost": VAST_STORAGE_GB_MONTH, "storage_total_cost": storage,

@@ -30,7 +30,17 @@ from typing import Any
 
 from sandbox.backend import BoxBackend, BoxEndpoints, BoxSpec, GpuSpec, NullBackend
 from sandbox.boxops import BoxOps
-from sandbox.catalog import DRIFT_SIBLING, Machine, cuda_for, cuda_int, make_machine
+from sandbox.catalog import (
+    AMD_DRIFT_SIBLING,
+    DRIFT_SIBLING,
+    Machine,
+    cuda_for,
+    cuda_int,
+    known_driver,
+    make_amd_machines,
+    make_machine,
+    rocm_for,
+)
 from sandbox.faults import INSTANCE_KINDS, KINDS, PROVIDER_KINDS, FaultBook, FaultError
 from sandbox.ledger import Ledger
 
@@ -133,6 +143,14 @@ class World:
             for i in range(machines_per_provider):
                 index = p_index * machines_per_provider + i
                 self.machines[provider].append(make_machine(machine_rng, provider, index))
+        # AMD machines after all of them, from their own stream: the NVIDIA ones (their
+        # order, ids and addresses) stay what each seed made them before
+        amd_rng = random.Random(f"{seed}/amd-machines")
+        first = len(PROVIDERS) * machines_per_provider
+        for provider in PROVIDERS:
+            made = make_amd_machines(amd_rng, provider, first)
+            self.machines[provider].extend(made)
+            first += len(made)
 
     # -- clock -------------------------------------------------------------------------------
 
@@ -371,9 +389,13 @@ class World:
             return hit
 
     def drift(self, machine: Machine, driver: str | None = None) -> str:
-        """The machine's NVML now reports another driver; the API keeps advertising the old."""
+        """The machine's NVML (or AMD SMI) now reports another driver; the API keeps
+        advertising the old."""
         with self.lock:
-            machine.actual_driver = driver or DRIFT_SIBLING[machine.actual_driver]
+            amd = machine.vendor == "amd"
+            new = driver or (AMD_DRIFT_SIBLING if amd else DRIFT_SIBLING)[machine.actual_driver]
+            (rocm_for if amd else cuda_for)(new)  # the vendor's form, or ValueError
+            machine.actual_driver = new
             for inst in self.instances.values():
                 if inst.machine is machine and inst.gpu is not None:
                     inst.gpu = self._gpu_spec(inst)
@@ -437,7 +459,7 @@ class World:
         if kind not in KINDS:
             raise FaultError(f"unknown fault kind {kind!r}; known: {', '.join(sorted(KINDS))}")
         if params.get("driver") is not None:
-            cuda_for(str(params["driver"]))  # refuse a malformed driver now, not at boot
+            known_driver(str(params["driver"]))  # refuse a malformed driver now, not at boot
         if kind in PROVIDER_KINDS:
             return {"kind": kind, "target": target,
                     "applied": self.cut_ssh_path(target, kind == "ssh_path_cut")}
@@ -571,6 +593,10 @@ class World:
 
     def _gpu_spec(self, inst: Instance) -> GpuSpec:
         machine = inst.machine
+        if machine.vendor == "amd":
+            return GpuSpec(driver_version=machine.actual_driver, cuda_driver_version=0,
+                           devices=[machine.gpus[i] for i in inst.gpu_indices], vendor="amd",
+                           rocm_version=rocm_for(machine.actual_driver))
         return GpuSpec(
             driver_version=machine.actual_driver,
             cuda_driver_version=cuda_int(cuda_for(machine.actual_driver)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 import httpx
@@ -20,9 +21,11 @@ def control(sbx: Sandbox) -> Iterator[ControlClient]:
 def test_health_and_machines(control: ControlClient) -> None:
     health = control.health()
     assert health["ok"] is True and health["seed"] == 7
-    assert health["machines"] == {"runpod": 16, "vast": 16}
+    # 16 NVIDIA machines each, then the AMD ones
+    assert health["machines"] == {"runpod": 18, "vast": 20}
     machines = control.machines()
-    assert len(machines) == 32 and len({m["public_ip"] for m in machines}) == 32
+    assert len(machines) == 38 and len({m["public_ip"] for m in machines}) == 38
+    assert Counter(m["vendor"] for m in machines) == {"nvidia": 32, "amd": 6}
     first = machines[0]
     assert first["driver"] == first["actual_driver"] and first["gpus"][0]["uuid"].startswith("GPU-")
 
