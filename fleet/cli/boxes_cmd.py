@@ -66,7 +66,8 @@ def offer_row(o: Offer) -> dict[str, str]:
     """An offer's cells; a driver only a booted box reports reads as such, not as missing."""
     return {"provider": o.provider, "offer": o.offer_id, "card": o.card,
             "gpus": str(o.gpu_count), "USD/h": f"{o.usd_per_hour:.3f}",
-            "driver": o.driver or "(after boot)", "cuda": o.cuda or "",
+            "driver": o.driver or "(after boot)",
+            "cuda": o.cuda or (f"ROCm {o.rocm}" if o.rocm else ""),
             "where": o.country or o.cloud or ""}
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from fleet.core.errors import ProviderError
+from fleet.core import cards
+from fleet.core.errors import ConfigError, ProviderError
 from fleet.ops import ports
 
 if TYPE_CHECKING:
@@ -21,12 +22,35 @@ class Unpriced(ProviderError):
 
 
 def admissible(role: Role, offers: Iterable[Offer]) -> list[Offer]:
-    """Drop offers whose advertised driver is not the admitted one.
+    """Drop offers whose advertised driver is not the one admitted for their card's vendor,
+    and, in a role with GPU work, offers of a card the role could not admit (an AMD card
+    without the AMD pair, a card whose vendor cannot be told).
 
     RunPod never advertises a driver (None): such offers stay, and admission after boot guards.
     """
-    want = role.admitted_driver
-    return [o for o in offers if want is None or o.driver is None or o.driver == want]
+    return [o for o in offers if _admits(role, o)]
+
+
+def _admits(role: Role, o: Offer) -> bool:
+    vendor = cards.vendor(o.card)
+    if vendor != cards.NVIDIA and role.uses_gpu:  # NVIDIA offers: the driver rule below
+        try:
+            role.check_gpu_guard(vendor)
+        except ConfigError:
+            return False
+    want = role.admitted_amdgpu if vendor == cards.AMD else role.admitted_driver
+    return want is None or o.driver is None or o.driver == want
+
+
+def wanted_stack(role: Role, card: str | None) -> dict[str, Any]:
+    """What a search for `card` asks a provider for: the exact driver of the card's vendor and
+    the CUDA (NVIDIA) or ROCm (AMD) lines the role allows. With no card, the role's NVIDIA
+    driver, or its AMD pair where it names only that."""
+    vendor = cards.vendor(card) if card else (
+        cards.AMD if role.admitted_amdgpu and not role.admitted_driver else cards.NVIDIA)
+    if vendor == cards.AMD:
+        return {"driver": role.admitted_amdgpu, "cuda": (), "rocm": role.allowed_rocm}
+    return {"driver": role.admitted_driver, "cuda": role.allowed_cuda, "rocm": ()}
 
 
 def disks(role: Role, provider: str) -> tuple[int, int]:
@@ -66,9 +90,8 @@ def _search(role: Role, providers: Iterable[Provider], card: str | None, gpus: i
     failures: list[ProviderError] = []
     for p in providers:
         try:
-            got = p.offers(card=card, gpu_count=gpus, driver=role.admitted_driver,
-                           direct_ports=direct, cuda=role.allowed_cuda,
-                           disk_gb=sum(disks(role, p.name)))
+            got = p.offers(card=card, gpu_count=gpus, direct_ports=direct,
+                           disk_gb=sum(disks(role, p.name)), **wanted_stack(role, card))
         except ProviderError as e:
             failures.append(e)
             continue

@@ -47,6 +47,7 @@ class Offer:
     usd_per_hour: float  # live price for the whole box (all GPUs, storage included where known)
     driver: str | None = None  # exact NVIDIA driver string where the provider says (Vast)
     cuda: str | None = None  # highest CUDA the host supports, "12.8"
+    rocm: str | None = None  # AMD offers: the ROCm release line the host carries, "6.4"
     cloud: str | None = None  # RunPod: "SECURE" | "COMMUNITY"; Vast: "datacenter" | "community"
     country: str | None = None
     reliability: float | None = None
@@ -177,6 +178,7 @@ class Provider(Protocol):
         driver: str | None = None,
         direct_ports: int = 0,
         cuda: tuple[str, ...] = (),  # host CUDA versions allowed ("12.8"); () = any
+        rocm: tuple[str, ...] = (),  # AMD: host ROCm release lines allowed ("6.4"); () = any
         # GB of storage the rent will ask for (container disk + volume): a provider whose
         # price counts the disk prices its offers for it (Vast); None: its own default
         disk_gb: float | None = None,

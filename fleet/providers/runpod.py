@@ -141,6 +141,7 @@ class RunPod(Client):
         driver: str | None = None,
         direct_ports: int = 0,
         cuda: tuple[str, ...] = (),
+        rocm: tuple[str, ...] = (),
         disk_gb: float | None = None,
     ) -> list[Offer]:
         """On-demand offers per GPU type and cloud, from `gpuTypes { lowestPrice }`; Secure
@@ -148,18 +149,22 @@ class RunPod(Client):
         ask for one (`dataCenterId`) and the spread can count it.
 
         RunPod cannot filter on a driver (`driver` is accepted and ignored: admission after
-        boot guards); `cuda` becomes `allowedCudaVersions`. Types whose stock is null are
-        dropped, as RunPod has nothing to place them on; a type in stock without a price is
-        left out and named in `unpriced`. `disk_gb` is accepted and ignored:
+        boot guards); `cuda` becomes `allowedCudaVersions`. AMD types (`manufacturer` "AMD",
+        gpuTypeId "AMD Instinct MI300X OAM") have no CUDA: a search for an AMD card sends no
+        CUDA filter, and `rocm` is accepted and ignored (RunPod names no ROCm filter). Types
+        whose stock is null are dropped, as RunPod has nothing to place them on; a type in
+        stock without a price is left out and named in `unpriced`. `disk_gb` is accepted and
+        ignored:
         RunPod's price is per GPU and leaves storage out, in the offer as in the pod's
         `costPerHr`, so the disk does not change the price a rent is checked at.
         """
         out: list[Offer] = []
         unpriced: list[str] = []
         type_filter = {"input": {"id": cards.runpod_type_id(card)}} if card else None
+        amd = card is not None and cards.vendor(card) == cards.AMD
         for cloud in ("SECURE", "COMMUNITY"):
             price_in: dict[str, Any] = {"gpuCount": gpu_count, "secureCloud": cloud == "SECURE"}
-            if cuda:
+            if cuda and not amd:
                 price_in["allowedCudaVersions"] = list(cuda)
             if direct_ports and cloud == "COMMUNITY":
                 price_in["supportPublicIp"] = True  # Secure Cloud always has a public IP
@@ -260,7 +265,8 @@ class RunPod(Client):
             inp["dataCenterId"] = offer.data_center
         if req.volume_gb:
             inp["volumeMountPath"] = req.volume_path or "/workspace"
-        if req.allowed_cuda:
+        # an AMD pod has no CUDA: a CUDA filter would leave it nowhere to be placed
+        if req.allowed_cuda and cards.vendor(offer.card) != cards.AMD:
             inp["allowedCudaVersions"] = list(req.allowed_cuda)
         if req.onstart:
             inp["dockerArgs"] = req.onstart

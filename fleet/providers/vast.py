@@ -1,7 +1,16 @@
 """Vast.ai through its REST API (`$VAST_URL`, v0 routes plus the paginated v1 listing).
 
 Offers are filtered on the server by exact driver (encoded as the vastai CLI encodes it) and on
-`direct_port_count`, then the driver is re-checked here. A create maps each extra TCP port with
+`direct_port_count`, then the driver is re-checked here.
+
+AMD offers: Vast marks a host's GPU vendor in `gpu_arch` ("nvidia", "amd"; research:
+providers.md's offer record, and third-party parsers that skip `gpu_arch: "amd"` rows). On an
+AMD host `driver_version` is the amdgpu driver's. Vast's host guide says AMD machines are
+searchable "using standard filters for AMD ROCm", but no public source found names the ROCm
+column: the fleet sends `rocm_version` (the release line as a number, as `cuda_max_good` is
+for CUDA) and checks it again here, dropping an AMD offer that does not carry one; if Vast
+refuses the column, the search fails loudly, never rents unfiltered. The exact ROCm release
+is checked after boot by the agent. A create maps each extra TCP port with
 `-p P:P` and asks for direct SSH; the SSH endpoint is the direct mapping of 22 when the host
 gave one, else Vast's proxy at ssh_host:ssh_port.
 """
@@ -16,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from fleet.core import cards
 from fleet.core.errors import NoCapacity, OfferGone, ProviderError, UsageError
 from fleet.providers.base import Box, Offer, Offers, RentRequest, Unreadable, price
 from fleet.providers.client import Client, p2p_public_port
@@ -46,7 +56,7 @@ def driver_code(driver: str) -> int:
     """"580.95.05" -> 580095005: each part zero-padded to three digits, as the vastai CLI sends."""
     parts = driver.strip().split(".")
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise UsageError(f"driver {driver!r} is not an exact X.Y.Z NVIDIA driver version")
+        raise UsageError(f"driver {driver!r} is not an exact X.Y.Z driver version")
     return int("".join(p.zfill(3) for p in parts))
 
 
@@ -108,9 +118,13 @@ class Vast(Client):
         driver: str | None = None,
         direct_ports: int = 0,
         cuda: tuple[str, ...] = (),
+        rocm: tuple[str, ...] = (),
         disk_gb: float | None = None,
     ) -> list[Offer]:
         """Rentable on-demand offers, cheapest first (POST /api/v0/bundles/).
+
+        An AMD card (or `rocm` named) searches AMD hosts: `gpu_arch` amd, `driver` the exact
+        amdgpu driver, `rocm` the ROCm lines; never the CUDA filter.
 
         Vast's `dph_total` counts the disk (`storage_cost` x GB / 720), priced for the
         search's `allocated_storage` (hosts with less disk are left out): `disk_gb`, the disk
@@ -121,11 +135,16 @@ class Vast(Client):
         q["num_gpus"] = {"eq": gpu_count}
         if card:
             q["gpu_name"] = {"eq": card}
+        amd = bool(rocm) or (card is not None and cards.vendor(card) == cards.AMD)
+        if amd:
+            q["gpu_arch"] = {"eq": cards.AMD}
         if driver:
             q["driver_version"] = {"eq": driver_code(driver)}
         if direct_ports:
             q["direct_port_count"] = {"gte": direct_ports}
-        if cuda:
+        if amd and rocm:
+            q["rocm_version"] = {"in": [float(r) for r in rocm]}
+        elif cuda and not amd:
             q["cuda_max_good"] = {"in": [float(c) for c in cuda]}
         storage = self.storage_gb if disk_gb is None else float(disk_gb)
         q.update(order=[["dph_total", "asc"]], type="on-demand", allocated_storage=storage)
@@ -140,12 +159,14 @@ class Vast(Client):
                 continue
             out.append(self._offer(o, usd))
         # the server's driver filter is documented as fragile: check the exact string again
-        return Offers([o for o in out if driver is None or o.driver == driver], unpriced)
+        return Offers([o for o in out if (driver is None or o.driver == driver)
+                       and (not (amd and rocm) or o.rocm in rocm)], unpriced)
 
     def _offer(self, o: dict[str, Any], usd_per_hour: float) -> Offer:
         geo = str(o.get("geolocation") or "")
         country = geo.rsplit(",", 1)[-1].strip() if geo else None
         cuda = o.get("cuda_max_good")
+        rocm = _number(o.get("rocm_version")) if o.get("gpu_arch") == cards.AMD else None
         return Offer(
             provider=self.name,
             offer_id=str(o["id"]),
@@ -154,6 +175,7 @@ class Vast(Client):
             usd_per_hour=usd_per_hour,
             driver=o.get("driver_version") or None,
             cuda=str(cuda) if cuda is not None else None,
+            rocm=f"{rocm:g}" if rocm is not None else None,
             cloud="datacenter" if o.get("hosting_type") == 1 else "community",
             country=country or None,
             reliability=o.get("reliability2", o.get("reliability")),

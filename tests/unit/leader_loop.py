@@ -119,6 +119,7 @@ class FileVast:
 
     def offers(self, card: str | None = None, gpu_count: int = 1, driver: str | None = None,
                direct_ports: int = 0, cuda: tuple[str, ...] = (),
+               rocm: tuple[str, ...] = (),
                disk_gb: float | None = None) -> list[Any]:
         from fleet.providers.base import Offer
 

@@ -57,6 +57,7 @@ class FakeVast:
 
     def offers(self, card: str | None = None, gpu_count: int = 1, driver: str | None = None,
                direct_ports: int = 0, cuda: tuple[str, ...] = (),
+               rocm: tuple[str, ...] = (),
                disk_gb: float | None = None) -> list[Offer]:
         return [o for o in self.market if card in (None, o.card)]
 
