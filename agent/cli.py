@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from agent.base.config import Config, load_config
 from agent.base.errors import AgentError, usage_error
+from agent.base.gpu import VENDORS
 from agent.contract import DEFAULT_CONFIG, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
 
@@ -63,8 +64,11 @@ def _parser() -> argparse.ArgumentParser:
                     help="synced this long without a break (default 60)")
     sw.add_argument("--deadline-s", type=float, default=300.0,
                     help="healthy within this long, else revert (default 300)")
-    gpu = sub.add_parser("gpu", help="print the driver, CUDA version and GPUs NVML reports")
+    gpu = sub.add_parser("gpu", help="print the driver, CUDA (ROCm) version and GPUs that NVML "
+                                      "(AMD SMI) reports")
     gpu.add_argument("--json", action="store_true", help="accepted; output is always JSON")
+    gpu.add_argument("--vendor", choices=VENDORS, default="nvidia",
+                     help="whose library to read (default nvidia)")
     manifest = sub.add_parser("manifest", help="print path, size and sha256 of files under DIR")
     manifest.add_argument("dir", type=Path)
     manifest.add_argument("--json", action="store_true", help="accepted; output is always JSON")
@@ -112,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "gpu":
-        from agent.base.gpu import read_gpu
+        from agent.base.gpu import read_facts
 
-        return _print(read_gpu().as_dict())
+        return _print(read_facts(args.vendor).as_dict())
     if args.command == "manifest":
         from agent.base import manifest
 
@@ -136,10 +140,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return _print(status(cfg))
     if args.command == "admit":
-        from agent.base.gpu import admit, read_gpu
+        from agent.base.gpu import check
         from agent.base.journal import utc
 
-        verdict = admit(read_gpu(), cfg.admitted_driver, cfg.qualified_gpus).as_dict()
+        verdict = check(cfg.gpu_vendor, cfg.admitted_driver, cfg.admitted_rocm,
+                        cfg.qualified_gpus).as_dict()
         verdict["checked_at"] = utc(verdict["checked_at"])
         return _print(verdict)
     if args.command == "ports":

@@ -14,6 +14,7 @@ from typing import Any
 
 from agent.base import template
 from agent.base.errors import usage_error
+from agent.base.gpu import VENDORS
 from agent.contract import DEFAULT_ROOT, NODE, Layout
 from agent.space import read_regular
 
@@ -74,7 +75,9 @@ class Config:
     degraded_after: int = 5
     log_max_bytes: int = 50 * MIB
     log_keep: int = 5
-    admitted_driver: str = ""
+    gpu_vendor: str = "nvidia"  # whose library admission reads: "nvidia" (NVML) | "amd" (AMD SMI)
+    admitted_driver: str = ""  # NVIDIA's driver; on AMD the amdgpu driver
+    admitted_rocm: str = ""  # AMD only: the exact ROCm release
     qualified_gpus: tuple[str, ...] = ()
     p2p_port: int = 0
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
@@ -121,7 +124,9 @@ def parse_config(raw: dict[str, Any], path: Path) -> Config:
         degraded_after=t.integer("degraded_after", 5, low=1),
         log_max_bytes=t.integer("log_max_bytes", 50 * MIB, low=1024),
         log_keep=t.integer("log_keep", 5, low=1, high=100),
+        gpu_vendor=t.string("gpu_vendor", "nvidia"),
         admitted_driver=t.string("admitted_driver", ""),
+        admitted_rocm=t.string("admitted_rocm", ""),
         qualified_gpus=tuple(t.string_list("qualified_gpus")),
         p2p_port=t.integer("p2p_port", 0, low=0, high=65535),
         recovery=_recovery(t.table("recovery")),
@@ -131,14 +136,31 @@ def parse_config(raw: dict[str, Any], path: Path) -> Config:
     t.done()
     if cfg.backoff_cap_s < cfg.backoff_base_s:
         raise usage_error(f"{path}: backoff_cap_s is below backoff_base_s")
-    # fail closed: GPU work runs only on a named driver, never on "whatever this box has"
-    if not cfg.admitted_driver.strip():
-        for name, program in cfg.programs.items():
-            if program.needs_gpu:
-                raise usage_error(
-                    f"{path}: programs.{name} needs the GPU but admitted_driver is not set; "
-                    "name the exact NVIDIA driver it may run on (e.g. \"580.95.05\")")
+    _check_gpu_pins(cfg, path)
     return cfg
+
+
+def _check_gpu_pins(cfg: Config, path: Path) -> None:
+    """Fail closed: GPU work runs only on a named driver (and on AMD a named ROCm release),
+    never on "whatever this box has"."""
+    if cfg.gpu_vendor not in VENDORS:
+        raise usage_error(f"{path}: gpu_vendor must be one of {', '.join(VENDORS)}, "
+                          f"got {cfg.gpu_vendor!r}")
+    if cfg.admitted_rocm and cfg.gpu_vendor != "amd":
+        raise usage_error(f"{path}: admitted_rocm is for gpu_vendor = \"amd\" only")
+    gpu_programs = [name for name, program in cfg.programs.items() if program.needs_gpu]
+    if not gpu_programs:
+        return
+    if not cfg.admitted_driver.strip():
+        example = ("the exact amdgpu driver it may run on (e.g. \"6.12.12\")"
+                   if cfg.gpu_vendor == "amd" else
+                   "the exact NVIDIA driver it may run on (e.g. \"580.95.05\")")
+        raise usage_error(f"{path}: programs.{gpu_programs[0]} needs the GPU but "
+                          f"admitted_driver is not set; name {example}")
+    if cfg.gpu_vendor == "amd" and not cfg.admitted_rocm.strip():
+        raise usage_error(f"{path}: programs.{gpu_programs[0]} needs the GPU but admitted_rocm "
+                          "is not set; name the exact ROCm release it may run on "
+                          "(e.g. \"6.4.1\")")
 
 
 def _recovery(t: _Table) -> RecoveryConfig:

@@ -1,8 +1,9 @@
-"""GPU facts through NVML (nvidia-ml-py) and the admission rule built on them.
+"""GPU facts through the vendor's library and the admission rule built on them.
 
-Admission: the driver must equal the admitted string exactly, and where qualified GPU UUIDs
-are configured every GPU of the box must be one of them. NVML missing or failing refuses with
-its reason; it never raises.
+NVIDIA's facts come through NVML (nvidia-ml-py, here); AMD's through AMD SMI (amdgpu.py).
+Admission: the driver must equal the admitted string exactly (on AMD the amdgpu driver, and the
+ROCm release as well), and where qualified GPU UUIDs are configured every GPU of the box must
+be one of them. The library missing or failing refuses with its reason; it never raises.
 """
 
 from __future__ import annotations
@@ -11,13 +12,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+VENDORS = ("nvidia", "amd")
+LIBRARY = {"nvidia": "NVML", "amd": "AMD SMI"}  # what each vendor's GPUs are read through
+
 
 @dataclass(frozen=True)
 class GpuFacts:
-    driver: str | None = None
+    driver: str | None = None  # NVIDIA's driver; on AMD the amdgpu driver
     cuda_driver_version: int | None = None  # NVML's integer form, 12080 for 12.8
     devices: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    vendor: str = "nvidia"
+    rocm: str | None = None  # AMD only: the ROCm release, "6.4.1"
 
     @property
     def cuda(self) -> str | None:
@@ -26,9 +32,11 @@ class GpuFacts:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "vendor": self.vendor,
             "driver": self.driver,
             "cuda": self.cuda,
             "cuda_driver_version": self.cuda_driver_version,
+            "rocm": self.rocm,
             "devices": self.devices,
             "error": self.error,
         }
@@ -44,18 +52,46 @@ class Admission:
     qualified_gpus: list[str]
     checked_at: float  # wall time, for display
     checked_mono: float = 0.0  # monotonic time: what its freshness is judged by
-    pending: bool = False  # no answer from NVML yet (GPU programs wait; running ones stay)
+    pending: bool = False  # no answer from the library yet (GPU programs wait; running stay)
+    vendor: str = "nvidia"
+    rocm: str | None = None  # AMD only
+    wanted_rocm: str | None = None  # AMD only
+
+    @property
+    def library(self) -> str:
+        return LIBRARY[self.vendor]
 
     def as_dict(self) -> dict[str, Any]:  # by hand: dataclasses.asdict deep-copies, slowly
-        return {"admitted": self.admitted, "reason": self.reason, "driver": self.driver,
-                "wanted_driver": self.wanted_driver, "uuids": list(self.uuids),
-                "qualified_gpus": list(self.qualified_gpus), "checked_at": self.checked_at}
+        out = {"admitted": self.admitted, "reason": self.reason, "vendor": self.vendor,
+               "driver": self.driver, "wanted_driver": self.wanted_driver,
+               "uuids": list(self.uuids), "qualified_gpus": list(self.qualified_gpus),
+               "checked_at": self.checked_at}
+        if self.vendor == "amd":
+            out.update(rocm=self.rocm, wanted_rocm=self.wanted_rocm)
+        return out
 
 
-def not_yet(wanted_driver: str, qualified: tuple[str, ...] | list[str]) -> Admission:
-    """The verdict before NVML has answered: not admitted, and pending."""
-    return Admission(False, "waiting for NVML to answer", None, wanted_driver or None, [],
-                     list(qualified), time.time(), time.monotonic(), pending=True)
+def not_yet(wanted_driver: str, qualified: tuple[str, ...] | list[str], vendor: str = "nvidia",
+            wanted_rocm: str = "") -> Admission:
+    """The verdict before the library has answered: not admitted, and pending."""
+    return Admission(False, f"waiting for {LIBRARY[vendor]} to answer", None,
+                     wanted_driver or None, [], list(qualified), time.time(), time.monotonic(),
+                     pending=True, vendor=vendor, wanted_rocm=wanted_rocm or None)
+
+
+def read_facts(vendor: str) -> GpuFacts:
+    """The GPU facts through the vendor's own library."""
+    if vendor == "amd":
+        from agent.base.amdgpu import read_amd_gpu
+
+        return read_amd_gpu()
+    return read_gpu()
+
+
+def check(vendor: str, wanted_driver: str, wanted_rocm: str,
+          qualified: tuple[str, ...] | list[str]) -> Admission:
+    """Read the vendor's GPUs now and judge them (never raises)."""
+    return admit(read_facts(vendor), wanted_driver, qualified, wanted_rocm)
 
 
 def read_gpu() -> GpuFacts:
@@ -112,23 +148,33 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def admit(facts: GpuFacts, wanted_driver: str, qualified: tuple[str, ...] | list[str]) -> Admission:
+def admit(facts: GpuFacts, wanted_driver: str, qualified: tuple[str, ...] | list[str],
+          wanted_rocm: str = "") -> Admission:
+    """The verdict on facts. On AMD both parts of the exact-driver rule hold: the amdgpu
+    driver and the ROCm release (each checked where the config names it)."""
     uuids = [d["uuid"] for d in facts.devices]
+    amd = facts.vendor == "amd"
 
     def verdict(ok: bool, reason: str) -> Admission:
         return Admission(ok, reason, facts.driver, wanted_driver or None, uuids, list(qualified),
-                         time.time(), time.monotonic())
+                         time.time(), time.monotonic(), vendor=facts.vendor, rocm=facts.rocm,
+                         wanted_rocm=(wanted_rocm or None) if amd else None)
 
     if facts.error:
         return verdict(False, facts.error)
+    driver = "amdgpu driver" if amd else "driver"
     if wanted_driver and facts.driver != wanted_driver:
-        return verdict(False, f"driver {facts.driver} is not the admitted {wanted_driver}")
+        return verdict(False, f"{driver} {facts.driver} is not the admitted {wanted_driver}")
+    if amd and wanted_rocm and facts.rocm != wanted_rocm:
+        return verdict(False, f"ROCm {facts.rocm} is not the admitted {wanted_rocm}")
     if not uuids:
-        return verdict(False, "NVML sees no GPU")
+        return verdict(False, f"{LIBRARY[facts.vendor]} sees no GPU")
     if qualified:
         strangers = [u for u in uuids if u not in qualified]
         if strangers:
             return verdict(False, f"GPU {strangers[0]} is not among the qualified GPUs")
-    pinned = f"driver {facts.driver}" if wanted_driver else f"driver {facts.driver} (not pinned)"
+    pinned = f"{driver} {facts.driver}" + ("" if wanted_driver else " (not pinned)")
+    if amd:
+        pinned += f", ROCm {facts.rocm}" + ("" if wanted_rocm else " (not pinned)")
     gpus = f"{len(uuids)} GPU(s)" + (" qualified" if qualified else "")
     return verdict(True, f"{pinned}, {gpus}")

@@ -1,5 +1,5 @@
-"""Admission checks through NVML, each in a thread of its own, so that a driver call that hangs
-never holds up the supervision loop (nor the probes, nor the agent's start).
+"""Admission checks through NVML or AMD SMI, each in a thread of its own, so that a driver call
+that hangs never holds up the supervision loop (nor the probes, nor the agent's start).
 
 One check at a time: while one is in flight (maybe hung for good) no other starts, and the
 verdict it would replace only ages; the freshness rule (freshness.py) makes an old verdict a

@@ -41,7 +41,7 @@ from agent.base import procs
 from agent.base.config import Config
 from agent.base.detach import become_subreaper
 from agent.base.files import DigestCache, append_line, atomic_write, read_json, touch, write_json
-from agent.base.gpu import Admission, admit, not_yet, read_gpu
+from agent.base.gpu import Admission, check, not_yet
 from agent.base.identity import matcher_for
 from agent.base.journal import Journal
 from agent.base.persist import AgentState
@@ -97,7 +97,8 @@ class Supervisor:
         self.strays = Strays(journal)
         self.tasks: dict[int, Task] = {}
         self.p2p = find_p2p(cfg.p2p_port)
-        self.admission: Admission = not_yet(cfg.admitted_driver, cfg.qualified_gpus)
+        self.admission: Admission = not_yet(cfg.admitted_driver, cfg.qualified_gpus, cfg.gpu_vendor,
+                                            cfg.admitted_rocm)
         self.nvml = AdmissionChecks(self._check_admission, self.admission)
         self._nvml_hung_told = False
         self.observer: Observer | None = None
@@ -306,7 +307,8 @@ class Supervisor:
         if self.mode == "stop":
             return False, "agent stopping"
         if prog.cfg.needs_gpu and self.admission.pending:
-            return False, "waiting for NVML to answer (admission not checked yet)"
+            return False, (f"waiting for {self.admission.library} to answer "
+                           "(admission not checked yet)")
         if prog.cfg.needs_gpu and not self.admission.admitted:
             return False, f"admission refused: {self.admission.reason}"
         if prog.name == NODE and self.state.node_binary is None:
@@ -745,9 +747,10 @@ class Supervisor:
             return adm
         if not self.admission.admitted and self.admission.reason.startswith("admission not"):
             return self.admission  # already refused for staleness: keep the same object
-        return Admission(False, f"admission not checked for {age:.0f} s (NVML hung?)",
+        return Admission(False, f"admission not checked for {age:.0f} s ({adm.library} hung?)",
                          adm.driver, adm.wanted_driver, adm.uuids, adm.qualified_gpus,
-                         adm.checked_at, adm.checked_mono)
+                         adm.checked_at, adm.checked_mono, vendor=adm.vendor, rocm=adm.rocm,
+                         wanted_rocm=adm.wanted_rocm)
 
     def _check_nvml(self) -> None:
         """Each reconcile: a new NVML check, unless the last one has not answered yet."""
@@ -755,7 +758,8 @@ class Supervisor:
             self._nvml_hung_told = False
         elif not self._nvml_hung_told:
             self._nvml_hung_told = True
-            self.journal(f"admission: the NVML check started {self.nvml.in_flight_s():.0f} s "
+            self.journal(f"admission: the {self.admission.library} check started "
+                         f"{self.nvml.in_flight_s():.0f} s "
                          "ago has not answered (hung?); GPU programs stop once the verdict is "
                          f"{admission_limit_s(self.cfg):.0f} s old")
 
@@ -804,7 +808,8 @@ class Supervisor:
         return self.pack.view()
 
     def _check_admission(self) -> Admission:
-        return admit(read_gpu(), self.cfg.admitted_driver, self.cfg.qualified_gpus)
+        cfg = self.cfg
+        return check(cfg.gpu_vendor, cfg.admitted_driver, cfg.admitted_rocm, cfg.qualified_gpus)
 
     def _log_admission(self, before: Admission | None, after: Admission) -> None:
         if before is not None and (before.admitted, before.reason) == (

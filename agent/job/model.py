@@ -169,7 +169,7 @@ def parse_job(raw: Any, jobdir: Path, where: str) -> Job:
         raise usage_error(f"{where}: store_endpoint must be null or an http(s) URL, "
                           f"got {endpoint!r}")
     aw = f"{where}: admission"
-    at = _keys(top["admission"], ADMISSION_KEYS, aw)
+    at = _keys(_nvidia_only(top["admission"], aw), ADMISSION_KEYS, aw)
     admission = JobAdmission(_string(at, "driver", aw), tuple(_strings(at, "qualified_gpus", aw)),
                              tuple(_strings(at, "banned_symbols", aw)),
                              tuple(_strings(at, "allowed_symbols", aw)))
@@ -199,6 +199,17 @@ def _url(value: Any) -> bool:
         return False
     parts = urlsplit(value)
     return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def _nvidia_only(raw: Any, where: str) -> Any:
+    """A job's admission reads NVML only: an optional `vendor` other than "nvidia" is refused
+    (an AMD job would otherwise be judged by a library its box does not have)."""
+    if not isinstance(raw, dict) or "vendor" not in raw:
+        return raw
+    if raw["vendor"] != "nvidia":
+        raise usage_error(f"{where}: vendor {raw['vendor']!r} is refused: one-shot jobs run on "
+                          "NVIDIA GPUs only")
+    return {k: v for k, v in raw.items() if k != "vendor"}
 
 
 def _keys(raw: Any, keys: tuple[str, ...], where: str) -> dict[str, Any]:

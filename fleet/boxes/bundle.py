@@ -1,12 +1,13 @@
 """What a deploy ships to a box, packed so that a box needs one upload and no package index.
 
-The agent bundle holds the agent's code, the wheels of its dependencies (psutil, nvidia-ml-py;
-for one-shot jobs pyelftools and huggingface_hub with what it needs at run time) and the
-scripts of `in/`. The wheels are the box's, not the operator's: pip is
-asked for CPython 3.11 on manylinux x86_64 (the boxes run Debian's python3; psutil's abi3
-wheel serves every CPython from 3.6 on, so a newer python3 on the box is fine too), and they
-are kept in a local cache between runs. A cached wheel is used only when its name, version and
-tags fit the pins and the box; another version or another platform in the cache is ignored.
+The agent bundle holds the agent's code, the wheels of its dependencies (psutil; nvidia-ml-py
+and amdsmi, the GPU libraries' bindings; for one-shot jobs pyelftools and huggingface_hub with
+what it needs at run time) and the scripts of `in/`. The wheels are the box's, not the
+operator's: pip is asked for CPython 3.11 on manylinux x86_64 (the boxes run Debian's python3;
+psutil's abi3 wheel serves every CPython from 3.6 on, so a newer python3 on the box is fine
+too), and they are kept in a local cache between runs. A cached wheel is used only when its
+name, version and tags fit the pins and the box; another version or another platform in the
+cache is ignored.
 The bundle is a deterministic tarball (`fleet.core.tarball`), so its sha256 names exactly one
 content and the box can compare stamps instead of files.
 """
@@ -41,7 +42,7 @@ AGENT_CODE = Path(contract.__file__).resolve().parent  # the agent package, ship
 # client the fetch never uses), click (the `hf` CLI), fsspec (HfFileSystem), packaging, and
 # anyio (httpcore2's async backend; the fetch is synchronous).
 AGENT_WHEELS = (
-    "psutil==7.2.2", "nvidia-ml-py==13.615.71",
+    "psutil==7.2.2", "nvidia-ml-py==13.615.71", "amdsmi==7.0.2",
     "pyelftools==0.33", "huggingface_hub==2.4.0",
     "httpx2==2.16.2", "httpcore2==2.16.2", "h11==0.16.0", "idna==3.20", "truststore==0.10.5",
     "filelock==4.3.1", "tqdm==4.70.1", "pyyaml==6.0.4", "typing_extensions==4.16.0",

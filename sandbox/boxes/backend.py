@@ -108,7 +108,7 @@ class NamespaceBackend:
         self._ports = PortAllocator()
         self.net.up()  # refuses a network another sandbox uses before touching anything
         try:
-            self._image = self._build_image()
+            self._images = self._build_images()
         except BaseException:
             self.net.down()
             raise
@@ -189,11 +189,14 @@ class NamespaceBackend:
             self._launch(box)
 
     def set_gpu(self, box_id: str, gpu: GpuSpec) -> None:
-        """Driver drift: the box's NVML reports `gpu` from the next nvmlInit on."""
+        """Driver drift: the box's NVML (AMD SMI on an AMD box) reports `gpu` from its next
+        init on. The vendor is the box's own: its image holds one vendor's library."""
         box = self._get(box_id)
+        if gpu.vendor != box.spec.gpu.vendor:
+            raise BoxError(f"box {box_id}: a {box.spec.gpu.vendor} box cannot turn {gpu.vendor}")
         with box.lock:
             box.spec.gpu = gpu
-            self._write_nvml_config(box)
+            self._write_gpu_config(box)
 
     def set_sshd_hung(self, box_id: str, hung: bool) -> None:
         """sshd_hang: from now on the box's sshd logs each new session in and never runs its
@@ -247,7 +250,8 @@ class NamespaceBackend:
         self._forwarder.close()
         self.net.down()
         (self.state_dir / "network.json").unlink(missing_ok=True)
-        shutil.rmtree(self.state_dir / layout.IMAGE, ignore_errors=True)
+        for name in layout.IMAGES.values():
+            shutil.rmtree(self.state_dir / name, ignore_errors=True)
 
     # --- for tests and diagnostics ------------------------------------------------------------
 
@@ -350,7 +354,7 @@ class NamespaceBackend:
         box.env = config.box_env(spec, box.ports)
         self._write_sshd_config(box)
         write_atomic(paths.sys / "authorized_keys", spec.authorized_keys.strip() + "\n", 0o600)
-        self._write_nvml_config(box)
+        self._write_gpu_config(box)
         hook = paths.sys / "start-hook.sh"
         if spec.start_hook:
             write_atomic(hook, spec.start_hook.rstrip("\n") + "\n", 0o755)
@@ -416,7 +420,9 @@ class NamespaceBackend:
         # the image layer goes on the box's disk: a layer under the host's root would overlap it
         image = paths.layer
         shutil.rmtree(image, ignore_errors=True)
-        shutil.copytree(self._image, image, symlinks=True)
+        if spec.gpu.vendor not in self._images:
+            raise BoxError(f"box {spec.box_id}: no image for GPU vendor {spec.gpu.vendor!r}")
+        shutil.copytree(self._images[spec.gpu.vendor], image, symlinks=True)
         for rel in _masked_host_files():  # whiteouts: the host's secrets are not the image's
             (image / rel).parent.mkdir(parents=True, exist_ok=True)
             os.mknod(image / rel, stat.S_IFCHR | 0o600, os.makedev(0, 0))
@@ -428,11 +434,15 @@ class NamespaceBackend:
         disks.unmount(paths.volume_image, paths.volume)
         disks.unmount(paths.disk_image, paths.disk)
 
-    def _write_nvml_config(self, box: _Box) -> None:
-        from sandbox import nvml
+    def _write_gpu_config(self, box: _Box) -> None:
+        """The world the box's stand-in GPU library reports: NVML's or AMD SMI's."""
+        from sandbox import amdsmi, nvml
 
         # atomic rename: the box reads it through a bind of the directory, so renames show
-        nvml.write_config(box.paths.nvml_config, box.spec.gpu)
+        if box.spec.gpu.vendor == "amd":
+            amdsmi.write_config(box.paths.amdsmi_config, box.spec.gpu)
+        else:
+            nvml.write_config(box.paths.nvml_config, box.spec.gpu)
 
     def _record(self, box: _Box) -> None:
         """What `cleanup.sweep` needs if this process dies without closing the backend."""
@@ -503,24 +513,36 @@ class NamespaceBackend:
             if self._boxes.get(box.spec.box_id) is box:
                 del self._boxes[box.spec.box_id]
 
-    def _build_image(self) -> Path:
-        """The image layer every box sees over the host's root (each box's disk gets a copy):
-        the stand-in NVML where the driver's library lives, and the RunPod image's /start.sh."""
-        from sandbox import nvml
+    def _build_images(self) -> dict[str, Path]:
+        """The image layers a box sees over the host's root, one per GPU vendor (each box's
+        disk gets a copy of its vendor's): the RunPod image's /start.sh, and the stand-in
+        vendor library where the real one lives. NVIDIA: libnvidia-ml.so.1 in the system
+        library dir. AMD: libamd_smi.so and librocm-core.so in /opt/rocm/lib, where a ROCm
+        image has them and the amdsmi binding looks, and no NVML (so NVML refuses, as on a
+        real AMD box)."""
+        from sandbox import amdsmi, nvml
 
-        built = nvml.build_library(self.state_dir / "nvml-build")
-        image = self.state_dir / layout.IMAGE
-        lib = image / _library_dir().lstrip("/")
-        lib.mkdir(parents=True, exist_ok=True)
-        tmp = lib / f".{NVML_LIB}.tmp"
-        shutil.copyfile(built, tmp)
-        tmp.chmod(0o755)
-        os.replace(tmp, lib / NVML_LIB)
-        write_atomic(image / "start.sh", IMAGE_START_SH, 0o755)
-        (image / "etc").mkdir(exist_ok=True)
-        for name in ("shadow", "gshadow"):  # the host's accounts, without their passwords
-            write_atomic(image / "etc" / name, _locked(Path("/etc") / name), 0o640)
-        return image
+        images = {}
+        for vendor, name in layout.IMAGES.items():
+            image = self.state_dir / name
+            (image / "etc").mkdir(parents=True, exist_ok=True)
+            write_atomic(image / "start.sh", IMAGE_START_SH, 0o755)
+            for account in ("shadow", "gshadow"):  # the host's accounts, without passwords
+                write_atomic(image / "etc" / account, _locked(Path("/etc") / account), 0o640)
+            images[vendor] = image
+        nvml_lib = nvml.build_library(self.state_dir / "nvml-build")
+        _install(nvml_lib, images["nvidia"] / _library_dir().lstrip("/") / NVML_LIB)
+        for lib in amdsmi.build_libraries(self.state_dir / "amdsmi-build"):
+            _install(lib, images["amd"] / amdsmi.ROCM_LIB_DIR / lib.name)
+        return images
+
+
+def _install(built: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    shutil.copyfile(built, tmp)
+    tmp.chmod(0o755)
+    os.replace(tmp, dest)
 
 
 def _checkout() -> list[str]:

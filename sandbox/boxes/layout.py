@@ -2,13 +2,15 @@
 
 ```
 <state>/network.json         the bridge this backend made (for sweep)
-<state>/image/               the image layer, over the host's root in every box: the stand-in
-                             libnvidia-ml.so.1 in the library dir, the image's /start.sh
+<state>/image/               the image layer, over the host's root in every NVIDIA box: the
+                             stand-in libnvidia-ml.so.1 in the library dir, the image's /start.sh
+<state>/image-amd/           the same for AMD boxes, with the stand-in libamd_smi.so and
+                             librocm-core.so in /opt/rocm/lib instead of NVML
 <state>/<box_id>/
   box.json                   runtime record: init pid, veth, address, ports (for sweep)
   init.marshal               what the box's init needs: hostname, mount sources, hidden paths
   sys/                       read-only at /run/sandbox in the box: sshd_config, host key,
-                             authorized_keys, nvml.json, start-hook.sh
+                             authorized_keys, nvml.json (amdsmi.json), start-hook.sh
   disk.img, disk/            the box's disk (sparse ext4 of its size; a tmpfs without loop
                              devices), mounted at disk/: upper/ and work/, its root's layers
   volume.img, volume/        a RunPod pod volume, when it has one: volume/data at its mount path
@@ -30,6 +32,7 @@ from typing import Any
 from sandbox.boxes.errors import BoxError
 
 IMAGE = "image"  # in the state dir: the image layer
+IMAGES = {"nvidia": IMAGE, "amd": "image-amd"}  # one layer per GPU vendor
 _BOX_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Overlay mount options are comma/colon separated, so these may not appear in state paths.
 _BAD_PATH_CHARS = set(",:\\\n")
@@ -71,6 +74,10 @@ class BoxPaths:
     @property
     def nvml_config(self) -> Path:
         return self.sys / "nvml.json"
+
+    @property
+    def amdsmi_config(self) -> Path:
+        return self.sys / "amdsmi.json"
 
     @property
     def disk(self) -> Path:

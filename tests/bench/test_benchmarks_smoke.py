@@ -77,6 +77,15 @@ def mesh_replace(out: str) -> None:
     assert numbers(r["peers_files_s"], r["two_inbound_s"]), r
 
 
+def amd_admission(out: str) -> None:
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    checks, result = lines[:-1], lines[-1]
+    assert [c["vendor"] for c in checks] == ["nvidia", "amd"], out
+    assert all(c["checks"] == 5 and c["refused"] == [] and numbers(c["median_ms"])
+               for c in checks), out
+    assert result["ok"] is True and numbers(result["ratio_amd_to_nvidia"]), out
+
+
 def nvml_device(out: str) -> None:
     assert last_json_line(out) == {"what": "result", "ok": True, "failures": []}, out
 
@@ -161,7 +170,7 @@ def leader_failover(out: str) -> None:
 
 MEASURED: dict[str, Callable[[str], None]] = {
     f"{check.__name__}.py": check for check in (
-        agent_vs_supervisord, boxes_ready, check_cpu, check_scale, demo_repeat,
+        agent_vs_supervisord, amd_admission, boxes_ready, check_cpu, check_scale, demo_repeat,
         inventory_1000, inventory_scale, job_domain, leader_failover, loop, mesh_replace,
         nvml_device, oneshot, page_scale, postgres_test_server, publish, sim_soak,
         standing_convert, state_scale, storage_clean)

@@ -20,6 +20,7 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from importlib.util import find_spec
 from pathlib import Path
 
 import paramiko
@@ -34,6 +35,7 @@ from sandbox.boxes.host import host_snapshot
 from sandbox.boxes.proc import LOG_CAP
 
 BRIDGE, SUBNET, PUBLIC = "fltest0", "10.79.0.0/16", "10.79.1"
+amdsmi_spec = find_spec("amdsmi")  # found, not imported: its import needs libamd_smi.so
 ROOT = Path(__file__).resolve().parents[2]
 Started = tuple[BoxSpec, BoxEndpoints]
 
@@ -184,6 +186,44 @@ def identities(pids: list[int]) -> set[tuple[int, str]]:
 def links() -> set[str]:
     out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     return {m.group(1) for m in re.finditer(r"^\d+: ([^:@\s]+)", out, re.M)}
+
+
+AMDSMI_REPORT = textwrap.dedent("""
+    import json, amdsmi as a
+    a.amdsmi_init()
+    hs = a.amdsmi_get_processor_handles()
+    print(json.dumps({
+        "module": a.__file__,
+        "drivers": [a.amdsmi_get_gpu_driver_info(h)["driver_version"] for h in hs],
+        "rocm": a.amdsmi_get_rocm_version(),
+        "uuids": [a.amdsmi_get_gpu_device_uuid(h) for h in hs],
+        "names": [a.amdsmi_get_gpu_asic_info(h)["market_name"] for h in hs],
+    }))
+    a.amdsmi_shut_down()
+""")
+NVML_REFUSES = textwrap.dedent("""
+    import pynvml
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError_LibraryNotFound:
+        print("library not found")
+""")
+
+
+def amd_gpu(driver: str, rocm: str, *uuids: str) -> GpuSpec:
+    return GpuSpec(driver, 0, [
+        GpuDevice(u, "AMD Instinct MI300X", f"0000:{0x1B + i:02x}:00.0", 192 * 2**30)
+        for i, u in enumerate(uuids)
+    ], vendor="amd", rocm_version=rocm)
+
+
+def install_amdsmi(client: paramiko.SSHClient) -> None:
+    """The amdsmi binding is a pure-Python package: copy the project's pinned one over SFTP."""
+    package = Path(amdsmi_spec.submodule_search_locations[0])  # type: ignore[index]
+    run(client, "mkdir -p /root/pylib/amdsmi")
+    with client.open_sftp() as sftp:
+        for path in package.glob("*.py"):
+            sftp.put(str(path), f"/root/pylib/amdsmi/{path.name}")
 
 
 def nvml_report(client: paramiko.SSHClient) -> dict[str, object]:
@@ -418,6 +458,33 @@ def test_driver_drift_changes_what_a_live_box_reports(backend, fresh, key):
     assert after["uuids"] == ["GPU-feedface-0000-4000-8000-000000000001"]
 
 
+def test_an_amd_box_reports_its_driver_rocm_and_uuids_through_amdsmi_and_has_no_nvml(
+        backend, key):
+    spec = vast_spec(key.pub, 30)
+    spec.gpu = amd_gpu("6.12.12", "6.4.1", "a1ff74a1-0000-1000-80fd-5fe0a2f6c3b1",
+                       "a1ff74a1-0000-1000-80fd-5fe0a2f6c3b2")
+    ep = backend.start(spec)
+    try:
+        with connect(ep, key) as client:
+            install_amdsmi(client)
+            install_pynvml(client)
+            report = json.loads(run(client, f"PYTHONPATH=/root/pylib /usr/bin/python3 -c "
+                                            f"'{AMDSMI_REPORT}'"))
+            nvml = run(client, f"PYTHONPATH=/root/pylib /usr/bin/python3 -c '{NVML_REFUSES}'")
+            backend.set_gpu(spec.box_id, amd_gpu("6.12.10", "6.4.1", *report["uuids"]))
+            drifted = json.loads(run(client, f"PYTHONPATH=/root/pylib /usr/bin/python3 -c "
+                                             f"'{AMDSMI_REPORT}'"))
+    finally:
+        backend.destroy(spec.box_id)
+    assert report["module"] == "/root/pylib/amdsmi/__init__.py"  # the box's Python, the binding
+    assert report["drivers"] == ["6.12.12", "6.12.12"]
+    assert report["rocm"] == [True, "6.4.1"]
+    assert report["uuids"] == [d.uuid for d in spec.gpu.devices]
+    assert report["names"] == ["AMD Instinct MI300X"] * 2
+    assert nvml.strip() == "library not found"
+    assert drifted["drivers"] == ["6.12.10", "6.12.10"]  # driver drift reaches an AMD box
+
+
 # --- ports -------------------------------------------------------------------------------
 
 def test_p2p_port_is_reachable_through_the_public_mapping(fresh, key):
@@ -635,7 +702,7 @@ def test_without_loop_devices_a_disk_is_a_tmpfs_of_its_size(tmp_path, key, monke
     finally:
         b.close()
     assert disks.mounts_under(state) == []
-    assert not [p for p in state.iterdir() if p.name != "nvml-build"]
+    assert not [p for p in state.iterdir() if p.name not in ("nvml-build", "amdsmi-build")]
 
 
 def test_a_box_whose_sshd_cannot_start_fails_at_once_in_sshds_words(backend, key, monkeypatch):

@@ -19,6 +19,7 @@ from fleet.core.errors import FleetError
 
 PSUTIL = "psutil-7.2.2-cp36-abi3-manylinux2010_x86_64.manylinux_2_12_x86_64.manylinux_2_28_x86_64.whl"  # noqa: E501
 NVML = "nvidia_ml_py-13.615.71-py3-none-any.whl"
+AMDSMI = "amdsmi-7.0.2-py3-none-any.whl"
 STALE = "psutil-7.1.0-cp36-abi3-manylinux2010_x86_64.manylinux_2_12_x86_64.manylinux_2_28_x86_64.whl"  # noqa: E501
 MAC = "psutil-7.2.2-cp36-abi3-macosx_11_0_arm64.whl"
 # the one-shot job's wheels: pyelftools, huggingface_hub and what it needs at run time
@@ -42,7 +43,7 @@ def touch(dest: Path, *names: str) -> None:
 class FakePip:
     """Stands in for `pip download`: records the command, writes the box's wheels."""
 
-    def __init__(self, writes: tuple[str, ...] = (PSUTIL, NVML, *JOB_WHEELS),
+    def __init__(self, writes: tuple[str, ...] = (PSUTIL, NVML, AMDSMI, *JOB_WHEELS),
                  rc: int = 0) -> None:
         self.calls: list[list[str]] = []
         self.writes, self.rc = writes, rc
@@ -70,21 +71,21 @@ def names(paths: list[Path]) -> list[str]:
 # ---------------------------------------------------------------- the wheel cache
 
 def test_the_exact_pinned_wheels_for_the_box_are_a_cache_hit(tmp_path: Path, pip: FakePip) -> None:
-    touch(tmp_path, PSUTIL, NVML, *JOB_WHEELS)
-    assert names(bundle._download_wheels(tmp_path)) == sorted([PSUTIL, NVML, *JOB_WHEELS])
+    touch(tmp_path, PSUTIL, NVML, AMDSMI, *JOB_WHEELS)
+    assert names(bundle._download_wheels(tmp_path)) == sorted([PSUTIL, NVML, AMDSMI, *JOB_WHEELS])
     assert pip.calls == []
 
 
 def test_another_version_in_the_cache_is_stale(tmp_path: Path, pip: FakePip) -> None:
-    touch(tmp_path, STALE, NVML, *JOB_WHEELS)
-    assert names(bundle._download_wheels(tmp_path)) == sorted([PSUTIL, NVML, *JOB_WHEELS])
+    touch(tmp_path, STALE, NVML, AMDSMI, *JOB_WHEELS)
+    assert names(bundle._download_wheels(tmp_path)) == sorted([PSUTIL, NVML, AMDSMI, *JOB_WHEELS])
     assert len(pip.calls) == 1  # the pinned psutil was fetched, the stale one is not shipped
     assert (tmp_path / STALE).exists()
 
 
 def test_a_wheel_for_another_platform_is_no_hit(tmp_path: Path, pip: FakePip) -> None:
-    touch(tmp_path, MAC, NVML, *JOB_WHEELS)
-    assert names(bundle._download_wheels(tmp_path)) == sorted([PSUTIL, NVML, *JOB_WHEELS])
+    touch(tmp_path, MAC, NVML, AMDSMI, *JOB_WHEELS)
+    assert names(bundle._download_wheels(tmp_path)) == sorted([PSUTIL, NVML, AMDSMI, *JOB_WHEELS])
     assert len(pip.calls) == 1
 
 
@@ -142,7 +143,7 @@ def test_a_failing_pip_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_pip_leaving_the_wrong_wheel_is_an_error(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bundle.subprocess, "run", FakePip(writes=(MAC, NVML, *JOB_WHEELS)))
+    monkeypatch.setattr(bundle.subprocess, "run", FakePip(writes=(MAC, NVML, AMDSMI, *JOB_WHEELS)))
     with pytest.raises(FleetError, match="no psutil==7.2.2 wheel for the box"):
         bundle._download_wheels(tmp_path)
 
@@ -157,7 +158,7 @@ def members(data: bytes) -> list[tarfile.TarInfo]:
 def test_the_bundle_ships_only_the_pinned_wheels_and_is_deterministic(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pip: FakePip) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    touch(bundle.wheel_cache(), PSUTIL, NVML, STALE, MAC, *JOB_WHEELS)
+    touch(bundle.wheel_cache(), PSUTIL, NVML, AMDSMI, STALE, MAC, *JOB_WHEELS)
     first = bundle.build(tmp_path / "cache")
     os.utime(bundle.wheel_cache() / PSUTIL, (1, 1))  # an mtime is no content
     second = bundle.build(tmp_path / "cache")
@@ -166,7 +167,7 @@ def test_the_bundle_ships_only_the_pinned_wheels_and_is_deterministic(
     assert data[4:8] == b"\0\0\0\0"  # gzip header mtime
     infos = members(data)
     wheels = [i.name for i in infos if i.name.startswith("wheels/")]
-    assert wheels == sorted(f"wheels/{w}" for w in (PSUTIL, NVML, *JOB_WHEELS))
+    assert wheels == sorted(f"wheels/{w}" for w in (PSUTIL, NVML, AMDSMI, *JOB_WHEELS))
     assert not [w for w in wheels if "hf_xet" in w]  # the fetch runs with Xet disabled
     assert [i.name for i in infos] == sorted(i.name for i in infos)
     assert "agent/__main__.py" in {i.name for i in infos}

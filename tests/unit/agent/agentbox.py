@@ -1,5 +1,5 @@
 """Test helpers for the agent: a box in a temporary directory (the agent's root, stand-in
-programs, a stand-in NVML).
+programs, a stand-in NVML, or on an AMD box the stand-in AMD SMI).
 
 Everything a test starts carries the test's temporary path in its command line, so teardown
 finds and kills it all (agent, programs, their groups), whether the test passed or not.
@@ -25,12 +25,15 @@ import psutil
 
 from agent.contract import job_area
 from sandbox.backend import GpuDevice, GpuSpec
-from sandbox.nvml import write_config
+from sandbox.standin import write_world
 
 PY = sys.executable
 STANDIN = Path(__file__).with_name("standin.py")
 DRIVER = "580.95.05"
 UUIDS = ["GPU-0f6a1c2e-0000-4000-8000-000000000001", "GPU-0f6a1c2e-0000-4000-8000-000000000002"]
+AMD_DRIVER = "6.12.12"  # the amdgpu driver, as amdsmi_get_gpu_driver_info says it
+ROCM = "6.4.1"
+AMD_UUIDS = ["a1ff74a1-0000-1000-80fd-5fe0a2f6c3b1", "a1ff74a1-0000-1000-80fd-5fe0a2f6c3b2"]
 
 
 def ignores_sigterm(pid: int) -> bool:
@@ -58,6 +61,16 @@ def gpu_spec(driver: str = DRIVER, uuids: list[str] | None = None) -> GpuSpec:
         for i, u in enumerate(UUIDS if uuids is None else uuids)
     ]
     return GpuSpec(driver, 12080, devices)
+
+
+def amd_gpu_spec(driver: str = AMD_DRIVER, rocm: str = ROCM,
+                 uuids: list[str] | None = None) -> GpuSpec:
+    devices = [
+        GpuDevice(u, "AMD Instinct MI300X", f"0000:{0x1B + i:02x}:00.0", 206158430208,
+                  None if i else "692251001234")
+        for i, u in enumerate(AMD_UUIDS if uuids is None else uuids)
+    ]
+    return GpuSpec(driver, 0, devices, vendor="amd", rocm_version=rocm)
 
 
 def free_port() -> int:
@@ -102,6 +115,7 @@ class Box:
         self.bin = tmp / "bin"
         self.nvml_dir = nvml_dir
         self.nvml_config = tmp / "nvml.json"
+        self.amdsmi_config = tmp / "amdsmi.json"
         self.invocations_log = tmp / "invocations.log"
         self.node_state = tmp / "nodestate.json"
         self.rpc_port = free_port()
@@ -118,7 +132,20 @@ class Box:
     # ------------------------------------------------------------------ the world
 
     def set_gpu(self, spec: GpuSpec) -> None:
-        write_config(self.nvml_config, spec)
+        write_world(self.amdsmi_config if spec.vendor == "amd" else self.nvml_config, spec)
+
+    def make_amd(self, rocm_dir: Path, spec: GpuSpec | None = None) -> None:
+        """An AMD box: ROCm (the stand-in AMD SMI) at rocm_dir, found as the binding finds a
+        real one (ROCM_PATH), reporting spec; NVML stays where it was, reporting nothing the
+        AMD admission reads."""
+        self.env_extra.update(ROCM_PATH=str(rocm_dir),
+                              SANDBOX_AMDSMI_CONFIG=str(self.amdsmi_config))
+        self.set_gpu(spec or amd_gpu_spec())
+
+    def configure_amd(self, **top: Any) -> None:
+        """configure() for an AMD box: the vendor, the amdgpu driver and ROCm it admits."""
+        self.configure(**{"gpu_vendor": "amd", "admitted_driver": AMD_DRIVER,
+                          "admitted_rocm": ROCM, **top})
 
     def set_node_state(self, **fields: Any) -> None:
         tmp = self.node_state.with_suffix(".tmp")

@@ -155,6 +155,7 @@ def test_each_step_needs_the_one_before(box: Box) -> None:
     ({"outputs": "../elsewhere"}, "must be a relative path"),
     ({"name": "other"}, "must be the job directory's name"),
     ({"admission": {"driver": ""}}, "driver must be a non-empty string"),
+    ({"admission": {"vendor": "amd"}}, "vendor 'amd' is refused: one-shot jobs run on NVIDIA"),
     ({"toolchain": {"repo": "fleet/t", "revision": "main", "path": "t"}},
      "missing key 'repo_type'"),
     ({"store_endpoint": "ftp://x"}, "store_endpoint must be null or an http(s) URL"),
