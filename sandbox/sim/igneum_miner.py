@@ -8,7 +8,9 @@ Usage:
 
 A run first appends one JSON line to the invocations file (default: miner-invocations.log beside
 the pack directory), then asks NVML (ctypes, libnvidia-ml.so.1) how many GPUs it may use,
-honouring CUDA_VISIBLE_DEVICES as CUDA does. No NVML, or no GPU: one line on stderr, exit 3.
+honouring CUDA_VISIBLE_DEVICES as CUDA does; on a box without NVML, AMD SMI (libamd_smi.so,
+where ROCm puts it), honouring HIP_VISIBLE_DEVICES as HIP does. Neither library, or no GPU: one
+line on stderr, exit 3.
 Otherwise, every second: read the node's seed from URL/status, compare it with DIR/pack.json,
 and write the status file. A pack for another seed is a stale pack: hash rate 0 until the pack
 is re-exported and the miner restarted. SIGTERM exits 0.
@@ -68,11 +70,15 @@ def pack_seed(pack: Path) -> str:
 
 
 def visible_gpus() -> tuple[int, str]:
-    """(GPUs this process may use, why none) from NVML and CUDA_VISIBLE_DEVICES."""
+    """(GPUs this process may use, why none) from NVML and CUDA_VISIBLE_DEVICES, or on an AMD
+    box (no NVML) from AMD SMI and HIP_VISIBLE_DEVICES."""
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError as exc:
-        return 0, f"NVML library not loadable ({exc})"
+        amd = _amd_smi()
+        if amd is None:
+            return 0, f"NVML library not loadable ({exc}), nor AMD SMI"
+        return _amd_visible_gpus(amd)
     try:
         rc = nvml.nvmlInit_v2()
     except AttributeError:
@@ -121,6 +127,57 @@ def _uuid(nvml: Any, index: int) -> str:
     if nvml.nvmlDeviceGetUUID(handle, buf, len(buf)) != 0:
         return ""
     return buf.value.decode(errors="replace")
+
+
+AMDSMI_INIT_AMD_GPUS = 2
+
+
+def _amd_smi() -> Any:
+    """libamd_smi.so where ROCm installs it ($ROCM_PATH/lib, else /opt/rocm/lib), or None."""
+    for rocm in (os.environ.get("ROCM_PATH"), "/opt/rocm"):
+        if rocm:
+            try:
+                return ctypes.CDLL(os.path.join(rocm, "lib", "libamd_smi.so"))
+            except OSError:
+                continue
+    return None
+
+
+def _amd_visible_gpus(amd: Any) -> tuple[int, str]:
+    rc = amd.amdsmi_init(ctypes.c_uint64(AMDSMI_INIT_AMD_GPUS))
+    if rc != 0:
+        return 0, f"amdsmi_init failed (AMD SMI status {rc})"
+    try:
+        sockets = ctypes.c_uint32(0)
+        if amd.amdsmi_get_socket_handles(ctypes.byref(sockets), None) != 0:
+            return 0, "amdsmi_get_socket_handles failed"
+        handles = (ctypes.c_void_p * max(sockets.value, 1))()
+        if amd.amdsmi_get_socket_handles(ctypes.byref(sockets), handles) != 0:
+            return 0, "amdsmi_get_socket_handles failed"
+        total = 0
+        for i in range(sockets.value):
+            count = ctypes.c_uint32(0)
+            if amd.amdsmi_get_processor_handles(ctypes.c_void_p(handles[i]), ctypes.byref(count),
+                                                None) != 0:
+                return 0, "amdsmi_get_processor_handles failed"
+            total += count.value
+        env = os.environ.get("HIP_VISIBLE_DEVICES")
+        # HIP's rule for indices: in order, stopping at the first that names no device
+        n = total if env is None else len(set(_leading_indices(env, total)))
+        if n == 0:
+            return 0, f"AMD SMI shows {total} device(s), none admitted to this process"
+        return n, ""
+    finally:
+        amd.amdsmi_shut_down()
+
+
+def _leading_indices(env: str, count: int) -> list[int]:
+    out: list[int] = []
+    for entry in (e.strip() for e in env.split(",")):
+        if not (entry.isdigit() and int(entry) < count):
+            break
+        out.append(int(entry))
+    return out
 
 
 def export_pack(args: argparse.Namespace) -> int:

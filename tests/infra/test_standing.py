@@ -23,7 +23,7 @@ STALE_TICKS = 3  # a status, reading or observer round older than this many tick
 
 
 def agent_json(host: Any, sub: str) -> dict[str, Any]:
-    args = "" if sub == "gpu" else f" --config {ROOT}/agent.toml"  # gpu reads no config
+    args = "" if sub.startswith("gpu") else f" --config {ROOT}/agent.toml"  # gpu reads none
     out = host.check_output(f"{AGENT} {sub}{args}")
     data = json.loads(out)
     assert isinstance(data, dict)
@@ -95,8 +95,10 @@ def test_status_is_consistent(host: Any) -> None:
     node = status["node"]
     assert node["rpc"] is not None, node["rpc_error"]
     assert node["rpc"]["blocks"] >= node["rpc"]["exec_tip"] >= 0
-    # the driver in the status is the one NVML reports now
-    assert agent_json(host, "gpu")["driver"] == status["admission"]["driver"]
+    # the driver in the status is the one the vendor's library (NVML, AMD SMI) reports now
+    admission = status["admission"]
+    facts = agent_json(host, f"gpu --vendor {admission['vendor']}")
+    assert (facts["vendor"], facts["driver"]) == (admission["vendor"], admission["driver"])
 
 
 def test_result_line_present(host: Any) -> None:

@@ -127,3 +127,60 @@ def test_export_pack_fails_cleanly_without_a_node(procs: Procs, tmp_path: Path) 
     assert run.returncode == 1 and "export-pack failed" in run.stderr
     assert not (tmp_path / "pack" / "pack.json").exists()
     assert not (tmp_path / "miner-invocations.log").exists()
+
+
+AMD_UUIDS = ["7eff74a1-0000-1000-8011-111111111111", "7fff74a1-0000-1000-8022-222222222222"]
+
+
+@pytest.fixture(scope="session")
+def rocm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ROCm install's root, as on an AMD box: the stand-in AMD SMI in lib/."""
+    from sandbox.amdsmi import build_libraries
+
+    root = tmp_path_factory.mktemp("rocm")
+    build_libraries(root / "lib")
+    return root
+
+
+def amd_env(rocm_dir: Path, uuids: list[str] | None, tmp: Path, **extra: str) -> dict[str, str]:
+    """An AMD box's environment: no NVML, ROCm at `rocm_dir` reporting those GPUs (None: no
+    world, so amdsmi_init fails as it does with amdgpu not loaded)."""
+    from sandbox.amdsmi import CONFIG_ENV
+    from sandbox.amdsmi import write_config as write_amd
+
+    env = {k: v for k, v in gpu_env(None, None, tmp).items() if k != "HIP_VISIBLE_DEVICES"}
+    env["ROCM_PATH"] = str(rocm_dir)
+    config = tmp / "amdsmi.json"
+    if uuids is not None:
+        devices = [GpuDevice(u, "AMD Instinct MI300X", f"0000:{i + 0x0C:02x}:00.0", 192 << 30)
+                   for i, u in enumerate(uuids)]
+        write_amd(config, GpuSpec("6.12.12", 0, devices, vendor="amd", rocm_version="6.4.1"))
+    env[CONFIG_ENV] = str(config)
+    env.update(extra)
+    return env
+
+
+@pytest.mark.parametrize(("case", "gpus"), [("all", 2), ("one visible", 1)])
+def test_on_an_amd_box_the_gpus_come_from_amd_smi_and_hip_visible_devices(
+        procs: Procs, tmp_path: Path, rocm_dir: Path, case: str, gpus: int) -> None:
+    extra = {"HIP_VISIBLE_DEVICES": "1"} if case == "one visible" else {}
+    status = tmp_path / "miner.json"
+    procs.start("igneum-miner", "--node-rpc", f"http://127.0.0.1:{free_port()}", "--pack",
+                str(tmp_path / "pack"), "--status-file", str(status),
+                env=amd_env(rocm_dir, AMD_UUIDS, tmp_path, **extra))
+    assert wait_for("a status", lambda: read_json(status))["gpus"] == gpus
+
+
+@pytest.mark.parametrize(("case", "why"), [
+    ("amdgpu not loaded", "amdsmi_init failed"),
+    ("none visible", "AMD SMI shows 2 device(s), none admitted"),
+])
+def test_on_an_amd_box_it_refuses_without_an_admitted_gpu(
+        procs: Procs, tmp_path: Path, rocm_dir: Path, case: str, why: str) -> None:
+    env = (amd_env(rocm_dir, None, tmp_path) if case == "amdgpu not loaded"
+           else amd_env(rocm_dir, AMD_UUIDS, tmp_path, HIP_VISIBLE_DEVICES=""))
+    proc, log = procs.start("igneum-miner", "--node-rpc", f"http://127.0.0.1:{free_port()}",
+                            "--pack", str(tmp_path / "pack"), "--status-file",
+                            str(tmp_path / "miner.json"), env=env)
+    assert proc.wait(timeout=20) == 3
+    assert f"refusing to run: no admitted GPU: {why}" in log.read_text()
