@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from agent.contract import NODE, ROOT
 from facts.agent_json import STATUS
 from fleet.boxes import boxssh
+from fleet.boxes.inventory import network
 from fleet.core.errors import ConfigError
 from fleet.core.times import now_iso, seconds_between
 from fleet.core.verdicts import Health
@@ -114,14 +115,14 @@ def _count(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
-MESH_IN = 2  # inbound peers a node of a mesh needs (fewer where its role has fewer boxes)
+MESH_IN = 2  # inbound peers a node of a mesh needs (fewer where its network has fewer boxes)
 
 
 def star_only(h: Health, mates: int, standing_s: float | None, interval_s: float) -> bool | None:
-    """Whether `h`'s node is dialled by fewer of its role's `mates` (the other standing boxes
-    of the role) than the mesh needs, min(MESH_IN, mates): it only dials out, like the spoke of
-    a star. Told once the box has been standing one loop interval; None while it cannot be
-    (no fresh reading, too early, or a role of one box)."""
+    """Whether `h`'s node is dialled by fewer of its network's `mates` (the other standing
+    boxes of the network, whatever their role) than the mesh needs, min(MESH_IN, mates): it
+    only dials out, like the spoke of a star. Told once the box has been standing one loop
+    interval; None while it cannot be (no fresh reading, too early, or a network of one box)."""
     if h.peers_in is None or mates == 0 or standing_s is None or standing_s < interval_s:
         return None
     return h.peers_in < min(MESH_IN, mates)
@@ -207,13 +208,13 @@ def check(cfg: Config, built: Built) -> list[Health]:
             if read.connected:
                 hung.add(name)
     out = []
-    role_size = Counter(str(data.get("role")) for _, data in hosts)
+    network_size = Counter(network(data) for _, data in hosts)
     now = now_iso()
     for name, data in hosts:
         status = by_name.get(name) if name in by_name else None
         h = judge(name, data, status, _wanted(data, known), history.get(name), known)
         since = data.get("standing_since")
-        h.star_only = star_only(h, role_size[str(data.get("role"))] - 1,
+        h.star_only = star_only(h, network_size[network(data)] - 1,
                                 seconds_between(since, now) if since else None,
                                 cfg.loop.interval_s)
         if name in silent:
