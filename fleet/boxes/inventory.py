@@ -65,7 +65,8 @@ def host_data(cfg: Config, row: Row, box: Box) -> dict[str, Any]:
     if role is not None:
         data.update({
             "p2p_port": role.p2p_port,
-            "programs": list(role.programs),
+            "programs": list(role.programs),  # its duties, which its check judges
+            "gpu_programs": list(role.gpu_programs),
             "admitted_driver": role.admitted_driver,
             "qualified_gpus": list(role.qualified_gpus),
             "release": role.release,

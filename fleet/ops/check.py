@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from agent.contract import NODE, ROOT
+from agent.contract import NODE, PROVER, ROOT
 from facts.agent_json import STATUS
 from fleet.boxes import boxssh
 from fleet.boxes.inventory import network
@@ -92,15 +92,24 @@ def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
         h.problems.append(_wrong_node(h.node_sha16, wanted, known))
     adm = status.get("admission") or {}
     h.admitted, h.admission_reason = adm.get("admitted"), adm.get("reason")
-    if not h.admitted:
+    if not h.admitted and _carries(data, "gpu_programs", None):
         h.problems.append(f"admission refused: {h.admission_reason}")
     h.prover = (status.get("prover") or {}).get("state")
-    if h.prover != "proving":
+    if h.prover != "proving" and _carries(data, "programs", PROVER):
         h.problems.append(f"prover: {h.prover or 'absent'}")
     for name, p in (status.get("programs") or {}).items():
         if p.get("degraded"):
             h.problems.append(f"{name}: degraded ({p.get('reason')})")
     return h
+
+
+def _carries(data: dict[str, Any], key: str, program: str | None) -> bool:
+    """Whether the box's role carries the duty: `program` among its host data's `key` list
+    (None: any program in it). Host data that does not say is judged on every duty."""
+    named = data.get(key)
+    if not isinstance(named, list):
+        return True
+    return bool(named) if program is None else program in named
 
 
 def _fullest(disk: dict[str, Any]) -> tuple[int | None, int | None]:

@@ -269,3 +269,20 @@ def test_the_page_summarises_the_mesh_of_each_network(tmp_path: Path) -> None:
     assert "Mesh of dn2 (dn2-seed, dn2-miner, dn2-prover): 3 of 3 nodes dialled by a peer;" \
         in html
     assert "Mesh of solo: 0 of 0 nodes dialled by a peer (1 unknown);" in html
+
+
+def test_a_box_is_judged_on_the_duties_its_role_carries() -> None:
+    from fleet.ops.check import judge
+
+    miner = {"provider": "vast", "programs": ["node", "miner"], "gpu_programs": ["miner"]}
+    seed = {"provider": "vast", "programs": ["node"], "gpu_programs": []}
+    no_prover = status(prover={"state": None}, programs={"node": {"state": "running"},
+                                                         "miner": {"state": "running"}})
+    assert judge("dn2-miner-1", miner, no_prover, None, None).problems == []
+    refused = {**no_prover, "admission": {"admitted": False, "reason": "driver 575.0.0"}}
+    assert judge("dn2-seed-1", seed, refused, None, None).problems == []  # no GPU duty
+    assert judge("dn2-miner-1", miner, refused, None, None).problems == [
+        "admission refused: driver 575.0.0"]
+    # host data that does not say its duties is judged on all of them
+    assert judge("a", {"provider": "vast"}, no_prover, None, None).problems == [
+        "prover: absent"]
