@@ -88,8 +88,8 @@ def release(version: str) -> ShippedRelease:
 
 class Mesh:
     """The standing boxes' public p2p endpoints by network (a box's host data `network`),
-    gathered once for a run: each host's peers file is then the other endpoints of its
-    network, not a pass over every host."""
+    gathered and sorted once for a run: each host's peers file is then the other endpoints of
+    its network, not a pass over every host."""
 
     def __init__(self, hosts: list[tuple[str, dict[str, object]]]) -> None:
         self.network = {name: network(d) for name, d in hosts}
@@ -97,16 +97,17 @@ class Mesh:
         for name, d in hosts:
             if d.get("public_ip") and d.get("p2p_public_port"):
                 self.members.setdefault(network(d), []).append(
-                    (name, f"{d['public_ip']}:{d['p2p_public_port']}"))
+                    (f"{d['public_ip']}:{d['p2p_public_port']}\n", name))
+        for lines in self.members.values():
+            lines.sort()
 
     def text(self, self_name: str) -> str:
         """HOST:PORT lines, sorted, of the other boxes of `self_name`'s network (a box of
         another network runs another network's node); empty for a host not in the run."""
         if self_name not in self.network:
             return ""
-        lines = sorted(endpoint for name, endpoint in
-                       self.members.get(self.network[self_name], []) if name != self_name)
-        return "".join(line + "\n" for line in lines)
+        return "".join(line for line, name in self.members.get(self.network[self_name], [])
+                       if name != self_name)
 
 
 def peers_text(self_name: str, hosts: list[tuple[str, dict[str, object]]]) -> str:
