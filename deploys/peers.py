@@ -5,12 +5,13 @@ Rewrite the peers file of the inventory's standing boxes, and nothing else.
     pyinfra inventory.py deploys/peers.py --dry         # show which boxes' files would change
 
 Each box's peers file lists the public p2p endpoints (its provider's mapping of the p2p port)
-of the other standing boxes of its role, as the standing deploy writes it. `fleet loop` runs
-this deploy whenever that set changes (a box rented, re-rented or gone, a mapping that changed
-on a restart). The node re-reads the file every second, so no node is restarted for it.
+of the other standing boxes of its network, whatever their role (a role in no `[networks]` table
+is a network of its own), as the standing deploy writes it. `fleet loop` runs this deploy
+whenever a network's set changes (a box rented, re-rented or gone, a mapping that changed on a
+restart). The node re-reads the file every second, so no node is restarted for it.
 """
 
-from pyinfra import host, inventory
+from pyinfra import host
 from pyinfra.api import deploy
 
 from agent.contract import PEERS, ROOT
@@ -22,9 +23,8 @@ from operations import box
 def peers() -> None:
     if host.data.get("kind") != "standing":
         return  # a one-shot box runs no node
-    hosts = [(h.name, dict(h.data.dict())) for h in inventory.get_group("standing")]
-    box.file(name="Peers", path=f"{ROOT}/{PEERS}", content=support.peers_text(host.name, hosts),
-             root=ROOT)
+    box.file(name="Peers", path=f"{ROOT}/{PEERS}",
+             content=support.inventory_mesh().text(host.name), root=ROOT)
 
 
 peers()

@@ -12,7 +12,7 @@ the registry row standing. One-shot boxes are refused.
 
 import hashlib
 
-from pyinfra import host, inventory
+from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import python
 
@@ -46,9 +46,8 @@ def standing() -> None:
     agent.installed(name="Agent installed", bundle=str(bundle.path),
                     bundle_sha256=bundle.sha256, root=ROOT)
     agent.configured(name="agent.toml", content=toml_text, root=ROOT)
-    peers = [(h.name, dict(h.data.dict())) for h in inventory.get_group("standing")]
-    box.file(name="Peers", path=f"{ROOT}/{PEERS}", content=support.peers_text(host.name, peers),
-             root=ROOT)
+    box.file(name="Peers", path=f"{ROOT}/{PEERS}",
+             content=support.inventory_mesh().text(host.name), root=ROOT)
     release.present(name=f"Release {rel.version}", tarball=str(shipped.tarball),
                     sha16=rel.node_sha16, sha256sums=shipped.sha256sums, root=ROOT)
     release.pointer(name="Node pointer", node=f"{ROOT}/{RELEASES}/{rel.node_sha16}/{releases.NODE}",

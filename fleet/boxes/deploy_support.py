@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from fleet.boxes import bundle as bundle_mod
+from fleet.boxes.inventory import network
 from fleet.core import job as job_mod
 from fleet.core.config import Config, load
 from fleet.core.errors import ConfigError
@@ -85,17 +86,41 @@ def release(version: str) -> ShippedRelease:
     return ShippedRelease(r, out, sums)
 
 
+class Mesh:
+    """The standing boxes' public p2p endpoints by network (a box's host data `network`),
+    gathered and sorted once for a run: each host's peers file is then the other endpoints of
+    its network, not a pass over every host."""
+
+    def __init__(self, hosts: list[tuple[str, dict[str, object]]]) -> None:
+        self.network = {name: network(d) for name, d in hosts}
+        self.members: dict[str, list[tuple[str, str]]] = {}
+        for name, d in hosts:
+            if d.get("public_ip") and d.get("p2p_public_port"):
+                self.members.setdefault(network(d), []).append(
+                    (f"{d['public_ip']}:{d['p2p_public_port']}\n", name))
+        for lines in self.members.values():
+            lines.sort()
+
+    def text(self, self_name: str) -> str:
+        """HOST:PORT lines, sorted, of the other boxes of `self_name`'s network (a box of
+        another network runs another network's node); empty for a host not in the run."""
+        if self_name not in self.network:
+            return ""
+        return "".join(line for line, name in self.members.get(self.network[self_name], [])
+                       if name != self_name)
+
+
 def peers_text(self_name: str, hosts: list[tuple[str, dict[str, object]]]) -> str:
-    """HOST:PORT lines of the other standing boxes' public p2p endpoints, sorted: those of
-    `self_name`'s role (a box of another role runs another network's node)."""
-    mine = next((d.get("role") for name, d in hosts if name == self_name), None)
-    lines = sorted(
-        f"{d['public_ip']}:{d['p2p_public_port']}"
-        for name, d in hosts
-        if name != self_name and d.get("role") == mine and d.get("public_ip")
-        and d.get("p2p_public_port")
-    )
-    return "".join(line + "\n" for line in lines)
+    """The peers file of `self_name` among `hosts` (`Mesh.text`)."""
+    return Mesh(hosts).text(self_name)
+
+
+@once
+def inventory_mesh() -> Mesh:
+    """The mesh of this pyinfra run's standing group (the inventory is fixed for a run)."""
+    from pyinfra import inventory
+
+    return Mesh([(h.name, dict(h.data.dict())) for h in inventory.get_group("standing")])
 
 
 @once

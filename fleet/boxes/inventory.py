@@ -51,6 +51,8 @@ def host_data(cfg: Config, row: Row, box: Box) -> dict[str, Any]:
         "gpu_count": row.gpu_count,
         "usd_per_hour": row.usd_per_hour,
         "role": row.role,
+        # the mesh its node joins: the network's other standing boxes fill its peers file
+        "network": cfg.network_of(row.role),
         "kind": row.kind,
         "standing": row.standing,
         "standing_since": row.standing_since,
@@ -63,13 +65,20 @@ def host_data(cfg: Config, row: Row, box: Box) -> dict[str, Any]:
     if role is not None:
         data.update({
             "p2p_port": role.p2p_port,
-            "programs": list(role.programs),
+            "programs": list(role.programs),  # its duties, which its check judges
+            "gpu_programs": list(role.gpu_programs),
             "admitted_driver": role.admitted_driver,
             "qualified_gpus": list(role.qualified_gpus),
             "release": role.release,
             "image": role.image,
         })
     return data
+
+
+def network(data: Mapping[str, Any]) -> str:
+    """The network of a box's host data: the mesh whose other boxes are its mates (host data
+    without one, its role's own)."""
+    return str(data.get("network") or data.get("role"))
 
 
 def build(cfg: Config, providers: Mapping[str, Provider]) -> Built:

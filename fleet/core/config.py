@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.contract import MINER, PROGRAMS, PROVER
+from agent.contract import MINER, NODE, PROGRAMS, PROVER
 from fleet.core import cards, paths
 from fleet.core.errors import ConfigError, UsageError
 
@@ -156,6 +156,9 @@ class Config:
     roster: tuple[Want, ...]
     store: dict[str, str] = field(default_factory=dict)
     loop: LoopSettings = field(default_factory=LoopSettings)
+    # `[networks.<name>]`: the roles whose nodes form one mesh; a role named in none is a
+    # network of its own, named after it (`network_of`)
+    networks: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def role(self, name: str) -> Role:
         try:
@@ -163,6 +166,14 @@ class Config:
         except KeyError:
             known = ", ".join(sorted(self.roles)) or "none"
             raise ConfigError(f"unknown role {name!r} (roles: {known})") from None
+
+    def network_of(self, role: str) -> str:
+        """The network whose mesh the boxes of `role` join: the one naming it, else its own."""
+        return next((n for n, roles in self.networks.items() if role in roles), role)
+
+    def network_roles(self, network: str) -> tuple[str, ...]:
+        """The roles of `network` (a role in no network is the one role of its own)."""
+        return self.networks.get(network, (network,))
 
 
 def _check(where: str, table: dict[str, Any], spec: dict[str, tuple[type, ...]],
@@ -337,6 +348,45 @@ def _guard_card(role: Role, card: str, where: str) -> None:
                           f"GPU, but roles.{role.name} names no {lacks}") from None
 
 
+def _networks(data: Any, roles: dict[str, Role], src: str) -> dict[str, tuple[str, ...]]:
+    """`[networks.<name>] roles = [...]`: roles whose boxes form one mesh, each box carrying
+    its role's duties (programs). Every role of a network is standing, runs the node and has a
+    p2p port; a role belongs to at most one network."""
+    out: dict[str, tuple[str, ...]] = {}
+    member: dict[str, str] = {}
+    for name, table in data.items():
+        where = f"{src}: networks.{name}"
+        if not ROLE_NAME.match(name) or len(name) > ROLE_NAME_MAX:
+            raise ConfigError(
+                f"{where}: bad network name {name!r}: lowercase letters and digits, words "
+                f"joined by single hyphens, starting with a letter, at most {ROLE_NAME_MAX} "
+                "characters")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: expected a table")
+        _check(where, table, {"roles": (list,)}, required=("roles",))
+        names = _strings(f"{where}.roles", table["roles"])
+        if not names:
+            raise ConfigError(f"{where}.roles: a network needs at least one role")
+        for r in names:
+            role = roles.get(r)
+            if role is None:
+                raise ConfigError(f"{where}.roles: unknown role {r!r}")
+            if r in member:
+                raise ConfigError(f"{where}.roles: role {r!r} is already in network "
+                                  f"{member[r]!r}; a role belongs to at most one network")
+            if role.kind != "standing" or NODE not in role.programs or not role.p2p_port:
+                raise ConfigError(f"{where}.roles: role {r!r} must be standing, run the node "
+                                  "and have a p2p_port to join a network's mesh")
+            member[r] = name
+        out[name] = names
+    for name in out:
+        if name in roles and member.get(name) != name:
+            # a role in no network is the network of its name: the two would be one mesh
+            raise ConfigError(f"{src}: networks.{name}: the name of role {name!r}, which is "
+                              "not in it; name the network otherwise")
+    return out
+
+
 def _loop(table: dict[str, Any], src: str) -> LoopSettings:
     where = f"{src}: loop"
     _check(where, table, {"dead_checks": (int,), "disruption_fraction": (int, float),
@@ -386,7 +436,7 @@ def grace_problem(orphan_grace_s: float, interval_s: float) -> str | None:
 def parse(data: dict[str, Any], path: Path) -> Config:
     src = str(path)
     _check(src, data, {"fleet": (dict,), "store": (dict,), "roles": (dict,), "roster": (dict,),
-                       "loop": (dict,)})
+                       "loop": (dict,), "networks": (dict,)})
     top = data.get("fleet", {})
     _check(f"{src}: fleet", top, {"registry": (str,), "database": (str,),
                                   "known_hosts": (str,), "ssh_key": (str,),
@@ -399,6 +449,7 @@ def parse(data: dict[str, Any], path: Path) -> Config:
         if role not in roles:
             raise ConfigError(f"{src}: roster.{role}: unknown role {role!r}")
         roster.extend(_wants(roles[role], entries, src))
+    networks = _networks(data.get("networks", {}), roles, src)
     loop = _loop(data.get("loop", {}), src)
     budget = float(top.get("daily_budget_usd", 100.0))
     if budget <= 0:
@@ -418,7 +469,7 @@ def parse(data: dict[str, Any], path: Path) -> Config:
         ssh_key=rel("ssh_key", "state/ssh/fleet_ed25519"),
         releases=rel("releases", "state/releases"),
         daily_budget_usd=budget, roles=roles, roster=tuple(roster),
-        store={k: str(v) for k, v in store.items()}, loop=loop,
+        store={k: str(v) for k, v in store.items()}, loop=loop, networks=networks,
     )
 
 

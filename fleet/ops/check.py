@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from agent.contract import NODE, ROOT
+from agent.contract import NODE, PROVER, ROOT
 from facts.agent_json import STATUS
 from fleet.boxes import boxssh
+from fleet.boxes.inventory import network
 from fleet.core.errors import ConfigError
 from fleet.core.times import now_iso, seconds_between
 from fleet.core.verdicts import Health
@@ -91,15 +92,24 @@ def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
         h.problems.append(_wrong_node(h.node_sha16, wanted, known))
     adm = status.get("admission") or {}
     h.admitted, h.admission_reason = adm.get("admitted"), adm.get("reason")
-    if not h.admitted:
+    if not h.admitted and _carries(data, "gpu_programs", None):
         h.problems.append(f"admission refused: {h.admission_reason}")
     h.prover = (status.get("prover") or {}).get("state")
-    if h.prover != "proving":
+    if h.prover != "proving" and _carries(data, "programs", PROVER):
         h.problems.append(f"prover: {h.prover or 'absent'}")
     for name, p in (status.get("programs") or {}).items():
         if p.get("degraded"):
             h.problems.append(f"{name}: degraded ({p.get('reason')})")
     return h
+
+
+def _carries(data: dict[str, Any], key: str, program: str | None) -> bool:
+    """Whether the box's role carries the duty: `program` among its host data's `key` list
+    (None: any program in it). Host data that does not say is judged on every duty."""
+    named = data.get(key)
+    if not isinstance(named, list):
+        return True
+    return bool(named) if program is None else program in named
 
 
 def _fullest(disk: dict[str, Any]) -> tuple[int | None, int | None]:
@@ -114,14 +124,14 @@ def _count(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
-MESH_IN = 2  # inbound peers a node of a mesh needs (fewer where its role has fewer boxes)
+MESH_IN = 2  # inbound peers a node of a mesh needs (fewer where its network has fewer boxes)
 
 
 def star_only(h: Health, mates: int, standing_s: float | None, interval_s: float) -> bool | None:
-    """Whether `h`'s node is dialled by fewer of its role's `mates` (the other standing boxes
-    of the role) than the mesh needs, min(MESH_IN, mates): it only dials out, like the spoke of
-    a star. Told once the box has been standing one loop interval; None while it cannot be
-    (no fresh reading, too early, or a role of one box)."""
+    """Whether `h`'s node is dialled by fewer of its network's `mates` (the other standing
+    boxes of the network, whatever their role) than the mesh needs, min(MESH_IN, mates): it
+    only dials out, like the spoke of a star. Told once the box has been standing one loop
+    interval; None while it cannot be (no fresh reading, too early, or a network of one box)."""
     if h.peers_in is None or mates == 0 or standing_s is None or standing_s < interval_s:
         return None
     return h.peers_in < min(MESH_IN, mates)
@@ -207,13 +217,13 @@ def check(cfg: Config, built: Built) -> list[Health]:
             if read.connected:
                 hung.add(name)
     out = []
-    role_size = Counter(str(data.get("role")) for _, data in hosts)
+    network_size = Counter(network(data) for _, data in hosts)
     now = now_iso()
     for name, data in hosts:
         status = by_name.get(name) if name in by_name else None
         h = judge(name, data, status, _wanted(data, known), history.get(name), known)
         since = data.get("standing_since")
-        h.star_only = star_only(h, role_size[str(data.get("role"))] - 1,
+        h.star_only = star_only(h, network_size[network(data)] - 1,
                                 seconds_between(since, now) if since else None,
                                 cfg.loop.interval_s)
         if name in silent:

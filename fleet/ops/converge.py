@@ -62,7 +62,7 @@ def converge(cfg: Config, labels: Sequence[str]) -> str | None:
 
 def write_peers(cfg: Config, labels: Sequence[str]) -> str | None:
     """The peers deploy on `labels` (each box's peers file: the public p2p endpoints of the
-    other standing boxes of its role); None when it passed, else what failed (one line),
+    other standing boxes of its network); None when it passed, else what failed (one line),
     bounded like `converge`."""
     r = _bounded(pyinfra_run.argv(PEERS_DEPLOY, labels), pyinfra_run.env(cfg),
                  cfg.loop.converge_timeout_s)

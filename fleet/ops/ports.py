@@ -1,7 +1,8 @@
 """Owed ports: a standing box of a p2p role that the other nodes cannot dial.
 
-A role with a `p2p_port` wants a mesh: every node dialled by its mates through its provider's
-public mapping of that port. A box is *owed a port*, once it has stood one loop interval, when
+A role with a `p2p_port` wants a mesh: every node dialled by its mates (the other standing boxes
+of its network, whatever their role) through its provider's public mapping of that port. A box
+is *owed a port*, once it has stood one loop interval, when
 
 - its provider has never listed a public mapping of the port (a Vast host with too few direct
   ports, an offer rented when none mapped one): nothing can dial it; or
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from fleet.boxes.inventory import network
 from fleet.core.times import now_iso, seconds_between
 
 if TYPE_CHECKING:
@@ -54,7 +56,7 @@ def owed(data: Mapping[str, Any], h: Health, mates: Collection[Health],
     """Why the box of host data `data`, checked as `h`, is owed a port; None when it is not
     (or its role has no p2p port, or it has not `stood` one loop interval since its
     conversion: a mapping may be listed late). `mates`: the checks of the other standing
-    boxes of its role, this tick."""
+    boxes of its network, this tick."""
     port = data.get("p2p_port")
     if not port or not stood:
         return None
@@ -73,31 +75,31 @@ def owed(data: Mapping[str, Any], h: Health, mates: Collection[Health],
 def judge(hosts: Sequence[tuple[str, Mapping[str, Any]]], checks: Sequence[Health],
           interval_s: float) -> None:
     """Set `port_owed` on each check of `hosts` (name, host data; one check each, in order)
-    whose box answered: its mates are the other boxes of its role checked with it."""
+    whose box answered: its mates are the other boxes of its network checked with it."""
     now = now_iso()
-    roles: dict[Any, list[Health]] = {}
+    networks: dict[str, list[Health]] = {}
     for (_, data), h in zip(hosts, checks, strict=True):
-        roles.setdefault(data.get("role"), []).append(h)
+        networks.setdefault(network(data), []).append(h)
     for (_, data), h in zip(hosts, checks, strict=True):
         since = data.get("standing_since")
         stood = seconds_between(since, now) if since else None
-        h.port_owed = owed(data, h, _Mates(roles[data.get("role")], h),
+        h.port_owed = owed(data, h, _Mates(networks[network(data)], h),
                            stood is not None and stood >= interval_s) if h.ssh else None
 
 
 class _Mates:
-    """The checks of a box's mates, the others of its role (`role`: all of the role's), gone
-    through only where the rule reads them: a box its mates dial never lists them, so judging
-    a healthy mesh is not quadratic in its size."""
+    """The checks of a box's mates, the others of its network (`network`: all of the
+    network's), gone through only where the rule reads them: a box its mates dial never lists
+    them, so judging a healthy mesh is not quadratic in its size."""
 
-    def __init__(self, role: list[Health], h: Health) -> None:
-        self.role, self.h = role, h
+    def __init__(self, network: list[Health], h: Health) -> None:
+        self.network, self.h = network, h
 
     def __len__(self) -> int:
-        return len(self.role) - 1
+        return len(self.network) - 1
 
     def __iter__(self) -> Iterator[Health]:
-        return (m for m in self.role if m is not self.h)
+        return (m for m in self.network if m is not self.h)
 
     def __contains__(self, m: object) -> bool:
-        return m is not self.h and m in self.role
+        return m is not self.h and m in self.network

@@ -224,20 +224,29 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
         "money": money,
         # how many live boxes each place holds: one host failure takes them all
         "places": {scrub(k): n for k, n in places.items()},
-        "mesh": _mesh(standing_boxes),
+        "mesh": _mesh(standing_boxes, cfg),
         "boxes": boxes,
         "owed": owed_rows,
         "chart": chart_data(history if history is not None else rows, now),
     }
 
 
-def _mesh(boxes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The p2p mesh over the standing boxes: how many nodes have each inbound count (unknown
-    apart), how many of those known are dialled by a peer, which are star-only and which are
-    owed a port."""
-    peers = [(b["label"], b.get("peers") or {}) for b in boxes]
-    return {**mesh_summary([(label, p.get("in"), p.get("star_only")) for label, p in peers]),
-            "owed_port": sorted(label for label, p in peers if p.get("port_owed"))}
+def _mesh(boxes: Sequence[Mapping[str, Any]], cfg: Config) -> dict[str, Any]:
+    """The p2p mesh over the standing boxes, in all and per network (`Config.network_of`,
+    sorted by name, with its roles and its boxes): how many nodes have each inbound count
+    (unknown apart), how many of those known are dialled by a peer, which are star-only and
+    which are owed a port."""
+    def summary(mine: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        peers = [(b["label"], b.get("peers") or {}) for b in mine]
+        return {**mesh_summary([(label, p.get("in"), p.get("star_only")) for label, p in peers]),
+                "owed_port": sorted(label for label, p in peers if p.get("port_owed"))}
+
+    by_network: dict[str, list[Mapping[str, Any]]] = {}
+    for b in boxes:
+        by_network.setdefault(cfg.network_of(b["role"]), []).append(b)
+    return {**summary(boxes), "networks": [
+        {"network": name, "roles": list(cfg.network_roles(name)), "boxes": len(mine),
+         **summary(mine)} for name, mine in sorted(by_network.items())]}
 
 
 LOW_DISK_SHARE = 0.15  # a disk with less free than this is flagged: a full disk stops a node

@@ -55,9 +55,10 @@ class Memory:
     orphans: dict[str, str] = field(default_factory=dict)  # "provider/id" -> first seen
     # "provider/machine" -> when a box on it was found unfit: its offers are passed over
     unfit_machines: dict[str, str] = field(default_factory=dict)
-    # role -> the endpoints its boxes' peers files were last written with (`Loop._peers`)
+    # network (`Config.network_of`) -> the endpoints its boxes' peers files were last written
+    # with (`Loop._peers`)
     peers: dict[str, str] = field(default_factory=dict)
-    peers_at: dict[str, str] = field(default_factory=dict)  # role -> when they were written
+    peers_at: dict[str, str] = field(default_factory=dict)  # network -> when they were written
     # label -> when its provider was first seen restarting it (provisioning, SSH down)
     restarting: dict[str, str] = field(default_factory=dict)
     # the loop's own destroys within the disruption window (`fleet.ops.disruption`)

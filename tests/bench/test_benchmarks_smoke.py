@@ -147,6 +147,12 @@ def check_scale(out: str) -> None:
     assert all(numbers(s["judge_s"]) for s in sizes), sizes
 
 
+def peers_files(out: str) -> None:
+    figures = first_json(out)["figures"]
+    assert [f["boxes"] for f in figures] == [60], figures
+    assert all(numbers(f["endpoints_once_s"], f["per_host_s"]) for f in figures), figures
+
+
 def inventory_scale(out: str) -> None:
     sizes = first_json(out)["sizes"]
     assert [s["rows"] for s in sizes] == [100, 1000], sizes
@@ -172,7 +178,7 @@ MEASURED: dict[str, Callable[[str], None]] = {
     f"{check.__name__}.py": check for check in (
         agent_vs_supervisord, amd_admission, boxes_ready, check_cpu, check_scale, demo_repeat,
         inventory_1000, inventory_scale, job_domain, leader_failover, loop, mesh_replace,
-        nvml_device, oneshot, page_scale, postgres_test_server, publish, sim_soak,
+        nvml_device, oneshot, page_scale, peers_files, postgres_test_server, publish, sim_soak,
         standing_convert, state_scale, storage_clean)
 }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import page_fixture as F
 import pytest
 from test_check import DATA, status
 
@@ -80,7 +81,7 @@ def test_the_mesh_names_the_box_behind_each_remote_and_counts_the_degrees() -> N
                Health("live-b", "vast", peers_in=0, peers_out=2, star_only=True,
                       peer_list=[{"dir": "out", "remote": "10.77.1.1:40001", "public": True}]),
                Health("live-d", "vast")]
-    data = mesh_cmd.mesh_data(results, rows)
+    data = mesh_cmd.mesh_data(results, rows, F.config())
     a = data["boxes"][0]
     assert [(p["dir"], p["box"]) for p in a["peers"]] == [
         ("in", "live-b"), ("in", "live-c"), ("out", "live-b"), ("in", None)]

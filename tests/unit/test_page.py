@@ -509,8 +509,10 @@ def test_the_page_shows_each_node_s_peers_and_the_mesh(tmp_path: Path) -> None:
     assert by["live-vast-c3"] == {"in": None, "out": None, "star_only": None,
                                   "port_owed": None}  # unknown
     assert by["bench-vast-e5"] is None  # a one-shot box runs no node
-    assert d["mesh"] == {"in_degrees": {"0": 1, "2": 1, "unknown": 1}, "known": 2,
-                         "dialable": 1, "star_only": ["live-runpod-b2"], "owed_port": []}
+    whole = {"in_degrees": {"0": 1, "2": 1, "unknown": 1}, "known": 2, "dialable": 1,
+             "star_only": ["live-runpod-b2"], "owed_port": []}
+    assert d["mesh"] == {**whole, "networks": [
+        {"network": "live", "roles": ["live"], "boxes": 3, **whole}]}
     page.write(tmp_path, d)
     html = (tmp_path / "index.html").read_text()
     assert "Mesh: 1 of 2 nodes dialled by a peer (1 unknown)" in html

@@ -134,6 +134,18 @@ class LoopBase:
                 out.setdefault(r.role, []).append(r)
         return out
 
+    def _by_network(self) -> dict[str, list[Row]]:
+        """The converged standing boxes by network (`Config.network_of`): the meshes."""
+        out: dict[str, list[Row]] = {}
+        for role, rows in self._by_role().items():
+            out.setdefault(self.cfg.network_of(role), []).extend(rows)
+        return out
+
+    def _mesh_name(self, network: str) -> str:
+        """How the loop's lines name a mesh: `role X` for a role in no network."""
+        return f"role {network}" if self.cfg.network_roles(network) == (network,) \
+            and network in self.cfg.roles else f"network {network}"
+
     def _spend(self, t: Tick, mem: Memory, role: str, label: str, why: str, *,
                judged: bool = True) -> dict[str, Any] | None:
         """Take one destroy of `role`'s box `label` from the disruption budget, saved before
@@ -249,7 +261,7 @@ class LoopBase:
 
 
 def peers_sig(rows: list[Row]) -> str:
-    """A role's set of public p2p endpoints, as the peers files were last written for it."""
+    """A network's set of public p2p endpoints, as the peers files were last written for it."""
     return " ".join(sorted(f"{r.label}={r.public_ip}:{r.p2p_public_port}" for r in rows))
 
 

@@ -84,7 +84,8 @@ class Moving(LoopBase):
         it has both (its being well and synced is the caller's)."""
         if not (new.public_ip and new.p2p_public_port):
             return "no mapped p2p port listed yet"
-        mates = len([r for r in self._by_role().get(new.role, []) if r.label != new.label])
+        mates = len([r for r in self._by_network().get(self.cfg.network_of(new.role), [])
+                     if r.label != new.label])
         need = min(MESH_IN, mates)
         if h is None or h.peers_in is None:
             return "its inbound peers not read yet"
@@ -116,15 +117,16 @@ class Moving(LoopBase):
         # checked before this tick's destroys: a box destroyed since (one a move replaced) is
         # owed nothing
         # an undialable mapping is the mesh's verdict only once its mates' peers files have
-        # held the role's endpoints for longer than a reading may be old (a mapping changed
+        # held the network's endpoints for longer than a reading may be old (a mapping changed
         # on a restart, a box just joined: not yet dialled, the fleet's own lag)
-        current = {role: self._peers_settled(mem, role, rs)
-                   for role, rs in self._by_role().items()}
+        current = {net: self._peers_settled(mem, net, rs)
+                   for net, rs in self._by_network().items()}
         t.owed_ports = {h.label: h.port_owed for h in health if h.port_owed
                         and h.label in by_label and by_label[h.label].live
                         and h.label not in moves.values()
                         and (h.port_owed.startswith("no mapped")
-                             or current.get(by_label[h.label].role, False))}
+                             or current.get(self.cfg.network_of(by_label[h.label].role),
+                                            False))}
         rented: list[str] = []
         for role in self.cfg.roles.values():
             mine = [r for r in rows if r.role == role.name]
@@ -149,11 +151,11 @@ class Moving(LoopBase):
         self._wait_ready(t, rented)
         return rented
 
-    def _peers_settled(self, mem: Memory, role: str, rows: list[Row]) -> bool:
-        """Whether the role's peers files hold its endpoints as they are now, written more
+    def _peers_settled(self, mem: Memory, network: str, rows: list[Row]) -> bool:
+        """Whether the network's peers files hold its endpoints as they are now, written more
         than `ports.SETTLE_S` before this tick started (never: not settled)."""
-        at = mem.peers_at.get(role)
-        return mem.peers.get(role) == peers_sig(rows) and at is not None \
+        at = mem.peers_at.get(network)
+        return mem.peers.get(network) == peers_sig(rows) and at is not None \
             and self._started_wall - epoch(at) > ports.SETTLE_S
 
     def _movable(self, t: Tick, row: Row, failed: set[str]) -> bool:
