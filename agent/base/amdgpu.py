@@ -10,18 +10,52 @@ The ROCm release is read with amdsmi_get_rocm_version, which asks ROCm's librocm
 library that carries the release on a real install (the same answer `amd-smi version` gives);
 /opt/rocm/.info/version is a text file a container image may not match to the libraries it
 ships, so it is not read.
+
+Each reading runs in a child process of its own: a process keeps the libamd_smi.so and
+librocm-core.so it loaded first (the dynamic loader hands back a loaded library for its path),
+so an agent reading in its own process would go on answering the ROCm release it started on
+through an upgrade. A child that does not answer within READ_TIMEOUT_S is killed: a refusal.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from agent.base.gpu import GpuFacts
 
+READ_TIMEOUT_S = 120.0
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # where `agent` is importable from
 
-def read_amd_gpu() -> GpuFacts:
+
+def read_amd_gpu(timeout_s: float = READ_TIMEOUT_S) -> GpuFacts:
+    """The AMD GPU facts, read afresh by a child process (never raises)."""
+    path = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
+    try:
+        done = subprocess.run([sys.executable, "-m", "agent.base.amdgpu"], capture_output=True,
+                              text=True, timeout=timeout_s, env={**os.environ,
+                                                                 "PYTHONPATH": path})
+    except subprocess.TimeoutExpired:
+        return _refused(f"AMD SMI did not answer in {timeout_s:g} s (hung?)")
+    except OSError as e:
+        return _failed("AMD SMI reader could not start", e)
+    try:
+        d = json.loads(done.stdout.splitlines()[-1])  # the last line: the binding may talk
+        return GpuFacts(driver=d["driver"], devices=d["devices"], error=d["error"],
+                        vendor="amd", rocm=d["rocm"])
+    except (ValueError, KeyError, TypeError, IndexError):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return _refused(f"AMD SMI reader failed (exit {done.returncode}): {last}")
+
+
+def read_here() -> GpuFacts:
+    """The AMD GPU facts read in this process (the child's part of read_amd_gpu)."""
     try:
         # the wrapper prints its "Unable to find libamd_smi.so" to stdout: never into the
         # JSON the CLI prints, nor into the agent's output
@@ -90,3 +124,7 @@ def _failed(what: str, e: BaseException) -> GpuFacts:
     detail = " ".join(str(e).split())  # the binding's messages span lines
     return _refused(f"{what}: {type(e).__name__}: {detail}" if detail else
                     f"{what}: {type(e).__name__}")
+
+
+if __name__ == "__main__":
+    print(json.dumps(read_here().as_dict()))

@@ -279,8 +279,13 @@ def _role(name: str, table: Any, src: str) -> Role:
 
 
 def _amd(where: str, table: dict[str, Any]) -> dict[str, Any]:
-    """The role's AMD settings, each checked: the exact pair comes whole or not at all."""
+    """The role's AMD settings, each checked: the exact pair comes whole or not at all, and the
+    ROCm lines offers may carry hold the admitted release's (by default, only that line): a
+    search on other lines would find only hosts the agent refuses."""
     amdgpu, rocm = table.get("admitted_amdgpu"), table.get("admitted_rocm")
+    named = [k for k in ("admitted_amdgpu", "admitted_rocm", "allowed_rocm") if k in table]
+    if named and table["kind"] == "oneshot":
+        raise ConfigError(f"{where}.{named[0]}: one-shot jobs run on NVIDIA cards only")
     if amdgpu is not None and not DRIVER.match(amdgpu):
         raise ConfigError(f"{where}.admitted_amdgpu: {amdgpu!r} is not an exact amdgpu driver "
                           "version X.Y.Z (e.g. \"6.12.12\")")
@@ -290,14 +295,23 @@ def _amd(where: str, table: dict[str, Any]) -> dict[str, Any]:
     if (amdgpu is None) != (rocm is None):
         have, lacks = ("admitted_amdgpu", "admitted_rocm") if rocm is None else (
             "admitted_rocm", "admitted_amdgpu")
-        raise ConfigError(f"{where.split(': ', 1)[-1]}: {have} without {lacks}; an AMD box is "
-                          "admitted on the exact pair")
+        raise ConfigError(f"{where}: {have} without {lacks}; an AMD box is admitted on the "
+                          "exact pair")
     allowed = _strings(f"{where}.allowed_rocm", table.get("allowed_rocm", []))
     for line in allowed:
         if not ROCM.match(line):
             raise ConfigError(f"{where}.allowed_rocm: {line!r} is not a ROCm release X.Y "
                               "(e.g. \"6.4\")")
-    return {"admitted_amdgpu": amdgpu, "admitted_rocm": rocm, "allowed_rocm": allowed}
+    if rocm is None:
+        if allowed:
+            raise ConfigError(f"{where}.allowed_rocm: set without admitted_amdgpu and "
+                              "admitted_rocm, the exact pair an AMD box is admitted on")
+        return {"admitted_amdgpu": None, "admitted_rocm": None, "allowed_rocm": ()}
+    line = ".".join(rocm.split(".")[:2])
+    if allowed and line not in allowed:
+        raise ConfigError(f"{where}.allowed_rocm: {list(allowed)} leaves out {line}, the line "
+                          f"of admitted_rocm {rocm}: every host found would be refused")
+    return {"admitted_amdgpu": amdgpu, "admitted_rocm": rocm, "allowed_rocm": allowed or (line,)}
 
 
 def _wants(role: Role, entries: Any, src: str) -> list[Want]:

@@ -33,9 +33,11 @@ def admissible(role: Role, offers: Iterable[Offer]) -> list[Offer]:
 
 def _admits(role: Role, o: Offer) -> bool:
     vendor = cards.vendor(o.card)
-    if vendor != cards.NVIDIA and role.uses_gpu:  # NVIDIA offers: the driver rule below
+    if role.uses_gpu:
+        if vendor is None:  # whose library would admit it cannot be told
+            return False
         try:
-            role.check_gpu_guard(vendor)
+            role.check_gpu_guard(vendor)  # an NVIDIA offer for an AMD-only role, and back
         except ConfigError:
             return False
     want = role.admitted_amdgpu if vendor == cards.AMD else role.admitted_driver

@@ -52,6 +52,11 @@ def test_a_mixed_roster_with_both_drivers_loads(tmp_path: Path) -> None:
     assert [w.card for w in cfg.roster] == ["RTX 4090", "MI300X"]
 
 
+def test_the_rocm_lines_searched_default_to_the_admitted_release_s_line(tmp_path: Path) -> None:
+    text = ROLE + AMD_PAIR.replace('allowed_rocm = ["6.4"]\n', "") + AMD_ENTRY
+    assert load(write(tmp_path, text)).role("live").allowed_rocm == ("6.4",)
+
+
 def test_an_amd_only_role_needs_no_nvidia_driver(tmp_path: Path) -> None:
     cfg = load(write(tmp_path, ROLE + AMD_PAIR + AMD_ENTRY))
     assert cfg.role("live").admitted_driver is None
@@ -66,7 +71,7 @@ def test_a_role_without_roster_entries_may_name_the_amd_pair_alone(tmp_path: Pat
      "roster.live[0]: MI300X is an AMD card and miner needs the GPU, but roles.live names no "
      "admitted_amdgpu"),
     (ROLE + NVIDIA_DRIVER + 'admitted_amdgpu = "6.12.12"\n' + AMD_ENTRY,
-     "roles.live: admitted_amdgpu without admitted_rocm"),
+     "fleet.toml: roles.live: admitted_amdgpu without admitted_rocm"),
     (ROLE + NVIDIA_DRIVER + 'admitted_rocm = "6.4.1"\n' + AMD_ENTRY,
      "roles.live: admitted_rocm without admitted_amdgpu"),
     (ROLE + AMD_PAIR + NVIDIA_ENTRY,
@@ -83,6 +88,13 @@ def test_a_role_without_roster_entries_may_name_the_amd_pair_alone(tmp_path: Pat
      "roles.live.allowed_rocm: '6.4.1' is not a ROCm release X.Y"),
     (ROLE + AMD_PAIR.replace('["6.4"]', '"6.4"'),
      "roles.live.allowed_rocm: expected list, got str"),
+    (ROLE + AMD_PAIR.replace('["6.4"]', '["6.3"]'),
+     "roles.live.allowed_rocm: ['6.3'] leaves out 6.4, the line of admitted_rocm 6.4.1"),
+    (ROLE + NVIDIA_DRIVER + 'allowed_rocm = ["6.4"]\n',
+     "roles.live.allowed_rocm: set without admitted_amdgpu and admitted_rocm"),
+    (ROLE.replace('"standing"', '"oneshot"').replace('programs = ["node", "miner"]\n', "")
+     + NVIDIA_DRIVER + AMD_PAIR,
+     "roles.live.admitted_amdgpu: one-shot jobs run on NVIDIA cards only"),
 ])
 def test_each_amd_mistake_is_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
     assert message in refusal(tmp_path, text)

@@ -116,3 +116,49 @@ def test_the_offers_table_shows_the_rocm_line_of_an_amd_offer(sbx: Sandbox,
     found, _ = offers_mod.search(cfg.role("live"), [client("vast")], card="MI300X")
     row = offer_row(found[0])
     assert (row["driver"], row["cuda"]) == ("6.12.12", "ROCm 6.4")
+
+
+def amd_only(tmp_path: Path, allowed_rocm: bool = True) -> Any:
+    ensure_key(tmp_path / "key")
+    text = TOML.format(tmp=tmp_path).replace('admitted_driver = "580.95.05"\n', "")
+    if not allowed_rocm:
+        text = text.replace('allowed_rocm = ["6.4"]\n', "")
+    return config.parse(tomllib.loads(text), tmp_path / "fleet.toml").role("live")
+
+
+@pytest.mark.parametrize("card", [None, "RTX 4090"])
+def test_an_amd_only_role_is_offered_no_nvidia_box(sbx: Sandbox, tmp_path: Path,
+                                                   card: str | None) -> None:
+    found, failures = offers_mod.search(amd_only(tmp_path), [client("vast"), client("runpod")],
+                                        card=card)
+    assert not failures
+    assert {o.card for o in found} <= {"MI300X", "RX 7900 XTX"}
+    assert found or card == "RTX 4090"
+
+
+def test_an_amd_only_role_searched_without_a_card_asks_vast_for_amd_hosts(
+        sbx: Sandbox, tmp_path: Path) -> None:
+    vast = client("vast")
+    sent: list[dict[str, Any]] = []
+    real = vast.http.request
+
+    def recording(method: str, path: str, **kw: Any) -> Any:
+        if path == "/api/v0/bundles/":
+            sent.append(kw["json"])
+        return real(method, path, **kw)
+
+    vast.http.request = recording
+    offers_mod.search(amd_only(tmp_path, allowed_rocm=False), [vast])
+    assert sent[0]["gpu_arch"] == {"eq": "amd"} and sent[0]["rocm_version"] == {"in": [6.4]}
+
+
+def test_an_offer_of_a_card_the_table_does_not_know_is_dropped_for_gpu_work(
+        cfg: Config) -> None:
+    from fleet.providers.base import Offer
+
+    def offer(card: str) -> Offer:
+        return Offer(provider="runpod", offer_id=card, card=card, gpu_count=1, usd_per_hour=1.0)
+
+    kept = offers_mod.admissible(cfg.role("live"), [offer("AMD Instinct MI325X"),
+                                                    offer("RTX 4090"), offer("MI300X")])
+    assert [o.card for o in kept] == ["RTX 4090", "MI300X"]

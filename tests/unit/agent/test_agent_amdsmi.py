@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from agentbox import AMD_UUIDS, amd_gpu_spec
 
 from sandbox.standin import write_world
@@ -87,3 +88,33 @@ def test_the_stubs_cover_every_symbol_the_binding_binds() -> None:
     wanted = [n for n in gen_stubs.wanted_symbols() if n not in gen_stubs.implemented_symbols()]
     assert stubs == gen_stubs.render(wanted)
     assert len(gen_stubs.wanted_symbols()) > 150
+
+
+def _rocm_core_of(release: tuple[int, int, int], lib_dir: Path) -> None:
+    """A librocm-core.so with its release compiled in, as ROCm's own is, swapped in whole."""
+    src = lib_dir / "rocm_core_fixed.c"
+    a, b, c = release
+    src.write_text("unsigned int getROCmVersion(unsigned int *a, unsigned int *b, "
+                   f"unsigned int *c) {{ *a = {a}; *b = {b}; *c = {c}; return 0; }}\n")
+    tmp = lib_dir / ".librocm-core.so.new"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp), str(src)], check=True)
+    os.replace(tmp, lib_dir / "librocm-core.so")
+
+
+def test_a_rocm_upgrade_under_a_running_agent_is_read_at_its_next_check(
+        rocm_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process keeps the librocm-core.so it loaded first; the agent's reading must not."""
+    from agent.base import gpu
+
+    lib = tmp_path / "rocm" / "lib"
+    lib.mkdir(parents=True)
+    os.symlink(rocm_dir / "lib" / "libamd_smi.so", lib / "libamd_smi.so")
+    config = tmp_path / "amdsmi.json"
+    write_world(config, amd_gpu_spec())
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "rocm"))
+    monkeypatch.setenv("SANDBOX_AMDSMI_CONFIG", str(config))
+    _rocm_core_of((6, 4, 1), lib)
+    assert gpu.read_facts("amd").rocm == "6.4.1"
+    _rocm_core_of((6, 4, 2), lib)
+    after = gpu.check("amd", amd_gpu_spec().driver_version, "6.4.1", [])
+    assert not after.admitted and "ROCm 6.4.2" in after.reason
