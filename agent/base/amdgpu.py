@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.base.gpu import GpuFacts
+from agent.base.gpu_facts import GpuFacts
 
 READ_TIMEOUT_S = 120.0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # where `agent` is importable from

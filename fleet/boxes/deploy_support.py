@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from fleet.boxes import bundle as bundle_mod
-from fleet.boxes.inventory import network
 from fleet.core import job as job_mod
-from fleet.core.config import Config, load
+from fleet.core.config import Config, host_network, load
 from fleet.core.errors import ConfigError
 from fleet.core.fileutil import write_atomic
 from fleet.core.tarball import Entry, deterministic_tar
@@ -92,11 +91,11 @@ class Mesh:
     its network, not a pass over every host."""
 
     def __init__(self, hosts: list[tuple[str, dict[str, object]]]) -> None:
-        self.network = {name: network(d) for name, d in hosts}
+        self.network = {name: host_network(d) for name, d in hosts}
         self.members: dict[str, list[tuple[str, str]]] = {}
         for name, d in hosts:
             if d.get("public_ip") and d.get("p2p_public_port"):
-                self.members.setdefault(network(d), []).append(
+                self.members.setdefault(host_network(d), []).append(
                     (f"{d['public_ip']}:{d['p2p_public_port']}\n", name))
         for lines in self.members.values():
             lines.sort()

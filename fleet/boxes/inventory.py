@@ -75,12 +75,6 @@ def host_data(cfg: Config, row: Row, box: Box) -> dict[str, Any]:
     return data
 
 
-def network(data: Mapping[str, Any]) -> str:
-    """The network of a box's host data: the mesh whose other boxes are its mates (host data
-    without one, its role's own)."""
-    return str(data.get("network") or data.get("role"))
-
-
 def build(cfg: Config, providers: Mapping[str, Provider]) -> Built:
     reg = Registry(cfg.registry)
     v = view(reg, providers)

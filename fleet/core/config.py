@@ -10,6 +10,7 @@ import math
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,12 +169,22 @@ class Config:
             raise ConfigError(f"unknown role {name!r} (roles: {known})") from None
 
     def network_of(self, role: str) -> str:
-        """The network whose mesh the boxes of `role` join: the one naming it, else its own."""
+        """The network whose mesh the boxes of `role` join: the one naming it, else its own.
+        A role fleet.toml no longer names is a mesh apart, under a name no network can take
+        (a retired role `dn2` beside `[networks.dn2]` must not join its mesh)."""
+        if role not in self.roles:
+            return f"{role} (not in fleet.toml)"
         return next((n for n, roles in self.networks.items() if role in roles), role)
 
     def network_roles(self, network: str) -> tuple[str, ...]:
         """The roles of `network` (a role in no network is the one role of its own)."""
         return self.networks.get(network, (network,))
+
+
+def host_network(data: Mapping[str, Any]) -> str:
+    """The network of a box's inventory host data: the mesh whose other boxes are its mates
+    (host data without one, its role's own)."""
+    return str(data.get("network") or data.get("role"))
 
 
 def _check(where: str, table: dict[str, Any], spec: dict[str, tuple[type, ...]],

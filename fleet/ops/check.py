@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from agent.contract import NODE, PROVER, ROOT
+from agent.contract import MINER, NODE, PROVER, ROOT
 from facts.agent_json import STATUS
 from fleet.boxes import boxssh
-from fleet.boxes.inventory import network
+from fleet.core.config import host_network
 from fleet.core.errors import ConfigError
 from fleet.core.times import now_iso, seconds_between
 from fleet.core.verdicts import Health
@@ -97,6 +97,12 @@ def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
     h.prover = (status.get("prover") or {}).get("state")
     if h.prover != "proving" and _carries(data, "programs", PROVER):
         h.problems.append(f"prover: {h.prover or 'absent'}")
+    miner = (status.get("programs") or {}).get(MINER) or {}
+    if miner.get("state") != "running" and _carries(data, "programs", MINER):
+        # a miner box is well only with its miner up: crash-looping below the degraded
+        # count, stopped, or never started is not (a refused admission is said above too)
+        why = f"{miner.get('state') or 'absent'} {miner.get('reason') or ''}".strip()
+        h.problems.append(f"miner: {why}")
     for name, p in (status.get("programs") or {}).items():
         if p.get("degraded"):
             h.problems.append(f"{name}: degraded ({p.get('reason')})")
@@ -217,13 +223,13 @@ def check(cfg: Config, built: Built) -> list[Health]:
             if read.connected:
                 hung.add(name)
     out = []
-    network_size = Counter(network(data) for _, data in hosts)
+    network_size = Counter(host_network(data) for _, data in hosts)
     now = now_iso()
     for name, data in hosts:
         status = by_name.get(name) if name in by_name else None
         h = judge(name, data, status, _wanted(data, known), history.get(name), known)
         since = data.get("standing_since")
-        h.star_only = star_only(h, network_size[network(data)] - 1,
+        h.star_only = star_only(h, network_size[host_network(data)] - 1,
                                 seconds_between(since, now) if since else None,
                                 cfg.loop.interval_s)
         if name in silent:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fleet.boxes.inventory import network
+from fleet.core.config import host_network
 from fleet.core.times import now_iso, seconds_between
 
 if TYPE_CHECKING:
@@ -79,11 +79,11 @@ def judge(hosts: Sequence[tuple[str, Mapping[str, Any]]], checks: Sequence[Healt
     now = now_iso()
     networks: dict[str, list[Health]] = {}
     for (_, data), h in zip(hosts, checks, strict=True):
-        networks.setdefault(network(data), []).append(h)
+        networks.setdefault(host_network(data), []).append(h)
     for (_, data), h in zip(hosts, checks, strict=True):
         since = data.get("standing_since")
         stood = seconds_between(since, now) if since else None
-        h.port_owed = owed(data, h, _Mates(networks[network(data)], h),
+        h.port_owed = owed(data, h, _Mates(networks[host_network(data)], h),
                            stood is not None and stood >= interval_s) if h.ssh else None
 
 

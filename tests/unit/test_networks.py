@@ -286,3 +286,81 @@ def test_a_box_is_judged_on_the_duties_its_role_carries() -> None:
     # host data that does not say its duties is judged on all of them
     assert judge("a", {"provider": "vast"}, no_prover, None, None).problems == [
         "prover: absent"]
+
+
+@pytest.mark.parametrize("miner", [
+    {"state": "backoff", "reason": "exit 1", "failures": 4, "degraded": False},
+    {"state": "stopped"},
+    None,  # the agent runs no miner at all
+])
+def test_a_miner_box_whose_miner_is_not_running_is_not_well(miner: dict | None) -> None:
+    from fleet.ops.check import judge
+
+    programs = {"node": {"state": "running"}, **({"miner": miner} if miner else {})}
+    duties = {"provider": "vast", "programs": ["node", "miner"], "gpu_programs": ["miner"]}
+    problems = judge("dn2-miner-1", duties, status(prover={"state": None}, programs=programs),
+                     None, None).problems
+    assert problems and problems[0].startswith("miner: ")
+
+
+def _standing_row(label: str, role_name: str, n: int) -> Any:
+    from fleet.core.boxes import Row
+
+    return Row(label=label, provider="vast", role=role_name, kind="standing", card="RTX 4090",
+               gpu_count=1, usd_per_hour=0.3, status="running", provider_id=str(n),
+               host_key="k", ssh_host="10.0.0.1", ssh_port=22, standing=True,
+               public_ip=f"10.77.1.{n}", p2p_public_port=40000 + n)
+
+
+def test_a_box_of_a_retired_role_named_like_a_network_stays_out_of_its_mesh(
+        tmp_path: Path) -> None:
+    from fleet.boxes.deploy_support import Mesh
+    from fleet.boxes.inventory import host_data
+    from fleet.providers.base import Box
+
+    cfg = parse(LOOP_TOML.format(tmp=tmp_path) + DEVNET + NETWORK)  # network dn2, no role dn2
+    rows = [_standing_row("dn2-seed-vast-1", "dn2-seed", 1),
+            _standing_row("dn2-miner-vast-2", "dn2-miner", 2),
+            _standing_row("dn2-vast-9", "dn2", 9)]  # a box of a role fleet.toml dropped
+    hosts = [(r.label, host_data(cfg, r, Box("vast", r.provider_id, r.label, "RTX 4090", 1, 0.3,
+                                             "running", ssh_host="10.0.0.1", ssh_port=22,
+                                             public_ip=r.public_ip,
+                                             p2p_public_port=r.p2p_public_port)))
+             for r in rows]
+    mesh = Mesh(hosts)
+    assert mesh.text("dn2-seed-vast-1") == "10.77.1.2:40002\n"
+    assert mesh.text("dn2-vast-9") == ""
+    assert cfg.network_of("dn2") != "dn2"
+
+
+def test_a_mesh_dissolved_and_formed_again_has_its_peers_files_written_again(
+        tmp_path: Path) -> None:
+    from test_loop import FakeVast
+    from test_loop_peers import box
+
+    from fleet.ops.loop import Loop
+
+    plain = parse(LOOP_TOML.format(tmp=tmp_path) + DEVNET)  # each role its own mesh
+    netted = parse(LOOP_TOML.format(tmp=tmp_path) + DEVNET + NETWORK)
+    plain.ssh_key.parent.mkdir(parents=True)
+    plain.ssh_key.write_text("a key\n")
+    vast = FakeVast()
+    written: list[list[str]] = []
+
+    def loop(cfg: Any) -> Any:
+        def healthy(_cfg: Any, built: Any) -> list[Health]:
+            return [Health(label, "vast", ssh=True, agent=True)
+                    for label, _ in built.groups["standing"]]
+        return Loop(cfg, {"vast": vast}, echo=lambda _: None, check_fn=healthy,
+                    peers_fn=lambda _c, labels: written.append(sorted(labels)),
+                    converge_fn=lambda _c, labels: None)
+
+    lp = loop(plain)
+    seeds = [box(lp, vast, n, 40000 + n, "dn2-seed").label for n in (1, 2)]
+    miners = [box(lp, vast, n, 40000 + n, "dn2-miner").label for n in (3, 4)]
+    lp.tick()
+    assert sorted(written) == [sorted(miners), sorted(seeds)]
+    loop(netted).tick()  # the operator groups them into dn2: one mesh
+    assert written[2:] == [sorted(seeds + miners)]
+    loop(plain).tick()  # and takes the network out again: the seeds' files name the miners
+    assert sorted(written[3:]) == [sorted(miners), sorted(seeds)]

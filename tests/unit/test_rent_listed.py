@@ -30,7 +30,8 @@ def make_cfg(tmp_path: Path, budget: float, disk_gb: int = 20) -> Config:
     return Config(path=tmp_path / "fleet.toml", registry=tmp_path / "boxes.json",
                   known_hosts=tmp_path / "known_hosts", ssh_key=ensure_key(tmp_path / "key"),
                   releases=tmp_path / "releases", daily_budget_usd=budget,
-                  roles={"bench": Role("bench", "oneshot", "img", disk_gb)}, roster=())
+                  roles={"bench": Role("bench", "oneshot", "img", disk_gb,
+                                       admitted_driver="580.95.05")}, roster=())
 
 
 class Listing:

@@ -18,7 +18,14 @@ class Peering(LoopBase):
         if self.peers_fn is None:
             return
         skip = set(t.dead) | set(v.unsure)
-        for net, rows in sorted(self._by_network().items()):
+        meshes = self._by_network()
+        for gone in set(mem.peers) - set(meshes):
+            # a mesh no longer formed (a network dissolved, a role moved into one, all its
+            # boxes gone): forgotten, so the same boxes and endpoints forming it again later
+            # are written afresh, not taken for the files they had then
+            mem.peers.pop(gone, None)
+            mem.peers_at.pop(gone, None)
+        for net, rows in sorted(meshes.items()):
             if not any(self.cfg.roles[r].p2p_port for r in self.cfg.network_roles(net)):
                 continue
             sig = peers_sig(rows)

@@ -12,7 +12,7 @@ from fleet.ops import budget, offers
 from fleet.providers.runpod import RunPod
 from fleet.providers.vast import Vast
 
-ROLE = Role("bench", "oneshot", "img", 20)
+ROLE = Role("bench", "standing", "img", 20)  # runs no GPU program: any driver will do
 
 
 def test_a_vast_offer_without_a_price_is_not_offered_and_is_named(
