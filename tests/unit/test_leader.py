@@ -126,13 +126,16 @@ def test_a_former_leaders_fence_is_refused_by_every_write_that_acts(
 
 
 def _terminate_lock_session(pg: str) -> int:
-    """End, from the server's side, the session holding the leader's advisory lock."""
+    """End, from the server's side, the session holding the leader's advisory lock, and wait
+    (up to 30 s) until it is gone: the server only signals the backend, which lets go of its
+    locks as it exits, later on a busy machine."""
     with psycopg.connect(pg, autocommit=True) as admin:
         found = admin.execute(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
             "AND classid::bigint = %s AND objsubid = 2", (locks.LEADER,)).fetchall()
         assert len(found) == 1, found
-        admin.execute("SELECT pg_terminate_backend(%s)", (found[0][0],))
+        ended = admin.execute("SELECT pg_terminate_backend(%s, 30000)", (found[0][0],))
+        assert ended.fetchone() == (True,), "the leader's session outlived 30 s"
         return int(found[0][0])
 
 
