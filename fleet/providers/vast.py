@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from fleet.core.errors import NoCapacity, OfferGone, ProviderError, UsageError
-from fleet.providers.base import Box, Offer, Offers, RentRequest, Unreadable, price
+from fleet.providers.base import (
+    Box,
+    Offer,
+    Offers,
+    RentRequest,
+    Unreadable,
+    positive,
+    price,
+)
 from fleet.providers.client import Client, p2p_public_port
 
 if TYPE_CHECKING:
@@ -311,6 +319,7 @@ class Vast(Client):
             ports=ports,
             machine_id=_text(inst.get("machine_id")),
             status_note=_text(inst.get("status_msg")),
+            uptime_s=None if (mins := positive(inst.get("uptime_mins"))) is None else 60 * mins,
             raw=inst,
         )
 

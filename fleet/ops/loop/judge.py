@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from fleet.boxes import lifecycle
 from fleet.boxes.inventory import Built, host_data
 from fleet.boxes.sshkeys import write_known_hosts
 from fleet.core.boxes import Row, is_standing
@@ -133,6 +134,11 @@ class Judging(LoopBase):
                 t.dead[row.label] = "no provider lists it any more"
         restarting = {lb: at for lb, at in mem.restarting.items() if lb in unjudged}
         for h in health:
+            if not h.ssh and blind is None and h.label not in others and \
+                    self._repinned(t, mem, rows[h.label], listed.get(h.label)):
+                mem.dead.pop(h.label, None)  # checked under its new key from the next tick
+                unjudged.add(h.label)
+                continue
             if not h.ssh:
                 box = listed.get(h.label)
                 # a restart lasts until SSH answers (a box listed running again may still be
@@ -161,6 +167,7 @@ class Judging(LoopBase):
                              "kept")
             if h.label in others:
                 continue  # not a standing box: its SSH alone was asked
+            mem.answered[h.label] = now_iso()  # under its pinned key: the check is strict
             checked.append(h)
             if h.well:
                 t.well.append(h.label)
@@ -175,6 +182,8 @@ class Judging(LoopBase):
                     self._act(t, f"{h.label}: {p[len('node: '):]} (reported; the loop never "
                                  "moves binaries)")
         mem.restarting = restarting
+        standing = {r.label for r in self._standing_rows()}
+        mem.answered = {lb: at for lb, at in mem.answered.items() if lb in standing}
         for label in list(mem.dead):
             if label not in t.dead and label not in unjudged:
                 del mem.dead[label]  # alive again, or no longer ours to judge
@@ -184,6 +193,30 @@ class Judging(LoopBase):
             self._act(t, f"{label}: {word} ({why}), check {mem.dead[label]} of "
                          f"{self.cfg.loop.dead_checks}")
         return checked
+
+    def _repinned(self, t: Tick, mem: Memory, row: Row, box: Box | None) -> bool:
+        """Whether a standing box whose SSH did not answer presents another host key than
+        the one pinned and is re-pinned now, on its provider's word that it is the same box
+        restarted (`judgement.repin_refusal`): said in one line, and the master made under the
+        old key closed. A refusal is said too; the box is then judged as not answering."""
+        if box is None or not box.ssh_ready or not row.host_key:
+            return False
+        key = lifecycle.host_key_if_ready(box)
+        if key is None or key == row.host_key:
+            return False  # no answer at all, or the same key: not a key's doing
+        seen = mem.answered.get(row.label)
+        ago = self._started_wall - epoch(seen) if seen else None
+        why = judgement.repin_refusal(row.provider_id, box.box_id, box.uptime_s, ago)
+        if why is not None:
+            self._act(t, f"{row.label}: presents another SSH host key than the one pinned, and "
+                         f"{why}: not re-pinned")
+            return False
+        lifecycle.repin(self.reg, row, key)
+        write_known_hosts(self.cfg.known_hosts, self.reg.rows())
+        self._act(t, f"{row.label}: SSH host key re-pinned: {row.provider} lists "
+                     f"{box.box_id} restarted {box.uptime_s:.0f} s ago, after the fleet last saw "
+                     f"it answer ({ago:.0f} s ago), and its new container made a new key")
+        return True
 
     def _restarting(self, t: Tick, label: str, box: Box, since: str) -> bool:
         """Whether a box listed provisioning whose SSH does not answer is still within its
