@@ -74,6 +74,9 @@ def sweep_refusal(live: int, orphans: int, unrecorded: Sequence[str]) -> str | N
     return None
 
 
+UPTIME_GRAIN_S = 1.0  # RunPod lists uptimes in whole seconds
+
+
 def repin_refusal(pinned_id: str | None, listed_id: str, uptime_s: float | None,
                   seen_s_ago: float | None) -> str | None:
     """Why a standing box that presents another host key than the one pinned is not re-pinned,
@@ -89,7 +92,8 @@ def repin_refusal(pinned_id: str | None, listed_id: str, uptime_s: float | None,
         return "the fleet has no record of it answering under the pinned key"
     if uptime_s is None:
         return "its provider lists no uptime for it"
-    if not 0 < uptime_s < seen_s_ago:  # NaN and a negative age refuse too
+    # a listed uptime is whole seconds, cut down: the restart may be up to a second older
+    if not (0 < uptime_s and uptime_s + UPTIME_GRAIN_S < seen_s_ago):  # NaN refuses too
         return (f"its provider lists no restart since the fleet last saw it answer (up "
                 f"{uptime_s:.0f} s, last seen {seen_s_ago:.0f} s ago)")
     return None

@@ -68,6 +68,7 @@ def test_every_changed_host_key_the_provider_does_not_vouch_for_is_refused() -> 
         "no id pinned": (None, "pod1", 30.0, 300.0),
         "no restart since last seen": ("pod1", "pod1", 600.0, 300.0),
         "restarted just as last seen": ("pod1", "pod1", 300.0, 300.0),
+        "within the second an uptime is cut down to": ("pod1", "pod1", 299.0, 299.5),
         "no uptime listed (RunPod's 0 reads as none)": ("pod1", "pod1", None, 300.0),
         "never seen answering": ("pod1", "pod1", 30.0, None),
         "a clock that reads backwards": ("pod1", "pod1", 30.0, -5.0),

@@ -113,7 +113,11 @@ class Judging(LoopBase):
         seeing = {row.provider for row, _ in v.matched}
         lost |= {r.label for r in v.gone if r.provider in seeing
                  and self._gap(v, r.provider) is None and is_standing(self.cfg, r)}
-        quiet = down - lost
+        # a box presenting another host key than the one pinned: re-pinned on its provider's
+        # word, else a death that is no one's path (the handshake came through)
+        repinned, refused = self._changed_keys(t, mem, health, listed, others)
+        lost |= refused
+        quiet = down - lost - repinned
         judged = {label for label, _ in hosts} - lost
         if blind is None:
             blind = judgement.fleet_blind(quiet, judged)
@@ -134,8 +138,7 @@ class Judging(LoopBase):
                 t.dead[row.label] = "no provider lists it any more"
         restarting = {lb: at for lb, at in mem.restarting.items() if lb in unjudged}
         for h in health:
-            if not h.ssh and blind is None and h.label not in others and \
-                    self._repinned(t, mem, rows[h.label], listed.get(h.label)):
+            if h.label in repinned:
                 mem.dead.pop(h.label, None)  # checked under its new key from the next tick
                 unjudged.add(h.label)
                 continue
@@ -167,7 +170,7 @@ class Judging(LoopBase):
                              "kept")
             if h.label in others:
                 continue  # not a standing box: its SSH alone was asked
-            mem.answered[h.label] = now_iso()  # under its pinned key: the check is strict
+            mem.answered[h.label] = time.time()  # under its pinned key: the check is strict
             checked.append(h)
             if h.well:
                 t.well.append(h.label)
@@ -194,29 +197,38 @@ class Judging(LoopBase):
                          f"{self.cfg.loop.dead_checks}")
         return checked
 
-    def _repinned(self, t: Tick, mem: Memory, row: Row, box: Box | None) -> bool:
-        """Whether a standing box whose SSH did not answer presents another host key than
-        the one pinned and is re-pinned now, on its provider's word that it is the same box
-        restarted (`judgement.repin_refusal`): said in one line, and the master made under the
-        old key closed. A refusal is said too; the box is then judged as not answering."""
-        if box is None or not box.ssh_ready or not row.host_key:
-            return False
-        key = lifecycle.host_key_if_ready(box)
-        if key is None or key == row.host_key:
-            return False  # no answer at all, or the same key: not a key's doing
-        seen = mem.answered.get(row.label)
-        ago = self._started_wall - epoch(seen) if seen else None
-        why = judgement.repin_refusal(row.provider_id, box.box_id, box.uptime_s, ago)
-        if why is not None:
-            self._act(t, f"{row.label}: presents another SSH host key than the one pinned, and "
-                         f"{why}: not re-pinned")
-            return False
-        lifecycle.repin(self.reg, row, key)
-        write_known_hosts(self.cfg.known_hosts, self.reg.rows())
-        self._act(t, f"{row.label}: SSH host key re-pinned: {row.provider} lists "
-                     f"{box.box_id} restarted {box.uptime_s:.0f} s ago, after the fleet last saw "
-                     f"it answer ({ago:.0f} s ago), and its new container made a new key")
-        return True
+    def _changed_keys(self, t: Tick, mem: Memory, health: list[Health],
+                      listed: dict[str, Box], others: set[str]) -> tuple[set[str], set[str]]:
+        """The standing boxes whose SSH refused the host key they present (another than the
+        one pinned): (those re-pinned now, those refused). Re-pinned only on the provider's
+        word that it is the same box restarted (`judgement.repin_refusal`), said in one line,
+        the master made under the old key closed; a refusal is said too."""
+        repinned: set[str] = set()
+        refused: set[str] = set()
+        for h in health:
+            box, row = listed.get(h.label), self.reg.get(h.label)
+            if h.ssh or h.label in others or not _key_refused(h) or box is None \
+                    or row is None or not box.ssh_ready or not row.host_key:
+                continue
+            key = lifecycle.host_key_if_ready(box)
+            if key is None or key == row.host_key:
+                continue  # no answer now, or the pinned key after all: judged as it is
+            seen = mem.answered.get(row.label)
+            ago = None if seen is None else self._started_wall - seen
+            why = judgement.repin_refusal(row.provider_id, box.box_id, box.uptime_s, ago)
+            if why is not None:
+                self._act(t, f"{row.label}: presents another SSH host key than the one "
+                             f"pinned, and {why}: not re-pinned")
+                refused.add(row.label)
+                continue
+            lifecycle.repin(self.reg, row, key)
+            write_known_hosts(self.cfg.known_hosts, self.reg.rows())
+            self._act(t, f"{row.label}: SSH host key re-pinned: {row.provider} lists "
+                         f"{box.box_id} restarted {box.uptime_s:.0f} s ago, after the fleet "
+                         f"last saw it answer ({ago:.0f} s ago), and its new container made "
+                         "a new key")
+            repinned.add(row.label)
+        return repinned, refused
 
     def _restarting(self, t: Tick, label: str, box: Box, since: str) -> bool:
         """Whether a box listed provisioning whose SSH does not answer is still within its
@@ -261,6 +273,11 @@ class Judging(LoopBase):
         except OSError as e:
             return f"the fleet's SSH key {self.cfg.ssh_key} is unreadable: {e.strerror}"
         return None
+
+
+def _key_refused(h: Health) -> bool:
+    """Whether the box's SSH failed on its host key (ssh: "Host key verification failed")."""
+    return any(p.startswith("ssh: ") and "host key" in p.lower() for p in h.problems)
 
 
 def _last_seen(row: Row) -> Box:
