@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 
+from fleet.boxes.boxssh import KEY_REFUSED
 from fleet.core.verdicts import Health
 from fleet.providers import runpod, vast
 from fleet.providers.http import Http, RetryPolicy
@@ -216,7 +217,7 @@ class Cloud:
             elif not self.answers_ssh(inst):
                 h.problems = ["ssh: box did not answer"]
             elif inst is not None and data.get("host_key") != self.served_key(inst):
-                h.problems = ["ssh: host key verification failed"]  # a strict check refuses
+                h.problems = [f"ssh: {KEY_REFUSED}"]  # a strict check refuses it
             elif inst is not None and inst.key not in self.truth.converted:
                 h.ssh = True
                 h.problems = ["agent: not installed"]

@@ -5,9 +5,11 @@ are pure (`fleet.ops.judgement`); this gathers the listings and the checks for t
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fleet.boxes import lifecycle
+from fleet.boxes.boxssh import KEY_REFUSED
 from fleet.boxes.inventory import Built, host_data
 from fleet.boxes.sshkeys import write_known_hosts
 from fleet.core.boxes import Row, is_standing
@@ -199,18 +201,21 @@ class Judging(LoopBase):
 
     def _changed_keys(self, t: Tick, mem: Memory, health: list[Health],
                       listed: dict[str, Box], others: set[str]) -> tuple[set[str], set[str]]:
-        """The standing boxes whose SSH refused the host key they present (another than the
-        one pinned): (those re-pinned now, those refused). Re-pinned only on the provider's
+        """The standing boxes whose SSH did not answer and that present another host key than
+        the one pinned: (those re-pinned now, those refused). Re-pinned only on the provider's
         word that it is the same box restarted (`judgement.repin_refusal`), said in one line,
         the master made under the old key closed; a refusal is said too."""
         repinned: set[str] = set()
         refused: set[str] = set()
+        probe: list[tuple[Row, Box]] = []
         for h in health:
             box, row = listed.get(h.label), self.reg.get(h.label)
-            if h.ssh or h.label in others or not _key_refused(h) or box is None \
-                    or row is None or not box.ssh_ready or not row.host_key:
-                continue
-            key = lifecycle.host_key_if_ready(box)
+            if not h.ssh and h.label not in others and _key_refused(h) and box is not None \
+                    and row is not None and box.ssh_ready and row.host_key:
+                probe.append((row, box))
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(probe)))) as pool:
+            keys = list(pool.map(lambda rb: lifecycle.host_key_if_ready(rb[1]), probe))
+        for (row, box), key in zip(probe, keys, strict=True):
             if key is None or key == row.host_key:
                 continue  # no answer now, or the pinned key after all: judged as it is
             seen = mem.answered.get(row.label)
@@ -276,8 +281,8 @@ class Judging(LoopBase):
 
 
 def _key_refused(h: Health) -> bool:
-    """Whether the box's SSH failed on its host key (ssh: "Host key verification failed")."""
-    return any(p.startswith("ssh: ") and "host key" in p.lower() for p in h.problems)
+    """Whether the box's SSH failed on the host key it presents (`boxssh.KEY_REFUSED`)."""
+    return f"ssh: {KEY_REFUSED}" in h.problems
 
 
 def _last_seen(row: Row) -> Box:
