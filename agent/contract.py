@@ -14,6 +14,10 @@ from pathlib import Path
 ROOT = "/root/fleet"  # the fleet's directory on the box, unless agent.toml names another
 CONFIG = "agent.toml"
 BOOT_SCRIPT = "boot.sh"
+# the box's SSH host keys, kept where a restart keeps them (on RunPod the volume), and put
+# back into SSH_DIR by the start command before sshd starts
+HOST_KEYS = "ssh-host-keys"
+SSH_DIR = "/etc/ssh"
 PEERS = "peers.txt"
 AGENT_CODE = "agent"  # the agent's code; its BUNDLE file holds the bundle's digest
 BUNDLE_STAMP = "BUNDLE"

@@ -5,9 +5,10 @@ Convert the inventory's standing boxes into supervised standing boxes.
     pyinfra inventory.py deploys/standing.py --dry       # show what would change
 
 Installs the agent (from shipped wheels: no package index needed on the box), writes its
-agent.toml (0600), the peers file and the start hooks, places the role's release and writes the
-node pointer only where the box has none, starts the agent (or keeps the running one), and marks
-the registry row standing. One-shot boxes are refused.
+agent.toml (0600), the peers file and the start hooks, keeps a copy of the box's SSH host keys
+under the fleet's root (RunPod's volume: put back at a restart), places the role's release and
+writes the node pointer only where the box has none, starts the agent (or keeps the running
+one), and marks the registry row standing. One-shot boxes are refused.
 """
 
 import hashlib
@@ -54,6 +55,8 @@ def standing() -> None:
                     sha256=rel.node_sha256, root=ROOT, only_if_absent=True)
     for path, content in hook.hook_files(ROOT).items():
         box.file(name=f"Start hook {path}", path=path, content=content, mode="755", root=ROOT)
+    # RunPod's start command puts these back before sshd starts (`fleet.ops.rent.ONSTART`)
+    box.host_keys_kept(name="SSH host keys kept", root=ROOT)
     # a new bundle or agent.toml needs a new agent; its programs keep running and are adopted
     stale = state.get("bundle") != bundle.sha256 or state.get("files", {}).get(
         toml_path) != hashlib.sha256(toml_text.encode()).hexdigest()

@@ -130,6 +130,35 @@ class StandingLog(FactBase[dict[str, Any]]):
         return fields
 
 
+class HostKeys(FactBase[dict[str, Any]]):
+    """
+    The box's SSH host keys and the copies kept under the fleet's root: for each of
+    ``/etc/ssh`` (``etc``) and ``<root>/ssh-host-keys`` (``kept``), ``{name: [mode, sha256]}``
+    of every ``ssh_host_*`` file in it (mode in octal, as ``stat`` prints it).
+    """
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return {"etc": {}, "kept": {}}
+
+    def command(self, root: str) -> StringCommand:
+        listing = ('for f in ssh_host_*; do [ -f "$f" ] && '
+                   'echo "$w $(stat -c %a "$f") $(sha256sum < "$f" | cut -c1-64) $f"; done')
+        return StringCommand(
+            f"for w in etc kept; do (if [ $w = etc ]; then cd {contract.SSH_DIR}; else cd",
+            QuoteString(_at(root, contract.HOST_KEYS)),
+            f"; fi 2>/dev/null && {listing}); done; true")
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {"etc": {}, "kept": {}}
+        for line in output:
+            parts = line.split()
+            if len(parts) != 4 or parts[0] not in out:
+                raise FactProcessError(f"HostKeys: unexpected line {line!r}")
+            out[parts[0]][parts[3]] = [parts[1], parts[2]]
+        return out
+
+
 class NodeBinary(FactBase[dict[str, Any]]):
     """
     The node binary the pointer names and the one that runs: pointer path, the digest written

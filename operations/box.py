@@ -1,4 +1,5 @@
-"""Small managed files on a fleet box (agent.toml, boot.sh, peers.txt, start hooks)."""
+"""Small managed files on a fleet box (agent.toml, boot.sh, peers.txt, start hooks), and the
+box's SSH host keys kept under the fleet's root."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 from pyinfra.api.command import QuoteString
 
-from agent.contract import ROOT
+from agent.contract import HOST_KEYS, ROOT, SSH_DIR
+from facts.box import HostKeys
 from operations.util import box_state, managed_files
 
 
@@ -42,3 +44,36 @@ def file(path: str, content: str, mode: str = "644", root: str = ROOT):
     yield FileUploadCommand(StringIO(content), tmp)
     yield StringCommand("chmod", QuoteString(mode), QuoteString(tmp), "&& mv -f",
                         QuoteString(tmp), QuoteString(path))
+
+
+@operation()
+def host_keys_kept(root: str = ROOT):
+    """
+    Keep a copy of the box's SSH host keys (private and public, modes kept) in
+    ``<root>/ssh-host-keys``: where the fleet's root outlives the container disk (RunPod's
+    volume), the start command puts them back into /etc/ssh before sshd starts, so a
+    restarted box serves the key the fleet pinned. Copies of keys gone from /etc/ssh go too.
+
+    + root: the fleet's directory on the box
+
+    **Example:**
+
+    .. code:: python
+
+        box.host_keys_kept(name="SSH host keys kept")
+    """
+    keys = host.get_fact(HostKeys, root=root)
+    if not keys["etc"]:
+        raise OperationError(f"{SSH_DIR} holds no SSH host key to keep")
+    if keys["etc"] == keys["kept"]:
+        host.noop("the SSH host keys are kept")
+        return
+    kept = f"{root}/{HOST_KEYS}"
+    yield StringCommand("mkdir -p -m 700", QuoteString(kept), "&& chmod 700", QuoteString(kept))
+    for name in sorted(keys["etc"]):
+        if keys["kept"].get(name) != keys["etc"][name]:
+            src, dst = f"{SSH_DIR}/{name}", f"{kept}/{name}"
+            yield StringCommand("cp -p", QuoteString(src), QuoteString(f"{dst}.fleet-new"),
+                                "&& mv -f", QuoteString(f"{dst}.fleet-new"), QuoteString(dst))
+    for name in sorted(set(keys["kept"]) - set(keys["etc"])):
+        yield StringCommand("rm -f", QuoteString(f"{kept}/{name}"))

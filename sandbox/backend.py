@@ -70,7 +70,9 @@ class BoxBackend(Protocol):
 
     def kill(self, box_id: str) -> None: ...  # host death: abrupt, no cleanup hooks
 
-    def restart(self, box_id: str) -> None: ...  # container restart: processes die, disk stays
+    # container restart: processes die, the disk stays where the provider keeps it; the
+    # endpoints now (a new container disk serves a new host key), None if it cannot say
+    def restart(self, box_id: str) -> BoxEndpoints | None: ...
 
     def set_gpu(self, box_id: str, gpu: GpuSpec) -> None: ...  # driver drift under a live box
 

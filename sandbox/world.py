@@ -361,7 +361,13 @@ class World:
                 raise WorldError("not_running", "instance is not running")
             inst.restarts += 1
             inst.started_at = self.now()
-            self._ops.submit(inst.key, partial(self.backend.restart, inst.key))
+            self._ops.submit(inst.key, partial(self._restart, inst, inst.generation))
+
+    def _restart(self, inst: Instance, generation: int) -> None:
+        endpoints = self.backend.restart(inst.key)
+        with self.lock:  # the host key its sshd serves now (a new container disk, a new key)
+            if endpoints is not None and inst.generation == generation and inst.endpoints:
+                inst.endpoints = endpoints
 
     def preempt(self, inst: Instance) -> None:
         """Spot reclaim: RunPod pods exit; Vast instances get the outbid 'stopped' triple."""

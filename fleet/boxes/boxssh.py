@@ -134,6 +134,19 @@ def read_fact(data: Mapping[str, Any], fact: Fact, root: str, deadline_s: float)
     return read
 
 
+# what ssh prints last when strict checking refuses the key a box presents
+KEY_REFUSED_SSH = "Host key verification failed."
+KEY_REFUSED = "host key refused: the box presents another host key than the one pinned"
+
+
+def ssh_words(err: str) -> str:
+    """ssh's own words on a failure, short: a refused host key said plainly (its banner runs
+    to many lines, the words that matter last), else the tail of what it said."""
+    if KEY_REFUSED_SSH in err:
+        return KEY_REFUSED
+    return err.strip()[-300:]
+
+
 def _read_once(argv: list[str], fact: Fact, deadline_s: float,
                socket: str | None) -> FactRead:
     window = CONNECT_TIMEOUT_S + LOGIN_S + deadline_s
@@ -184,7 +197,7 @@ def _read_answer(proc: subprocess.Popen[bytes] | muxclient.Session, fact: Fact,
             if deadline is None and _CONNECTED.encode() in out:
                 deadline = time.monotonic() + deadline_s
     rc = proc.wait()
-    said = err.decode(errors="replace").strip()[-300:]
+    said = ssh_words(err.decode(errors="replace"))
     if deadline is None:
         return FactRead(error=said or f"ssh exited {rc}")
     if rc != 0:  # the fact's commands end in `|| true`: the connection broke under it

@@ -133,3 +133,11 @@ def pin(reg: Registry, row: Row, key: str) -> Row:
     if row.host_key and row.host_key != key:
         raise FleetError(f"{row.label}: host key changed since it was pinned; not trusting it")
     return reg.update(row.label, host_key=key)
+
+
+def repin(reg: Registry, row: Row, key: str) -> Row:
+    """Pin `key` in place of the row's pinned key, on its provider's word that this is the
+    same box restarted (`fleet.ops.judgement.repin_refusal`, the caller's to ask). The
+    known_hosts file is the caller's to rewrite: that closes the master made under the old
+    key (`sshkeys.write_known_hosts`)."""
+    return reg.update(row.label, host_key=key)

@@ -72,3 +72,28 @@ def sweep_refusal(live: int, orphans: int, unrecorded: Sequence[str]) -> str | N
                 "though every rent writes its row first: it is behind the account (restored "
                 "from an older copy, or another copy of it rents)")
     return None
+
+
+UPTIME_GRAIN_S = 1.0  # RunPod lists uptimes in whole seconds
+
+
+def repin_refusal(pinned_id: str | None, listed_id: str, uptime_s: float | None,
+                  seen_s_ago: float | None) -> str | None:
+    """Why a standing box that presents another host key than the one pinned is not re-pinned,
+    or None: only its provider's own word that this is the same box, restarted since the fleet
+    last saw it answer under the pinned key, re-pins it. That word is the same provider id
+    (`listed_id` is `pinned_id`) and an uptime it lists (`uptime_s`) shorter than the time
+    since the fleet last saw the box answer (`seen_s_ago`). Whatever cannot be told (no
+    uptime, never seen answering, a clock that reads backwards) refuses; the box is then
+    judged as one whose SSH does not answer, as any other."""
+    if not pinned_id or listed_id != pinned_id:
+        return f"its provider lists it as {listed_id}, not the pinned {pinned_id}"
+    if seen_s_ago is None:
+        return "the fleet has no record of it answering under the pinned key"
+    if uptime_s is None:
+        return "its provider lists no uptime for it"
+    # a listed uptime is whole seconds, cut down: the restart may be up to a second older
+    if not (0 < uptime_s and uptime_s + UPTIME_GRAIN_S < seen_s_ago):  # NaN refuses too
+        return (f"its provider lists no restart since the fleet last saw it answer (up "
+                f"{uptime_s:.0f} s, last seen {seen_s_ago:.0f} s ago)")
+    return None

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agent.contract import ROOT
+from agent.contract import HOST_KEYS, ROOT, SSH_DIR
 from fleet.boxes import lifecycle
 from fleet.boxes.sshkeys import ensure_key, public_key, write_known_hosts
 from fleet.core.boxes import Row
@@ -55,9 +55,17 @@ if TYPE_CHECKING:
 # sshd), in dstack's JSON form. A hook written on RunPod's container disk (/post_start.sh)
 # would be gone after the first restart: dockerArgs stays with the pod.
 BOOT = f"[ -x {ROOT}/boot.sh ] && {ROOT}/boot.sh"
+# RunPod's container disk is new at every restart, and its image's /start.sh makes new SSH host
+# keys where /etc/ssh has none: the keys the standing deploy kept on the volume are put back
+# first, before /start.sh looks (`operations.box.host_keys_kept`). A pod with none kept (before
+# its first deploy) starts as it would without this. Vast keeps its disk, and /etc/ssh on it.
+_KEPT = f"{ROOT}/{HOST_KEYS}"
+RESTORE_KEYS = (f"[ -f {_KEPT}/ssh_host_ed25519_key ] && "
+                f"cp -p {_KEPT}/ssh_host_* {SSH_DIR}/")
 ONSTART = {
     "vast": f"{BOOT}; exit 0",
-    "runpod": json.dumps({"entrypoint": ["/bin/sh", "-c"], "cmd": [f"{BOOT} & exec /start.sh"]}),
+    "runpod": json.dumps({"entrypoint": ["/bin/sh", "-c"],
+                          "cmd": [f"{RESTORE_KEYS}; {BOOT} & exec /start.sh"]}),
 }
 
 

@@ -17,6 +17,13 @@ def price(value: Any) -> float | None:
     """A provider's price field as USD per hour: a positive, finite number, else None (absent,
     null, zero, text). A rented GPU box is never free: a price that reads as none is unknown,
     never $0 (RunPod has been seen to list `costPerHr` 0)."""
+    return positive(value)
+
+
+def positive(value: Any) -> float | None:
+    """A provider's field that only means something above zero (a price, an uptime) as a
+    positive, finite number, else None: absent, null, zero, text (RunPod has been seen to
+    list `costPerHr` and `uptimeSeconds` 0)."""
     if isinstance(value, bool):
         return None
     try:
@@ -104,6 +111,11 @@ class Box:
     data_center: str | None = None  # RunPod: the data center (Secure Cloud) it runs in
     # the provider's own words on the status (Vast: status_msg; RunPod: lastStatusChange)
     status_note: str | None = None
+    # seconds since its container last (re)started, as its provider lists it; None where it
+    # lists none (RunPod's 0 is a known bug, never "just restarted"): a changed host key is
+    # re-pinned only on this word (`fleet.ops.judgement.repin_refusal`); a reading of the
+    # moment, so no part of what makes two listings of a box the same
+    uptime_s: float | None = field(default=None, compare=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -20,6 +20,7 @@ from fleet.providers.base import (
     Offers,
     RentRequest,
     Unreadable,
+    positive,
     price,
 )
 from fleet.providers.client import Client, p2p_public_port
@@ -347,6 +348,7 @@ class RunPod(Client):
             machine_id=str(pod["machineId"]) if pod.get("machineId") else None,
             data_center=str(machine["dataCenterId"]) if machine.get("dataCenterId") else None,
             status_note=str(pod["lastStatusChange"]) if pod.get("lastStatusChange") else None,
+            uptime_s=positive(runtime.get("uptimeInSeconds")),
             raw=pod,
         )
 

@@ -27,7 +27,15 @@ import httpx
 
 from fleet.core import cards
 from fleet.core.errors import NoCapacity, OfferGone, ProviderError, UsageError
-from fleet.providers.base import Box, Offer, Offers, RentRequest, Unreadable, price
+from fleet.providers.base import (
+    Box,
+    Offer,
+    Offers,
+    RentRequest,
+    Unreadable,
+    positive,
+    price,
+)
 from fleet.providers.client import Client, p2p_public_port
 
 if TYPE_CHECKING:
@@ -333,6 +341,7 @@ class Vast(Client):
             ports=ports,
             machine_id=_text(inst.get("machine_id")),
             status_note=_text(inst.get("status_msg")),
+            uptime_s=None if (mins := positive(inst.get("uptime_mins"))) is None else 60 * mins,
             raw=inst,
         )
 

@@ -65,6 +65,10 @@ class Memory:
     disruptions: list[dict[str, Any]] = field(default_factory=list)
     # the providers whose breaker was open at the last tick (`Loop._breakers`)
     breakers: list[str] = field(default_factory=list)
+    # label -> when its standing box last answered the loop's SSH under its pinned host key
+    # (to the fraction of a second, as a listed uptime is compared with it): a changed key is
+    # re-pinned only after a restart its provider lists since then
+    answered: dict[str, float] = field(default_factory=dict)  # seconds since the epoch
 
     @classmethod
     def load(cls, registry: Path) -> Memory:
@@ -87,7 +91,8 @@ class Memory:
                        dict(d.get("unfit_machines", {})), dict(d.get("peers", {})),
                        dict(d.get("peers_at", {})), dict(d.get("restarting", {})),
                        [dict(r) for r in d.get("disruptions", [])],
-                       [str(p) for p in d.get("breakers", [])])
+                       [str(p) for p in d.get("breakers", [])],
+                       {str(k): float(v) for k, v in d.get("answered", {}).items()})
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise FleetError(f"{where}: the loop's memory is not readable ({e}); remove it "
                              "to start afresh") from None

@@ -49,16 +49,22 @@ from sandbox.boxes.proc import (
 
 BOXINIT = Path(__file__).with_name("boxinit.py")
 NVML_LIB = "libnvidia-ml.so.1"
-# What RunPod's images run at container start (their CMD). sshd is the box init's, so the
-# sandbox's stand-in only runs the image's hook and stays, as the real one does.
-IMAGE_START_SH = """#!/bin/bash
-# the sandbox image's /start.sh: RunPod's images start sshd here (the box's init does that),
-# then run /post_start.sh if present, then stay
+# What RunPod's images run at container start (their CMD): make the SSH host keys where /etc/ssh
+# has none (a new container disk has none), start sshd, run /post_start.sh if present, stay.
+# sshd is the box init's child here: the start step asks the init for it through SSHD_GO.
+SSHD_GO = "/run/sandbox-sshd-go"
+IMAGE_START_SH = f"""#!/bin/bash
+# the sandbox image's /start.sh, as RunPod's: new host keys where /etc/ssh has none, then sshd
+[ -f /etc/ssh/ssh_host_ed25519_key ] ||
+    ssh-keygen -q -t ed25519 -N '' -C "root@$(hostname)" -f /etc/ssh/ssh_host_ed25519_key
+[ -p {SSHD_GO} ] && echo go > {SSHD_GO}
 [ -x /post_start.sh ] && /post_start.sh
 exec sleep infinity
 """
+IMAGE_START = "exec /start.sh"  # a pod whose dockerArgs leave the image's command alone
 # Directories of the host's root a box must not see: the box gets them empty, on its disk
 OWN_DIRS = {"root": 0o700, "tmp": 0o1777, "var/tmp": 0o1777, "var/log": 0o755, "home": 0o755}
+HOST_KEY_SAID = b"SANDBOX_HOST_KEY="  # the init's word on the key its sshd serves
 NOTIFY = "notify.sock"  # in sys/: where the box's sshd reports READY=1
 _NAMESPACES = ["--net", "--pid", "--fork", "--kill-child", "--mount", "--uts", "--ipc",
                "--propagation", "private", "--mount-proc"]
@@ -179,14 +185,16 @@ class NamespaceBackend:
             self._stop(box)
             self._close_ports(box)
 
-    def restart(self, box_id: str) -> None:
+    def restart(self, box_id: str) -> BoxEndpoints:
         """Container restart: every process dies, init, sshd and hook rerun; the disk stays
-        where the provider keeps it (`BoxSpec.disk_kept`), and the volume always."""
+        where the provider keeps it (`BoxSpec.disk_kept`), and the volume always. A new
+        container disk has no host key: the endpoints carry the one sshd serves now."""
         box = self._get(box_id)
         with box.lock:
             self._stop(box)
             self._open_ports(box)
             self._launch(box)
+            return self._endpoints(box)
 
     def set_gpu(self, box_id: str, gpu: GpuSpec) -> None:
         """Driver drift: the box's NVML (AMD SMI on an AMD box) reports `gpu` from its next
@@ -343,21 +351,20 @@ class NamespaceBackend:
         self._wait_ready(box, notify, deadline)
 
     def _prepare(self, box: _Box) -> None:
-        """Write what the box is made of; the host key is made once and kept."""
+        """Write what the box is made of. Its host key is the box's own, in /etc/ssh on its
+        disk: the init (Vast) or the image's start step (RunPod) makes one where none is."""
         spec, paths = box.spec, box.paths
         paths.make()
-        if not paths.host_key.exists():
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
-                            f"root@{spec.hostname}", "-f", str(paths.host_key)],
-                           check=True, capture_output=True)
-        box.host_key = " ".join(paths.host_key.with_suffix(".pub").read_text().split()[:2])
+        box.host_key = None  # until the init says which key its sshd serves
+        runpod = spec.provider == "runpod"
+        hook_text = spec.start_hook or (IMAGE_START if runpod else None)
         box.env = config.box_env(spec, box.ports)
         self._write_sshd_config(box)
         write_atomic(paths.sys / "authorized_keys", spec.authorized_keys.strip() + "\n", 0o600)
         self._write_gpu_config(box)
         hook = paths.sys / "start-hook.sh"
-        if spec.start_hook:
-            write_atomic(hook, spec.start_hook.rstrip("\n") + "\n", 0o755)
+        if hook_text:
+            write_atomic(hook, hook_text.rstrip("\n") + "\n", 0o755)
         else:
             hook.unlink(missing_ok=True)
         # Like a container runtime, the host writes hostname and hosts at every start, into the
@@ -377,7 +384,8 @@ class NamespaceBackend:
             "volume": volume,
             "hide": self._hidden,
             "run_dirs": list(sshd.RUN_DIRS),
-            "hook": f"{config.SANDBOX_DIR}/start-hook.sh" if spec.start_hook else None,
+            "hook": f"{config.SANDBOX_DIR}/start-hook.sh" if hook_text else None,
+            "sshd_go": SSHD_GO if runpod else None,
             "hook_log": config.HOOK_LOG,
             "notify": f"{config.SANDBOX_DIR}/{NOTIFY}",
         })
@@ -463,6 +471,9 @@ class NamespaceBackend:
         table = Path(f"/proc/{box.pid}/net/tcp")
         while time.monotonic() < deadline:
             said = notified(notify, 0.05)
+            if said.startswith(HOST_KEY_SAID):
+                box.host_key = said[len(HOST_KEY_SAID):].decode(errors="replace") or None
+                continue
             if b"READY=1" in said:
                 return
             if SSHD_EXITED in said:  # the init lives on: waiting would only wait out the deadline

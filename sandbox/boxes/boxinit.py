@@ -28,6 +28,8 @@ MS_MOVE = 8192
 MNT_DETACH = 2
 PR_SET_NAME, PR_CAPBSET_DROP, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 15, 24, 22, 2
 SSHD = "/usr/sbin/sshd"
+SSH_KEYGEN = "/usr/bin/ssh-keygen"
+HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"  # on the box's own disk, as in a real container
 STAGED_VOLUME = "/run/.sandbox-volume"
 # pivot_root has no libc wrapper on older glibc; its syscall number per architecture
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
@@ -287,15 +289,54 @@ def main() -> None:
     drop_capabilities()  # last: nothing of the box may undo what the init set up
     os.chdir("/root")
     env = dict(os.environ)  # the container's environment, given by the host
+    if cfg["sshd_go"]:  # RunPod: the image's start step makes the host keys, then asks for sshd
+        os.mkfifo(cfg["sshd_go"], 0o600)
+        start_hook(cfg, env)
+        with open(cfg["sshd_go"], "rb") as go:  # blocks until the start step opens it
+            go.read(1)
+        os.unlink(cfg["sshd_go"])
+    else:  # Vast: its runtime's sshd, on the host key the disk keeps, before the onstart
+        if not os.path.exists(HOST_KEY):
+            make_host_key(cfg["hostname"])
+    tell_host(cfg["notify"], f"SANDBOX_HOST_KEY={served_key()}")
     # NOTIFY_SOCKET: sshd says READY=1 there once it listens (sessions do not inherit it)
     sshd = spawn([SSHD, "-D", "-e", "-f", "/run/sandbox/sshd_config"],
                  {**env, "NOTIFY_SOCKET": cfg["notify"]}, sshd_log)
+    if not cfg["sshd_go"]:
+        start_hook(cfg, env)
+    os.close(sshd_log)
+    reap_forever(sshd, cfg["notify"])
+
+
+def start_hook(cfg: dict[str, Any], env: dict[str, str]) -> None:
+    """The start command (Vast's onstart, RunPod's dockerArgs or the image's own), in its
+    own session, logging where the provider's runtime does."""
     if cfg["hook"]:
         hook_log = os.open(cfg["hook_log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         spawn(["/bin/bash", cfg["hook"]], env, hook_log, setsid=True)
         os.close(hook_log)
-    os.close(sshd_log)
-    reap_forever(sshd, cfg["notify"])
+
+
+def make_host_key(hostname: str) -> None:
+    """A new ed25519 host key in /etc/ssh, as an image's start makes one where none is."""
+    os.makedirs(os.path.dirname(HOST_KEY), exist_ok=True)
+    pid = spawn([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", f"root@{hostname}",
+                 "-f", HOST_KEY], {}, 2)
+    os.waitpid(pid, 0)
+
+
+def served_key() -> str:
+    """The public half of the host key sshd is about to load ("ssh-ed25519 AAAA..."), read
+    from its private key (a .pub beside it may say anything); "" when there is none."""
+    r, w = os.pipe()
+    try:
+        pid = spawn([SSH_KEYGEN, "-y", "-f", HOST_KEY], {}, w)
+    finally:
+        os.close(w)
+    with os.fdopen(r, "rb") as f:
+        out = f.read(4096).decode(errors="replace")
+    os.waitpid(pid, 0)
+    return " ".join(out.split()[:2]) if out.startswith("ssh-ed25519 ") else ""
 
 
 if __name__ == "__main__":

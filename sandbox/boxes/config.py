@@ -61,7 +61,7 @@ def sshd_config(env: dict[str, str], hung: bool = False) -> str:
         "# written by the sandbox: one box's sshd, root by key only",
         "Port 22",
         "ListenAddress 0.0.0.0",
-        f"HostKey {SANDBOX_DIR}/ssh_host_ed25519_key",
+        "HostKey /etc/ssh/ssh_host_ed25519_key",  # the box's own, on its disk
         # the account's keys, as the provider injects them; and the box's own file
         f"AuthorizedKeysFile {SANDBOX_DIR}/authorized_keys .ssh/authorized_keys",
         "PermitRootLogin prohibit-password",

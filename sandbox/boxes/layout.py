@@ -9,8 +9,9 @@
 <state>/<box_id>/
   box.json                   runtime record: init pid, veth, address, ports (for sweep)
   init.marshal               what the box's init needs: hostname, mount sources, hidden paths
-  sys/                       read-only at /run/sandbox in the box: sshd_config, host key,
-                             authorized_keys, nvml.json (amdsmi.json), start-hook.sh
+  sys/                       read-only at /run/sandbox in the box: sshd_config,
+                             authorized_keys, nvml.json (amdsmi.json), start-hook.sh (the host
+                             key is the box's own, in /etc/ssh on its disk)
   disk.img, disk/            the box's disk (sparse ext4 of its size; a tmpfs without loop
                              devices), mounted at disk/: upper/ and work/, its root's layers
   volume.img, volume/        a RunPod pod volume, when it has one: volume/data at its mount path
@@ -66,10 +67,6 @@ class BoxPaths:
     @property
     def sys(self) -> Path:
         return self.root / "sys"
-
-    @property
-    def host_key(self) -> Path:
-        return self.sys / "ssh_host_ed25519_key"
 
     @property
     def nvml_config(self) -> Path:

@@ -16,7 +16,7 @@ import tomllib
 from datetime import datetime
 from typing import Any
 
-from agent.contract import ROOT
+from agent.contract import HOST_KEYS, ROOT, SSH_DIR
 
 AGENT = f"cd {ROOT} && venv/bin/python -m agent"
 STALE_TICKS = 3  # a status, reading or observer round older than this many ticks is stale
@@ -204,3 +204,16 @@ def test_observer_is_alive_and_going_round(host: Any) -> None:
         f"{observer['last_error']})")
     gap = abs(epoch(status["ts"], "status.ts") - epoch(observer["round_at"], "observer.round_at"))
     assert gap <= STALE_TICKS * tick(status), f"the observer's last round was {gap:.0f} s ago"
+
+
+def test_the_ssh_host_keys_kept_under_the_root_are_those_in_etc_ssh(host: Any) -> None:
+    """The copy a restart puts back (RunPod's volume outlives the container disk) is the
+    box's own host keys, byte for byte and mode for mode: a stale copy would bring back a key
+    the fleet no longer pins."""
+    kept = f"{ROOT}/{HOST_KEYS}"
+    names = host.check_output(f"cd {SSH_DIR} && ls ssh_host_*").split()
+    assert "ssh_host_ed25519_key" in names
+    assert host.check_output(f"cd {kept} && ls ssh_host_*").split() == names
+    for name in names:
+        etc, copy = host.file(f"{SSH_DIR}/{name}"), host.file(f"{kept}/{name}")
+        assert (copy.sha256sum, copy.mode, copy.user) == (etc.sha256sum, etc.mode, etc.user), name

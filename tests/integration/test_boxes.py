@@ -84,7 +84,9 @@ def runpod_spec(pub: str, n: int, hook: str | None = None) -> BoxSpec:
         env={"RUNPOD_POD_ID": pod, "RUNPOD_PUBLIC_IP": ip, "RUNPOD_GPU_COUNT": "2",
              "PUBLIC_KEY": f"{pub.strip()}\nssh-ed25519 AAAAsecond fleet@spare",
              "JOB_NOTE": 'say "hi" \\ $HOME it\'s'},
-        tcp_ports=[22, 26611], authorized_keys=pub, start_hook=hook,
+        # dockerArgs replace the image's command: a hook goes on to the image's /start.sh
+        tcp_ports=[22, 26611], authorized_keys=pub,
+        start_hook=f"{hook}\nexec /start.sh" if hook else None,
         gpu=gpu("580.95.05", f"GPU-{n:08x}-aaaa-4bbb-8ccc-000000000001",
                 f"GPU-{n:08x}-aaaa-4bbb-8ccc-000000000002"),
         disk_gb=1, disk_kept=False, volume_gb=1, volume_path="/workspace",  # RunPod's disks
@@ -361,7 +363,8 @@ def test_process_table_is_the_boxes_own(boxes, key, provider):
     procs = {int(pid): comm.strip() for pid, comm in rows}
     assert procs[1] == "box-init"
     assert len(procs) <= 8, procs  # init, sshd, this session and ps: nothing of the host's
-    assert set(procs.values()) <= {"box-init", "sshd", "bash", "sh", "ps"}, procs
+    # and RunPod's image's /start.sh, which stays as `sleep`
+    assert set(procs.values()) <= {"box-init", "sshd", "bash", "sh", "ps", "sleep"}, procs
     host_args = Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     assert host_args not in args  # this very test process is invisible
 
@@ -370,7 +373,8 @@ def test_process_table_is_the_boxes_own(boxes, key, provider):
 def test_root_home_and_tmp_are_the_boxes_own(backend, boxes, key, provider):
     _, ep = boxes[provider]
     other = boxes["vast" if provider == "runpod" else "runpod"][0]
-    secret = backend.state_dir / other.box_id / "sys" / "ssh_host_ed25519_key"
+    secret = backend.state_dir / other.box_id / "disk" / "upper" / "etc" / "ssh" / \
+        "ssh_host_ed25519_key"
     assert secret.exists()
     marker = f"host-only-{os.getpid()}"
     Path(f"/tmp/{marker}").write_text("x")
@@ -644,7 +648,12 @@ def test_the_hosts_secrets_are_not_in_a_box(boxes, key):
     with connect(ep, key) as client:
         fields = {line.split(":")[1] for line in run(client, "cat /etc/shadow").splitlines()}
         assert fields == {"*"}  # the host's accounts, no password of theirs
-        assert run(client, "ls /etc/ssh | grep ssh_host_ || true").strip() == ""
+        # the box's host key is its own, made in the box: never the host's
+        assert run(client, "ls /etc/ssh | grep ssh_host_").split() == [
+            "ssh_host_ed25519_key", "ssh_host_ed25519_key.pub"]
+        own = run(client, "cat /etc/ssh/ssh_host_ed25519_key.pub").split()[:2]
+    hosts = [p.read_text().split()[:2] for p in Path("/etc/ssh").glob("ssh_host_*.pub")]
+    assert own == ep.host_key.split() and own not in hosts
 
 
 def test_a_box_that_links_its_etc_away_leads_the_host_nowhere(backend, fresh, key, tmp_path):
@@ -696,7 +705,7 @@ def test_without_loop_devices_a_disk_is_a_tmpfs_of_its_size(tmp_path, key, monke
             rc, text = attempt(client, "dd if=/dev/zero of=/opt/fill bs=1M count=400")
             assert rc != 0 and "No space left on device" in text
             run(client, "rm /opt/fill; echo kept > /workspace/kept; echo lost > /root/lost")
-        b.restart(spec.box_id)
+        ep = b.restart(spec.box_id)
         with connect(ep, key) as client:
             assert run(client, "cat /workspace/kept; ls -A /root").split() == ["kept"]
     finally:
@@ -786,6 +795,45 @@ def test_start_after_kill_boots_the_same_disk(backend, fresh, key):
         assert run(client, "cat /root/keep /opt/keep").split() == ["kept", "kept"]
 
 
+def served_key(ep: BoxEndpoints) -> str:
+    """The host key the box's sshd proves it holds, read over SSH as the fleet reads it."""
+    from fleet.boxes.sshkeys import fetch_host_key
+
+    return fetch_host_key(ep.ssh_host, ep.ssh_port)
+
+
+def test_a_runpod_restart_makes_new_host_keys_and_vast_keeps_its_own(backend, fresh, key):
+    """RunPod's image makes host keys at start where /etc/ssh has none, and a restarted pod's
+    container disk is new; Vast keeps its disk, and its key with it. The endpoints say the
+    key the box's sshd serves."""
+    pod, pod_ep = fresh("runpod")
+    inst, inst_ep = fresh("vast")
+    before = {"runpod": served_key(pod_ep), "vast": served_key(inst_ep)}
+    assert before == {"runpod": pod_ep.host_key, "vast": inst_ep.host_key}
+    again = {"runpod": backend.restart(pod.box_id), "vast": backend.restart(inst.box_id)}
+    after = {"runpod": served_key(pod_ep), "vast": served_key(inst_ep)}  # same ports
+    assert after["vast"] == before["vast"]
+    assert after["runpod"] != before["runpod"], "a new container disk kept its host key"
+    assert {name: ep.host_key for name, ep in again.items()} == after
+    with connect(again["runpod"], key) as client:
+        pub = run(client, "cat /etc/ssh/ssh_host_ed25519_key.pub").split()[:2]
+    assert " ".join(pub) == after["runpod"]
+
+
+def test_a_runpod_hook_that_restores_keys_before_the_image_start_keeps_the_key(
+        backend, fresh, key):
+    """The start command runs before the image's start step, as dockerArgs do: keys it puts
+    back into /etc/ssh are there when the image looks, so no new ones are made."""
+    restore = ("[ -f /workspace/keys/ssh_host_ed25519_key ] && "
+               "cp -p /workspace/keys/ssh_host_* /etc/ssh/")
+    pod, ep = fresh("runpod", hook=restore)
+    with connect(ep, key) as client:
+        run(client, "mkdir -p /workspace/keys && cp -p /etc/ssh/ssh_host_* /workspace/keys/")
+    again = backend.restart(pod.box_id)
+    assert served_key(ep) == ep.host_key
+    assert again.host_key == ep.host_key
+
+
 @pytest.mark.parametrize("how", ["restart", "stop and start"])
 def test_runpod_keeps_only_its_volume(backend, fresh, key, how):
     """RunPod drops the container disk at every stop and restart; the volume stays."""
@@ -795,7 +843,7 @@ def test_runpod_keeps_only_its_volume(backend, fresh, key, how):
         eventually(lambda: run(client, "cat /workspace/hook.log").count("ran") == 1, "hook")
         run(client, "echo lost > /root/lost; echo lost > /opt/lost; echo kept > /workspace/kept")
     if how == "restart":
-        backend.restart(spec.box_id)
+        ep = backend.restart(spec.box_id)
     else:
         backend.kill(spec.box_id)
         ep = backend.start(spec)

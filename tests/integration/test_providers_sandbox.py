@@ -334,3 +334,22 @@ def test_destroying_twice_is_fine(control: ControlClient, name: str) -> None:
 def test_canary_keys_were_the_ones_used(sandbox: dict[str, str]) -> None:
     assert {os.environ["RUNPOD_API_KEY"], os.environ["VAST_API_KEY"]} == set(CANARY.values())
     assert all(isinstance(b, Box) for n in PROVIDERS for b in client(n).boxes())
+
+
+@pytest.mark.parametrize("name", PROVIDERS)
+def test_the_uptime_listed_starts_over_at_a_container_restart(control: ControlClient,
+                                                             name: str) -> None:
+    """The provider's word a changed host key is re-pinned on: how long the container has run
+    since it last (re)started."""
+    p = client(name)
+    box = p.rent(cheapest(p), req(name))
+    boot(control)
+    control.advance(600.0)
+    up = p.box(box.box_id)
+    assert up is not None and up.uptime_s is not None and up.uptime_s >= 600
+    control.fault("container_restart", box.box_id)
+    assert control.settle(10.0)
+    control.advance(60.0)
+    again = p.box(box.box_id)
+    assert again is not None and again.uptime_s is not None and 60 <= again.uptime_s < 600
+    p.destroy(box.box_id)

@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 
+from fleet.boxes.boxssh import KEY_REFUSED
 from fleet.core.verdicts import Health
 from fleet.providers import runpod, vast
 from fleet.providers.http import Http, RetryPolicy
@@ -58,6 +59,11 @@ class Truth:
     cut: set[str] = field(default_factory=set)  # providers the operator's SSH cannot reach
     blind: set[str] = field(default_factory=set)  # providers whose key lists an empty account
     owners: dict[str, str] = field(default_factory=dict)  # instance key -> the fleet that made it
+    # instance key -> how many times its SSH host key changed (0: the key it booted with)
+    rekeyed: dict[str, int] = field(default_factory=dict)
+    # host keys that appeared with no restart of their box: another host, for all the fleet
+    # can tell; never to be pinned (I10)
+    unvouched: set[str] = field(default_factory=set)
 
 
 class Cloud:
@@ -166,7 +172,21 @@ class Cloud:
         """A standing box that serves: running, its host alive, its sshd sane and its agent
         installed (whether the operator can reach it or not)."""
         return (inst is not None and inst.phase == "running" and inst.machine.dead_at is None
-                and inst.key not in self.truth.hung and inst.key in self.truth.converted)
+                and inst.key not in self.truth.hung and inst.key in self.truth.converted
+                and self.served_key(inst) not in self.truth.unvouched)
+
+    def served_key(self, inst: Instance) -> str:
+        """The host key the box's sshd serves now."""
+        gen = self.truth.rekeyed.get(inst.key, 0)
+        return f"ssh-ed25519 AAAASIM{inst.key.replace('-', '')}" + (f"k{gen}" if gen else "")
+
+    def rekey(self, inst: Instance) -> str:
+        """The box's sshd serves a new host key from now on, with no restart its provider
+        lists: for all the fleet can tell, another host at the box's address."""
+        self.truth.rekeyed[inst.key] = self.truth.rekeyed.get(inst.key, 0) + 1
+        key = self.served_key(inst)
+        self.truth.unvouched.add(key)
+        return key
 
     def host_key(self, host: str, port: int, timeout: float = 5.0) -> str:
         from fleet.core.errors import FleetError
@@ -174,7 +194,7 @@ class Cloud:
         if not self.answers_ssh(inst):
             raise FleetError(f"ssh-keyscan {host}:{port}: no host key")
         assert inst is not None
-        return f"ssh-ed25519 AAAASIM{inst.key.replace('-', '')}"
+        return self.served_key(inst)
 
     def _at(self, host: str, port: int) -> Instance | None:
         for inst in self.world.instances.values():
@@ -196,6 +216,8 @@ class Cloud:
                 h.hung = True
             elif not self.answers_ssh(inst):
                 h.problems = ["ssh: box did not answer"]
+            elif inst is not None and data.get("host_key") != self.served_key(inst):
+                h.problems = [f"ssh: {KEY_REFUSED}"]  # a strict check refuses it
             elif inst is not None and inst.key not in self.truth.converted:
                 h.ssh = True
                 h.problems = ["agent: not installed"]

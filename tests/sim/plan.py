@@ -38,6 +38,9 @@ KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
 # loop's next tick must act on nothing. Drawn from a stream of its own, so that every seed's
 # other events stay what they were before it existed
 USURP_CHANCE = 0.4
+# a fleet box's sshd serves another host key with no restart its provider lists (an impostor
+# at its address, for all the fleet can tell): drawn from a stream of its own too
+REKEY_CHANCE = 0.4
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ def draw(seed: int) -> Plan:
     usurp = random.Random(f"fleet-sim/{seed}/usurp")
     if usurp.random() < USURP_CHANCE:
         plan.events.append(Event(usurp.randint(3, calm - 1), "usurp"))
+    rekey = random.Random(f"fleet-sim/{seed}/rekey")
+    if rekey.random() < REKEY_CHANCE:
+        plan.events.append(Event(rekey.randint(3, calm - 1), "rekey"))
     # the faults a schedule left on are lifted at calm: no SSH cut, no blind key, no hang
     plan.events += [Event(calm, "restore"), Event(calm, "see"), Event(calm, "heal")]
     plan.events.sort(key=lambda e: e.tick)

@@ -18,6 +18,8 @@ the loop takes and after every tick.
   unique indexes: a second rent for a slot is refused, never made).
 - I9: a loop whose lead another loop took acts on nothing at its next tick: no provider change,
   no row changed (its fence refuses); and a loop no one usurped never loses the lead.
+- I10: no live row ever pins a host key its box took on with no restart its provider lists
+  (a changed key is re-pinned only on the provider's word, never on the fleet's guess).
 - L1: once the faults stop, and offers exist within a generous budget, the roster is filled
   and every box converted within `HEAL_TICKS` ticks.
 """
@@ -294,6 +296,8 @@ class Sim:
             self.usurped["main"] = "main" in self.loops
         elif e.kind == "mark_gone" and target is not None:
             self.mark_gone(target)
+        elif e.kind == "rekey" and target is not None:
+            self.out.trace.append(f"{target.label} serves {self.cloud.rekey(target)}")
         elif e.kind == "second_registry" and "second" not in self.fleets:
             cfg = self._config(self.root / "second")
             try:  # as `fleet loop` does before it starts
@@ -357,8 +361,10 @@ class Sim:
             return
         row = next((r for r in rows.values() if r.provider_id == inst.id
                     and r.provider == inst.provider), rows.get(a.label))
+        # a box serving a key it took on with no restart listed is no longer the box pinned
         was_healthy = a.phase_before == "running" and inst.machine.dead_at is None \
-            and a.key not in truth.hung and a.key in truth.converted
+            and a.key not in truth.hung and a.key in truth.converted \
+            and self.cloud.served_key(inst) not in truth.unvouched
         moved = row is not None and any(
             r.move_of == row.label and r.live and self.cloud.healthy(
                 self.cloud.instance(r.provider, r.provider_id)) for r in rows.values())
@@ -387,6 +393,10 @@ class Sim:
                                        "rerent_of, move_of, live, doc FROM boxes"))
         rows = self.rows()
         self.check_slots(rows)
+        for r in rows.values():
+            if r.live and r.host_key in self.cloud.truth.unvouched:
+                self.violate(f"I10: {r.label} pins {r.host_key}, a key its box took on with no "
+                             "restart its provider lists")
         live = [i for i in self.fleet_instances() if i.key not in self.said_gone]
         moving = sum(1 for r in rows.values() if r.live and r.move_of
                      and (old := rows.get(r.move_of)) is not None and old.live)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,3 +87,17 @@ def test_a_box_whose_login_never_ends_has_not_answered(sshd: Sshd,
     assert read.connected and "did not start within 4 s" in (read.error or ""), read
     # connected: no retry helps (before: three logins, each the whole window)
     assert logins.read_text().splitlines() == ["login"]
+
+
+def test_a_box_presenting_another_host_key_is_refused_in_plain_words(sshd: Sshd) -> None:
+    """ssh's banner for a changed key runs to many lines, its verdict last: the read says
+    the refusal plainly, so that the loop can tell it from a box that does not answer."""
+    sshd.start()
+    pinned = sshd.data(host_key=sshd.key)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(sshd.tmp / "new")],
+                   check=True)
+    sshd.start(host_key="new", port=sshd.port)  # same address, another key
+    (sshd.tmp / "known").write_text(f"[127.0.0.1]:{sshd.port} {pinned['host_key']}\n")
+    read = boxssh.read_fact(pinned, AgentStatus(), "/root/fleet", 30)
+    assert not read.answered and read.error == boxssh.KEY_REFUSED
+    assert fetch_host_key("127.0.0.1", sshd.port, 5) != pinned["host_key"]

@@ -54,3 +54,29 @@ def test_the_sweep_refuses_when_the_registry_cannot_be_trusted() -> None:
     behind = judgement.sweep_refusal(3, 1, ["a", "b", "c", "d"]) or ""
     assert behind.startswith("the registry never recorded a rent of a, b, c and more")
     assert judgement.sweep_refusal(3, 3, []) is None
+
+
+def test_a_changed_host_key_is_repinned_on_a_restart_its_provider_lists_since_last_seen() -> None:
+    """Same id, up 30 s, last seen answering 300 s ago: the provider says it restarted since."""
+    assert judgement.repin_refusal("pod1", "pod1", 30.0, 300.0) is None
+
+
+def test_every_changed_host_key_the_provider_does_not_vouch_for_is_refused() -> None:
+    """Each case the fleet cannot tell is a refusal, never a re-pin on its own guess."""
+    refused = {
+        "another box under the label": ("pod1", "pod2", 30.0, 300.0),
+        "no id pinned": (None, "pod1", 30.0, 300.0),
+        "no restart since last seen": ("pod1", "pod1", 600.0, 300.0),
+        "restarted just as last seen": ("pod1", "pod1", 300.0, 300.0),
+        "within the second an uptime is cut down to": ("pod1", "pod1", 299.0, 299.5),
+        "no uptime listed (RunPod's 0 reads as none)": ("pod1", "pod1", None, 300.0),
+        "never seen answering": ("pod1", "pod1", 30.0, None),
+        "a clock that reads backwards": ("pod1", "pod1", 30.0, -5.0),
+        "an uptime that is not a number": ("pod1", "pod1", float("nan"), 300.0),
+        "a negative uptime": ("pod1", "pod1", -1.0, 300.0),
+    }
+    for case, args in refused.items():
+        why = judgement.repin_refusal(*args)
+        assert why, case
+    assert "pod2" in str(judgement.repin_refusal("pod1", "pod2", 30.0, 300.0))
+    assert "no restart since" in str(judgement.repin_refusal("pod1", "pod1", 600.0, 300.0))

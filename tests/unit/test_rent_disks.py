@@ -41,8 +41,11 @@ def test_a_runpod_box_keeps_the_fleets_root_on_its_volume(fleet: FleetRun) -> No
     docker_args = json.loads(inst.extra["dockerArgs"])
     assert docker_args["entrypoint"] == ["/bin/sh", "-c"]
     (cmd,) = docker_args["cmd"]
-    # the boot script from the volume, beside the image's own start script (sshd)
-    assert cmd == f"[ -x {ROOT}/boot.sh ] && {ROOT}/boot.sh & exec /start.sh"
+    # the host keys kept on the volume put back first, and only then the boot script from
+    # the volume beside the image's own start script (which makes keys where none are, and sshd)
+    kept = f"{ROOT}/ssh-host-keys"
+    assert cmd == (f"[ -f {kept}/ssh_host_ed25519_key ] && cp -p {kept}/ssh_host_* /etc/ssh/; "
+                   f"[ -x {ROOT}/boot.sh ] && {ROOT}/boot.sh & exec /start.sh")
     assert spec.start_hook == shlex.join(["/bin/sh", "-c", cmd])
 
 

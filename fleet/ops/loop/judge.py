@@ -5,8 +5,11 @@ are pure (`fleet.ops.judgement`); this gathers the listings and the checks for t
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from fleet.boxes import lifecycle
+from fleet.boxes.boxssh import KEY_REFUSED
 from fleet.boxes.inventory import Built, host_data
 from fleet.boxes.sshkeys import write_known_hosts
 from fleet.core.boxes import Row, is_standing
@@ -112,7 +115,11 @@ class Judging(LoopBase):
         seeing = {row.provider for row, _ in v.matched}
         lost |= {r.label for r in v.gone if r.provider in seeing
                  and self._gap(v, r.provider) is None and is_standing(self.cfg, r)}
-        quiet = down - lost
+        # a box presenting another host key than the one pinned: re-pinned on its provider's
+        # word, else a death that is no one's path (the handshake came through)
+        repinned, refused = self._changed_keys(t, mem, health, listed, others)
+        lost |= refused
+        quiet = down - lost - repinned
         judged = {label for label, _ in hosts} - lost
         if blind is None:
             blind = judgement.fleet_blind(quiet, judged)
@@ -133,6 +140,10 @@ class Judging(LoopBase):
                 t.dead[row.label] = "no provider lists it any more"
         restarting = {lb: at for lb, at in mem.restarting.items() if lb in unjudged}
         for h in health:
+            if h.label in repinned:
+                mem.dead.pop(h.label, None)  # checked under its new key from the next tick
+                unjudged.add(h.label)
+                continue
             if not h.ssh:
                 box = listed.get(h.label)
                 # a restart lasts until SSH answers (a box listed running again may still be
@@ -161,6 +172,7 @@ class Judging(LoopBase):
                              "kept")
             if h.label in others:
                 continue  # not a standing box: its SSH alone was asked
+            mem.answered[h.label] = time.time()  # under its pinned key: the check is strict
             checked.append(h)
             if h.well:
                 t.well.append(h.label)
@@ -175,6 +187,8 @@ class Judging(LoopBase):
                     self._act(t, f"{h.label}: {p[len('node: '):]} (reported; the loop never "
                                  "moves binaries)")
         mem.restarting = restarting
+        standing = {r.label for r in self._standing_rows()}
+        mem.answered = {lb: at for lb, at in mem.answered.items() if lb in standing}
         for label in list(mem.dead):
             if label not in t.dead and label not in unjudged:
                 del mem.dead[label]  # alive again, or no longer ours to judge
@@ -184,6 +198,42 @@ class Judging(LoopBase):
             self._act(t, f"{label}: {word} ({why}), check {mem.dead[label]} of "
                          f"{self.cfg.loop.dead_checks}")
         return checked
+
+    def _changed_keys(self, t: Tick, mem: Memory, health: list[Health],
+                      listed: dict[str, Box], others: set[str]) -> tuple[set[str], set[str]]:
+        """The standing boxes whose SSH did not answer and that present another host key than
+        the one pinned: (those re-pinned now, those refused). Re-pinned only on the provider's
+        word that it is the same box restarted (`judgement.repin_refusal`), said in one line,
+        the master made under the old key closed; a refusal is said too."""
+        repinned: set[str] = set()
+        refused: set[str] = set()
+        probe: list[tuple[Row, Box]] = []
+        for h in health:
+            box, row = listed.get(h.label), self.reg.get(h.label)
+            if not h.ssh and h.label not in others and _key_refused(h) and box is not None \
+                    and row is not None and box.ssh_ready and row.host_key:
+                probe.append((row, box))
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(probe)))) as pool:
+            keys = list(pool.map(lambda rb: lifecycle.host_key_if_ready(rb[1]), probe))
+        for (row, box), key in zip(probe, keys, strict=True):
+            if key is None or key == row.host_key:
+                continue  # no answer now, or the pinned key after all: judged as it is
+            seen = mem.answered.get(row.label)
+            ago = None if seen is None else self._started_wall - seen
+            why = judgement.repin_refusal(row.provider_id, box.box_id, box.uptime_s, ago)
+            if why is not None:
+                self._act(t, f"{row.label}: presents another SSH host key than the one "
+                             f"pinned, and {why}: not re-pinned")
+                refused.add(row.label)
+                continue
+            lifecycle.repin(self.reg, row, key)
+            write_known_hosts(self.cfg.known_hosts, self.reg.rows())
+            self._act(t, f"{row.label}: SSH host key re-pinned: {row.provider} lists "
+                         f"{box.box_id} restarted {box.uptime_s:.0f} s ago, after the fleet "
+                         f"last saw it answer ({ago:.0f} s ago), and its new container made "
+                         "a new key")
+            repinned.add(row.label)
+        return repinned, refused
 
     def _restarting(self, t: Tick, label: str, box: Box, since: str) -> bool:
         """Whether a box listed provisioning whose SSH does not answer is still within its
@@ -228,6 +278,11 @@ class Judging(LoopBase):
         except OSError as e:
             return f"the fleet's SSH key {self.cfg.ssh_key} is unreadable: {e.strerror}"
         return None
+
+
+def _key_refused(h: Health) -> bool:
+    """Whether the box's SSH failed on the host key it presents (`boxssh.KEY_REFUSED`)."""
+    return f"ssh: {KEY_REFUSED}" in h.problems
 
 
 def _last_seen(row: Row) -> Box:

@@ -234,3 +234,13 @@ def test_a_pod_this_key_is_shown_terminated_destroys_as_gone(rp: Fix) -> None:
     fake.terminate_removes = False
     client.destroy(pod_id)  # a fresh client: the lookup before the destroy is the proof
     assert client.box(pod_id) is None
+
+
+def test_a_pods_uptime_is_its_runtimes_and_a_zero_is_no_word(rp: Fix) -> None:
+    """RunPod has been seen to list uptimes of 0: that is no word of a restart."""
+    client, fake = rp
+    pid = client.rent(offer(), REQ).box_id
+    assert client.box(pid).uptime_s == 5  # type: ignore[union-attr]
+    for none in (0, None, "soon", -3):
+        fake.pods[pid]["runtime"]["uptimeInSeconds"] = none
+        assert client.box(pid).uptime_s is None, none  # type: ignore[union-attr]

@@ -155,7 +155,9 @@ def cloud(own_network: None, tmp_path_factory: pytest.TempPathFactory,
 def boot(world: World, boxes: list[Instance]) -> None:
     with world.lock:
         for inst in boxes:
-            inst.start_hook = AGENT
+            # a pod's dockerArgs replace the image's command: the agent runs beside /start.sh
+            runpod = inst.provider == "runpod"
+            inst.start_hook = f"(\n{AGENT}) &\nexec /start.sh" if runpod else AGENT
     world.tick()
     assert world.settle(120)
     assert [i.phase for i in boxes] == ["running"] * len(boxes)
