@@ -10,6 +10,7 @@ docs/operator.md's "What the fleet destroys", testable on plain sets of labels.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 
 def many(failing: int, of: int) -> bool:
@@ -74,26 +75,35 @@ def sweep_refusal(live: int, orphans: int, unrecorded: Sequence[str]) -> str | N
     return None
 
 
-UPTIME_GRAIN_S = 1.0  # RunPod lists uptimes in whole seconds
+# the providers whose container disk, where a box's host keys live, is new after a restart
+# (RunPod; Vast keeps its disk, so a changed key there is no restart's doing)
+KEYS_NEW_ON_RESTART = frozenset({"runpod"})
 
 
-def repin_refusal(pinned_id: str | None, listed_id: str, uptime_s: float | None,
-                  seen_s_ago: float | None) -> str | None:
+def repin_refusal(provider: str, pinned_id: str | None, listed_id: str,
+                  listed_machine: str | None, uptime_s: float | None,
+                  then: Mapping[str, Any] | None) -> str | None:
     """Why a standing box that presents another host key than the one pinned is not re-pinned,
-    or None: only its provider's own word that this is the same box, restarted since the fleet
-    last saw it answer under the pinned key, re-pins it. That word is the same provider id
-    (`listed_id` is `pinned_id`) and an uptime it lists (`uptime_s`) shorter than the time
-    since the fleet last saw the box answer (`seen_s_ago`). Whatever cannot be told (no
-    uptime, never seen answering, a clock that reads backwards) refuses; the box is then
-    judged as one whose SSH does not answer, as any other."""
+    or None: only its provider's own word that this is the same box, restarted since it last
+    answered under the pinned key, re-pins it. That word is the same provider id on the same
+    machine and an uptime it lists (`uptime_s`) below the uptime it listed when the box last
+    answered (`then`: {"uptime_s", "machine"}, the loop's record). Only the provider's clock
+    counts: the fleet's own (skewed, stepped, another leader's) never enters. Whatever cannot
+    be told refuses; the box is then judged as one whose SSH does not answer, as any other."""
+    if provider not in KEYS_NEW_ON_RESTART:
+        return f"{provider} keeps a box's disk, and its host keys, across a restart"
     if not pinned_id or listed_id != pinned_id:
         return f"its provider lists it as {listed_id}, not the pinned {pinned_id}"
-    if seen_s_ago is None:
-        return "the fleet has no record of it answering under the pinned key"
-    if uptime_s is None:
+    if then is None:
+        return "the fleet has no record of its uptime when it last answered under the pinned key"
+    was_up, was_on = then.get("uptime_s"), then.get("machine")
+    if not isinstance(was_up, int | float) or not was_up > 0:
+        return "its provider listed no uptime when it last answered under the pinned key"
+    if uptime_s is None or not uptime_s > 0:  # NaN refuses too
         return "its provider lists no uptime for it"
-    # a listed uptime is whole seconds, cut down: the restart may be up to a second older
-    if not (0 < uptime_s and uptime_s + UPTIME_GRAIN_S < seen_s_ago):  # NaN refuses too
-        return (f"its provider lists no restart since the fleet last saw it answer (up "
-                f"{uptime_s:.0f} s, last seen {seen_s_ago:.0f} s ago)")
+    if was_on is not None and listed_machine != was_on:
+        return f"it is listed on machine {listed_machine}, not {was_on} where it last answered"
+    if not uptime_s < was_up:
+        return (f"its provider lists no restart since it last answered (up {uptime_s:.0f} s "
+                f"now, {was_up:.0f} s then)")
     return None

@@ -65,10 +65,10 @@ class Memory:
     disruptions: list[dict[str, Any]] = field(default_factory=list)
     # the providers whose breaker was open at the last tick (`Loop._breakers`)
     breakers: list[str] = field(default_factory=list)
-    # label -> when its standing box last answered the loop's SSH under its pinned host key
-    # (to the fraction of a second, as a listed uptime is compared with it): a changed key is
-    # re-pinned only after a restart its provider lists since then
-    answered: dict[str, float] = field(default_factory=dict)  # seconds since the epoch
+    # label -> what its provider listed ({"uptime_s", "machine"}) at the last tick its standing
+    # box answered the loop's SSH under its pinned host key: a changed key is re-pinned only
+    # on a restart its provider lists since then (`judgement.repin_refusal`)
+    answered: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, registry: Path) -> Memory:
@@ -92,7 +92,7 @@ class Memory:
                        dict(d.get("peers_at", {})), dict(d.get("restarting", {})),
                        [dict(r) for r in d.get("disruptions", [])],
                        [str(p) for p in d.get("breakers", [])],
-                       {str(k): float(v) for k, v in d.get("answered", {}).items()})
+                       {str(k): _answered(v) for k, v in d.get("answered", {}).items()})
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise FleetError(f"{where}: the loop's memory is not readable ({e}); remove it "
                              "to start afresh") from None
@@ -100,3 +100,12 @@ class Memory:
     def save(self, registry: Path, fence: Fence | None = None) -> None:
         """Replace the saved memory; with `fence`, only while that leader leads."""
         docs.put(open_db(registry), NAME, asdict(self), fence)
+
+
+def _answered(v: Any) -> dict[str, Any]:
+    """One `answered` record, checked: an uptime (a number or None) and a machine id."""
+    up, machine = v["uptime_s"], v["machine"]
+    if up is not None and (isinstance(up, bool) or not isinstance(up, int | float)):
+        raise ValueError(f"uptime_s {up!r} is not a number")
+    return {"uptime_s": None if up is None else float(up),
+            "machine": None if machine is None else str(machine)}

@@ -143,9 +143,9 @@ def test_a_key_changed_with_no_restart_listed_is_refused_and_judged_as_today(
              lambda: master is None or not os.path.exists(master), timeout=60)
     t = fleet.tick()
     assert said(t, f"{box.label}: presents another SSH host key than the one pinned",
-                "no restart since the fleet last saw it answer", "not re-pinned"), t
+                "no restart since it last answered", "not re-pinned"), t
     assert box.label in t["dead"] and not said(t, "re-pinned:"), t
     assert fleet.rows()[box.label].host_key == old
     mem = Memory.load(fleet.tmp / "state" / "boxes.json")
     assert mem.dead.get(box.label) == 1
-    assert box.label in mem.answered  # when it last answered under the pinned key
+    assert box.label in mem.answered  # what RunPod listed when it last answered

@@ -18,7 +18,7 @@ the loop takes and after every tick.
   unique indexes: a second rent for a slot is refused, never made).
 - I9: a loop whose lead another loop took acts on nothing at its next tick: no provider change,
   no row changed (its fence refuses); and a loop no one usurped never loses the lead.
-- I10: no live row ever pins a host key its box took on with no restart its provider lists
+- I10: no live row ever re-pins to a host key its box took on with no restart its provider lists
   (a changed key is re-pinned only on the provider's word, never on the fleet's guess).
 - L1: once the faults stop, and offers exist within a generous budget, the roster is filled
   and every box converted within `HEAL_TICKS` ticks.
@@ -133,6 +133,7 @@ class Sim:
         self.fleets = {"main": self.cfg}
         self.loops: dict[str, loop_mod.Loop] = {}
         self.snapshots: list[bytes] = []
+        self.keys_before: dict[str, str | None] = {}  # live rows' keys as a tick began (I10)
         self.kill_at: int | None = None  # kill before (or, negative, after) this mutation
         self.mutations = 0
         self.leading: dict[str, Leadership] = {}
@@ -210,6 +211,7 @@ class Sim:
         for n in range(1, self.plan.ticks + 1):
             for e in by_tick.get(n, []):
                 self.fire(e)
+            self.keys_before = {r.label: r.host_key for r in self.rows().values() if r.live}
             for fleet in list(self.fleets):
                 self.tick(n, fleet)
             self.after_tick(n)
@@ -394,9 +396,13 @@ class Sim:
         rows = self.rows()
         self.check_slots(rows)
         for r in rows.values():
-            if r.live and r.host_key in self.cloud.truth.unvouched:
+            # a re-pin: the row held another key when the tick began (a first pin, of a box
+            # rented or of a row a restored registry holds without one, trusts the first key)
+            before = self.keys_before.get(r.label)
+            if r.live and r.host_key in self.cloud.truth.unvouched and before not in (
+                    None, r.host_key):
                 self.violate(f"I10: {r.label} pins {r.host_key}, a key its box took on with no "
-                             "restart its provider lists")
+                             f"restart its provider lists, in place of {before}")
         live = [i for i in self.fleet_instances() if i.key not in self.said_gone]
         moving = sum(1 for r in rows.values() if r.live and r.move_of
                      and (old := rows.get(r.move_of)) is not None and old.live)

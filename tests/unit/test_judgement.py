@@ -56,27 +56,37 @@ def test_the_sweep_refuses_when_the_registry_cannot_be_trusted() -> None:
     assert judgement.sweep_refusal(3, 3, []) is None
 
 
+THEN = {"uptime_s": 3600.0, "machine": "m1"}  # what RunPod listed when it last answered
+
+
 def test_a_changed_host_key_is_repinned_on_a_restart_its_provider_lists_since_last_seen() -> None:
-    """Same id, up 30 s, last seen answering 300 s ago: the provider says it restarted since."""
-    assert judgement.repin_refusal("pod1", "pod1", 30.0, 300.0) is None
+    """Same id on the same machine, up 30 s where it was up an hour when it last answered:
+    RunPod says it restarted since."""
+    assert judgement.repin_refusal("runpod", "pod1", "pod1", "m1", 30.0, THEN) is None
 
 
 def test_every_changed_host_key_the_provider_does_not_vouch_for_is_refused() -> None:
     """Each case the fleet cannot tell is a refusal, never a re-pin on its own guess."""
     refused = {
-        "another box under the label": ("pod1", "pod2", 30.0, 300.0),
-        "no id pinned": (None, "pod1", 30.0, 300.0),
-        "no restart since last seen": ("pod1", "pod1", 600.0, 300.0),
-        "restarted just as last seen": ("pod1", "pod1", 300.0, 300.0),
-        "within the second an uptime is cut down to": ("pod1", "pod1", 299.0, 299.5),
-        "no uptime listed (RunPod's 0 reads as none)": ("pod1", "pod1", None, 300.0),
-        "never seen answering": ("pod1", "pod1", 30.0, None),
-        "a clock that reads backwards": ("pod1", "pod1", 30.0, -5.0),
-        "an uptime that is not a number": ("pod1", "pod1", float("nan"), 300.0),
-        "a negative uptime": ("pod1", "pod1", -1.0, 300.0),
+        "Vast keeps its disk and keys": ("vast", "pod1", "pod1", "m1", 30.0, THEN),
+        "another box under the label": ("runpod", "pod1", "pod2", "m1", 30.0, THEN),
+        "no id pinned": ("runpod", None, "pod1", "m1", 30.0, THEN),
+        "another machine": ("runpod", "pod1", "pod1", "m2", 30.0, THEN),
+        "no restart since last answered": ("runpod", "pod1", "pod1", "m1", 3700.0, THEN),
+        "the same uptime": ("runpod", "pod1", "pod1", "m1", 3600.0, THEN),
+        "no uptime listed (RunPod's 0 reads as none)": ("runpod", "pod1", "pod1", "m1", None,
+                                                        THEN),
+        "never seen answering": ("runpod", "pod1", "pod1", "m1", 30.0, None),
+        "no uptime listed when it answered": ("runpod", "pod1", "pod1", "m1", 30.0,
+                                              {"uptime_s": None, "machine": "m1"}),
+        "an uptime that is not a number": ("runpod", "pod1", "pod1", "m1", float("nan"), THEN),
+        "a recorded uptime that is not a number": ("runpod", "pod1", "pod1", "m1", 30.0,
+                                                   {"uptime_s": float("nan"), "machine": None}),
+        "a negative uptime": ("runpod", "pod1", "pod1", "m1", -1.0, THEN),
     }
     for case, args in refused.items():
-        why = judgement.repin_refusal(*args)
+        why = judgement.repin_refusal(*args)  # type: ignore[arg-type]
         assert why, case
-    assert "pod2" in str(judgement.repin_refusal("pod1", "pod2", 30.0, 300.0))
-    assert "no restart since" in str(judgement.repin_refusal("pod1", "pod1", 600.0, 300.0))
+    assert "pod2" in str(judgement.repin_refusal("runpod", "pod1", "pod2", "m1", 30.0, THEN))
+    assert "no restart since" in str(judgement.repin_refusal("runpod", "pod1", "pod1", "m1",
+                                                             3700.0, THEN))

@@ -116,9 +116,9 @@ class Judging(LoopBase):
         lost |= {r.label for r in v.gone if r.provider in seeing
                  and self._gap(v, r.provider) is None and is_standing(self.cfg, r)}
         # a box presenting another host key than the one pinned: re-pinned on its provider's
-        # word, else a death that is no one's path (the handshake came through)
-        repinned, refused = self._changed_keys(t, mem, health, listed, others)
-        lost |= refused
+        # word, else judged as any box whose SSH does not answer (the fleet's own blindness,
+        # a proxy on its path, reads the same)
+        repinned = self._changed_keys(t, mem, health, listed, others)
         quiet = down - lost - repinned
         judged = {label for label, _ in hosts} - lost
         if blind is None:
@@ -172,7 +172,7 @@ class Judging(LoopBase):
                              "kept")
             if h.label in others:
                 continue  # not a standing box: its SSH alone was asked
-            mem.answered[h.label] = time.time()  # under its pinned key: the check is strict
+            mem.answered[h.label] = _listed_now(listed.get(h.label))  # under its pinned key
             checked.append(h)
             if h.well:
                 t.well.append(h.label)
@@ -200,13 +200,12 @@ class Judging(LoopBase):
         return checked
 
     def _changed_keys(self, t: Tick, mem: Memory, health: list[Health],
-                      listed: dict[str, Box], others: set[str]) -> tuple[set[str], set[str]]:
+                      listed: dict[str, Box], others: set[str]) -> set[str]:
         """The standing boxes whose SSH did not answer and that present another host key than
-        the one pinned: (those re-pinned now, those refused). Re-pinned only on the provider's
-        word that it is the same box restarted (`judgement.repin_refusal`), said in one line,
-        the master made under the old key closed; a refusal is said too."""
+        the one pinned, re-pinned now: only on the provider's word that it is the same box
+        restarted (`judgement.repin_refusal`), said in one line, the master made under the old
+        key closed, the restart's word spent. A refusal is said too."""
         repinned: set[str] = set()
-        refused: set[str] = set()
         probe: list[tuple[Row, Box]] = []
         for h in health:
             box, row = listed.get(h.label), self.reg.get(h.label)
@@ -218,22 +217,24 @@ class Judging(LoopBase):
         for (row, box), key in zip(probe, keys, strict=True):
             if key is None or key == row.host_key:
                 continue  # no answer now, or the pinned key after all: judged as it is
-            seen = mem.answered.get(row.label)
-            ago = None if seen is None else self._started_wall - seen
-            why = judgement.repin_refusal(row.provider_id, box.box_id, box.uptime_s, ago)
+            then = mem.answered.get(row.label)
+            why = judgement.repin_refusal(row.provider, row.provider_id, box.box_id,
+                                          box.machine_id, box.uptime_s, then)
             if why is not None:
                 self._act(t, f"{row.label}: presents another SSH host key than the one "
                              f"pinned, and {why}: not re-pinned")
-                refused.add(row.label)
                 continue
+            assert then is not None and box.uptime_s is not None  # repin_refusal's word
             lifecycle.repin(self.reg, row, key)
             write_known_hosts(self.cfg.known_hosts, self.reg.rows())
+            # the restart is spent: another key needs another restart listed after this one
+            mem.answered[row.label] = _listed_now(box)
             self._act(t, f"{row.label}: SSH host key re-pinned: {row.provider} lists "
-                         f"{box.box_id} restarted {box.uptime_s:.0f} s ago, after the fleet "
-                         f"last saw it answer ({ago:.0f} s ago), and its new container made "
-                         "a new key")
+                         f"{box.box_id} up {box.uptime_s:.0f} s, where it listed "
+                         f"{then['uptime_s']:.0f} s when it last answered: restarted since, "
+                         "and its new container made a new key")
             repinned.add(row.label)
-        return repinned, refused
+        return repinned
 
     def _restarting(self, t: Tick, label: str, box: Box, since: str) -> bool:
         """Whether a box listed provisioning whose SSH does not answer is still within its
@@ -278,6 +279,12 @@ class Judging(LoopBase):
         except OSError as e:
             return f"the fleet's SSH key {self.cfg.ssh_key} is unreadable: {e.strerror}"
         return None
+
+
+def _listed_now(box: Box | None) -> dict[str, Any]:
+    """What the loop keeps of a box's listing at a tick it answered (`Memory.answered`)."""
+    return {"uptime_s": None if box is None else box.uptime_s,
+            "machine": None if box is None else box.machine_id}
 
 
 def _key_refused(h: Health) -> bool:
