@@ -81,12 +81,14 @@ def test_a_missing_world_is_amdgpu_not_loaded_and_a_change_shows_at_the_next_ini
     assert out["rocm"] == [True, "6.3.3"]
 
 
-def test_the_stubs_cover_every_symbol_the_binding_binds() -> None:
+def test_the_stubs_cover_every_symbol_the_binding_binds(tmp_path: Path) -> None:
+    import shutil
+
     from sandbox.amdsmi import gen_stubs
 
-    stubs = (gen_stubs.HERE / "stubs.c").read_text()
-    wanted = [n for n in gen_stubs.wanted_symbols() if n not in gen_stubs.implemented_symbols()]
-    assert stubs == gen_stubs.render(wanted)
+    shutil.copy(gen_stubs.HERE / "amdsmi.c", tmp_path / "amdsmi.c")
+    gen_stubs.write(tmp_path / "amdsmi.c")
+    assert (tmp_path / "stubs.c").read_text() == (gen_stubs.HERE / "stubs.c").read_text()
     assert len(gen_stubs.wanted_symbols()) > 150
 
 
