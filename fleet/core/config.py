@@ -223,13 +223,17 @@ _ROLE_SPEC: dict[str, tuple[type, ...]] = {
 }
 
 
-def _role(name: str, table: Any, src: str) -> Role:
-    where = f"{src}: roles.{name}"
+def _check_name(where: str, what: str, name: str, why: str = "") -> None:
+    """A role's or a network's name: the one form labels can carry."""
     if not ROLE_NAME.match(name) or len(name) > ROLE_NAME_MAX:
         raise ConfigError(
-            f"{where}: bad role name {name!r}: lowercase letters and digits, words joined by "
-            f"single hyphens, starting with a letter, at most {ROLE_NAME_MAX} characters (it "
-            "starts every label of the role's boxes)")
+            f"{where}: bad {what} name {name!r}: lowercase letters and digits, words joined by "
+            f"single hyphens, starting with a letter, at most {ROLE_NAME_MAX} characters{why}")
+
+
+def _role(name: str, table: Any, src: str) -> Role:
+    where = f"{src}: roles.{name}"
+    _check_name(where, "role", name, " (it starts every label of the role's boxes)")
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: expected a table")
     _check(where, table, _ROLE_SPEC, required=("kind", "image", "disk_gb"))
@@ -381,11 +385,7 @@ def _networks(data: Any, roles: dict[str, Role], src: str) -> dict[str, tuple[st
     member: dict[str, str] = {}
     for name, table in data.items():
         where = f"{src}: networks.{name}"
-        if not ROLE_NAME.match(name) or len(name) > ROLE_NAME_MAX:
-            raise ConfigError(
-                f"{where}: bad network name {name!r}: lowercase letters and digits, words "
-                f"joined by single hyphens, starting with a letter, at most {ROLE_NAME_MAX} "
-                "characters")
+        _check_name(where, "network", name)
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: expected a table")
         _check(where, table, {"roles": (list,)}, required=("roles",))

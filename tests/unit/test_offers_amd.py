@@ -72,7 +72,8 @@ def test_vast_amd_offers_are_on_the_exact_amdgpu_driver_and_an_allowed_rocm_line
     assert {o.machine_id for o in found} == {m.machine_id for m in amd[:-1]}
 
 
-def test_vast_is_asked_for_amd_hosts_without_a_cuda_filter(sbx: Sandbox, cfg: Config) -> None:
+def recording_vast() -> tuple[Any, list[dict[str, Any]]]:
+    """A Vast client, and the searches it sends (each query, as sent)."""
     vast = client("vast")
     sent: list[dict[str, Any]] = []
     real = vast.http.request
@@ -83,6 +84,11 @@ def test_vast_is_asked_for_amd_hosts_without_a_cuda_filter(sbx: Sandbox, cfg: Co
         return real(method, path, **kw)
 
     vast.http.request = recording
+    return vast, sent
+
+
+def test_vast_is_asked_for_amd_hosts_without_a_cuda_filter(sbx: Sandbox, cfg: Config) -> None:
+    vast, sent = recording_vast()
     offers_mod.search(cfg.role("live"), [vast], card="RX 7900 XTX")
     q = sent[0]
     assert q["gpu_arch"] == {"eq": "amd"} and q["gpu_name"] == {"eq": "RX 7900 XTX"}
@@ -138,16 +144,7 @@ def test_an_amd_only_role_is_offered_no_nvidia_box(sbx: Sandbox, tmp_path: Path,
 
 def test_an_amd_only_role_searched_without_a_card_asks_vast_for_amd_hosts(
         sbx: Sandbox, tmp_path: Path) -> None:
-    vast = client("vast")
-    sent: list[dict[str, Any]] = []
-    real = vast.http.request
-
-    def recording(method: str, path: str, **kw: Any) -> Any:
-        if path == "/api/v0/bundles/":
-            sent.append(kw["json"])
-        return real(method, path, **kw)
-
-    vast.http.request = recording
+    vast, sent = recording_vast()
     offers_mod.search(amd_only(tmp_path, allowed_rocm=False), [vast])
     assert sent[0]["gpu_arch"] == {"eq": "amd"} and sent[0]["rocm_version"] == {"in": [6.4]}
 
