@@ -396,11 +396,14 @@ class Sim:
         rows = self.rows()
         self.check_slots(rows)
         for r in rows.values():
-            # a re-pin: the row held another key when the tick began (a first pin, of a box
-            # rented or of a row a restored registry holds without one, trusts the first key)
+            if not r.live or r.host_key not in self.cloud.truth.unvouched:
+                continue
             before = self.keys_before.get(r.label)
-            if r.live and r.host_key in self.cloud.truth.unvouched and before not in (
-                    None, r.host_key):
+            if before is None:
+                # a first pin (of a box rented, or of a row a restored registry holds without
+                # a key) trusts the key its box serves: from then on that is the box
+                self.cloud.truth.unvouched.discard(r.host_key)
+            elif before != r.host_key:  # a re-pin
                 self.violate(f"I10: {r.label} pins {r.host_key}, a key its box took on with no "
                              f"restart its provider lists, in place of {before}")
         live = [i for i in self.fleet_instances() if i.key not in self.said_gone]
