@@ -73,7 +73,7 @@ def measure(vendor: str, checks: int) -> dict[str, object]:
         if not verdict.admitted:
             refused.append(verdict.reason)
     warm = sorted(times[1:])
-    return {"what": "admission check", "vendor": vendor, "library": gpu.LIBRARY[vendor],
+    return {"what": "admission check", "vendor": vendor, "library": gpu.READER[vendor],
             "checks": checks, "cold_ms": round(times[0] * 1000, 3),
             "median_ms": round(statistics.median(warm) * 1000, 3),
             "p90_ms": round(warm[int(0.9 * (len(warm) - 1))] * 1000, 3),

@@ -15,7 +15,7 @@ from typing import Any
 from agent.base.gpu_facts import GpuFacts
 
 VENDORS = ("nvidia", "amd")
-LIBRARY = {"nvidia": "NVML", "amd": "AMD SMI"}  # what each vendor's GPUs are read through
+READER = {"nvidia": "NVML", "amd": "AMD SMI"}  # what each vendor's GPUs are read through
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,8 @@ class Admission:
     wanted_rocm: str | None = None  # AMD only
 
     @property
-    def library(self) -> str:
-        return LIBRARY[self.vendor]
+    def reader(self) -> str:
+        return READER[self.vendor]
 
     def as_dict(self) -> dict[str, Any]:  # by hand: dataclasses.asdict deep-copies, slowly
         out = {"admitted": self.admitted, "reason": self.reason, "vendor": self.vendor,
@@ -50,7 +50,7 @@ class Admission:
 def not_yet(wanted_driver: str, qualified: tuple[str, ...] | list[str], vendor: str = "nvidia",
             wanted_rocm: str = "") -> Admission:
     """The verdict before the library has answered: not admitted, and pending."""
-    return Admission(False, f"waiting for {LIBRARY[vendor]} to answer", None,
+    return Admission(False, f"waiting for {READER[vendor]} to answer", None,
                      wanted_driver or None, [], list(qualified), time.time(), time.monotonic(),
                      pending=True, vendor=vendor, wanted_rocm=wanted_rocm or None)
 
@@ -144,7 +144,7 @@ def admit(facts: GpuFacts, wanted_driver: str, qualified: tuple[str, ...] | list
     if amd and wanted_rocm and facts.rocm != wanted_rocm:
         return verdict(False, f"ROCm {facts.rocm} is not the admitted {wanted_rocm}")
     if not uuids:
-        return verdict(False, f"{LIBRARY[facts.vendor]} sees no GPU")
+        return verdict(False, f"{READER[facts.vendor]} sees no GPU")
     if qualified:
         strangers = [u for u in uuids if u not in qualified]
         if strangers:

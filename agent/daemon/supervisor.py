@@ -307,7 +307,7 @@ class Supervisor:
         if self.mode == "stop":
             return False, "agent stopping"
         if prog.cfg.needs_gpu and self.admission.pending:
-            return False, (f"waiting for {self.admission.library} to answer "
+            return False, (f"waiting for {self.admission.reader} to answer "
                            "(admission not checked yet)")
         if prog.cfg.needs_gpu and not self.admission.admitted:
             return False, f"admission refused: {self.admission.reason}"
@@ -747,7 +747,7 @@ class Supervisor:
             return adm
         if not self.admission.admitted and self.admission.reason.startswith("admission not"):
             return self.admission  # already refused for staleness: keep the same object
-        return Admission(False, f"admission not checked for {age:.0f} s ({adm.library} hung?)",
+        return Admission(False, f"admission not checked for {age:.0f} s ({adm.reader} hung?)",
                          adm.driver, adm.wanted_driver, adm.uuids, adm.qualified_gpus,
                          adm.checked_at, adm.checked_mono, vendor=adm.vendor, rocm=adm.rocm,
                          wanted_rocm=adm.wanted_rocm)
@@ -758,7 +758,7 @@ class Supervisor:
             self._nvml_hung_told = False
         elif not self._nvml_hung_told:
             self._nvml_hung_told = True
-            self.journal(f"admission: the {self.admission.library} check started "
+            self.journal(f"admission: the {self.admission.reader} check started "
                          f"{self.nvml.in_flight_s():.0f} s "
                          "ago has not answered (hung?); GPU programs stop once the verdict is "
                          f"{admission_limit_s(self.cfg):.0f} s old")
