@@ -208,4 +208,49 @@ static char *read_whole_file(const char *path, size_t *len_out) {
     return text;
 }
 
+/* The members of a JSON object, in order: `member` reads the value of each key it knows and
+ * answers 1, or answers 0 to have the value skipped. Keys longer than 63 bytes fail the parse. */
+typedef int (*member_fn)(reader_t *r, const char *key, void *ctx);
+
+static void read_object(reader_t *r, member_fn member, void *ctx) {
+    char key[64];
+    if (!expect(r, '{')) return;
+    if (peek(r, '}')) { r->p++; return; }
+    while (!r->failed) {
+        read_string(r, key, sizeof key);
+        expect(r, ':');
+        if (r->failed) return;
+        if (!member(r, key, ctx)) skip_value(r, 1);
+        if (peek(r, ',')) { r->p++; continue; }
+        expect(r, '}');
+        return;
+    }
+}
+
+/* The items of a JSON array, each read by `item` into the next of `cap` slots of `size` bytes
+ * from `first`, counted in *count; more than `cap` fail the parse. */
+typedef void (*item_fn)(reader_t *r, void *slot);
+
+static void read_array(reader_t *r, item_fn item, void *first, size_t size, unsigned cap,
+                       unsigned *count) {
+    if (!expect(r, '[')) return;
+    if (peek(r, ']')) { r->p++; return; }
+    while (!r->failed) {
+        if (*count >= cap) { r->failed = 1; return; }
+        item(r, (char *)first + (size_t)(*count)++ * size);
+        if (peek(r, ',')) { r->p++; continue; }
+        expect(r, ']');
+        return;
+    }
+}
+
+/* A whole document: one object and nothing after it; 1 when it parsed. */
+static int read_document(const char *text, size_t len, member_fn member, void *ctx) {
+    reader_t r = {text, text + len, 0};
+    read_object(&r, member, ctx);
+    skip_ws(&r);
+    if (r.p != r.end) r.failed = 1;
+    return !r.failed;
+}
+
 #endif

@@ -71,75 +71,56 @@ static int init_count;
 
 #include "jsonread.h"
 
-static void read_device(reader_t *r, device_t *d) {
-    char key[64];
+static int device_member(reader_t *r, const char *key, void *ctx) {
+    device_t *d = ctx;
+    if (!strcmp(key, "uuid")) read_string(r, d->uuid, sizeof d->uuid);
+    else if (!strcmp(key, "name")) read_string(r, d->name, sizeof d->name);
+    else if (!strcmp(key, "pci_bus_id")) read_string(r, d->pci_bus_id, sizeof d->pci_bus_id);
+    else if (!strcmp(key, "serial")) {
+        if (read_literal(r, "null")) d->has_serial = 0;
+        else { read_string(r, d->serial, sizeof d->serial); d->has_serial = 1; }
+    }
+    else if (!strcmp(key, "memory_total")) d->memory_total = (unsigned long long)read_int(r);
+    else if (!strcmp(key, "memory_used")) d->memory_used = (unsigned long long)read_int(r);
+    else if (!strcmp(key, "temperature_c")) d->temperature_c = (unsigned)read_int(r);
+    else if (!strcmp(key, "utilization_gpu")) d->utilization_gpu = (unsigned)read_int(r);
+    else if (!strcmp(key, "utilization_memory")) d->utilization_memory = (unsigned)read_int(r);
+    else return 0;
+    return 1;
+}
+
+static void read_device(reader_t *r, void *slot) {
+    device_t *d = slot;
     memset(d, 0, sizeof *d);
     d->temperature_c = 35;
-    if (!expect(r, '{')) return;
-    if (peek(r, '}')) { r->p++; return; }
-    while (!r->failed) {
-        read_string(r, key, sizeof key);  /* keys longer than 63 bytes fail the parse */
-        expect(r, ':');
-        if (!strcmp(key, "uuid")) read_string(r, d->uuid, sizeof d->uuid);
-        else if (!strcmp(key, "name")) read_string(r, d->name, sizeof d->name);
-        else if (!strcmp(key, "pci_bus_id")) read_string(r, d->pci_bus_id, sizeof d->pci_bus_id);
-        else if (!strcmp(key, "serial")) {
-            if (read_literal(r, "null")) d->has_serial = 0;
-            else { read_string(r, d->serial, sizeof d->serial); d->has_serial = 1; }
-        }
-        else if (!strcmp(key, "memory_total")) d->memory_total = (unsigned long long)read_int(r);
-        else if (!strcmp(key, "memory_used")) d->memory_used = (unsigned long long)read_int(r);
-        else if (!strcmp(key, "temperature_c")) d->temperature_c = (unsigned)read_int(r);
-        else if (!strcmp(key, "utilization_gpu")) d->utilization_gpu = (unsigned)read_int(r);
-        else if (!strcmp(key, "utilization_memory")) d->utilization_memory = (unsigned)read_int(r);
-        else skip_value(r, 1);
-        if (peek(r, ',')) { r->p++; continue; }
-        expect(r, '}');
-        return;
+    read_object(r, device_member, d);
+}
+
+typedef struct {
+    world_t *w;
+    int have_driver;
+} world_read_t;
+
+static int world_member(reader_t *r, const char *key, void *ctx) {
+    world_read_t *c = ctx;
+    if (!strcmp(key, "driver_version")) {
+        read_string(r, c->w->driver_version, sizeof c->w->driver_version);
+        c->have_driver = 1;
+    } else if (!strcmp(key, "cuda_driver_version")) {
+        c->w->cuda_driver_version = (int)read_int(r);
+    } else if (!strcmp(key, "devices")) {
+        read_array(r, read_device, c->w->devices, sizeof c->w->devices[0], MAX_DEVICES,
+                   &c->w->count);
+    } else {
+        return 0;
     }
+    return 1;
 }
 
 static int parse_world(const char *text, size_t len, world_t *w) {
-    reader_t r = {text, text + len, 0};
-    char key[64];
-    int have_driver = 0;
+    world_read_t c = {w, 0};
     memset(w, 0, sizeof *w);
-    if (!expect(&r, '{')) return 0;
-    if (!peek(&r, '}')) {
-        while (!r.failed) {
-            read_string(&r, key, sizeof key);
-            expect(&r, ':');
-            if (r.failed) break;
-            if (!strcmp(key, "driver_version")) {
-                read_string(&r, w->driver_version, sizeof w->driver_version);
-                have_driver = 1;
-            } else if (!strcmp(key, "cuda_driver_version")) {
-                w->cuda_driver_version = (int)read_int(&r);
-            } else if (!strcmp(key, "devices")) {
-                expect(&r, '[');
-                if (peek(&r, ']')) r.p++;
-                else {
-                    while (!r.failed) {
-                        if (w->count >= MAX_DEVICES) { r.failed = 1; break; }
-                        read_device(&r, &w->devices[w->count++]);
-                        if (peek(&r, ',')) { r.p++; continue; }
-                        expect(&r, ']');
-                        break;
-                    }
-                }
-            } else {
-                skip_value(&r, 1);
-            }
-            if (peek(&r, ',')) { r.p++; continue; }
-            expect(&r, '}');
-            break;
-        }
-    } else {
-        r.p++;
-    }
-    skip_ws(&r);
-    if (r.p != r.end) r.failed = 1;
-    return !r.failed && have_driver;
+    return read_document(text, len, world_member, &c) && c.have_driver;
 }
 
 static int load_world(void) {
