@@ -99,7 +99,8 @@ def review_cmd(labels: list[str] = typer.Argument(None, metavar="[LABEL]..."),
 def review_table(title: str, part: Mapping[str, Any]) -> Table:
     rows = [{"category": printable(c["name"]),
              "kind": "regenerable" if c["regenerable"] else "kept",
-             "size": size(c["bytes"]), "files": str(c["files"]), "oldest": _day(c["oldest"])}
+             "size": size(c["bytes"]), "files": tables.known(c["files"]),
+             "oldest": _day(c["oldest"])}
             for c in part.get("categories") or []]
     d = part.get("disk") or {}
     caption = (f"would free {size(part.get('freeable_bytes'))}; disk free "
@@ -153,7 +154,7 @@ def clean_table(title: str, part: Mapping[str, Any]) -> Table:
     cats = part.get("categories") or {}
     rows = [{"category": printable(name), "promised": size(t["promised"]),
              "freed": size(t["freed"]),
-             "files": str(t["files"])} for name, t in cats.items() if t["promised"] or
+             "files": tables.known(t["files"])} for name, t in cats.items() if t["promised"] or
             t["files"]]
     promised = sum(t["promised"] for t in cats.values())
     freed = sum(t["freed"] for t in cats.values())
