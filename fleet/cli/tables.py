@@ -84,16 +84,19 @@ def show(console: Console, table: Table) -> None:
         fold(console, table)
         return
     width = natural_width(console, table)
-    title = table.title if _wider(console, table.title, width) else None
-    caption = table.caption if _wider(console, table.caption, width) else None
-    if title is not None:
-        table.title = None
-        _line(console, title, table.title_style or "table.title")
-    if caption is not None:
-        table.caption = None
-    console.print(table)
-    if caption is not None:
-        _line(console, caption, table.caption_style or "table.caption")
+    title, caption = table.title, table.caption
+    above = title if _wider(console, title, width) else None
+    below = caption if _wider(console, caption, width) else None
+    if above is not None:
+        _line(console, above, table.title_style or "table.title")
+    table.title = None if above is not None else title
+    table.caption = None if below is not None else caption
+    try:
+        console.print(table)
+    finally:  # the table as it was given
+        table.title, table.caption = title, caption
+    if below is not None:
+        _line(console, below, table.caption_style or "table.caption")
 
 
 def fold(console: Console, table: Table) -> None:

@@ -195,3 +195,10 @@ def test_a_cell_of_none_is_unknown_in_every_built_table() -> None:
     assert T.cells(t) == [[SHORT, "?", "12"]]
     assert tables.known(None) == "?" and tables.known(False) == "False"
     assert tables.known(0) == "0"
+
+
+def test_a_table_shown_keeps_its_title_and_caption() -> None:
+    t = mesh_cmd.peer_table(MESH[1])
+    title, caption = t.title, t.caption
+    T.render(lambda: t, 200)
+    assert (t.title, t.caption) == (title, caption)
