@@ -218,7 +218,7 @@ def test_check_watchdog() -> None:
 def _release(version: str) -> releases.Release:
     sha = {n: hashlib.sha256(f"{n} {version}".encode()).hexdigest() for n in releases.FILES}
     return releases.Release(version=version, path=Path(f"/var/lib/fleet/releases/{version}"),
-                            sha256=sha, sizes={releases.NODE: 48213504,
+                            sha256=sha, sizes={releases.NODE_BINARY: 48213504,
                                                releases.MINER: 9437184,
                                                releases.PROVER: 31457280})
 
