@@ -4,26 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from fleet.boxes import lifecycle
-from fleet.core.boxes import Row
-from fleet.core.config import PROVIDERS, Config
-from fleet.core.errors import AuthFailed, FleetError, ProviderError, UsageError
-from fleet.core.verdicts import Health
-from fleet.ops import budget, destroy, spread
-from fleet.ops import offers as offers_mod
-from fleet.ops import rent as rent_mod
-from fleet.providers.base import Box, Offer, Provider
-from fleet.state import last_tick
-from fleet.state.last_tick import LastTick
-from fleet.state.registry import Registry, check_label
-
-if TYPE_CHECKING:
-    from fleet.state.loop_memory import Owe
 from fleet.cli import common, tables
 from fleet.cli.common import (
     app,
@@ -35,7 +21,18 @@ from fleet.cli.common import (
     registry,
     uptime,
 )
+from fleet.core.boxes import Row
+from fleet.core.config import PROVIDERS, Config
+from fleet.core.errors import AuthFailed, FleetError, ProviderError, UsageError
+from fleet.core.verdicts import Health, Owed
+from fleet.ops import budget, destroy, spread
+from fleet.ops import offers as offers_mod
+from fleet.ops import rent as rent_mod
+from fleet.providers.base import Box, Offer, Provider
 from fleet.providers.sync import view
+from fleet.state import last_tick
+from fleet.state.last_tick import LastTick
+from fleet.state.registry import Registry, check_label
 
 
 @app.command("offers")
@@ -250,7 +247,7 @@ def orphan_row(b: Box) -> dict[str, str]:
             "status": f"ORPHAN {b.box_id}"}
 
 
-def owed_row(o: Owe) -> dict[str, str]:
+def owed_row(o: Owed) -> dict[str, str]:
     """A box the loop owes the roster: no label yet."""
     return {"role": o.role, "kind": "owed", "provider": o.provider,
             "card": f"{o.card} x{o.gpus}", "status": f"OWED since {o.since}: {o.reason}"}
@@ -299,7 +296,7 @@ def _money(c: Config, reg: Registry, ps: dict[str, Provider]) -> dict[str, Any]:
     return budget.today(rows, c.daily_budget_usd, now, bills.billed(rows, read, now)).to_dict()
 
 
-def _owed(reg: Registry) -> list[Owe]:
+def _owed(reg: Registry) -> list[Owed]:
     """The wanted boxes the loop's last tick could not rent (none before a loop ran)."""
     from fleet.state.loop_memory import Memory
 
