@@ -190,12 +190,9 @@ def roster_cmd(
     tick = _fresh_tick(c, reg)
     cells: list[dict[str, str]] = []
     data = []
-    total = 0.0
     for r in rows:
         box = live.get(r.label)
         status = box.status if box else ("gone" if r.label in gone else r.status)
-        if r.live:
-            total += r.usd_per_hour
         h = _peers_of(tick, r)
         cells.append(roster_row(r, status, places, h))
         data.append({**r.to_dict(), "live_status": status,
@@ -206,10 +203,11 @@ def roster_cmd(
     owed = _owed(reg)
     cells += [owed_row(o) for o in owed]
     money = _money(c, reg, ps)
-    t = roster_table(cells, roster_caption(total, money) + "; " + peers_caption(tick))
+    cost = budget.rate(r.usd_per_hour for r in rows if r.live)
+    t = roster_table(cells, roster_caption(cost.usd_per_hour, money) + "; " + peers_caption(tick))
     emit(t, {"boxes": data, "orphans": [b.to_dict() for b in v.orphans],
              "owed": [o.for_page().to_dict() | {"rerent_of": o.rerent_of} for o in owed],
-             "usd_per_hour": total, "usd_per_day": total * 24, "money": money,
+             "usd_per_hour": cost.usd_per_hour, "usd_per_day": cost.usd_per_day, "money": money,
              "places": places,
              "peers_from": None if tick is None else {"tick": tick.number, "at": tick.at}},
          as_json)
@@ -255,7 +253,7 @@ def owed_row(o: Owed) -> dict[str, str]:
 
 def roster_caption(total: float, money: Mapping[str, Any]) -> str:
     """What the live boxes cost an hour and a day, and the day's money (`budget.today`)."""
-    return (f"total ${total:.3f}/h, ${total * 24:.2f}/day; spent today "
+    return (f"total ${total:.3f}/h, ${budget.Rate(total).usd_per_day:.2f}/day; spent today "
             f"${money['spent_today_usd']:.2f} ({money['boxes_from_bills']} boxes from the "
             f"bills), committed until midnight ${money['committed_until_midnight_usd']:.2f}"
             f", run rate ${money['run_rate_usd_per_day']:.2f}/day, budget "

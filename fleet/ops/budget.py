@@ -25,7 +25,7 @@ A rent checks the budget and writes its row in one locked step (`guard` run by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -228,6 +228,23 @@ def _unowned(p: Projection) -> str:
         return ""
     return (f", of which ${p.unowned_rate_usd:.2f} for {p.unowned} box"
             f"{'es' if p.unowned > 1 else ''} on the account the registry does not own")
+
+
+@dataclass(frozen=True)
+class Rate:
+    """What boxes cost at their prices: an hour of them, and a day (24 of those hours)."""
+
+    usd_per_hour: float
+
+    @property
+    def usd_per_day(self) -> float:
+        return self.usd_per_hour * 24
+
+
+def rate(usd_per_hour: Iterable[float]) -> Rate:
+    """The boxes' prices summed: the live and the standing boxes' totals of the roster and the
+    page (a box's price is its provider's live figure recorded at rent time)."""
+    return Rate(sum(usd_per_hour, 0.0))
 
 
 @dataclass(frozen=True)
