@@ -3,10 +3,11 @@ that they read, lint and diff as shell.
 
 Each is a Jinja2 template of the contract's names (paths under the fleet root, file names),
 rendered with ``StrictUndefined``: a name the template asks for and the caller did not give is
-an error, never an empty string. The values are fixed names, not input, and the scripts place
-them inside quoted paths, so each must be one word the shell reads as itself (``shlex.quote``
-leaves it unchanged); anything else is refused rather than quoted into a different path. What
-changes per run (the root, a tarball, digests) is passed to the script as its arguments.
+an error, never an empty string. The scripts place the values inside paths, some of them
+double-quoted, so each must be one word the shell reads as itself (``shlex.quote`` leaves it
+unchanged); anything else is refused rather than quoted into a different path. What changes
+per run (a tarball, digests, the root of a command) is passed to the script as its arguments;
+only ``boot.sh``, a file kept on the box, has its root in its text.
 """
 
 from __future__ import annotations

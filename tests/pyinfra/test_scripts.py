@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from jinja2 import UndefinedError
 
-from operations import agent, release, script
+from agent.contract import ROOT
+from operations import agent, hook, release, script
 
 GOLDEN = Path(__file__).parent / "scripts"
 RENDERED = {
@@ -19,6 +20,7 @@ RENDERED = {
     "release_unpack": release._UNPACK,
     "release_verify": release._VERIFY,
     "release_point": release.POINT_SCRIPT,
+    "boot": hook.boot_script(ROOT),
 }
 
 
