@@ -50,16 +50,18 @@ def oneshot() -> None:
 
     agent.installed(name="Agent installed", bundle=str(bundle.path),
                     bundle_sha256=bundle.sha256, root=ROOT)
+    known = job.read(spec_job.name, root=ROOT)  # once: every step decides from the same read
     job.staged(name=f"Job {spec_job.name} staged", job_name=spec_job.name,
                spec=json.dumps(spec, indent=1) + "\n",
-               inputs=support.job_inputs(str(job_file)), root=ROOT)
+               inputs=support.job_inputs(str(job_file)), root=ROOT, job_state=known)
     if spec_job.toolchain is not None:
         secret = support.store_token()
         if secret:
-            job.token(name="Store token", job_name=spec_job.name, value=secret, root=ROOT)
+            job.token(name="Store token", job_name=spec_job.name, value=secret, root=ROOT,
+                      job_state=known)
     for step in job.STEPS:
         job.stepped(name=STEP_NAMES[step], job_name=spec_job.name, step=step,
-                    root=ROOT)
+                    root=ROOT, job_state=known)
 
 
 oneshot()

@@ -71,7 +71,7 @@ def publish() -> None:
     older = [r.node_sha256 for r in store if r.key < rel.key]
     allowed = {x.strip() for x in str(host.data.get("allow_downgrade") or "").split(",")}
     release.switched(name=f"Switch to {rel.version}",
-                     node=f"{ROOT}/{RELEASES}/{rel.node_sha16}/{releases.NODE}",
+                     node=f"{ROOT}/{RELEASES}/{rel.node_sha16}/{releases.NODE_BINARY}",
                      sha256=rel.node_sha256, stable_s=int(host.data.get("stable_s") or 60),
                      deadline_s=int(host.data.get("deadline_s") or 300), root=ROOT,
                      older=older, downgrade=host.name in allowed)

@@ -51,7 +51,8 @@ def standing() -> None:
              content=support.inventory_mesh().text(host.name), root=ROOT)
     release.present(name=f"Release {rel.version}", tarball=str(shipped.tarball),
                     sha16=rel.node_sha16, sha256sums=shipped.sha256sums, root=ROOT)
-    release.pointer(name="Node pointer", node=f"{ROOT}/{RELEASES}/{rel.node_sha16}/{releases.NODE}",
+    release.pointer(name="Node pointer",
+                    node=f"{ROOT}/{RELEASES}/{rel.node_sha16}/{releases.NODE_BINARY}",
                     sha256=rel.node_sha256, root=ROOT, only_if_absent=True)
     for path, content in hook.hook_files(ROOT).items():
         box.file(name=f"Start hook {path}", path=path, content=content, mode="755", root=ROOT)

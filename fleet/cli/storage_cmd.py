@@ -15,6 +15,7 @@ from fleet.cli import tables
 from fleet.cli.common import app, cfg, emit, err, out, registry
 from fleet.core.boxes import Row
 from fleet.core.errors import FleetError, UsageError
+from fleet.core.times import utc_day
 from fleet.ops.storage import printable
 
 storage_app = typer.Typer(no_args_is_help=True, help="What fills the boxes, and a cleanup of "
@@ -112,7 +113,7 @@ def review_table(title: str, part: Mapping[str, Any]) -> Table:
 def _day(mtime: Any) -> str:
     if not isinstance(mtime, int | float):
         return "-"
-    return datetime.fromtimestamp(mtime, UTC).strftime("%Y-%m-%d")
+    return utc_day(datetime.fromtimestamp(mtime, UTC))
 
 
 @storage_app.command("clean")

@@ -155,17 +155,32 @@ class Watch:
         return {**self.__dict__, "well": self.well}
 
 
-@dataclass(frozen=True)
+@dataclass
 class Owed:
-    """A wanted box no provider can give yet (filled in by the loop; the page only shows it)."""
+    """A wanted box the loop still has to rent: a roster shortfall or a dead box's re-rent.
+
+    The loop keeps them in its memory (`fleet.state.loop_memory`) and sets `reason` at each
+    try; the roster, the last tick and the page show them (`for_page`, `to_dict`)."""
 
     role: str
     provider: str
     card: str
     gpus: int
-    reason: str
     since: str  # UTC ISO-8601
+    reason: str = "not tried yet"
+    rerent_of: str | None = None
+    cloud: str | None = None  # a re-rent keeps the dead box's tier
+    slot: str | None = None  # the roster slot it fills (`fleet.ops.owed`)
+
+    def shape(self) -> tuple[str, str, str, int]:
+        return (self.role, self.provider, self.card, self.gpus)
+
+    def for_page(self) -> Owed:
+        """As the page and the last tick show it: the box it replaces said in its reason."""
+        why = self.reason if not self.rerent_of else f"{self.reason} (replaces {self.rerent_of})"
+        return Owed(self.role, self.provider, self.card, self.gpus, self.since, why)
 
     def to_dict(self) -> dict[str, Any]:
+        """The page's and the last tick's fields (`for_page` first to name a re-rent's box)."""
         return {"role": self.role, "provider": self.provider, "card": self.card,
                 "gpus": self.gpus, "reason": self.reason, "since": self.since}

@@ -174,9 +174,9 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
         b["place_boxes"] = places.get(where, 0) if where else None
     boxes.sort(key=lambda b: (VERDICTS.index(b["verdict"]), b["label"]))
 
-    live_h = sum(b["usd_per_hour"] for b in boxes)
+    live_rate = budget.rate(b["usd_per_hour"] for b in boxes)
     standing_boxes = [b for b in boxes if b["standing"]]
-    standing_h = sum(b["usd_per_hour"] for b in standing_boxes)
+    standing_rate = budget.rate(b["usd_per_hour"] for b in standing_boxes)
     wanted: dict[str, int] = {}
     for w in cfg.roster:
         wanted[w.role] = wanted.get(w.role, 0) + w.count
@@ -204,15 +204,15 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
         "sources": {**sources, "note": scrub(sources["note"]) if sources["note"] else None},
         "standing": {
             "count": len(standing_boxes),
-            "usd_per_hour": round(standing_h, 6),
-            "usd_per_day": round(standing_h * 24, 6),
+            "usd_per_hour": round(standing_rate.usd_per_hour, 6),
+            "usd_per_day": round(standing_rate.usd_per_day, 6),
             "roles": roles,
             "rule": RULE,
         },
         "totals": {
             "boxes": len(boxes),
-            "usd_per_hour": round(live_h, 6),
-            "usd_per_day": round(live_h * 24, 6),
+            "usd_per_hour": round(live_rate.usd_per_hour, 6),
+            "usd_per_day": round(live_rate.usd_per_day, 6),
             "verdicts": {v: sum(1 for b in boxes if b["verdict"] == v) for v in VERDICTS},
             # the same counts by where each verdict came from: checked now, the loop's last
             # tick, or nowhere (no key here and no tick on record)

@@ -13,6 +13,7 @@ from typing import Any
 
 from fleet.core import cards
 from fleet.core.errors import AuthFailed, NoCapacity, ProviderError
+from fleet.core.times import utc_day_start
 from fleet.providers.base import (
     RUNPOD_STOPPED_VOLUME_GB_MONTH,
     Box,
@@ -379,7 +380,7 @@ class RunPod(Client):
         Raises ProviderError (AuthFailed, RateLimited) when RunPod gives no bill."""
         call = "GET /v2/billing/pods"
         since, until = since.astimezone(UTC), until.astimezone(UTC)
-        day = since == since.replace(hour=0, minute=0, second=0, microsecond=0)
+        day = since == utc_day_start(since)
         params = {"startTime": _rfc3339(since), "endTime": _rfc3339(until),
                   "bucketSize": "day" if day else "hour"}
         resp = self.http.request("GET", f"{rest_url()}/v2/billing/pods", call=call,

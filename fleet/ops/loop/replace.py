@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from fleet.core.boxes import is_standing
 from fleet.core.times import now_iso
+from fleet.core.verdicts import Owed
 from fleet.ops import destroy, disruption
 from fleet.ops.loop.base import LoopBase, Tick
 from fleet.providers.sync import View
-from fleet.state.loop_memory import Memory, Owe
+from fleet.state.loop_memory import Memory
 
 
 class Replacing(LoopBase):
@@ -53,7 +54,7 @@ class Replacing(LoopBase):
                 self._act(t, f"{label}: it was moving {moved.label}, which died too: one "
                              "re-rent owed for both")
             elif is_standing(self.cfg, row):
-                mem.rerents.append(Owe(row.role, row.provider, row.card, row.gpu_count,
+                mem.rerents.append(Owed(row.role, row.provider, row.card, row.gpu_count,
                                        now_iso(), rerent_of=label, cloud=row.cloud,
                                        slot=row.slot))
 
