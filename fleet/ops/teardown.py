@@ -377,7 +377,7 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
         info = _close_unstaged(cfg, row, job)
         if not info:
             out.steps.append(f"job {job} never reached the box: nothing to read back")
-            log.info(f"{row.label}: job {job} never reached the box; nothing to read back")
+            log.info("%s: job %s never reached the box; nothing to read back", row.label, job)
             reg.update(row.label, read_back=job)
             return
     spec, state = info.get("spec") or {}, info.get("state") or {}
@@ -413,8 +413,8 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
     out.files, out.bytes = pulled.files, pulled.bytes
     if pulled.problems:
         _keep(row, pulled.problems, f"archive ({pulled.path.parent})", pulled.lasting)
-    log.info(f"{row.label}: {len(manifest)} files, {pulled.bytes} bytes; archive verified against "
-         f"the box's manifest ({pulled.path})")
+    log.info("%s: %d files, %d bytes; archive verified against the box's manifest (%s)",
+             row.label, len(manifest), pulled.bytes, pulled.path)
     from fleet.providers import store
 
     row = _guarded(cfg, reg, row.label)
@@ -428,7 +428,7 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
                       f"the push to the store failed: {e}") from None
     if problems:
         _keep(row, problems, f"store {repo} at {commit}")
-    log.info(f"{row.label}: store read back at {commit[:12]}")
+    log.info("%s: store read back at %s", row.label, commit[:12])
     row = _guarded(cfg, reg, row.label)
     changed = _unchanged(cfg, row, outputs, job)
     if changed:  # a straggler wrote on: both copies are stale, the next teardown pushes anew
@@ -454,13 +454,13 @@ def _stored(reg: Registry, row: Row, repo: str, prefix: str,
     if commit is not None:
         if not store.read_back(repo, commit, prefix, manifest):
             return commit, []
-        log.info(f"{row.label}: the store's copy at {commit[:12]} is not the box's outputs now; "
-             "pushing them anew")
+        log.info("%s: the store's copy at %s is not the box's outputs now; pushing them anew",
+                 row.label, commit[:12])
         reg.update(row.label, store_commit=None)
     commit = store.push(repo, pulled.path, manifest, prefix,
                         f"{row.job} on {row.label}: {len(manifest)} files")
     reg.update(row.label, store_commit=commit)
-    log.info(f"{row.label}: pushed to {repo} at {commit[:12]}")
+    log.info("%s: pushed to %s at %s", row.label, repo, commit[:12])
     return commit, store.read_back(repo, commit, prefix, manifest)
 
 
@@ -481,9 +481,12 @@ def _ended(cfg: Config, reg: Registry, row: Row, job: str, spec: dict[str, Any],
             when = "an unknown time" if until is None else f"{until:%Y-%m-%d %H:%M:%S}Z"
             raise UsageError(f"{row.label}: job {job} is still {doing} (the box's deadline is "
                              f"{when}); tear it down when it has ended")
-        log.info(f"{row.label}: job {job} is past its deadline ({until:%H:%M:%S}Z); stopping it")
+        # past the cap the box may name no deadline at all
+        log.info("%s: job %s is past its deadline (%s); stopping it", row.label, job,
+                 "unknown" if until is None else f"{until:%H:%M:%S}Z")
     else:
-        log.info(f"{row.label}: job {job} is {state.get('phase')}; closing it on the box first")
+        log.info("%s: job %s is %s; closing it on the box first", row.label, job,
+                 state.get("phase"))
     d = shlex.quote(f"{ROOT}/{JOBS}/{job}")
     res = boxssh.run(cfg, row, f"cd {ROOT} && {VENV_PYTHON} -m agent job stop {d} "
                      f"--grace {STOP_GRACE_S}", timeout=STOP_GRACE_S + 110)
@@ -537,4 +540,4 @@ def _destroy(cfg: Config, reg: Registry, providers: Mapping[str, Provider], row:
         reg.update(row.label, teardown=f"destroy failed: {e}"[:300])
         raise
     out.destroyed = True
-    log.info(f"{row.label}: destroyed")
+    log.info("%s: destroyed", row.label)
