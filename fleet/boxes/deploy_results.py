@@ -4,8 +4,9 @@ A deploy file calls `record_into(dir)`; the run's process then writes, for each 
 operation failed, which operation and the last lines it printed (`{"errors": [{"step",
 "stdout", "stderr"}]}`), beside whatever the deploy itself marks there (publish's `staged`). pyinfra
 completes an operation's output only after its error callback, so the errors are written when
-the process ends. `read(dir)` is the other side: what `fleet publish` and `fleet run` say
-about a box, never words picked out of pyinfra's printed output."""
+the process ends. `read(dir)` is the other side (`fleet.boxes.pyinfra_run.run_pyinfra`): what
+`fleet converge`, the loop, `fleet publish` and `fleet run` say about a box, never words
+picked out of pyinfra's printed output."""
 
 from __future__ import annotations
 

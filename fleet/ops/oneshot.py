@@ -174,13 +174,20 @@ def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: s
 
 def _deploy(cfg: Config, row: Row, job: Job) -> dict[str, Any]:
     """deploys/oneshot.py on the box until the job has ended or was refused (a second try
-    after a failure that left it neither: each step is done once, so a retry resumes)."""
+    after a failure that left it neither: each step is done once, so a retry resumes). Each
+    run is bounded by the job's cap (`jobstate.cap_minutes`): a run past it is killed, and
+    not tried again."""
     state: dict[str, Any] = {}
+    timeout_s = jobstate.cap_minutes(job.ttl_minutes, len(job.gates)) * 60
     for attempt in (1, 2):
         result = run_pyinfra(cfg, [row.label], {"job": str(job.path)},
-                             deploy=DEPLOY)
+                             deploy=DEPLOY, timeout_s=timeout_s)
         state = jobstate.job_state(cfg, row, job.name)
         if state.get("phase") in TERMINAL:
+            return state
+        if result.timed_out:
+            log.info("%s: the deploy %s with the job %s", row.label, result.timed_out,
+                     state.get("phase") or "not started")
             return state
         if attempt == 1:
             log.info("%s: the deploy stopped (exit %s) with the job %s; once more",

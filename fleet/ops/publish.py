@@ -517,7 +517,7 @@ def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release
     if pending:
         log.info("staging %s on %d boxes: %s", release.version, len(pending), ", ".join(pending))
         run = run_pyinfra(cfg, pending, {"release": release.version, "stage_only": "1"},
-                          fail_fast=False)
+                          fail_fast=False, timeout_s=cfg.loop.converge_timeout_s)
         staged = {h for h, r in run.results.items() if r.get("staged")}
         failed = [x for x in pending if x not in staged]
         if failed or run.rc != 0:
@@ -542,7 +542,9 @@ def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release
         allowed = [x for x in wave if x in downgrade]
         if allowed:
             wave_data["allow_downgrade"] = ",".join(allowed)
-        run = run_pyinfra(cfg, wave, wave_data)
+        # each box's switch waits up to deadline_s for its node's health
+        run = run_pyinfra(cfg, wave, wave_data,
+                          timeout_s=cfg.loop.converge_timeout_s + opts.deadline_s)
         after = read_back([(x, data[x]) for x in wave])
         not_ok = []
         for label in wave:
