@@ -31,11 +31,8 @@ from operations.util import box_state
 def standing() -> None:
     results.record_into(host.data.get("results_dir"))
     if host.data.get("kind") != "standing":
-        python.raise_exception(
-            ValueError,
-            f"{host.name} is a {host.data.get('kind')} box; only standing boxes are converted",
-            name="Refuse one-shot box",
-        )
+        results.refuse(f"{host.name} is a {host.data.get('kind')} box; only standing boxes "
+                       "are converted", name="Refuse one-shot box")
         return
     role = support.config().role(host.data.role)
     shipped = support.release(role.release or "")

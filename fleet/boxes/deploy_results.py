@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,17 @@ def record_into(results_dir: str | None) -> None:
     _into.append(Path(results_dir))
     state.add_callback_handler(_Recorder())
     atexit.register(_write)
+
+
+def refuse(message: str, name: str) -> None:
+    """Fail this host's deploy here with `message` (pyinfra's `python.raise_exception` of a
+    ValueError, the operation named `name`); the deploy returns after it."""
+    from pyinfra.operations import python
+
+    # pyinfra's typing of an operation's call reads the first positional arguments as its
+    # global ones (`_sudo`, ...); the operation itself takes the exception and its message
+    raise_exception: Callable[..., object] = python.raise_exception
+    raise_exception(ValueError, message, name=name)
 
 
 def mark(results_dir: str | Path, host: str, **fields: Any) -> None:
