@@ -143,13 +143,15 @@ class Run:
         return out + killed_run
 
     def problem(self, labels: Sequence[str]) -> str | None:
-        """None when the run passed, else what failed in one line: the timeout, else each
-        host's last recorded error."""
+        """None when the run passed, else what failed in one line: the timeout, else the last
+        error of each host that recorded one, else of every host (a deploy that marks no
+        success leaves a host that passed without a result too)."""
         if self.timed_out:
             return self.timed_out
         if self.rc == 0:
             return None
-        said = [f"{label}: {errors[-1]}" for label in labels
+        failed = [label for label in labels if self.results.get(label, {}).get("errors")]
+        said = [f"{label}: {errors[-1]}" for label in failed or labels
                 if (errors := self.errors_for(label))]
         return f"failed: {'; '.join(said) or f'exit {self.rc}'}"[:300]
 
