@@ -42,7 +42,7 @@ def read_back_and_destroy(label: str, dry_run: bool) -> None:
         said.removeHandler(handler)
         said.setLevel(level)
     for line in out.steps:
-        logger.info(f"{label}: {line}")
+        logger.info("%s: %s", label, line)
 
 
 @deploy("Teardown")
