@@ -131,3 +131,13 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+def test_a_box_the_standing_deploy_refuses_fails_in_its_results(
+        cfg: Config, local_deploy: Path) -> None:
+    standing = Path(__file__).resolve().parents[2] / "deploys" / "standing.py"
+    local_deploy.write_text(standing.read_text())  # @local is no standing box
+    run = pyinfra_run.run_pyinfra(cfg, ["@local"], deploy="deploy.py", timeout_s=300)
+    assert run.rc != 0 and run.timed_out is None
+    assert run.errors_for("@local")[0] == "Standing box | Refuse one-shot box failed"
+    assert run.problem(["@local"]) == "failed: @local: Standing box | Refuse one-shot box failed"
