@@ -45,14 +45,11 @@ def _flag(name: str) -> bool:
 def publish() -> None:
     version = inventory.get_override_data().get("release")
     if not version:
-        python.raise_exception(ValueError, "which release? pass --data release=VERSION",
-                               name="Release to publish")
+        results.refuse("which release? pass --data release=VERSION", name="Release to publish")
         return
     if host.data.get("kind") != "standing" or not host.data.get("standing"):
-        python.raise_exception(
-            ValueError, f"{host.name} is not a converted standing box; nothing is published "
-            "to it (select standing boxes: --limit standing)",
-            name="Refuse box")
+        results.refuse(f"{host.name} is not a converted standing box; nothing is published "
+                       "to it (select standing boxes: --limit standing)", name="Refuse box")
         return
     shipped = support.release(str(version))
     rel = shipped.release

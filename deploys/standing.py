@@ -18,6 +18,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import python
 
 from agent.contract import CONFIG, PEERS, RELEASES, ROOT
+from fleet.boxes import deploy_results as results
 from fleet.boxes import deploy_support as support
 from fleet.boxes.agent_config import render
 from fleet.boxes.standing import mark_standing
@@ -28,12 +29,10 @@ from operations.util import box_state
 
 @deploy("Standing box")
 def standing() -> None:
+    results.record_into(host.data.get("results_dir"))
     if host.data.get("kind") != "standing":
-        python.raise_exception(
-            ValueError,
-            f"{host.name} is a {host.data.get('kind')} box; only standing boxes are converted",
-            name="Refuse one-shot box",
-        )
+        results.refuse(f"{host.name} is a {host.data.get('kind')} box; only standing boxes "
+                       "are converted", name="Refuse one-shot box")
         return
     role = support.config().role(host.data.role)
     shipped = support.release(role.release or "")

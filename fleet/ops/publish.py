@@ -458,7 +458,8 @@ def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release
     record = Record.load(release.path / RECORD, release.version, release.node_sha16)
     labels = [n for n, _ in hosts]
     downgrade = set(opts.allow_downgrade)
-    log.info(f"publish {release.version} ({release.node_sha16}): reading back {len(hosts)} boxes")
+    log.info("publish %s (%s): reading back %d boxes", release.version, release.node_sha16,
+             len(hosts))
     why: dict[str, str] = {}
     seen = read_back(hosts, why)
     rows: dict[str, dict[str, Any]] = {}
@@ -514,9 +515,9 @@ def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release
                       f"({rows[opts.canary]['note']}); no box was switched")
 
     if pending:
-        log.info(f"staging {release.version} on {len(pending)} boxes: {', '.join(pending)}")
+        log.info("staging %s on %d boxes: %s", release.version, len(pending), ", ".join(pending))
         run = run_pyinfra(cfg, pending, {"release": release.version, "stage_only": "1"},
-                          fail_fast=False)
+                          fail_fast=False, timeout_s=cfg.loop.converge_timeout_s)
         staged = {h for h, r in run.results.items() if r.get("staged")}
         failed = [x for x in pending if x not in staged]
         if failed or run.rc != 0:
@@ -531,7 +532,7 @@ def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release
 
     switched_so_far: list[str] = []
     for i, wave in enumerate(waves, start=1):
-        log.info(f"wave {i}/{len(waves)}: {', '.join(wave)}")
+        log.info("wave %d/%d: %s", i, len(waves), ", ".join(wave))
         _want(cfg, wave, release)
         for label in wave:
             record.set(label, record.state(label), f"switching in wave {i}", wave=i)
@@ -541,7 +542,9 @@ def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release
         allowed = [x for x in wave if x in downgrade]
         if allowed:
             wave_data["allow_downgrade"] = ",".join(allowed)
-        run = run_pyinfra(cfg, wave, wave_data)
+        # each box's switch waits up to deadline_s for its node's health
+        run = run_pyinfra(cfg, wave, wave_data,
+                          timeout_s=cfg.loop.converge_timeout_s + opts.deadline_s)
         after = read_back([(x, data[x]) for x in wave])
         not_ok = []
         for label in wave:
@@ -567,7 +570,7 @@ def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release
             return finish(f"wave {i}: pyinfra failed (exit {run.rc}) although every box "
                           "reads back switched; see its output")
         if opts.soak_s > 0 and i < len(waves):
-            log.info(f"soaking {opts.soak_s:g} s before wave {i + 1}")
+            log.info("soaking %g s before wave %d", opts.soak_s, i + 1)
             time.sleep(opts.soak_s)
             again = read_back([(x, data[x]) for x in switched_so_far])
             for label in switched_so_far:

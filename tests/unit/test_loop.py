@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from state_fixture import sql
 
+from fleet.boxes.pyinfra_run import bounded as _bounded
 from fleet.cli.loop_cmd import page_after_tick
 from fleet.core import config
 from fleet.core.boxes import Row
 from fleet.core.errors import FleetError, ProviderError
 from fleet.core.verdicts import Health, Owed
-from fleet.ops.converge import _bounded
 from fleet.ops.loop import Loop
 from fleet.providers.base import Box, Offer, RentRequest
 from fleet.state.loop_memory import Memory
