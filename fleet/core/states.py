@@ -45,6 +45,9 @@ class BoxStatus(StrEnum):
             odd._name_ = odd._value_ = word
             return odd
 
+    def __reduce_ex__(self, protocol: object) -> tuple[object, tuple[str]]:
+        return BoxStatus.read, (self._value_,)  # a hand edit's word pickles too
+
 
 LIVE = frozenset({BoxStatus.RENTING, BoxStatus.PROVISIONING, BoxStatus.RUNNING,
                   BoxStatus.STOPPED, BoxStatus.EXITED, BoxStatus.UNKNOWN})

@@ -95,6 +95,8 @@ def test_a_status_no_code_writes_reads_as_it_is_and_is_never_live() -> None:
     assert isinstance(odd.status, BoxStatus) and odd.status == "exited!"
     assert odd.status not in MEMBERS and not odd.live and not unfinished(odd)
     assert json.loads(encode(odd))["status"] == "exited!"
+    assert pickle.loads(pickle.dumps(odd)).status == "exited!"
+    assert pickle.loads(pickle.dumps(BoxStatus.RUNNING)) is BoxStatus.RUNNING
 
 
 def test_a_death_reads_as_the_words_said_today() -> None:
