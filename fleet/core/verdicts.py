@@ -7,8 +7,56 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from fleet.core.states import DeathKind
+
 # a box's verdict on the page and in the CLI, worst first
 VERDICTS = ("down", "problem", "unknown", "well")
+
+
+class Death(str):
+    """Why the loop counts a standing box dead on one tick: its kind (`DeathKind`) and its
+    reason. The text is what a tick records (its JSON's `dead`, the disruption budget's
+    `why`): the reason, after `unfit: ` where the box is unfit; so a tick's deaths still
+    read, compare and dump as that text, while the loop reads the kind, never the text.
+
+    Example: `Death.unfit("its agent refused admission (...)").kind is DeathKind.UNFIT`"""
+
+    __slots__ = ("kind", "reason")
+    kind: DeathKind
+    reason: str
+
+    def __new__(cls, kind: DeathKind, reason: str) -> Death:
+        self = super().__new__(cls, reason if kind is DeathKind.DEAD else f"{kind}: {reason}")
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "reason", reason)
+        return self
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a death's {name} is read-only")
+
+    def __reduce__(self) -> tuple[type[Death], tuple[DeathKind, str]]:
+        return Death, (self.kind, self.reason)
+
+    def __copy__(self) -> Death:
+        return self
+
+    def __deepcopy__(self, memo: object) -> Death:
+        return self  # immutable, as a str
+
+    def __repr__(self) -> str:
+        return f"Death({self.kind.name}, {self.reason!r})"
+
+    @classmethod
+    def dead(cls, reason: str) -> Death:
+        return cls(DeathKind.DEAD, reason)
+
+    @classmethod
+    def unfit(cls, reason: str) -> Death:
+        return cls(DeathKind.UNFIT, reason)
+
+    def said(self) -> str:
+        """As a tick says it: `dead (reason)`, `unfit (reason)`."""
+        return f"{self.kind} ({self.reason})"
 
 
 _ATOMS = frozenset({str, int, float, bool, type(None)})

@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from fleet.core.errors import BudgetExceeded, ProviderError
+from fleet.core.states import BoxStatus
 from fleet.core.times import next_utc_day_start, parse_iso, utc_day
 from fleet.providers.base import Box, Unreadable
 from fleet.state.bills import Bills, billed, estimate
@@ -169,7 +170,7 @@ def unowned_boxes(rows: Sequence[Row], boxes: Listing, what: str) -> list[Box]:
                 raise BudgetExceeded(f"{what} refused: the budget cannot count a box on the "
                                      f"account whose price cannot be read: {b}")
             out.append(Box(b.provider, b.box_id or "?", b.label or "", "", 0, b.usd_per_hour,
-                           "unknown"))
+                           BoxStatus.UNKNOWN))
             continue
         if (b.provider, b.box_id) in ids:
             continue

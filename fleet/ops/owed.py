@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from fleet.core.states import BoxKind
 from fleet.core.verdicts import Owed
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def owed(cfg: Config, rows: Sequence[Row], rerents: Sequence[Owed], before: Sequ
         if o.slot in spare:
             spare.remove(o.slot)
     for w in cfg.roster:
-        if cfg.role(w.role).kind != "standing":
+        if cfg.role(w.role).kind != BoxKind.STANDING:
             continue  # one-shot boxes are rented per job (`fleet run`), never kept up
         shape = (w.role, w.provider, w.card, w.gpus)
         have = have_count[shape]

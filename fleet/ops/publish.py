@@ -36,6 +36,7 @@ from fleet.boxes import boxssh
 from fleet.boxes.pyinfra_run import run_pyinfra
 from fleet.core.errors import FleetError, UsageError
 from fleet.core.fileutil import write_atomic
+from fleet.core.states import PublishState
 from fleet.core.times import now_iso, seconds_between
 from fleet.state import releases
 from fleet.state.registry import Registry
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from fleet.core.config import Config
 
-STATES = ("untouched", "switched", "ahead", "reverted", "failed", "unreachable")
+STATES = tuple(PublishState)
 DONE = frozenset({"switched", "ahead"})
 RECORD = "publish.json"
 READBACK_DEADLINE_S = 60.0  # one box's readback command, once SSH has answered

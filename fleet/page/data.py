@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleet.core.boxes import Row, is_standing
 from fleet.core.config import KEY_ENV
+from fleet.core.states import ReleaseOrder, node_release
 from fleet.core.times import iso, read_iso
 from fleet.core.verdicts import VERDICTS, Health, Owed, Watch, mesh_summary
 from fleet.ops import budget, spread
@@ -479,7 +480,7 @@ def _release_state(h: Health) -> str:
     if h.node_sha16 == h.wanted_sha16:
         return "current"
     for p in h.problems:
-        if p.startswith("node: behind"):
+        if node_release(p) is ReleaseOrder.BEHIND:
             return "behind"
         if p.startswith("node: ahead"):
             return "ahead"

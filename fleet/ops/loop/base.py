@@ -15,7 +15,7 @@ from fleet.core.boxes import Row, is_standing
 from fleet.core.config import Config
 from fleet.core.errors import BudgetExceeded, FleetError, NotLeader, UsageError
 from fleet.core.times import now_iso, parse_iso
-from fleet.core.verdicts import Health, Owed
+from fleet.core.verdicts import Death, Health, Owed
 from fleet.ops import budget, destroy, disruption, judgement
 from fleet.ops import rent as rent_mod
 from fleet.providers.base import Box
@@ -46,7 +46,7 @@ class Tick:
     actions: list[str] = field(default_factory=list)
     well: list[str] = field(default_factory=list)
     problems: dict[str, list[str]] = field(default_factory=dict)  # label -> what is wrong
-    dead: dict[str, str] = field(default_factory=dict)  # label -> why, this tick
+    dead: dict[str, Death] = field(default_factory=dict)  # label -> why, this tick
     replaced: dict[str, str] = field(default_factory=dict)  # old label -> new label
     converged: list[str] = field(default_factory=list)
     owed: list[Owed] = field(default_factory=list)
@@ -59,6 +59,7 @@ class Tick:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["dead"] = {label: str(death) for label, death in self.dead.items()}
         d["owed"] = [o.for_page().to_dict() | {"rerent_of": o.rerent_of} for o in self.owed]
         return d
 
