@@ -4,6 +4,9 @@ Every command but `run` prints one JSON document on stdout (the pyinfra facts pa
 exits 0. A user's mistake (bad config, bad argument) is one line `error: ...` on stderr and
 exit status 2; a refusal (a second agent, a stop that did not finish) is one line and status 1.
 `job STEP JOBDIR` prints the job's state; a refused job exits 3 (agent/job/steps.py).
+
+Each command is a `Command` registered by name in COMMANDS: its arguments and its handler
+side by side; `main` parses and looks the command up.
 """
 
 from __future__ import annotations
