@@ -153,20 +153,18 @@ class Rules:
         """The category of `path` (a file, link or directory), or None when it is neither
         under the root nor under a cache: not the fleet's, never touched."""
         for name, cache in self.caches:
-            if path == cache:
-                return None  # the cache's own folder (or a link to one) is not ours to delete
             if _under(path, cache):
-                if name == "apt cache" and not (path.suffix == ".deb" or
-                                                path.parent.name == "partial"):
-                    return None  # apt's lock and the rest: apt's own
-                return name
+                return _cache_category(name, cache, path)
         if not _under(path, self.root):
             return None
-        parts = path.relative_to(self.root).parts
+        return self._root_category(path.relative_to(self.root).parts)
+
+    def _root_category(self, parts: tuple[str, ...]) -> str:
+        """The category of the path `parts` under the root."""
         if not parts:
             return "fleet files"
-        top = parts[0]
-        if top == RELEASES and len(parts) > 1:
+        top, inner = parts[0], len(parts) > 1
+        if top == RELEASES and inner:
             name = parts[1].removesuffix(PARTIAL)  # a release's unpack goes with it
             kept = self.kept_releases is None or name in self.kept_releases
             return "releases" if kept else "old releases"
@@ -175,19 +173,11 @@ class Rules:
             if m and int(m["n"]) > self.log_keep:
                 return "rotated logs"
             return "logs" if top == LOGS or m or parts[1].endswith(".log") else "fleet files"
-        if top == JOBS:
-            return "job outputs"
-        if top == "pack":
-            return "pack"
-        if top.startswith("pack.") and top != "pack.json":
-            return "old pack exports"
-        if top == "models":
-            return "models"
-        if top == "cache" and len(parts) > 1:
+        if inner and top == "cache":
             return "toolchain cache in use" if self.jobs_active else "huggingface cache"
-        if top == "snapshots" and len(parts) > 1:
+        if inner and top == "snapshots":
             return "snapshots in use" if self.recovery_running else "recovery snapshots"
-        return "fleet files"
+        return _top_category(top)
 
     @property
     def categories(self) -> dict[str, tuple[bool, str]]:
@@ -205,6 +195,29 @@ class Rules:
 
     def keeps(self, path: Path) -> bool:
         return path in {c for _, c in self.caches} or path == self.root / RELEASES
+
+
+def _cache_category(name: str, cache: Path, path: Path) -> str | None:
+    """The category of `path`, under the cache `name` at `cache`."""
+    if path == cache:
+        return None  # the cache's own folder (or a link to one) is not ours to delete
+    if name == "apt cache" and not (path.suffix == ".deb" or path.parent.name == "partial"):
+        return None  # apt's lock and the rest: apt's own
+    return name
+
+
+# the root's top folders that are one category whole
+TOPS = {JOBS: "job outputs", "pack": "pack", "models": "models"}
+
+
+def _top_category(top: str) -> str:
+    """The category of what lies in (or is) the root's top folder or file `top`, where its
+    name alone says it."""
+    if top in TOPS:
+        return TOPS[top]
+    if top.startswith("pack.") and top != "pack.json":
+        return "old pack exports"
+    return "fleet files"
 
 
 def _under(path: Path, top: Path) -> bool:
@@ -531,64 +544,86 @@ def clean(rules: Classifier, reviewed: dict[str, Any], dry_run: bool = False) ->
     problem = invalid(reviewed)
     if problem:
         raise ValueError(f"not a storage review: {problem}")
-    done: dict[str, dict[str, int]] = {}
-    skipped: list[dict[str, str]] = []
-    refused: list[dict[str, str]] = []
-    emptied: set[Path] = set()
-    links: dict[tuple[int, int, str], int] = {}
     before = disk(rules.root)["free_bytes"]
-    failed = rules.problem
-    folders = Folders(rules.tops())
+    run = _Cleaning(rules, dry_run, Folders(rules.tops()), rules.problem)
     try:
         for cat in reviewed["categories"]:
             name = str(cat.get("name"))
-            tally = done.setdefault(name, {"promised": cat["bytes"] if cat.get("regenerable")
-                                           else 0, "freed": 0, "files": 0})
+            tally = run.done.setdefault(name, {"promised": cat["bytes"] if cat.get("regenerable")
+                                               else 0, "freed": 0, "files": 0})
             for entry in cat["paths"]:
-                path, size, mtime_ns = Path(entry[0]), entry[1], entry[2]
-                if failed is None:
-                    rules = rules.now()  # read again where a file it comes from changed
-                    failed = rules.problem
-                if failed is not None:  # once anything of the rules could not be read
-                    refused.append({"path": entry[0], "why": f"preserved (the rules cannot "
-                                    f"be read: {failed})"})
-                    continue
-                folder: int | str = _crooked(entry[0]) or _kept(rules, path) or \
-                    folders.open(os.path.dirname(entry[0]))
-                if isinstance(folder, str):
-                    refused.append({"path": entry[0], "why": f"preserved ({folder})"})
-                    continue
-                base = path.name
-                try:
-                    st = os.lstat(base, dir_fd=folder)
-                except FileNotFoundError:
-                    skipped.append({"path": str(path), "why": "gone since the review"})
-                    continue
-                except OSError as e:
-                    skipped.append({"path": str(path), "why": f"cannot be read: {e.strerror}"})
-                    continue
-                if stat.S_ISDIR(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
-                    skipped.append({"path": str(path), "why": "changed since the review"})
-                    continue
-                if not dry_run:
-                    try:  # from the folder checked: a mount or swap since cannot redirect it
-                        os.unlink(base, dir_fd=folder)
-                    except OSError as e:
-                        skipped.append({"path": str(path),
-                                        "why": f"cannot delete: {e.strerror}"})
-                        continue
-                    emptied.add(path.parent)
-                # another link keeps the inode: only the last one unlinked frees it
-                tally["freed"] += _frees(st, links, "") if dry_run else \
-                    st.st_blocks * 512 if st.st_nlink <= 1 else 0
-                tally["files"] += 1
+                run.delete(entry, tally)
     finally:
-        folders.close()
-    if failed is None:
-        for d in sorted(emptied, key=lambda p: len(p.parts), reverse=True):
-            _prune(d, rules)
-    return {"dry_run": dry_run, "categories": done, "skipped": skipped, "refused": refused,
-            "free_before_bytes": before, "free_after_bytes": disk(rules.root)["free_bytes"]}
+        run.folders.close()
+    if run.failed is None:
+        for d in sorted(run.emptied, key=lambda p: len(p.parts), reverse=True):
+            _prune(d, run.rules)
+    return {"dry_run": dry_run, "categories": run.done, "skipped": run.skipped,
+            "refused": run.refused, "free_before_bytes": before,
+            "free_after_bytes": disk(run.rules.root)["free_bytes"]}
+
+
+@dataclass
+class _Cleaning:
+    """One clean under way: the rules as last read, what it did so far."""
+
+    rules: Classifier
+    dry_run: bool
+    folders: Folders
+    failed: str | None  # what of the rules could not be read: then nothing more is deleted
+    done: dict[str, dict[str, int]] = field(default_factory=dict)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    refused: list[dict[str, str]] = field(default_factory=list)
+    emptied: set[Path] = field(default_factory=set)
+    links: dict[tuple[int, int, str], int] = field(default_factory=dict)
+
+    def delete(self, entry: list[Any], tally: dict[str, int]) -> None:
+        """Delete the reviewed file `entry` ([path, size, mtime_ns, ...]) where the rules and
+        its folder allow and it is unchanged; count it in `tally`."""
+        path, size, mtime_ns = Path(entry[0]), entry[1], entry[2]
+        if self.failed is None:
+            self.rules = self.rules.now()  # read again where a file it comes from changed
+            self.failed = self.rules.problem
+        if self.failed is not None:  # once anything of the rules could not be read
+            self.refused.append({"path": entry[0], "why": f"preserved (the rules cannot "
+                                 f"be read: {self.failed})"})
+            return
+        folder: int | str = _crooked(entry[0]) or _kept(self.rules, path) or \
+            self.folders.open(os.path.dirname(entry[0]))
+        if isinstance(folder, str):
+            self.refused.append({"path": entry[0], "why": f"preserved ({folder})"})
+            return
+        st = self._unchanged(path, folder, size, mtime_ns)
+        if st is None:
+            return
+        if not self.dry_run:
+            try:  # from the folder checked: a mount or swap since cannot redirect it
+                os.unlink(path.name, dir_fd=folder)
+            except OSError as e:
+                self.skipped.append({"path": str(path), "why": f"cannot delete: {e.strerror}"})
+                return
+            self.emptied.add(path.parent)
+        # another link keeps the inode: only the last one unlinked frees it
+        tally["freed"] += _frees(st, self.links, "") if self.dry_run else \
+            st.st_blocks * 512 if st.st_nlink <= 1 else 0
+        tally["files"] += 1
+
+    def _unchanged(self, path: Path, folder: int, size: int, mtime_ns: int
+                   ) -> os.stat_result | None:
+        """The file's lstat in its checked folder, or None (and why, in skipped) when it is
+        gone, unreadable, a folder, or changed since the review."""
+        try:
+            st = os.lstat(path.name, dir_fd=folder)
+        except FileNotFoundError:
+            self.skipped.append({"path": str(path), "why": "gone since the review"})
+            return None
+        except OSError as e:
+            self.skipped.append({"path": str(path), "why": f"cannot be read: {e.strerror}"})
+            return None
+        if stat.S_ISDIR(st.st_mode) or (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
+            self.skipped.append({"path": str(path), "why": "changed since the review"})
+            return None
+        return st
 
 
 class Folders:

@@ -105,18 +105,9 @@ def check_pointer(pointer: Pointer, digest: Digest) -> Verdict:
     def refuse(reason: str) -> Verdict:
         return Verdict(False, path, None, reason)
 
-    if pointer.problem:
-        return refuse(pointer.problem)
-    if not path:
-        return refuse("standing.node is empty")
-    if "\0" in path:
-        return refuse("standing.node holds a NUL byte")
-    if not os.path.isabs(path):
-        return refuse(f"standing.node names {path!r}, not an absolute path")
-    if not pointer.digest_text:
-        return refuse("standing.node.sha256 is missing or empty")
-    if not HEX64.match(pointer.digest_text):
-        return refuse(f"standing.node.sha256 holds {pointer.digest_text[:20]!r}, not a sha256")
+    problem = _misread(pointer)
+    if problem:
+        return refuse(problem)
     try:  # one open: the file checked is the file hashed (a swap in between cannot split them)
         actual, st = digest(path)
     except FileNotFoundError:
@@ -134,3 +125,22 @@ def check_pointer(pointer: Pointer, digest: Digest) -> Verdict:
             f"{pointer.digest_text[:16]}..."
         )
     return Verdict(True, path, actual)
+
+
+def _misread(pointer: Pointer) -> str | None:
+    """What is wrong with the pointer's two files as written (before the binary is looked
+    at), or None."""
+    path = pointer.target
+    if pointer.problem:
+        return pointer.problem
+    if not path:
+        return "standing.node is empty"
+    if "\0" in path:
+        return "standing.node holds a NUL byte"
+    if not os.path.isabs(path):
+        return f"standing.node names {path!r}, not an absolute path"
+    if not pointer.digest_text:
+        return "standing.node.sha256 is missing or empty"
+    if not HEX64.match(pointer.digest_text):
+        return f"standing.node.sha256 holds {pointer.digest_text[:20]!r}, not a sha256"
+    return None

@@ -22,7 +22,14 @@ from typing import Any, NamedTuple
 
 from agent.base import procs
 from agent.base.persist import NodeBinary
-from agent.base.pointer import PENDING, check_pointer, pointer_signature, read_pointer
+from agent.base.pointer import (
+    PENDING,
+    Pointer,
+    Verdict,
+    check_pointer,
+    pointer_signature,
+    read_pointer,
+)
 from agent.contract import NODE
 from agent.daemon.context import Context
 from agent.daemon.program import Program
@@ -232,41 +239,57 @@ class NodeSwitch:
             self.view = {"state": "applied", "path": pointer.target, "reason": None}
             return
         verdict = check_pointer(pointer, self.ctx.hasher.lookup)
-        if verdict.pending:  # looked at again every tick; the node keeps what it runs
-            if self.view.get("reason") != verdict.reason:
-                self.ctx.journal(f"pointer: {verdict.reason}; the node keeps running")
-            self.view = {"state": "hashing", "path": pointer.target, "reason": verdict.reason}
-            return
         if not verdict.ok:
-            if self.view.get("reason") != verdict.reason:
-                self.ctx.journal(f"pointer refused: {verdict.reason}; the node keeps running")
-            self.view = {"state": "refused", "path": pointer.target, "reason": verdict.reason}
+            self._not_taken(pointer, verdict)
             return
         assert verdict.sha256 is not None
         before = (state.node_binary, state.pointer_applied)
         state.node_binary = NodeBinary(verdict.path, verdict.sha256, "pointer")
         state.pointer_applied = pointer.key
         if not self.ctx.save_state():  # applied only once recorded: retried every tick
-            reason = "cannot record the switch in run/state.json (disk full or unwritable?)"
-            first = self.view.get("reason") != reason
-            if before[0] is not None and before[0].sha256 != verdict.sha256:
-                state.node_binary, state.pointer_applied = before  # the running one stays
-                if first:
-                    self.ctx.journal(f"pointer: {reason}; the node keeps running until it can")
-            else:  # nothing to switch away from: run the pointer's binary, record it later
-                state.pointer_applied = before[1]
-                if first:
-                    self.ctx.journal(f"pointer: {reason}; running {verdict.path} meanwhile")
-            self.view = {"state": "pending", "path": pointer.target, "reason": reason}
+            self._not_recorded(pointer, verdict, before)
             return
         self.view = {"state": "applied", "path": pointer.target, "reason": None}
         self.ctx.journal(f"pointer: node binary is now {verdict.path} ({verdict.sha256[:16]})")
+        self._switch_node(verdict.sha256)
+
+    def _not_taken(self, pointer: Pointer, verdict: Verdict) -> None:
+        """A pointer whose binary is still being hashed (looked at again every tick) or was
+        refused: the node keeps what it runs; the reason is journaled once."""
+        if verdict.pending:
+            if self.view.get("reason") != verdict.reason:
+                self.ctx.journal(f"pointer: {verdict.reason}; the node keeps running")
+            self.view = {"state": "hashing", "path": pointer.target, "reason": verdict.reason}
+            return
+        if self.view.get("reason") != verdict.reason:
+            self.ctx.journal(f"pointer refused: {verdict.reason}; the node keeps running")
+        self.view = {"state": "refused", "path": pointer.target, "reason": verdict.reason}
+
+    def _not_recorded(self, pointer: Pointer, verdict: Verdict,
+                      before: tuple[NodeBinary | None, str | None]) -> None:
+        """The state holding a taken pointer could not be saved: keep the running binary (or,
+        with none to switch away from, run the pointer's and record it later)."""
+        state = self.ctx.state
+        reason = "cannot record the switch in run/state.json (disk full or unwritable?)"
+        first = self.view.get("reason") != reason
+        if before[0] is not None and before[0].sha256 != verdict.sha256:
+            state.node_binary, state.pointer_applied = before  # the running one stays
+            if first:
+                self.ctx.journal(f"pointer: {reason}; the node keeps running until it can")
+        else:  # nothing to switch away from: run the pointer's binary, record it later
+            state.pointer_applied = before[1]
+            if first:
+                self.ctx.journal(f"pointer: {reason}; running {verdict.path} meanwhile")
+        self.view = {"state": "pending", "path": pointer.target, "reason": reason}
+
+    def _switch_node(self, sha256: str) -> None:
+        """The pointer taken: time the switch and stop a node that runs another binary."""
         node = self.ctx.program(NODE)
         running = node.proc if node and node.state in ("running", "stopping") else None
-        if running is None or running.sha256 != verdict.sha256:
-            self._begin_timeline(running.sha256 if running else None, verdict.sha256)
-        if node and node.state == "running" and node.proc and node.proc.sha256 != verdict.sha256:
-            node.begin_stop(self.ctx.cfg.grace(node.cfg), f"switching to {verdict.sha256[:16]}")
+        if running is None or running.sha256 != sha256:
+            self._begin_timeline(running.sha256 if running else None, sha256)
+        if node and node.state == "running" and node.proc and node.proc.sha256 != sha256:
+            node.begin_stop(self.ctx.cfg.grace(node.cfg), f"switching to {sha256[:16]}")
 
     # ------------------------------------------------------------------ the switch's timeline
     # What a publish reads back as the node's downtime: the old node's exit, the new process

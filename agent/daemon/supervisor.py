@@ -491,6 +491,11 @@ class Supervisor:
                     wake.append(prog.proc.started_mono + self.cfg.stable_s)
                 if prog.proc.pidfd is None:
                     wake.append(now + NO_PIDFD_POLL_S)
+        return min(wake + self._other_wakes(now))
+
+    def _other_wakes(self, now: float) -> list[float]:
+        """When the tasks, the strays, the node's switch and the hasher next need a look."""
+        wake: list[float] = []
         for task in self.tasks.values():
             wake.append(task.wake_at())
             if task.adopted and task.pidfd is None:
@@ -504,7 +509,7 @@ class Supervisor:
         settles = self.hasher.settles_at()
         if settles is not None:
             wake.append(settles)
-        return min(wake)
+        return wake
 
     # ================================================================== tasks
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -210,86 +211,112 @@ def _runs_shell(base: str) -> bool:
 
 def _tokens(text: str) -> list[Token]:
     """The command's words, operators and redirections, as bash would split it."""
-    out: list[Token] = []
-    word: list[str] | None = None
-    quoted_at: int | None = None
-    i, n = 0, len(text)
+    return _Tokenizer(text).tokens()
 
-    def close() -> None:
-        nonlocal word, quoted_at
-        if word is not None:
-            out.append(Token("word", "".join(word), quoted_at))
-        word, quoted_at = None, None
 
-    def start(quoted: bool) -> list[str]:
-        nonlocal word, quoted_at
-        if word is None:
-            word = []
-        if quoted and quoted_at is None:
-            quoted_at = len(word)
-        return word
+# characters refused wherever they stand outside quotes, and why
+REFUSED = {**dict.fromkeys("()", "a subshell '( )'"), **dict.fromkeys("{}", "a brace '{ }'"),
+           **{c: f"an expansion ({c!r})" for c in "$`"},
+           **{c: f"an unquoted {c!r} (a glob or a home directory)" for c in "*?[~"}}
 
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            if i + 1 >= n:
-                raise Unreadable("a backslash at the end")
-            if text[i + 1] != "\n":  # a backslash-newline joins two lines
-                start(True).append(text[i + 1])
-            i += 2
-        elif c == "'":
-            end = text.find("'", i + 1)
-            if end < 0:
-                raise Unreadable("an unterminated single quote")
-            start(True).extend(text[i + 1:end])
-            i = end + 1
-        elif c == '"':
-            i = _double_quoted(text, i + 1, start(True))
-        elif c in " \t":
-            close()
-            i += 1
-        elif c in ";\n":
-            close()
-            if text.startswith(";;", i):
-                raise Unreadable("';;'")
-            out.append(Token("op", c))
-            i += 1
-        elif c == "&":
-            close()
-            if not text.startswith("&&", i):
-                raise Unreadable("'&' (a command in the background, or '&>')")
-            out.append(Token("op", "&&"))
-            i += 2
-        elif c == "|":
-            close()
-            if text.startswith(("||", "|&"), i):
-                raise Unreadable(repr(text[i:i + 2]))
-            out.append(Token("op", "|"))
-            i += 1
-        elif c in "<>":
-            fd = ""
-            if word is not None and quoted_at is None and "".join(word).isdigit():
-                fd, word = "".join(word), None
-            close()
-            i, op, dup = _redirection(text, i)
-            out.append(Token("redirect", fd + op, dup=dup))
-        elif c in "()":
-            raise Unreadable("a subshell '( )'")
-        elif c in "{}":
-            raise Unreadable("a brace '{ }'")
-        elif c in "$`":
-            raise Unreadable(f"an expansion ({c!r})")
-        elif c in "*?[~":
-            raise Unreadable(f"an unquoted {c!r} (a glob or a home directory)")
-        elif c == "#" and word is None:
+
+class _Tokenizer:
+    """One pass over a command: each character outside quotes is looked up in STEPS (a quote,
+    a blank, an operator, a redirection), or is refused, or is part of a plain word."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.i = 0
+        self.out: list[Token] = []
+        self.word: list[str] | None = None  # the word being read, if any
+        self.quoted_at: int | None = None
+
+    def tokens(self) -> list[Token]:
+        while self.i < len(self.text):
+            c = self.text[self.i]
+            STEPS.get(c, _Tokenizer.other)(self, c)
+        self.close()
+        return self.out
+
+    def close(self) -> None:
+        if self.word is not None:
+            self.out.append(Token("word", "".join(self.word), self.quoted_at))
+        self.word, self.quoted_at = None, None
+
+    def start(self, quoted: bool) -> list[str]:
+        if self.word is None:
+            self.word = []
+        if quoted and self.quoted_at is None:
+            self.quoted_at = len(self.word)
+        return self.word
+
+    def backslash(self, c: str) -> None:
+        if self.i + 1 >= len(self.text):
+            raise Unreadable("a backslash at the end")
+        if self.text[self.i + 1] != "\n":  # a backslash-newline joins two lines
+            self.start(True).append(self.text[self.i + 1])
+        self.i += 2
+
+    def single_quoted(self, c: str) -> None:
+        end = self.text.find("'", self.i + 1)
+        if end < 0:
+            raise Unreadable("an unterminated single quote")
+        self.start(True).extend(self.text[self.i + 1:end])
+        self.i = end + 1
+
+    def double_quoted(self, c: str) -> None:
+        self.i = _double_quoted(self.text, self.i + 1, self.start(True))
+
+    def blank(self, c: str) -> None:
+        self.close()
+        self.i += 1
+
+    def separator(self, c: str) -> None:
+        self.close()
+        if self.text.startswith(";;", self.i):
+            raise Unreadable("';;'")
+        self.out.append(Token("op", c))
+        self.i += 1
+
+    def ampersand(self, c: str) -> None:
+        self.close()
+        if not self.text.startswith("&&", self.i):
+            raise Unreadable("'&' (a command in the background, or '&>')")
+        self.out.append(Token("op", "&&"))
+        self.i += 2
+
+    def pipe(self, c: str) -> None:
+        self.close()
+        if self.text.startswith(("||", "|&"), self.i):
+            raise Unreadable(repr(self.text[self.i:self.i + 2]))
+        self.out.append(Token("op", "|"))
+        self.i += 1
+
+    def redirection(self, c: str) -> None:
+        fd = ""  # an unquoted number right before it is its descriptor (`2>log`)
+        if self.word is not None and self.quoted_at is None and "".join(self.word).isdigit():
+            fd, self.word = "".join(self.word), None
+        self.close()
+        self.i, op, dup = _redirection(self.text, self.i)
+        self.out.append(Token("redirect", fd + op, dup=dup))
+
+    def other(self, c: str) -> None:
+        if c in REFUSED:
+            raise Unreadable(REFUSED[c])
+        if c == "#" and self.word is None:
             raise Unreadable("a comment")
-        elif c < " " or c == "\x7f":
+        if c < " " or c == "\x7f":
             raise Unreadable(f"the control character {c!r}")
-        else:
-            start(False).append(c)
-            i += 1
-    close()
-    return out
+        self.start(False).append(c)
+        self.i += 1
+
+
+STEPS: dict[str, Callable[[_Tokenizer, str], None]] = {
+    "\\": _Tokenizer.backslash, "'": _Tokenizer.single_quoted, '"': _Tokenizer.double_quoted,
+    " ": _Tokenizer.blank, "\t": _Tokenizer.blank, ";": _Tokenizer.separator,
+    "\n": _Tokenizer.separator, "&": _Tokenizer.ampersand, "|": _Tokenizer.pipe,
+    "<": _Tokenizer.redirection, ">": _Tokenizer.redirection,
+}
 
 
 def _double_quoted(text: str, i: int, word: list[str]) -> int:

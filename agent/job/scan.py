@@ -107,23 +107,7 @@ def scan_job(job: Job) -> dict[str, Any]:
             if rel in seen:
                 continue
             seen.add(rel)
-            try:
-                record["digests"][rel] = sha256_file(job.work / rel)
-                kind, found = scan_file(job.work / rel)
-            except OSError as e:
-                raise ScanRefused(f"cannot scan {rel}: {e.strerror or e}", record) from None
-            except Unreadable as e:
-                raise ScanRefused(f"cannot scan {rel}: {e}", record) from None
-            module: dict[str, Any] = {"path": rel, "kind": kind, "names": found.count}
-            if found.entries:
-                module["entries"] = found.entries
-            record["modules"].append(module)
-            for name in sorted(found.names):
-                hit = patterns.banned_by(name)
-                if hit is not None:
-                    record["hit_count"] += 1
-                    if len(record["hits"]) < MAX_HITS:
-                        record["hits"].append({"path": rel, "name": name, "pattern": hit})
+            _scan_module(job.work, rel, patterns, record)
     if record["hits"]:
         first = record["hits"][0]
         more = record["hit_count"] - 1
@@ -131,6 +115,28 @@ def scan_job(job: Job) -> dict[str, Any]:
                           f"{first['pattern']!r}" + (f" (and {more} more)" if more else ""),
                           record)
     return record
+
+
+def _scan_module(work: Path, rel: str, patterns: Patterns, record: dict[str, Any]) -> None:
+    """Add the module `rel` (under `work`) to the record: its digest, its kind and names, and
+    its banned names among the hits; ScanRefused when it cannot be read."""
+    try:
+        record["digests"][rel] = sha256_file(work / rel)
+        kind, found = scan_file(work / rel)
+    except OSError as e:
+        raise ScanRefused(f"cannot scan {rel}: {e.strerror or e}", record) from None
+    except Unreadable as e:
+        raise ScanRefused(f"cannot scan {rel}: {e}", record) from None
+    module: dict[str, Any] = {"path": rel, "kind": kind, "names": found.count}
+    if found.entries:
+        module["entries"] = found.entries
+    record["modules"].append(module)
+    for name in sorted(found.names):
+        hit = patterns.banned_by(name)
+        if hit is not None:
+            record["hit_count"] += 1
+            if len(record["hits"]) < MAX_HITS:
+                record["hits"].append({"path": rel, "name": name, "pattern": hit})
 
 
 def scan_file(path: Path) -> tuple[str, Names]:
