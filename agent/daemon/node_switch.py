@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from agent.base import procs
 from agent.base.persist import NodeBinary
 from agent.base.pointer import PENDING, check_pointer, pointer_signature, read_pointer
-from agent.contract import NODE
+from agent.contract import NODE, PROCESS_STATES, ProgramState
 from agent.daemon.context import Context
 from agent.daemon.program import Program
 
@@ -103,7 +103,7 @@ class NodeSwitch:
         runs the digest it must (the pointer's, else the recorded binary's) is stopped with
         the reason; one whose new digest is still being hashed claims no digest meanwhile."""
         p = node.proc
-        if p is None or node.state != "running":
+        if p is None or node.state != ProgramState.RUNNING:
             return
         info = procs.identify(p.pid)
         if info is None or info.start_ticks != p.start_ticks:
@@ -145,7 +145,7 @@ class NodeSwitch:
 
     def checking(self, node: Program | None) -> bool:
         """Whether the node's program has yet to read back (the loop looks again soon)."""
-        p = node.proc if node is not None and node.state == "running" else None
+        p = node.proc if node is not None and node.state == ProgramState.RUNNING else None
         return p is not None and p.verify_until is not None
 
     def spawn_refusal(self) -> str | None:
@@ -212,7 +212,7 @@ class NodeSwitch:
         self._take_pointer()
         node = self.ctx.program(NODE)
         pinned = self.pinned_sha256()
-        if (node is not None and pinned is not None and node.state == "running"
+        if (node is not None and pinned is not None and node.state == ProgramState.RUNNING
                 and node.proc is not None and node.proc.pending_since is None
                 and node.proc.sha256 != pinned):
             runs = (node.proc.sha256 or "an unknown digest")[:16]
@@ -262,10 +262,11 @@ class NodeSwitch:
         self.view = {"state": "applied", "path": pointer.target, "reason": None}
         self.ctx.journal(f"pointer: node binary is now {verdict.path} ({verdict.sha256[:16]})")
         node = self.ctx.program(NODE)
-        running = node.proc if node and node.state in ("running", "stopping") else None
+        running = node.proc if node and node.state in PROCESS_STATES else None
         if running is None or running.sha256 != verdict.sha256:
             self._begin_timeline(running.sha256 if running else None, verdict.sha256)
-        if node and node.state == "running" and node.proc and node.proc.sha256 != verdict.sha256:
+        if (node and node.state == ProgramState.RUNNING and node.proc
+                and node.proc.sha256 != verdict.sha256):
             node.begin_stop(self.ctx.cfg.grace(node.cfg), f"switching to {verdict.sha256[:16]}")
 
     # ------------------------------------------------------------------ the switch's timeline
