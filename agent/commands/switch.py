@@ -129,8 +129,8 @@ def _check_file(target: str, sha256: str) -> str | None:
 
 
 def _healthy(cfg: Config, sha256: str, digests: DigestCache) -> bool:
-    node = readback(cfg, digests).get(NODE) or {}
-    return node.get("sha256") == sha256 and node.get("synced") is True
+    node = readback(cfg, digests).get(NODE)
+    return node is not None and node.get("sha256") == sha256 and node.get("synced") is True
 
 
 def _wait_healthy(cfg: Config, sha256: str, stable_s: float, deadline: float,
@@ -150,8 +150,8 @@ def _wait_healthy(cfg: Config, sha256: str, stable_s: float, deadline: float,
 
 def _wait_running(cfg: Config, sha256: str, deadline: float, digests: DigestCache) -> bool:
     while time.monotonic() < deadline:
-        node = readback(cfg, digests).get(NODE) or {}
-        if node.get("sha256") == sha256 and node.get("version") is not None:
+        node = readback(cfg, digests).get(NODE)
+        if node is not None and node.get("sha256") == sha256 and node.get("version") is not None:
             return True
         time.sleep(POLL_S)
     return False

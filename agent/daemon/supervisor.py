@@ -54,6 +54,7 @@ from agent.contract import (
     NODE,
     PROCESS_STATES,
     ProgramState,
+    StatusFile,
 )
 from agent.daemon import status
 from agent.daemon.backoff import Backoff
@@ -113,7 +114,7 @@ class Supervisor:
         self.started_at = time.time()
         self.started_mono = time.monotonic()
         self._step_errors: dict[str, str] = {}  # a failing step's last error, told once
-        self._current: dict[str, Any] | None = None  # this tick's status, for the RESULT line
+        self._current: StatusFile | None = None  # this tick's status, for the RESULT line
         self.ticks = 0
         self.mode: str | None = None  # None: supervising; "leave": exit, programs keep running;
         #                                "stop": stop every program, then exit
@@ -704,7 +705,7 @@ class Supervisor:
         waited = now - self.started_mono >= min(self.cfg.result_every_s, 4 * self.cfg.tick_s)
         return (reading is not None and reading.data is not None) or waited
 
-    def _write_status(self, final: bool = False) -> dict[str, Any]:
+    def _write_status(self, final: bool = False) -> StatusFile:
         current = self._current = status.build(self, final)
         if not self.storage.attempt("run/status.json",
                                     lambda: write_json(self.layout.status, current)):
