@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from io import BytesIO, StringIO
-from typing import Any
+from typing import Any, cast
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
@@ -47,7 +47,8 @@ def job_state(host: Host, root: str, name: str) -> dict[str, Any]:
     cache: dict[tuple[str, str], dict[str, Any]] = real.__dict__.setdefault(
         "_fleet_job_state", {})
     if (root, name) not in cache:
-        cache[(root, name)] = host.get_fact(JobState, root=root, job=name)
+        # a facts.job.JobOnBox, read here by key as a plain dict
+        cache[(root, name)] = cast(dict[str, Any], host.get_fact(JobState, root=root, job=name))
     return cache[(root, name)]
 
 
