@@ -11,8 +11,8 @@ the two sides. A key the writer leaves out in some cases is `NotRequired`; a val
 be unknown is `... | None`.
 """
 
-from __future__ import annotations
-
+# no `from __future__ import annotations`: a TypedDict knows its NotRequired keys at run time
+# (`__optional_keys__`) only from annotations that are evaluated
 import hashlib
 from enum import StrEnum
 from pathlib import Path
