@@ -198,9 +198,23 @@ EXIT_OK = 0
 EXIT_REFUSED = 1  # the agent refused on purpose (a second agent, a stop that did not finish)
 EXIT_USAGE = 2  # a user's mistake: bad config, bad argument
 EXIT_JOB_REFUSED = 3  # `job STEP`: the job is refused (now or before)
+
+
+class SwitchOutcome(StrEnum):
+    """How `agent switch` ended (`outcome` of what it prints)."""
+
+    SWITCHED = "switched"
+    UNCHANGED = "unchanged"  # it ran the release already, synced
+    REFUSED = "refused"  # nothing changed: the file is not the release, or a switch is on
+    REVERTED = "reverted"  # not healthy by the deadline: back on the earlier release
+    FAILED = "failed"
+    SUPERSEDED = "superseded"  # someone else wrote the pointer meanwhile: not reverted
+
+
 # `switch`, by outcome
-SWITCH_EXIT = {"switched": EXIT_OK, "unchanged": EXIT_OK, "refused": EXIT_REFUSED,
-               "reverted": 3, "failed": 4, "superseded": 5}
+SWITCH_EXIT = {SwitchOutcome.SWITCHED: EXIT_OK, SwitchOutcome.UNCHANGED: EXIT_OK,
+               SwitchOutcome.REFUSED: EXIT_REFUSED, SwitchOutcome.REVERTED: 3,
+               SwitchOutcome.FAILED: 4, SwitchOutcome.SUPERSEDED: 5}
 
 # ---------------------------------------------------------------------------- documents
 #
@@ -300,6 +314,19 @@ class RpcDoc(TypedDict):
     peer_list: list[PeerDoc] | None
 
 
+class SwitchRecord(TypedDict):
+    """The last switch of the node's binary, as the status and the read-back show it: the
+    sha16s it moved between, and when (UTC ISO) each part of it happened."""
+
+    from_sha16: str | None
+    to_sha16: str
+    applied_at: str | None
+    old_exit_at: str | None  # the old node's exit
+    new_started_at: str | None  # the new node's start
+    synced_at: str | None  # the agent's first synced reading of the new node
+    downtime_s: float | None  # from the old node's exit to synced
+
+
 class NodeDoc(TypedDict):
     """`node`: the binary the agent runs as the node, and its last reading."""
 
@@ -311,7 +338,7 @@ class NodeDoc(TypedDict):
     rpc: RpcDoc | None
     rpc_error: str | None
     rpc_at: str | None
-    switch: dict[str, Any] | None
+    switch: SwitchRecord | None
 
 
 class MinerDoc(TypedDict):
@@ -482,7 +509,7 @@ class ReadbackDoc(TypedDict, total=False):
     prover: ReadbackProcess | None
     pointer: Required[ReadbackPointer | None]
     started_after_pointer: Required[bool | None]
-    switch: Required[dict[str, Any] | None]
+    switch: Required[SwitchRecord | None]
 
 
 class ManifestEntry(TypedDict, total=False):
@@ -525,3 +552,19 @@ class StorageReview(TypedDict):
     freeable_bytes: int
     rules_problem: str | None
     free_after_bytes: int | None
+
+
+class PointerDoc(TypedDict):
+    target: str
+    sha256: str
+
+
+class SwitchDoc(TypedDict):
+    """`python -m agent switch`: how it ended, and what runs after it (a refusal because
+    another switch holds the lock reads nothing back)."""
+
+    outcome: SwitchOutcome
+    reason: str | None
+    previous: PointerDoc | None
+    target: PointerDoc
+    readback: NotRequired[ReadbackDoc]

@@ -36,6 +36,7 @@ from agent.contract import (
     ProgramState,
     RpcDoc,
     StatusFile,
+    SwitchRecord,
     WritesDoc,
 )
 from agent.daemon.probes import Reading
@@ -138,8 +139,9 @@ def build(src: Source, final: bool = False) -> StatusFile:
             "rpc": _pick(node_reading.data, NODE_FIELDS) if node_reading else None,
             "rpc_error": node_reading.error if node_reading else None,
             "rpc_at": iso(node_reading.at) if node_reading else None,
-            "switch": _isos(dict(src.state.switch), "applied_at", "old_exit_at",
-                            "new_started_at", "synced_at") if src.state.switch else None,
+            "switch": cast(SwitchRecord, _isos(dict(src.state.switch), "applied_at",
+                                               "old_exit_at", "new_started_at", "synced_at"))
+            if src.state.switch else None,
         },
         "miner": {
             "hashrate": _get(miner_reading, "hashrate", RATE),

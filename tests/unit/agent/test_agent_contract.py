@@ -139,3 +139,35 @@ def test_a_storage_review_is_the_contracts_review(box: Box) -> None:
     review = _cli(box, "storage", "--json", "--config", str(box.config_path))
     assert review["categories"], review
     assert problems(review, contract.StorageReview) == []
+
+
+def test_a_switch_prints_the_contracts_switch_document(box: Box) -> None:
+    box.configure()
+    done = box.agent_cli("switch", "--config", str(box.config_path), "--node",
+                         str(box.root / "releases" / "none" / "node"), "--sha256", "0" * 64,
+                         check=False)
+    printed = json.loads(done.stdout)
+    assert printed["outcome"] == contract.SwitchOutcome.REFUSED
+    assert done.returncode == contract.SWITCH_EXIT[contract.SwitchOutcome.REFUSED]
+    assert problems(printed, contract.SwitchDoc) == []
+
+
+def test_a_switch_that_happened_is_recorded_as_the_contracts_switch_record(box: Box) -> None:
+    box.set_node_state(synced=True, blocks=1500, exec_tip=1400)
+    path1, sha1 = box.release("v1")
+    box.point(path1, sha1)
+    box.configure()
+    box.start_agent()
+    wait_for(lambda: (box.status()["node"]["rpc"] or {}).get("version") == "v1", "v1 answering")
+    path2, sha2 = box.release("v2")
+    done = box.agent_cli("switch", "--config", str(box.config_path), "--node", str(path2),
+                         "--sha256", sha2, "--stable-s", "0.5", "--deadline-s", "60")
+    printed = json.loads(done.stdout)
+    assert printed["outcome"] == contract.SwitchOutcome.SWITCHED, printed
+    assert problems(printed, contract.SwitchDoc) == []
+    readback = wait_for(lambda: (rb := _cli(box, "readback", "--config", str(box.config_path)))
+                        ["switch"] and rb["switch"]["synced_at"] and rb, "the switch's timeline")
+    assert problems(readback, contract.ReadbackDoc) == []
+    written = wait_for(lambda: (s := box.status())["node"]["switch"]
+                       and s["node"]["switch"]["synced_at"] and s, "the switch in the status")
+    assert problems(written, contract.StatusFile) == []
