@@ -134,7 +134,9 @@ def _judge_duties(h: Health, data: dict[str, Any], status: StatusDoc) -> None:
     h.admitted = adm.get("admitted") if adm else None
     h.admission_reason = adm.get("reason") if adm else None
     if not h.admitted and _carries(data, "gpu_programs", None):
-        h.problems.append(f"admission refused: {h.admission_reason}")
+        # unknown (no admission in the status) is not well either, but it is no refusal
+        h.problems.append("admission: unknown" if h.admitted is None else
+                          f"admission refused: {h.admission_reason}")
     prover = status.get("prover")
     h.prover = prover.get("state") if prover else None
     if h.prover != "proving" and _carries(data, "programs", PROVER):

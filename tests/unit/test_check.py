@@ -91,3 +91,15 @@ def test_a_status_without_freshness_fields_is_not_well() -> None:
         del s[key]
     h = judge("b", DATA, s, None, None)
     assert not h.well and h.exec_moving is None
+
+
+def test_an_unknown_admission_is_unknown_never_a_refusal() -> None:
+    # `agent status` before the agent wrote one has no admission (the contract's StatusDoc:
+    # NotRequired): the box is not well, but nothing refused it
+    s = status()
+    del s["admission"]
+    h = judge("b", DATA, s, "ab" * 8, None)
+    assert h.admitted is None and h.problems == ["admission: unknown"]
+    refused = judge("b", DATA, status(admission={"admitted": False, "reason": "driver 1.0"}),
+                    "ab" * 8, None)
+    assert refused.problems == ["admission refused: driver 1.0"]
