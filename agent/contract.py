@@ -149,6 +149,15 @@ class ProgramState(StrEnum):
     STOPPED = "stopped"  # not running and not held back
 
 
+class AgentRunState(StrEnum):
+    """The agent's own state (`agent.state` of the status)."""
+
+    RUNNING = "running"
+    STOPPING = "stopping"  # asked to stop (`agent stop`): its programs are being stopped
+    STOPPED = "stopped"  # its last status after a stop: the programs stopped with it
+    EXITED = "exited"  # its last status after any other end: the programs run on
+
+
 # a process of the program is there (running, or asked to stop and not yet gone)
 PROCESS_STATES = (ProgramState.RUNNING, ProgramState.STOPPING)
 # no process, and none waited for: the supervisor may start one now
@@ -228,7 +237,7 @@ class AgentDoc(TypedDict):
 
     pid: int
     version: str
-    state: str  # running, stopping; when it ended: stopped (asked to stop) or exited
+    state: AgentRunState
     started_at: str
     uptime_s: float
     ticks: int

@@ -27,6 +27,7 @@ from agent.contract import (
     NODE,
     PROVER,
     AdmissionDoc,
+    AgentRunState,
     DigestsDoc,
     Layout,
     ObserverDoc,
@@ -98,9 +99,9 @@ def build(src: Source, final: bool = False) -> StatusFile:
     now = time.time()
     readings = src.readings()
     if final:
-        agent_state = "stopped" if src.mode == "stop" else "exited"
+        agent_state = AgentRunState.STOPPED if src.mode == "stop" else AgentRunState.EXITED
     else:
-        agent_state = "stopping" if src.mode == "stop" else "running"
+        agent_state = AgentRunState.STOPPING if src.mode == "stop" else AgentRunState.RUNNING
     node_reading = readings.get(NODE)
     miner_reading = readings.get(MINER)
     prover_reading = readings.get(PROVER)
