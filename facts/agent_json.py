@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 from agent import contract
+
+# the document a subcommand prints (agent.contract's TypedDicts)
+Doc = TypeVar("Doc", bound=Mapping[str, Any])
 
 
 class Unreadable(ValueError):
@@ -31,9 +35,11 @@ def load(output: list[str], what: str) -> Any:
 
 
 @dataclass(frozen=True)
-class AgentJson:
+class AgentJson(Generic[Doc]):
     """`<root>/venv/bin/python -m agent <subcommand> [--config ...]`, run from the root, and
-    its JSON object (`{}` when no agent is installed).
+    its JSON object, the subcommand's document (`{}` when no agent is installed: a reader
+    asks `if not doc` before it reads a key). The object is taken as the document the agent
+    writes, unchecked beyond being an object: its values are read defensively.
 
     + name: the fact's name, in its errors
     + subcommand: the agent CLI's command
@@ -54,15 +60,15 @@ class AgentJson:
             f"--config {contract.CONFIG}" if self.reads_config else "", "|| true",
         ))
 
-    def process(self, output: list[str]) -> dict[str, Any]:
+    def process(self, output: list[str]) -> Doc:
         if not output:
-            return {}
+            return cast(Doc, {})
         data = load(output, self.name)
         if not isinstance(data, dict):
             raise Unreadable(f"{self.name}: expected an object")
-        return data
+        return cast(Doc, data)
 
 
-STATUS = AgentJson("AgentStatus", "status")
-GPU = AgentJson("GpuIdentity", "gpu", reads_config=False)
-READBACK = AgentJson("NodeReadback", "readback")
+STATUS: AgentJson[contract.StatusDoc] = AgentJson("AgentStatus", "status")
+GPU: AgentJson[dict[str, Any]] = AgentJson("GpuIdentity", "gpu", reads_config=False)
+READBACK: AgentJson[contract.ReadbackDoc] = AgentJson("NodeReadback", "readback")

@@ -7,7 +7,7 @@ already has, which is what keeps a no-change re-run to a single command per box.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.command import QuoteString
@@ -71,35 +71,35 @@ class BoxState(FactBase[dict[str, Any]]):
         return data
 
 
-class _AgentJson(FactBase[dict[str, Any]]):
+class _AgentJson(FactBase[agent_json.Doc]):
     """Base of the facts that print the agent CLI's JSON (``{}`` when no agent is installed):
     the command and the parser of ``plain`` (`facts.agent_json`), which readers without
     pyinfra run as they are."""
 
     abstract = True
-    plain: agent_json.AgentJson
+    plain: agent_json.AgentJson[agent_json.Doc]
 
     @staticmethod
-    def default() -> dict[str, Any]:
-        return {}
+    def default() -> agent_json.Doc:
+        return cast(agent_json.Doc, {})
 
     def command(self, root: str) -> StringCommand:
         return StringCommand(self.plain.command(root))
 
-    def process(self, output: list[str]) -> dict[str, Any]:
+    def process(self, output: list[str]) -> agent_json.Doc:
         try:
             return self.plain.process(output)
         except agent_json.Unreadable as e:
             raise FactProcessError(str(e)) from e
 
 
-class AgentStatus(_AgentJson):
+class AgentStatus(_AgentJson[contract.StatusDoc]):
     """The agent's status (``python -m agent status``): programs, node, admission, heartbeat."""
 
     plain = agent_json.STATUS
 
 
-class GpuIdentity(_AgentJson):
+class GpuIdentity(_AgentJson[dict[str, Any]]):
     """The box's driver and GPUs as NVML reports them (``python -m agent gpu``)."""
 
     plain = agent_json.GPU
@@ -180,7 +180,7 @@ class NodeBinary(FactBase[dict[str, Any]]):
         return data
 
 
-class NodeReadback(_AgentJson):
+class NodeReadback(_AgentJson[contract.ReadbackDoc]):
     """
     What the box runs, read from the processes themselves (``python -m agent readback``): the
     node's pid, what it executes (``exe``, or the script of an interpreted program) with that

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict, cast
 
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.api.exceptions import FactProcessError
@@ -11,7 +11,22 @@ from agent import contract
 from facts.box import _at, _json, _probe
 
 
-class JobState(FactBase[dict[str, Any]]):
+class Unreadable(TypedDict):
+    """What stands for a state.json that is not JSON: every step treats it as not done."""
+
+    phase: str  # "unreadable"
+
+
+class JobOnBox(TypedDict):
+    """The `JobState` fact (`facts/probes/job.py`): the digests, and the job's state.json."""
+
+    spec_sha256: str | None
+    inputs_sha256: str | None
+    token_sha256: str | None
+    state: contract.JobStateFile | Unreadable | None
+
+
+class JobState(FactBase[JobOnBox]):
     """
     A one-shot job on the box: the digest of its ``job.json`` and of its shipped inputs, the
     digest of the store token file (never the token; null once the job's fetch consumed it,
@@ -21,7 +36,7 @@ class JobState(FactBase[dict[str, Any]]):
     """
 
     @staticmethod
-    def default() -> dict[str, Any]:
+    def default() -> JobOnBox:
         return {"spec_sha256": None, "inputs_sha256": None, "token_sha256": None,
                 "state": None}
 
@@ -32,8 +47,8 @@ class JobState(FactBase[dict[str, Any]]):
                       "--state", f"{jobdir}/{contract.JOB_STATE}",
                       "--token", _at(root, contract.TOKEN))
 
-    def process(self, output: list[str]) -> dict[str, Any]:
+    def process(self, output: list[str]) -> JobOnBox:
         data = _json(output, "JobState")
         if not isinstance(data, dict):
             raise FactProcessError("JobState: expected an object")
-        return data
+        return cast(JobOnBox, data)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from io import BytesIO, StringIO
-from typing import Any
+from typing import Any, cast
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
@@ -45,7 +45,8 @@ def read(job_name: str, root: str = ROOT) -> dict[str, Any]:
     operation, to pass to each of these (``job_state=``): every one then decides from the box
     as it was before the run, as `BoxState` readers do (`operations.util.box_state`), and a
     no-change re-run costs one read."""
-    return host.get_fact(JobState, root=root, job=job_name)
+    # a facts.job.JobOnBox, read here by key as a plain dict
+    return cast(dict[str, Any], host.get_fact(JobState, root=root, job=job_name))
 
 
 def _known(job_name: str, root: str, given: dict[str, Any] | None) -> dict[str, Any]:

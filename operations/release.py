@@ -130,7 +130,8 @@ def switched(node: str, sha256: str, stable_s: int = 60, deadline_s: int = 300,
     if not readback:
         raise OperationError(f"no agent answers under {root}; convert the box first "
                              "(deploys/standing.py)")
-    running = (readback.get(NODE) or {}).get("sha256")
+    process = readback.get(NODE)
+    running = process.get("sha256") if process else None
     if running == sha256:
         host.noop(f"node runs {sha256[:16]}")
         return

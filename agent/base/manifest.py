@@ -29,24 +29,26 @@ import stat
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from agent.base.errors import usage_error
 from agent.base.files import sha256_file, write_json
+from agent.contract import ManifestEntry
 
 OUT_PREFIX = "out/"  # output members of the stream; the manifest member is outside it
 STREAM_MANIFEST = "manifest.json"
 CHUNK = 1 << 20
 
 
-def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[dict[str, Any]]]:
+def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[ManifestEntry]]:
     """(relative path, path) of each regular file under root, sorted, and an entry for each
     thing that is not one (a link, a fifo, ...): never followed, never read."""
     if not os.path.lexists(root):
         return [], []
     if root.is_symlink() or not root.is_dir():
         raise usage_error(f"{root} is not a directory")
-    found, others = [], []
+    found: list[tuple[str, Path]] = []
+    others: list[ManifestEntry] = []
     for dirpath, dirnames, filenames in os.walk(root):  # does not descend into symlinked dirs
         dirnames.sort()
         for name in [*dirnames, *filenames]:
@@ -72,23 +74,25 @@ def _files(root: Path) -> Iterator[tuple[str, Path]]:
     return iter(_walk(root)[0])
 
 
-def _sorted(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _sorted(entries: list[ManifestEntry]) -> list[ManifestEntry]:
     return sorted(entries, key=lambda e: str(e["path"]))
 
 
-def manifest(root: Path) -> list[dict[str, Any]]:
+def manifest(root: Path) -> list[ManifestEntry]:
     files, others = _walk(root)
-    return _sorted([{"path": rel, "size": path.stat().st_size, "sha256": sha256_file(path)}
-                    for rel, path in files] + others)
+    entries: list[ManifestEntry] = [
+        {"path": rel, "size": path.stat().st_size, "sha256": sha256_file(path)}
+        for rel, path in files]
+    return _sorted(entries + others)
 
 
-def stream(root: Path, out: IO[bytes], save: Path) -> list[dict[str, Any]]:
+def stream(root: Path, out: IO[bytes], save: Path) -> list[ManifestEntry]:
     """Write root's files to `out` as a tar stream, then their manifest; save it to `save`.
 
     tarfile writes each header (`TarInfo.tobuf`, PAX for long names and large sizes); the
     bytes go from the file through one reused buffer to the hash and `out`, where tarfile's
     own stream would copy every chunk twice more."""
-    entries: list[dict[str, Any]] = []
+    entries: list[ManifestEntry] = []
     buf = memoryview(bytearray(CHUNK))
     _widen_pipe(out)
     files, others = _walk(root)
@@ -100,8 +104,8 @@ def stream(root: Path, out: IO[bytes], save: Path) -> list[dict[str, Any]]:
             out.write(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
             digest = _send(f, before.st_size, buf, out, rel)
             after = os.stat(path)
-        entry = {"path": rel, "size": before.st_size, "sha256": digest,
-                 "mtime_ns": before.st_mtime_ns}
+        entry: ManifestEntry = {"path": rel, "size": before.st_size, "sha256": digest,
+                                "mtime_ns": before.st_mtime_ns}
         if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
             entry["changed"] = True
         entries.append(entry)

@@ -10,11 +10,11 @@ import json
 import os
 
 from agent.base.files import atomic_write
-from agent.contract import POINTER_PREVIOUS, RELEASES_STAGED, Layout
+from agent.contract import POINTER_PREVIOUS, RELEASES_STAGED, Layout, PointerDoc
 from agent.space import Unresolved, release_names
 
 
-def record(layout: Layout, previous: dict[str, str], to: dict[str, str]) -> None:
+def record(layout: Layout, previous: PointerDoc, to: PointerDoc) -> None:
     """Record a move of the pointer from `previous` to `to` (each {"target", "sha256"}),
     before the pointer is written, and then remove the staging records of both. A record that
     cannot be written is removed, so that no older one names a wrong release (the clean then

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, cast
 
 from agent.base import procs
 from agent.base.config import Config
@@ -21,7 +21,7 @@ from agent.base.identity import instances
 from agent.base.journal import utc, utc_ms
 from agent.base.persist import AgentState
 from agent.base.pointer import read_pointer
-from agent.contract import NODE, PROGRAMS
+from agent.contract import NODE, PROGRAMS, ReadbackDoc
 from agent.daemon.probes import ProbeError, http_get_json
 
 
@@ -37,7 +37,7 @@ def process_view(cfg: Config, name: str, digests: DigestCache | None = None
             "instances": len(found)}
 
 
-def readback(cfg: Config, digests: DigestCache | None = None) -> dict[str, Any]:
+def readback(cfg: Config, digests: DigestCache | None = None) -> ReadbackDoc:
     """What runs now. `digests`: a cache kept across read-backs (`agent switch` polls), so a
     file is hashed again only when it changed."""
     layout = cfg.layout
@@ -78,4 +78,4 @@ def readback(cfg: Config, digests: DigestCache | None = None) -> dict[str, Any]:
     for name in PROGRAMS:
         if out.get(name):
             out[name].pop("started_ts", None)
-    return out
+    return cast(ReadbackDoc, out)

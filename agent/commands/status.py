@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import cast
 
 from agent.base.config import Config
 from agent.base.files import read_json
 from agent.commands.stop import live_agent
-from agent.contract import Layout
+from agent.contract import DiskDoc, Layout, StatusDoc
 
 
-def status(cfg: Config) -> dict[str, Any]:
+def status(cfg: Config) -> StatusDoc:
     layout = cfg.layout
     current = read_json(layout.status)
     pid = live_agent(cfg)
@@ -27,20 +27,22 @@ def status(cfg: Config) -> dict[str, Any]:
     except OSError:
         age = None
     fresh = age is not None and age <= 3 * cfg.tick_s + 5.0
-    out: dict[str, Any] = current if isinstance(current, dict) else {"error": "no status yet"}
+    # status.json as the agent wrote it (a StatusFile), or a word that there is none yet
+    out = cast(StatusDoc, current if isinstance(current, dict) else {"error": "no status yet"})
     try:  # how old the status itself is: a live agent that cannot write it shows here
         status_age: float | None = round(max(0.0, now - layout.status.stat().st_mtime), 3)
     except OSError:
         status_age = None
-    out.update(alive=pid is not None and fresh, agent_pid=pid, heartbeat_age_s=age,
-               status_age_s=status_age, disk=disk_space(layout))
+    out["alive"], out["agent_pid"] = pid is not None and fresh, pid
+    out["heartbeat_age_s"], out["status_age_s"] = age, status_age
+    out["disk"] = disk_space(layout)
     return out
 
 
 FULL_BELOW_BYTES = 1 << 20  # less than this free under run/ or out/ reads as a full disk
 
 
-def disk_space(layout: Layout) -> dict[str, Any]:
+def disk_space(layout: Layout) -> DiskDoc:
     """Free and total bytes where the agent writes (run/ and out/); `full` when either is
     nearly out."""
     free: dict[str, int | None] = {}

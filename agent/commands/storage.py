@@ -11,18 +11,19 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agent import space
 from agent.base.config import Config
 from agent.base.errors import AgentError, usage_error
 from agent.base.lock import AgentLock
+from agent.contract import StorageReview
 
 MAX_REVIEW_BYTES = 256 << 20  # a review file larger than this is not one
 
 
-def review(cfg: Config) -> dict[str, Any]:
-    return space.review(space.Rules.of(cfg.root, cfg.log_keep))
+def review(cfg: Config) -> StorageReview:
+    return cast(StorageReview, space.review(space.Rules.of(cfg.root, cfg.log_keep)))
 
 
 def clean(cfg: Config, source: str, dry_run: bool, lock_wait_s: float = 600.0,

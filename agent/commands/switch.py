@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any
 
 from agent.base import releases_record
 from agent.base.config import Config
@@ -29,7 +28,7 @@ from agent.base.lock import AgentLock
 from agent.base.pointer import read_pointer
 from agent.commands.readback import readback
 from agent.commands.stop import live_agent
-from agent.contract import NODE, SWITCH_EXIT, Layout
+from agent.contract import NODE, SWITCH_EXIT, Layout, PointerDoc, SwitchDoc, SwitchOutcome
 
 POLL_S = 0.25
 LOCK_WAIT_S = 900.0  # a switch waits this long for another to end (its deadline and revert)
@@ -43,15 +42,16 @@ def write_pointer(layout: Layout, target: str, sha256: str) -> None:
 
 
 def switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: float
-           ) -> tuple[dict[str, Any], int]:
+           ) -> tuple[SwitchDoc, int]:
     layout = cfg.layout
     layout.run.mkdir(parents=True, exist_ok=True)
     lock = AgentLock(layout.switch_lock)
     if not lock.acquire_within(LOCK_WAIT_S, POLL_S):
         reason = (f"another switch has held run/switch.lock for {LOCK_WAIT_S:.0f} s; nothing "
                   "changed (try again once it has ended)")
-        return {"outcome": "refused", "reason": reason, "previous": None,
-                "target": {"target": target, "sha256": sha256}}, SWITCH_EXIT["refused"]
+        return {"outcome": SwitchOutcome.REFUSED, "reason": reason, "previous": None,
+                "target": {"target": target, "sha256": sha256}}, \
+            SWITCH_EXIT[SwitchOutcome.REFUSED]
     try:
         return _switch(cfg, target, sha256, stable_s, deadline_s)
     finally:
@@ -59,24 +59,24 @@ def switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: f
 
 
 def _switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: float
-            ) -> tuple[dict[str, Any], int]:
+            ) -> tuple[SwitchDoc, int]:
     layout = cfg.layout
     digests = DigestCache()  # one for the whole wait: each file hashed once per change
-    wanted = {"target": target, "sha256": sha256}
+    wanted: PointerDoc = {"target": target, "sha256": sha256}
     current = read_pointer(layout)
-    previous = ({"target": current.target, "sha256": current.digest_text}
-                if current is not None else None)
+    previous: PointerDoc | None = ({"target": current.target, "sha256": current.digest_text}
+                                   if current is not None else None)
 
-    def result(outcome: str, reason: str | None) -> tuple[dict[str, Any], int]:
+    def result(outcome: SwitchOutcome, reason: str | None) -> tuple[SwitchDoc, int]:
         return ({"outcome": outcome, "reason": reason, "previous": previous, "target": wanted,
                  "readback": readback(cfg, digests)}, SWITCH_EXIT[outcome])
 
     refusal = _check_file(target, sha256)
     if refusal:
-        return result("refused", refusal)
+        return result(SwitchOutcome.REFUSED, refusal)
     pointed = previous == wanted
     if pointed and _healthy(cfg, sha256, digests):
-        return result("unchanged", None)
+        return result(SwitchOutcome.UNCHANGED, None)
     if not pointed:
         if previous is not None:
             releases_record.record(layout, previous, wanted)
@@ -84,23 +84,23 @@ def _switch(cfg: Config, target: str, sha256: str, stable_s: float, deadline_s: 
         _nudge(cfg)
     deadline = time.monotonic() + deadline_s
     if _wait_healthy(cfg, sha256, stable_s, deadline, digests):
-        return result("switched", None)
+        return result(SwitchOutcome.SWITCHED, None)
     why = (f"the node did not run {sha256[:16]} synced for {stable_s:.0f} s within "
            f"{deadline_s:.0f} s")
     if previous is None or pointed:
-        return result("failed", f"{why}; no earlier pointer to go back to")
+        return result(SwitchOutcome.FAILED, f"{why}; no earlier pointer to go back to")
     now = read_pointer(layout)
     if now is None or (now.target, now.digest_text) != (target, sha256):
         newer = f"{now.target} ({now.digest_text[:16]})" if now else "nothing"
-        return result("superseded", f"{why}; not reverted: the pointer now names {newer}, "
-                      "written by someone else meanwhile")
+        return result(SwitchOutcome.SUPERSEDED, f"{why}; not reverted: the pointer now names "
+                      f"{newer}, written by someone else meanwhile")
     releases_record.record(layout, wanted, previous)
     write_pointer(layout, previous["target"], previous["sha256"])
     _nudge(cfg)
     if _wait_running(cfg, previous["sha256"], time.monotonic() + deadline_s, digests):
-        return result("reverted", f"{why}; reverted to {previous['sha256'][:16]}")
-    return result("failed", f"{why}; the revert to {previous['sha256'][:16]} did not come back "
-                  f"within {deadline_s:.0f} s")
+        return result(SwitchOutcome.REVERTED, f"{why}; reverted to {previous['sha256'][:16]}")
+    return result(SwitchOutcome.FAILED, f"{why}; the revert to {previous['sha256'][:16]} did "
+                  f"not come back within {deadline_s:.0f} s")
 
 
 def _nudge(cfg: Config) -> None:
@@ -129,8 +129,8 @@ def _check_file(target: str, sha256: str) -> str | None:
 
 
 def _healthy(cfg: Config, sha256: str, digests: DigestCache) -> bool:
-    node = readback(cfg, digests).get(NODE) or {}
-    return node.get("sha256") == sha256 and node.get("synced") is True
+    node = readback(cfg, digests).get(NODE)
+    return node is not None and node.get("sha256") == sha256 and node.get("synced") is True
 
 
 def _wait_healthy(cfg: Config, sha256: str, stable_s: float, deadline: float,
@@ -150,8 +150,8 @@ def _wait_healthy(cfg: Config, sha256: str, stable_s: float, deadline: float,
 
 def _wait_running(cfg: Config, sha256: str, deadline: float, digests: DigestCache) -> bool:
     while time.monotonic() < deadline:
-        node = readback(cfg, digests).get(NODE) or {}
-        if node.get("sha256") == sha256 and node.get("version") is not None:
+        node = readback(cfg, digests).get(NODE)
+        if node is not None and node.get("sha256") == sha256 and node.get("version") is not None:
             return True
         time.sleep(POLL_S)
     return False

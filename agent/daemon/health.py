@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable
 
 from agent.base.config import Config
+from agent.contract import ProgramState
 from agent.daemon.probes import Reading
 from agent.daemon.program import Program
 
@@ -21,7 +22,7 @@ def restart_unhealthy(cfg: Config, programs: Iterable[Program],
         reading = readings.get(prog.name)
         if reading is not None and reading.stale:
             continue
-        if prog.state != "running" or prog.proc is None or reading is None:
+        if prog.state != ProgramState.RUNNING or prog.proc is None or reading is None:
             prog.unhealthy_since = None
             continue
         if reading.healthy is not False:

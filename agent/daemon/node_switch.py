@@ -30,7 +30,7 @@ from agent.base.pointer import (
     pointer_signature,
     read_pointer,
 )
-from agent.contract import NODE
+from agent.contract import NODE, PROCESS_STATES, ProgramState
 from agent.daemon.context import Context
 from agent.daemon.program import Program
 
@@ -110,7 +110,7 @@ class NodeSwitch:
         runs the digest it must (the pointer's, else the recorded binary's) is stopped with
         the reason; one whose new digest is still being hashed claims no digest meanwhile."""
         p = node.proc
-        if p is None or node.state != "running":
+        if p is None or node.state != ProgramState.RUNNING:
             return
         info = procs.identify(p.pid)
         if info is None or info.start_ticks != p.start_ticks:
@@ -152,7 +152,7 @@ class NodeSwitch:
 
     def checking(self, node: Program | None) -> bool:
         """Whether the node's program has yet to read back (the loop looks again soon)."""
-        p = node.proc if node is not None and node.state == "running" else None
+        p = node.proc if node is not None and node.state == ProgramState.RUNNING else None
         return p is not None and p.verify_until is not None
 
     def spawn_refusal(self) -> str | None:
@@ -219,7 +219,7 @@ class NodeSwitch:
         self._take_pointer()
         node = self.ctx.program(NODE)
         pinned = self.pinned_sha256()
-        if (node is not None and pinned is not None and node.state == "running"
+        if (node is not None and pinned is not None and node.state == ProgramState.RUNNING
                 and node.proc is not None and node.proc.pending_since is None
                 and node.proc.sha256 != pinned):
             runs = (node.proc.sha256 or "an unknown digest")[:16]
@@ -285,10 +285,11 @@ class NodeSwitch:
     def _switch_node(self, sha256: str) -> None:
         """The pointer taken: time the switch and stop a node that runs another binary."""
         node = self.ctx.program(NODE)
-        running = node.proc if node and node.state in ("running", "stopping") else None
+        running = node.proc if node and node.state in PROCESS_STATES else None
         if running is None or running.sha256 != sha256:
             self._begin_timeline(running.sha256 if running else None, sha256)
-        if node and node.state == "running" and node.proc and node.proc.sha256 != sha256:
+        if (node and node.state == ProgramState.RUNNING and node.proc
+                and node.proc.sha256 != sha256):
             node.begin_stop(self.ctx.cfg.grace(node.cfg), f"switching to {sha256[:16]}")
 
     # ------------------------------------------------------------------ the switch's timeline

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from agent.base.template import render_argv
-from agent.contract import MINER
+from agent.contract import MINER, ProgramState
 from agent.daemon.context import Context
 from agent.daemon.probes import Reading
 from agent.daemon.tasks import Task
@@ -95,7 +95,7 @@ class PackExport:
             self.ctx.save_state()
             self.ctx.journal(f"pack: exported for seed {seed}; restarting the miner")
             miner = self.ctx.program(MINER)
-            if miner and miner.state == "running":
+            if miner and miner.state == ProgramState.RUNNING:
                 miner.begin_stop(self.ctx.cfg.grace(miner.cfg), f"new pack for seed {seed}")
             return
         self.error = {"seed": seed, "mono": time.monotonic(), "rc": code, "outcome": outcome,

@@ -3,8 +3,8 @@
 States: running; backoff (crashed after a short run, waiting to start again); stopping (TERM
 sent to its process group, KILL at the deadline); blocked (a guard forbids it: admission, no
 node binary); stopped (not running and not held back: between an exit and the restart, or the
-agent is shutting down). The supervisor decides *when*; this class
-knows *how* (spawn, adopt, signal) and keeps the counts the status reports.
+agent is shutting down). They are `agent.contract.ProgramState`. The supervisor decides *when*;
+this class knows *how* (spawn, adopt, signal) and keeps the counts the status reports.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from agent.base import procs
 from agent.base.config import ProgramConfig
 from agent.base.files import write_json
 from agent.base.stopping import Stopping
-from agent.contract import Layout
+from agent.contract import Layout, ProgramState
 from agent.daemon.backoff import Backoff
 
 
@@ -53,7 +53,7 @@ class Program:
         self.backoff = backoff
         self.degraded_after = degraded_after
         self.journal = journal
-        self.state = "stopped"
+        self.state: ProgramState = ProgramState.STOPPED
         self.proc: Process | None = None
         self.failures = 0  # consecutive runs shorter than stable_s
         self.degraded = False
@@ -96,7 +96,7 @@ class Program:
         self.proc = Process(child.pid, ticks, child.pid, list(argv), now_mono, now,
                             adopted=False, child=child, pidfd=procs.pidfd(child.pid),
                             binary=binary, sha256=sha256)
-        self.state, self.reason, self.next_start = "running", None, None
+        self.state, self.reason, self.next_start = ProgramState.RUNNING, None, None
         self.unhealthy_since = None
         self.write_pidfile()
         self.journal(f"{self.name}: started pid {child.pid}: {' '.join(argv)}")
@@ -108,7 +108,7 @@ class Program:
                             time.monotonic() - age, time.time() - age, adopted=True,
                             child=None, pidfd=procs.pidfd(info.pid), binary=binary,
                             sha256=sha256)
-        self.state, self.reason, self.next_start = "running", None, None
+        self.state, self.reason, self.next_start = ProgramState.RUNNING, None, None
         self.write_pidfile()
         self.journal(f"{self.name}: adopted pid {info.pid} (running {age:.0f} s): "
                      f"{' '.join(info.argv)}")
@@ -139,16 +139,16 @@ class Program:
         """TERM the process group now; `enforce_deadline` escalates when the grace runs out.
         `as_crash`: the exit counts as a short run (backoff), for a start that went wrong."""
         p = self.proc
-        if p is None or self.state != "running":
+        if p is None or self.state != ProgramState.RUNNING:
             return
-        self.state = "stopping"
+        self.state = ProgramState.STOPPING
         self.start_after_stop = start_after
         self.stopping = Stopping(self.name, p.pid, p.pgid, grace_s, why, self.journal)
         self._stop_why, self._stop_as_crash = why, as_crash
         self._stop_reason()
 
     def enforce_deadline(self, now: float) -> None:
-        if self.state == "stopping" and self.stopping is not None:
+        if self.state == ProgramState.STOPPING and self.stopping is not None:
             self.stopping.enforce(now)
             self._stop_reason()
 
@@ -176,15 +176,15 @@ class Program:
         self.proc = None
         self.stopping = None
         self.last_exit = {"code": code, "at": now, "run_s": round(run_s, 3)}
-        if self.state == "stopping":
-            self.state, self.reason = "stopped", None
+        if self.state == ProgramState.STOPPING:
+            self.state, self.reason = ProgramState.STOPPED, None
             self.journal(f"{self.name}: pid {p.pid} stopped ({describe(code)})")
             if self._stop_as_crash:  # never a quick loop of starts that each go wrong
                 self._short_run(now_mono)
                 return "backoff"
             return "stopped"
         if run_s >= stable_s:
-            self.state = "stopped"  # not running; the supervisor starts it again at once
+            self.state = ProgramState.STOPPED  # not running; the supervisor starts it at once
             self.failures = 0
             self.degraded = False
             self.journal(f"{self.name}: pid {p.pid} exited ({describe(code)}) after "
@@ -197,7 +197,7 @@ class Program:
     def _short_run(self, now_mono: float) -> None:
         self.failures += 1
         delay = self.backoff.delay(self.failures)
-        self.state = "backoff"
+        self.state = ProgramState.BACKOFF
         self.next_start = now_mono + delay
         self.reason = f"crash loop: {self.failures} short run(s) in a row"
         if self.failures >= self.degraded_after and not self.degraded:

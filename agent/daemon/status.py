@@ -1,6 +1,7 @@
 """status.json (every tick) and the `RESULT standing` line (every result_every_s).
 
-The schema is a contract with the pyinfra facts; docs/agent.md documents every field. Keep
+The schema is a contract with the pyinfra facts (`agent.contract.StatusFile`, built here
+typed); docs/agent.md documents every field. Keep
 additions backwards compatible and bump SCHEMA on a breaking change. The readings it is built
 from have passed the freshness rule (freshness.py): a stale one has no figures and
 `healthy: null`, so neither shows a frozen value as a current one.
@@ -13,7 +14,7 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from agent import __version__
 from agent.base.config import Config
@@ -21,7 +22,24 @@ from agent.base.gpu import Admission
 from agent.base.journal import utc
 from agent.base.persist import AgentState
 from agent.base.ports import P2PMapping
-from agent.contract import MINER, NODE, PROVER, Layout
+from agent.contract import (
+    MINER,
+    NODE,
+    PROVER,
+    AdmissionDoc,
+    AgentRunState,
+    DigestsDoc,
+    Layout,
+    ObserverDoc,
+    P2PDoc,
+    PeerDoc,
+    ProgramDoc,
+    ProgramState,
+    RpcDoc,
+    StatusFile,
+    SwitchRecord,
+    WritesDoc,
+)
 from agent.daemon.probes import Reading
 from agent.daemon.program import Program
 
@@ -77,22 +95,23 @@ def _isos(view: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {k: iso(v) if k in keys else v for k, v in view.items()}
 
 
-def build(src: Source, final: bool = False) -> dict[str, Any]:
+def build(src: Source, final: bool = False) -> StatusFile:
     now = time.time()
     readings = src.readings()
     if final:
-        agent_state = "stopped" if src.mode == "stop" else "exited"
+        agent_state = AgentRunState.STOPPED if src.mode == "stop" else AgentRunState.EXITED
     else:
-        agent_state = "stopping" if src.mode == "stop" else "running"
+        agent_state = AgentRunState.STOPPING if src.mode == "stop" else AgentRunState.RUNNING
     node_reading = readings.get(NODE)
     miner_reading = readings.get(MINER)
     prover_reading = readings.get(PROVER)
     binary = src.state.node_binary
-    admission = src.admission.as_dict()
+    admission = cast(AdmissionDoc, src.admission.as_dict())
     admission["checked_at"] = iso(admission["checked_at"])
     pack = src.pack_view()
     if pack.get("last_error"):
         pack["last_error"] = _isos(pack["last_error"], "at")
+    # the views are the supervisor's plain dicts: their shapes are the contract's documents
     return {
         "schema": SCHEMA,
         "ts": utc(now),
@@ -107,11 +126,11 @@ def build(src: Source, final: bool = False) -> dict[str, Any]:
             "root": str(src.layout.root),
             "config": str(src.cfg.path),
         },
-        "observer": _isos(src.observer_view(), "round_at"),
-        "digests": src.digests_view(),
-        "storage": _isos(src.storage_view(), "since"),
+        "observer": cast(ObserverDoc, _isos(src.observer_view(), "round_at")),
+        "digests": cast(DigestsDoc, src.digests_view()),
+        "storage": cast(WritesDoc, _isos(src.storage_view(), "since")),
         "admission": admission,
-        "p2p": src.p2p.as_dict(),
+        "p2p": cast(P2PDoc, src.p2p.as_dict()),
         "node": {
             "binary": binary.path if binary else None,
             "sha256": binary.sha256 if binary else None,
@@ -121,8 +140,9 @@ def build(src: Source, final: bool = False) -> dict[str, Any]:
             "rpc": _pick(node_reading.data, NODE_FIELDS) if node_reading else None,
             "rpc_error": node_reading.error if node_reading else None,
             "rpc_at": iso(node_reading.at) if node_reading else None,
-            "switch": _isos(dict(src.state.switch), "applied_at", "old_exit_at",
-                            "new_started_at", "synced_at") if src.state.switch else None,
+            "switch": cast(SwitchRecord, _isos(dict(src.state.switch), "applied_at",
+                                               "old_exit_at", "new_started_at", "synced_at"))
+            if src.state.switch else None,
         },
         "miner": {
             "hashrate": _get(miner_reading, "hashrate", RATE),
@@ -143,10 +163,10 @@ def build(src: Source, final: bool = False) -> dict[str, Any]:
     }
 
 
-def _program(p: Program, reading: Reading | None, now: float) -> dict[str, Any]:
+def _program(p: Program, reading: Reading | None, now: float) -> ProgramDoc:
     proc = p.proc
     next_in = None
-    if p.state == "backoff" and p.next_start is not None:
+    if p.state == ProgramState.BACKOFF and p.next_start is not None:
         next_in = round(max(0.0, p.next_start - time.monotonic()), 3)
     last_exit = None
     if p.last_exit:
@@ -176,8 +196,10 @@ def _program(p: Program, reading: Reading | None, now: float) -> dict[str, Any]:
     }
 
 
-def _pick(data: dict[str, Any] | None, kinds: dict[str, str]) -> dict[str, Any] | None:
-    return None if data is None else {k: _typed(data.get(k), kind) for k, kind in kinds.items()}
+def _pick(data: dict[str, Any] | None, kinds: dict[str, str]) -> RpcDoc | None:
+    if data is None:
+        return None
+    return cast(RpcDoc, {k: _typed(data.get(k), kind) for k, kind in kinds.items()})
 
 
 def _get(reading: Any, key: str, kind: str) -> Any:
@@ -199,7 +221,7 @@ def _typed(value: Any, kind: str) -> Any:
     return value if math.isfinite(value) and 0 <= value < LARGEST_COUNT else None
 
 
-def _peer_list(value: Any) -> list[dict[str, Any]] | None:
+def _peer_list(value: Any) -> list[PeerDoc] | None:
     """The node's peer list, or None when it is not a list (unknown, never "no peers"). Only
     the first MAX_PEER_LIST entries are looked at (bounded work whatever the node sends); each
     kept entry is exactly {dir, remote, public}, and one with any of them wrong is dropped."""
@@ -213,7 +235,7 @@ def _peer_list(value: Any) -> list[dict[str, Any]] | None:
     return kept
 
 
-def _peer(entry: Any) -> dict[str, Any] | None:
+def _peer(entry: Any) -> PeerDoc | None:
     """One peer_list entry, or None. A remote longer than MAX_TEXT is dropped rather than cut:
     a cut HOST:PORT would name some other endpoint."""
     if not isinstance(entry, dict):
@@ -223,7 +245,7 @@ def _peer(entry: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(public, bool) or not _is_endpoint(remote):
         return None
-    return {"dir": direction, "remote": remote, "public": public}
+    return {"dir": direction, "remote": cast(str, remote), "public": public}
 
 
 def _is_endpoint(value: Any) -> bool:
@@ -234,19 +256,20 @@ def _is_endpoint(value: Any) -> bool:
     return match is not None and int(match.group(1)) <= 65535
 
 
-def result_line(s: dict[str, Any]) -> str:
+def result_line(s: StatusFile) -> str:
     """`RESULT standing key=value ...`: values never hold whitespace or quotes (spaces in the
     admission reason become `_`), so `line.split()` parses it; unknown values are `-`."""
-    node = s["programs"].get(NODE) or {}
-    rpc = s["node"].get("rpc") or {}
+    node: ProgramDoc | dict[str, Any] = s["programs"].get(NODE) or {}
+    rpc: RpcDoc | dict[str, Any] = s["node"].get("rpc") or {}
     adm = s["admission"]
     p2p = s["p2p"]
+    node_uptime = node.get("uptime_s")
     fields: list[tuple[str, Any]] = [
         ("ts", s["ts"]),
         ("uptime_s", round(s["agent"]["uptime_s"])),
         ("node_pid", node.get("pid")),
         ("node_bin", s["node"].get("sha16")),
-        ("node_uptime_s", None if node.get("uptime_s") is None else round(node["uptime_s"])),
+        ("node_uptime_s", None if node_uptime is None else round(node_uptime)),
         ("blocks", rpc.get("blocks")),
         ("daa_score", rpc.get("daa_score")),
         ("peers", rpc.get("peers")),

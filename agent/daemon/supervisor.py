@@ -48,7 +48,14 @@ from agent.base.persist import AgentState
 from agent.base.pointer import PENDING
 from agent.base.ports import find_p2p
 from agent.base.template import TemplateError, render_argv, render_env, render_text
-from agent.contract import MINER, NODE
+from agent.contract import (
+    IDLE_STATES,
+    MINER,
+    NODE,
+    PROCESS_STATES,
+    ProgramState,
+    StatusFile,
+)
 from agent.daemon import status
 from agent.daemon.backoff import Backoff
 from agent.daemon.digests import DigestWorker
@@ -107,7 +114,7 @@ class Supervisor:
         self.started_at = time.time()
         self.started_mono = time.monotonic()
         self._step_errors: dict[str, str] = {}  # a failing step's last error, told once
-        self._current: dict[str, Any] | None = None  # this tick's status, for the RESULT line
+        self._current: StatusFile | None = None  # this tick's status, for the RESULT line
         self.ticks = 0
         self.mode: str | None = None  # None: supervising; "leave": exit, programs keep running;
         #                                "stop": stop every program, then exit
@@ -272,7 +279,7 @@ class Supervisor:
             self.mode = mode
 
     def _all_stopped(self) -> bool:
-        busy = any(p.state in ("running", "stopping") for p in self.programs.values())
+        busy = any(p.state in PROCESS_STATES for p in self.programs.values())
         return not busy and not self.strays and not self.tasks
 
     # ================================================================== writes that may fail
@@ -321,9 +328,9 @@ class Supervisor:
         return prog.cfg.needs_gpu and self.admission.pending and self.mode is None
 
     def _block(self, prog: Program, reason: str) -> None:
-        if prog.state != "blocked" or prog.reason != reason:
+        if prog.state != ProgramState.BLOCKED or prog.reason != reason:
             self.journal(f"{prog.name}: not started: {reason}")
-        prog.state, prog.reason, prog.next_start = "blocked", reason, None
+        prog.state, prog.reason, prog.next_start = ProgramState.BLOCKED, reason, None
 
     # ================================================================== the state machine
 
@@ -334,25 +341,25 @@ class Supervisor:
             self._guard(f"{prog.name}: supervision", partial(self._step_one, prog, now))
 
     def _step_one(self, prog: Program, now: float) -> None:
-        if prog.state == "stopping":
+        if prog.state == ProgramState.STOPPING:
             prog.enforce_deadline(now)
             return
         wanted, why = self._desired(prog)
         if not wanted:
-            if prog.state == "running":
+            if prog.state == ProgramState.RUNNING:
                 if not self._may_stay(prog):
                     prog.begin_stop(self.cfg.grace(prog.cfg), why or "not wanted")
             elif self.mode == "stop":
-                prog.state, prog.reason, prog.next_start = "stopped", why, None
+                prog.state, prog.reason, prog.next_start = ProgramState.STOPPED, why, None
             else:
                 self._block(prog, why or "not wanted")
             return
-        if prog.state in ("blocked", "stopped"):
+        if prog.state in IDLE_STATES:
             self._start(prog)
-        elif prog.state == "backoff" and prog.next_start is not None:
+        elif prog.state == ProgramState.BACKOFF and prog.next_start is not None:
             if now >= prog.next_start:
                 self._start(prog)
-        elif prog.state == "running" and prog.proc is not None:
+        elif prog.state == ProgramState.RUNNING and prog.proc is not None:
             if prog.failures and now - prog.proc.started_mono >= self.cfg.stable_s:
                 prog.mark_stable()
 
@@ -464,7 +471,7 @@ class Supervisor:
         """While a node is being stopped the next one waits, blocked, with the reason (no timer
         of its own: the strays' poll wakes the loop, so it never spins)."""
         old = self.strays.of(NODE)
-        if old and prog.state != "running":
+        if old and prog.state != ProgramState.RUNNING:
             self._block(prog, old[0].stopping.waiting_reason())
         return bool(old)
 
@@ -482,11 +489,11 @@ class Supervisor:
     def _next_wake(self, now: float) -> float:
         wake = [self.next_tick, self.next_reconcile]
         for prog in self.programs.values():
-            if prog.state == "backoff" and prog.next_start is not None:
+            if prog.state == ProgramState.BACKOFF and prog.next_start is not None:
                 wake.append(prog.next_start)
-            elif prog.state == "stopping" and prog.stopping is not None:
+            elif prog.state == ProgramState.STOPPING and prog.stopping is not None:
                 wake.append(prog.stopping.deadline)
-            elif prog.state == "running" and prog.proc is not None:
+            elif prog.state == ProgramState.RUNNING and prog.proc is not None:
                 if prog.failures:
                     wake.append(prog.proc.started_mono + self.cfg.stable_s)
                 if prog.proc.pidfd is None:
@@ -578,7 +585,7 @@ class Supervisor:
         keeper: procs.ProcInfo | None = None
         running: Running | None = None
         pending: list[procs.ProcInfo] = []
-        if prog.state in ("running", "stopping"):
+        if prog.state in PROCESS_STATES:
             others, reason = found, f"duplicate {prog.name}"
         elif not (wanted or unknown_node or self._may_stay(prog)):
             others, reason = found, f"{prog.name} must not run: {why}"
@@ -628,7 +635,7 @@ class Supervisor:
         self._guard("node check", self._check_node)
         table = procs.command_lines()  # one pass over /proc for every program
         for prog in self.programs.values():
-            if prog.state != "stopping":
+            if prog.state != ProgramState.STOPPING:
                 self._settle(prog, table=table)
         self._check_nvml()
         rotate_logs(self._log_paths(), self.cfg.log_max_bytes, self.cfg.log_keep, self.journal)
@@ -703,7 +710,7 @@ class Supervisor:
         waited = now - self.started_mono >= min(self.cfg.result_every_s, 4 * self.cfg.tick_s)
         return (reading is not None and reading.data is not None) or waited
 
-    def _write_status(self, final: bool = False) -> dict[str, Any]:
+    def _write_status(self, final: bool = False) -> StatusFile:
         current = self._current = status.build(self, final)
         if not self.storage.attempt("run/status.json",
                                     lambda: write_json(self.layout.status, current)):
@@ -785,7 +792,7 @@ class Supervisor:
         is not running now, made unknown."""
         if self.observer is None:
             return {}
-        started = {name: p.proc.started_mono if p.state == "running" and p.proc else None
+        started = {name: p.proc.started_mono if p.state == ProgramState.RUNNING and p.proc else None
                    for name, p in self.programs.items()}
         max_age = {name: p.cfg.health_max_age_s for name, p in self.programs.items()}
         return of_running(fresh_readings(self.observer.readings, reading_limit_s(self.cfg)),

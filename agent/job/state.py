@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from agent.base.errors import AgentError
 from agent.base.files import read_json, write_json
@@ -33,6 +33,8 @@ from agent.contract import (
     SCANNED,
     TOKEN,
     TOKEN_UPLOAD,
+    JobStateDoc,
+    JobStateFile,
 )
 from agent.job import domain, jobuser
 from agent.job.model import Job, Refused, now
@@ -44,12 +46,15 @@ LOCK_POLL_S = 0.1
 
 
 def fresh_state(job: Job) -> dict[str, Any]:
-    return {"name": job.name, "phase": NEW, "refused": None, "admission": None,
-            "toolchain": None, "scan": None, "gates": None, "invocations": 0, "exit_code": None,
-            "started_at": None, "finished_at": None, "timed_out": False, "interrupted": None,
-            "runner": None, "process": None, "gating": None, "stopped": None,
-            "steps": {}, "step": None, "killed": None, "strays": 0, "cgroups": [],
-            "mark": domain.new_mark()}
+    """A new job's state.json (`agent.contract.JobStateFile`); the steps change it as a dict."""
+    state: JobStateFile = {
+        "name": job.name, "phase": NEW, "refused": None, "admission": None,
+        "toolchain": None, "scan": None, "gates": None, "invocations": 0, "exit_code": None,
+        "started_at": None, "finished_at": None, "timed_out": False, "interrupted": None,
+        "runner": None, "process": None, "gating": None, "stopped": None,
+        "steps": {}, "step": None, "killed": None, "strays": 0, "cgroups": [],
+        "mark": domain.new_mark()}
+    return cast(dict[str, Any], state)
 
 
 def load_state(job: Job) -> dict[str, Any]:
@@ -158,7 +163,7 @@ def drop_token(job: Job, strict: bool = True) -> None:
                               "the job's code never runs while it is on the box") from None
 
 
-def with_deadline(job: Job, state: dict[str, Any]) -> dict[str, Any]:
+def with_deadline(job: Job, state: dict[str, Any]) -> JobStateDoc:
     """The state as printed, with `deadline_at` (UTC ISO, by this box's clock): when what the
     job does now must end. Each part of the job counts from its own start, as this agent
     recorded it, never from the rent: the run from its `started_at`, a gate that runs from its
@@ -188,8 +193,8 @@ def with_deadline(job: Job, state: dict[str, Any]) -> dict[str, Any]:
                  if isinstance(r, dict) for k in ("started_at", "ended_at")]
         started = max((m for m in marks if m is not None), default=None)
     at = _epoch(started)
-    return {**state, "gating": gating, "step": step,
-            "deadline_at": None if at is None else utc(at + job.ttl_s)}
+    return cast(JobStateDoc, {**state, "gating": gating, "step": step,
+                              "deadline_at": None if at is None else utc(at + job.ttl_s)})
 
 
 def _epoch(value: Any) -> float | None:

@@ -34,7 +34,7 @@ from typing import Any
 
 from agent.base import procs
 from agent.base.errors import usage_error
-from agent.contract import AFTER, BEFORE, EXIT_JOB_REFUSED, REFUSED, STEPS
+from agent.contract import AFTER, BEFORE, EXIT_JOB_REFUSED, REFUSED, STEPS, JobStateDoc
 from agent.job import domain, jobuser
 from agent.job.admit import admit
 from agent.job.model import Job, Refused, load_job, now
@@ -56,7 +56,7 @@ STEP_NAMES = {"admit": "gpu", "fetch": "toolchain", "scan": "scan", "gate": "gat
 
 
 def run_step(step: str, jobdir: Path, wait: bool = False,
-             grace: float = 10.0) -> tuple[dict[str, Any], int]:
+             grace: float = 10.0) -> tuple[JobStateDoc, int]:
     """Do one step (or just read the state: `state`, or stop the job: `stop`); returns the
     state to print and the exit status. A refused job (now or before) is exit 3, with its
     reason on stderr (`state` and `stop` exit 0). Every state printed has `deadline_at`."""

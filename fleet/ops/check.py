@@ -14,9 +14,10 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
-from agent.contract import MINER, NODE, PROVER, ROOT
+from agent.contract import MINER, NODE, PROVER, ROOT, DiskDoc, ProgramState, RpcDoc, StatusDoc
 from facts.agent_json import STATUS
 from fleet.boxes import boxssh
 from fleet.core.config import host_network
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 STALE_TICKS = 3  # a status or reading older than this many agent ticks tells nothing
 
 
-def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
+def judge(label: str, data: dict[str, Any], status: StatusDoc | None,
           wanted: str | None, previous: dict[str, Any] | None,
           known: Sequence[releases.Release] = ()) -> Health:
     """Turn one box's agent status into a verdict with its reasons. What cannot be told (an
@@ -48,65 +49,111 @@ def judge(label: str, data: dict[str, Any], status: dict[str, Any] | None,
     if not status:
         h.problems.append("agent: not installed")
         return h
-    disk = status.get("disk") or {}
+    agent = status.get("agent")
+    limit = STALE_TICKS * float((agent.get("tick_s") if agent else None) or 15.0)
+    _judge_agent(h, status, limit)
+    _judge_node(h, status, limit, previous, known)
+    _judge_duties(h, data, status)
+    return h
+
+
+def _judge_agent(h: Health, status: StatusDoc, limit: float) -> None:
+    """The agent itself: its disk, its heartbeat, its status's age, its writes, its observer."""
+    disk = status.get("disk")
     h.disk_free, h.disk_total = _fullest(disk)
-    if disk.get("full"):
+    if disk and disk.get("full"):
         free = disk.get("free_bytes") or {}
         h.problems.append("disk full: " + ", ".join(
             f"{k}/ has {v} bytes free" for k, v in sorted(free.items()) if v is not None))
     h.agent = bool(status.get("alive"))
     if not h.agent:
-        h.problems.append(f"agent: not alive (heartbeat {status.get('heartbeat_age_s')}s old)")
-    limit = STALE_TICKS * float((status.get("agent") or {}).get("tick_s") or 15.0)
+        h.problems.append(f"agent: not alive (heartbeat {_told(status.get('heartbeat_age_s'))}s "
+                          "old)")
     status_age = status.get("status_age_s")
     if not isinstance(status_age, int | float) or status_age > limit:
-        h.problems.append(f"agent: status not written for {status_age} s")
-    storage = status.get("storage") or {}
-    if storage.get("ok") is False:
-        h.problems.append(f"agent: {storage.get('error')}")
-    observer = status.get("observer") or {}
-    if observer.get("alive") is not True:
-        h.problems.append(f"agent: observer not running ({observer.get('last_error')})")
-    node = status.get("node") or {}
-    rpc = node.get("rpc") or {}
-    reading_age = _age(status.get("ts"), node.get("rpc_at"), status_age)
+        h.problems.append(f"agent: status not written for {_told(status_age)} s")
+    storage = status.get("storage")
+    if storage and storage.get("ok") is False:
+        h.problems.append(f"agent: {_told(storage.get('error'))}")
+    observer = status.get("observer")
+    if not observer or observer.get("alive") is not True:
+        h.problems.append("agent: observer not running "
+                          f"({_told(observer.get('last_error') if observer else None)})")
+
+
+def _fresh_rpc(h: Health, status: StatusDoc, limit: float) -> RpcDoc | None:
+    """The node's RPC reading, None when there is none or it is too old to tell anything
+    (a frozen reading: neither synced nor moving can be told, which is a problem)."""
+    node = status.get("node")
+    rpc = node.get("rpc") if node else None
+    reading_age = _age(status.get("ts"), node.get("rpc_at") if node else None,
+                       status.get("status_age_s"))
     fresh = reading_age is not None and reading_age <= limit
-    if rpc and not fresh:  # a frozen reading: neither synced nor moving can be told
-        h.problems.append(f"node: reading is {reading_age} s old (unknown)")
-        rpc = {}
-    h.synced, h.blocks, h.exec_tip = rpc.get("synced"), rpc.get("blocks"), rpc.get("exec_tip")
-    h.peers_in, h.peers_out = _count(rpc.get("peers_in")), _count(rpc.get("peers_out"))
-    h.peer_list = [p for p in rpc.get("peer_list") or [] if isinstance(p, dict)][:64]
-    h.node_sha16 = node.get("sha16")
-    prog = (status.get("programs") or {}).get(NODE) or {}
-    if prog.get("state") != "running":
-        why = f"{prog.get('state') or 'absent'} {prog.get('reason') or ''}".strip()
-        h.problems.append(f"node: {why}")
+    if rpc and not fresh:
+        h.problems.append(f"node: reading is {_told(reading_age)} s old (unknown)")
+        return None
+    return rpc or None
+
+
+def _judge_node(h: Health, status: StatusDoc, limit: float, previous: dict[str, Any] | None,
+                known: Sequence[releases.Release]) -> None:
+    """The node: its program, its sync and exec tip (from a fresh reading), its binary."""
+    node = status.get("node")
+    rpc = _fresh_rpc(h, status, limit)
+    if rpc:
+        h.synced, h.blocks, h.exec_tip = rpc.get("synced"), rpc.get("blocks"), \
+            rpc.get("exec_tip")
+        h.peers_in, h.peers_out = _count(rpc.get("peers_in")), _count(rpc.get("peers_out"))
+        h.peer_list = cast(list[dict[str, Any]], [
+            p for p in rpc.get("peer_list") or [] if isinstance(p, dict)][:64])
+    h.node_sha16 = node.get("sha16") if node else None
+    _judge_program(h, status, NODE)
     if not h.synced:
-        h.problems.append("node: not synced" if rpc else f"node: no RPC ({node.get('rpc_error')})")
+        h.problems.append("node: not synced" if rpc else
+                          f"node: no RPC ({_told(node.get('rpc_error') if node else None)})")
     if h.exec_tip is not None:
-        h.exec_moving = _moving(h.exec_tip, node.get("rpc_at"), previous)
+        h.exec_moving = _moving(h.exec_tip, node.get("rpc_at") if node else None, previous)
         if not h.exec_moving:
             h.problems.append(f"node: exec tip stuck at {h.exec_tip}")
-    if wanted and h.node_sha16 != wanted:
-        h.problems.append(_wrong_node(h.node_sha16, wanted, known))
-    adm = status.get("admission") or {}
-    h.admitted, h.admission_reason = adm.get("admitted"), adm.get("reason")
+    if h.wanted_sha16 and h.node_sha16 != h.wanted_sha16:
+        h.problems.append(_wrong_node(h.node_sha16, h.wanted_sha16, known))
+
+
+def _judge_program(h: Health, status: StatusDoc, name: str) -> None:
+    """A program the box must run (the node; the miner where its role carries one)."""
+    prog = (status.get("programs") or {}).get(name)
+    if not prog or prog.get("state") != ProgramState.RUNNING:
+        state = prog.get("state") if prog else None
+        reason = prog.get("reason") if prog else None
+        h.problems.append(f"{name}: " + f"{state or 'absent'} {reason or ''}".strip())
+
+
+def _judge_duties(h: Health, data: dict[str, Any], status: StatusDoc) -> None:
+    """What the box's role asks of it: admitted GPUs, a proving prover, a running miner, and
+    no program crash-looping."""
+    adm = status.get("admission")
+    h.admitted = adm.get("admitted") if adm else None
+    h.admission_reason = adm.get("reason") if adm else None
     if not h.admitted and _carries(data, "gpu_programs", None):
-        h.problems.append(f"admission refused: {h.admission_reason}")
-    h.prover = (status.get("prover") or {}).get("state")
+        # unknown (no admission in the status) is not well either, but it is no refusal
+        h.problems.append("admission: unknown" if h.admitted is None else
+                          f"admission refused: {h.admission_reason}")
+    prover = status.get("prover")
+    h.prover = prover.get("state") if prover else None
     if h.prover != "proving" and _carries(data, "programs", PROVER):
         h.problems.append(f"prover: {h.prover or 'absent'}")
-    miner = (status.get("programs") or {}).get(MINER) or {}
-    if miner.get("state") != "running" and _carries(data, "programs", MINER):
+    if _carries(data, "programs", MINER):
         # a miner box is well only with its miner up: crash-looping below the degraded
         # count, stopped, or never started is not (a refused admission is said above too)
-        why = f"{miner.get('state') or 'absent'} {miner.get('reason') or ''}".strip()
-        h.problems.append(f"miner: {why}")
+        _judge_program(h, status, MINER)
     for name, p in (status.get("programs") or {}).items():
         if p.get("degraded"):
-            h.problems.append(f"{name}: degraded ({p.get('reason')})")
-    return h
+            h.problems.append(f"{name}: degraded ({_told(p.get('reason'))})")
+
+
+def _told(value: object) -> str:
+    """A value for a problem's words: `?` where the status does not tell it, never None."""
+    return "?" if value is None else str(value)
 
 
 def _carries(data: dict[str, Any], key: str, program: str | None) -> bool:
@@ -118,11 +165,13 @@ def _carries(data: dict[str, Any], key: str, program: str | None) -> bool:
     return bool(named) if program is None else program in named
 
 
-def _fullest(disk: dict[str, Any]) -> tuple[int | None, int | None]:
+def _fullest(disk: DiskDoc | None) -> tuple[int | None, int | None]:
     """(free, total) bytes of the fullest disk the agent writes to; (None, None) unknown."""
+    if not disk:
+        return None, None
     free, total = disk.get("free_bytes") or {}, disk.get("total_bytes") or {}
-    known = [(f, total.get(k)) for k, f in free.items() if _count(f) is not None
-             and _count(total.get(k))]
+    counted = [(_count(f), _count(total.get(k))) for k, f in free.items()]
+    known = [(f, t) for f, t in counted if f is not None and t]
     return min(known, key=lambda ft: ft[0] / ft[1]) if known else (None, None)
 
 
@@ -150,7 +199,7 @@ def _wrong_node(running: str | None, wanted: str, known: Sequence[releases.Relea
         where = "behind" if have.key < want.key else "ahead"
         return (f"node: {where}: runs {have.version} ({running}), wanted {want.version} "
                 f"({wanted})")
-    return f"node: runs {running}, wanted {wanted}"
+    return f"node: runs {_told(running)}, wanted {wanted}"
 
 
 def _age(status_ts: Any, read_at: Any, status_age: Any) -> float | None:
@@ -189,6 +238,47 @@ def _wanted(data: dict[str, Any], known: Sequence[releases.Release]) -> str | No
 STATUS_DEADLINE_S = 30.0  # one box's status command; connecting is bounded by its own timeouts
 
 
+@dataclass
+class _Reads:
+    """The status reads of a check, sorted by what became of each."""
+
+    by_name: dict[str, StatusDoc | None] = field(default_factory=dict)
+    late: set[str] = field(default_factory=set)
+    unreadable: dict[str, str] = field(default_factory=dict)
+    silent: dict[str, str] = field(default_factory=dict)  # SSH did not answer, and why
+    hung: set[str] = field(default_factory=set)  # ... though ssh connected: the command never ran
+
+    @classmethod
+    def of(cls, hosts: Sequence[tuple[str, Any]], reads: Sequence[boxssh.FactRead]) -> _Reads:
+        out = cls()
+        for (name, _data), read in zip(hosts, reads, strict=True):
+            if read.late:  # SSH answered and the command started: slow, not a death
+                out.late.add(name)
+            elif read.answered and read.value is None:  # SSH answered, the status did not
+                out.unreadable[name] = read.error or "no status"
+                out.by_name[name] = cast(StatusDoc, {})  # judged as no agent
+            else:
+                out.by_name[name] = read.value  # None: SSH did not answer
+                if not read.answered and read.error:
+                    out.silent[name] = read.error
+                if read.connected:
+                    out.hung.add(name)
+        return out
+
+    def overrule(self, h: Health) -> None:
+        """What the read itself says of the box, over what its status said."""
+        name = h.label
+        if name in self.silent:
+            h.problems = [f"ssh: {self.silent[name][:200]}"]
+            h.hung = name in self.hung
+        if name in self.unreadable:  # its agent is converged again, like a missing one
+            h.problems = [f"agent: status unreadable ({self.unreadable[name][:200]})"]
+        if name in self.late:  # SSH answered: not a death, and no deploy on a box this slow
+            h.ssh = h.agent = True
+            h.problems = [f"ssh: the status command did not finish within "
+                          f"{STATUS_DEADLINE_S:g} s"]
+
+
 def check(cfg: Config, built: Built) -> list[Health]:
     hosts = built.groups.get("standing", [])
     # standing boxes the provider no longer runs are the least well of all
@@ -203,48 +293,24 @@ def check(cfg: Config, built: Built) -> list[Health]:
     history = check_history.load(cfg.registry)
     remembered: dict[str, Any] = {}
     with ThreadPoolExecutor(max_workers=32) as pool:
-        reads = list(pool.map(
-            lambda h: boxssh.read_fact(h[1], STATUS, ROOT, STATUS_DEADLINE_S), hosts))
-    by_name: dict[str, Any] = {}
-    late: set[str] = set()
-    unreadable: dict[str, str] = {}
-    silent: dict[str, str] = {}  # SSH did not answer, and why
-    hung: set[str] = set()  # ... though ssh connected: the command never ran
-    for (name, _data), read in zip(hosts, reads, strict=True):
-        if read.late:  # SSH answered and the command started: slow, not a death
-            late.add(name)
-        elif read.answered and read.value is None:  # SSH answered, the status did not
-            unreadable[name] = read.error or "no status"
-            by_name[name] = {}
-        else:
-            by_name[name] = read.value  # None: SSH did not answer
-            if not read.answered and read.error:
-                silent[name] = read.error
-            if read.connected:
-                hung.add(name)
+        reads = _Reads.of(hosts, list(pool.map(
+            lambda h: boxssh.read_fact(h[1], STATUS, ROOT, STATUS_DEADLINE_S), hosts)))
     out = []
     network_size = Counter(host_network(data) for _, data in hosts)
     now = now_iso()
     for name, data in hosts:
-        status = by_name.get(name) if name in by_name else None
+        status = reads.by_name.get(name)
         h = judge(name, data, status, _wanted(data, known), history.get(name), known)
         since = data.get("standing_since")
         h.star_only = star_only(h, network_size[host_network(data)] - 1,
                                 seconds_between(since, now) if since else None,
                                 cfg.loop.interval_s)
-        if name in silent:
-            h.problems = [f"ssh: {silent[name][:200]}"]
-            h.hung = name in hung
-        if name in unreadable:  # its agent is converged again, like a missing one
-            h.problems = [f"agent: status unreadable ({unreadable[name][:200]})"]
-        if name in late:  # SSH answered: not a death, and no deploy on a box this slow
-            h.ssh = h.agent = True
-            h.problems = [f"ssh: the status command did not finish within "
-                          f"{STATUS_DEADLINE_S:g} s"]
+        reads.overrule(h)
         if h.exec_tip is not None and status:
+            node = status.get("node")
             remembered[name] = {"exec_tip": h.exec_tip, "moving": h.exec_moving,
-                             "rpc_at": (status.get("node") or {}).get("rpc_at"),
-                             "at": time.time()}
+                                "rpc_at": node.get("rpc_at") if node else None,
+                                "at": time.time()}
         out.append(h)
     ports.judge(hosts, out, cfg.loop.interval_s)
     check_history.save(cfg.registry, remembered)

@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agent import space
-from agent.contract import ROOT, VENV_PYTHON
+from agent.contract import ROOT, VENV_PYTHON, StorageReview
 from fleet.boxes import boxssh
 from fleet.core.boxes import Row
 from fleet.core.config import Config
@@ -118,10 +118,16 @@ def unknown_category(part: Any, known: dict[str, tuple[bool, str]]) -> str | Non
     return None
 
 
+class BoxReview(StorageReview):
+    """A box's part of the review: its agent's, and the provider's id of the box it read."""
+
+    provider_id: str | None
+
+
 def review(cfg: Config, rows: Sequence[Row], local: LocalRules | None) -> dict[str, Any]:
     """The review of `rows` (their boxes, in parallel) and of the local state (with
     `local`). A box whose review cannot be read is named in `errors`, never guessed."""
-    def one(row: Row) -> dict[str, Any] | str:
+    def one(row: Row) -> StorageReview | str:
         try:
             r = boxssh.run(cfg, row, REVIEW, timeout=REVIEW_DEADLINE_S)
         except FleetError as e:
@@ -135,10 +141,11 @@ def review(cfg: Config, rows: Sequence[Row], local: LocalRules | None) -> dict[s
         if not isinstance(doc, dict):
             return "the agent's storage review is not a review"
         unknown = unknown_category(doc, space.CATEGORIES)
-        return f"the agent's storage review names an {unknown}" if unknown else doc
+        return f"the agent's storage review names an {unknown}" if unknown else \
+            cast(StorageReview, doc)
     with ThreadPoolExecutor(max_workers=16) as pool:
         reads = list(pool.map(one, rows))
-    boxes: dict[str, Any] = {}
+    boxes: dict[str, BoxReview] = {}
     errors: dict[str, str] = {}
     for row, got in zip(rows, reads, strict=True):
         if isinstance(got, str):

@@ -91,3 +91,31 @@ def test_a_status_without_freshness_fields_is_not_well() -> None:
         del s[key]
     h = judge("b", DATA, s, None, None)
     assert not h.well and h.exec_moving is None
+
+
+def test_an_unknown_admission_is_unknown_never_a_refusal() -> None:
+    # `agent status` before the agent wrote one has no admission (the contract's StatusDoc:
+    # NotRequired): the box is not well, but nothing refused it
+    s = status()
+    del s["admission"]
+    h = judge("b", DATA, s, "ab" * 8, None)
+    assert h.admitted is None and h.problems == ["admission: unknown"]
+    refused = judge("b", DATA, status(admission={"admitted": False, "reason": "driver 1.0"}),
+                    "ab" * 8, None)
+    assert refused.problems == ["admission refused: driver 1.0"]
+
+
+def test_an_unknown_value_in_a_problem_reads_as_a_question_mark_never_none() -> None:
+    s = status(alive=False, heartbeat_age_s=None, status_age_s=None,
+               observer={"alive": False, "restarts": 0, "last_error": None},
+               node={"sha16": None, "rpc": None, "rpc_error": None, "rpc_at": None},
+               programs={"node": {"state": "running"}, "miner": {"state": "running"},
+                         "prover": {"state": "running", "degraded": True, "reason": None}})
+    h = judge("b", DATA, s, "ab" * 8, None)
+    assert [p for p in h.problems if "None" in p] == []
+    assert "agent: not alive (heartbeat ?s old)" in h.problems
+    assert "agent: status not written for ? s" in h.problems
+    assert "agent: observer not running (?)" in h.problems
+    assert "node: no RPC (?)" in h.problems
+    assert f"node: runs ?, wanted {'ab' * 8}" in h.problems
+    assert "prover: degraded (?)" in h.problems
