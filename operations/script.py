@@ -13,8 +13,9 @@ only ``boot.sh``, a file kept on the box, has its root in its text.
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 
 def _word(value: object) -> str:
@@ -25,8 +26,11 @@ def _word(value: object) -> str:
     return text
 
 
-_ENV = Environment(loader=PackageLoader("operations", "scripts"), undefined=StrictUndefined,
-                   keep_trailing_newline=True, autoescape=False, finalize=_word)
+# beside this file, wherever it is imported from (a test folder named operations/ can hide
+# the package from a loader that looks it up by name)
+_ENV = Environment(loader=FileSystemLoader(Path(__file__).parent / "scripts"),
+                   undefined=StrictUndefined, keep_trailing_newline=True, autoescape=False,
+                   finalize=_word)
 
 
 def render(name: str, **values: object) -> str:

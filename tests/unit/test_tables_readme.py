@@ -44,7 +44,7 @@ def test_no_drawn_output_line_ends_in_a_space() -> None:
 # --- fleet publish: the example's four boxes, the first two drawn -----------------------------
 
 def _release(version: str, node: str, miner: str, prover: str) -> releases.Release:
-    sha = {releases.NODE: node.ljust(64, "0"), releases.MINER: miner.ljust(64, "0"),
+    sha = {releases.NODE_BINARY: node.ljust(64, "0"), releases.MINER: miner.ljust(64, "0"),
            releases.PROVER: prover.ljust(64, "0")}
     return releases.Release(version=version, path=Path(f"state/releases/{version}"),
                             sha256=sha, sizes=dict.fromkeys(sha, 1000))
