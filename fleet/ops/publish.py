@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 from fleet.boxes import boxssh
 from fleet.boxes.pyinfra_run import Run, run_pyinfra
@@ -150,7 +150,7 @@ class Record:
                                       "updated_at": now_iso(), "history": [], "row": None})
 
     def set(self, label: str, state: str, note: str = "", *, wave: int | None = None,
-            row: dict[str, Any] | None = None) -> None:
+            row: BoxRow | None = None) -> None:
         self.ensure(label)
         box = self.boxes[label]
         box["state"] = next_state(box["state"], state)
@@ -280,16 +280,55 @@ def classify(release: releases.Release, known: Sequence[releases.Release],
     return "failed", f"still runs {running.version} ({_short(sha)})"
 
 
+class BoxRow(TypedDict):
+    """One box's row of a publish: the read-back table's (the CLI's cells), the record's
+    (`table`, and each box's `row`) and `--json`'s (`boxes`), from what the box reported."""
+
+    label: str
+    provider: str
+    state: str
+    note: str
+    version: str | None
+    node_pid: int | None
+    node_kind: str | None
+    node_path: str | None
+    node_sha256: str | None
+    node_started_at: str | None
+    synced: bool | None
+    started_after_pointer: bool | None
+    pointer: str | None
+    pointer_sha256: str | None
+    pointer_written_at: str | None
+    miner_sha256: str | None
+    miner_version: str | None
+    prover_sha256: str | None
+    prover_version: str | None
+    # the switch to this release, or the revert from it (None where the last was another's)
+    switch_applied_at: str | None
+    old_exit_at: str | None
+    new_started_at: str | None
+    synced_at: str | None
+    synced_after_s: float | None
+    gap_s: float | None
+    downtime_s: float | None
+    problems: list[str]
+    matches_manifest: bool
+
+
 def table_row(label: str, provider: str, state: str, note: str, rb: Readback | None,
-              release: releases.Release, known: Sequence[releases.Release]) -> dict[str, Any]:
-    """One row of the read-back table (and of the record), from what the box reported."""
+              release: releases.Release, known: Sequence[releases.Release]) -> BoxRow:
+    """One box's row (`BoxRow`), from what the box reported."""
     rb = rb or {}
     node = rb.get("node") or {}
     ptr = rb.get("pointer") or {}
     sw = rb.get("switch") or {}
     # the switch to this release, or the revert from it
     ours = release.node_sha16 in (sw.get("to_sha16"), sw.get("from_sha16"))
-    row: dict[str, Any] = {
+    miner, prover = rb.get("miner") or {}, rb.get("prover") or {}
+    miner_rel = releases.by_file_sha256(known, releases.MINER, miner.get("sha256"))
+    prover_rel = releases.by_file_sha256(known, releases.PROVER, prover.get("sha256"))
+    problems = check_row(release, known, rb) if state == "switched" else []
+    return {
         "label": label, "provider": provider, "state": state, "note": note,
         "version": node.get("version"),
         "node_pid": node.get("pid"),
@@ -302,13 +341,10 @@ def table_row(label: str, provider: str, state: str, note: str, rb: Readback | N
         "pointer": ptr.get("target"),
         "pointer_sha256": ptr.get("target_sha256"),
         "pointer_written_at": ptr.get("written_at"),
-    }
-    for prog, name in (("miner", releases.MINER), ("prover", releases.PROVER)):
-        p = rb.get(prog) or {}
-        rel = releases.by_file_sha256(known, name, p.get("sha256"))
-        row[f"{prog}_sha256"] = p.get("sha256")
-        row[f"{prog}_version"] = rel.version if rel else None
-    row.update({
+        "miner_sha256": miner.get("sha256"),
+        "miner_version": miner_rel.version if miner_rel else None,
+        "prover_sha256": prover.get("sha256"),
+        "prover_version": prover_rel.version if prover_rel else None,
         "switch_applied_at": sw.get("applied_at") if ours else None,
         "old_exit_at": sw.get("old_exit_at") if ours else None,
         "new_started_at": sw.get("new_started_at") if ours else None,
@@ -318,10 +354,9 @@ def table_row(label: str, provider: str, state: str, note: str, rb: Readback | N
         # process events); to synced: the agent's first synced reading (one per agent tick)
         "gap_s": _secs(sw.get("old_exit_at"), sw.get("new_started_at")) if ours else None,
         "downtime_s": sw.get("downtime_s") if ours else None,
-    })
-    row["problems"] = check_row(release, known, rb) if state == "switched" else []
-    row["matches_manifest"] = state == "switched" and not row["problems"]
-    return row
+        "problems": problems,
+        "matches_manifest": state == "switched" and not problems,
+    }
 
 
 # --- talking to the boxes --------------------------------------------------------------------
@@ -377,7 +412,7 @@ class Options:
 class Result:
     release: releases.Release
     record: Record | None
-    rows: list[dict[str, Any]]
+    rows: list[BoxRow]
     waves: list[list[str]] = field(default_factory=list)
     switched_now: list[str] = field(default_factory=list)
     failure: str | None = None  # why the publish failed, naming the boxes
@@ -481,7 +516,7 @@ class _Publish:
         self.record = Record.load(release.path / RECORD, release.version, release.node_sha16)
         self.labels = [n for n, _ in hosts]
         self.downgrade = set(opts.allow_downgrade)
-        self.rows: dict[str, dict[str, Any]] = {}
+        self.rows: dict[str, BoxRow] = {}
         self.pending: list[str] = []
         self.switched_so_far: list[str] = []
 
@@ -499,7 +534,7 @@ class _Publish:
                    or self.leftover())
         return self.finish(result, failure)
 
-    def row(self, label: str, state: str, note: str, rb: Readback | None) -> dict[str, Any]:
+    def row(self, label: str, state: str, note: str, rb: Readback | None) -> BoxRow:
         return table_row(label, self.provider[label], state, note, rb, self.release, self.known)
 
     # --- the plan: every box read back, the pending ones cut into waves
@@ -566,7 +601,7 @@ class _Publish:
             said = "; ".join(run.errors_for(label)) or "staging did not finish"
             note = f"staging failed: {said}"
             self.record.set(label, "failed", note)
-            self.rows[label].update(state="failed", note=note)
+            self.rows[label]["state"], self.rows[label]["note"] = "failed", note
         self.record.save()
         names = ", ".join(failed) or "(pyinfra failed; see its output)"
         return f"staging failed on {names}; no box was switched"
