@@ -79,7 +79,7 @@ case "${1:-}" in
             .venv/bin/fleet sandbox down || true
         fi
         .venv/bin/ruff check .
-        .venv/bin/mypy fleet agent sandbox facts operations lowio
+        .venv/bin/mypy fleet agent sandbox facts operations lowio deploys inventory.py
         .venv/bin/lint-imports --no-cache  # the layers (pyproject.toml [tool.importlinter])
         if [ $# -gt 0 ]; then
             exec .venv/bin/pytest -q "$@"  # just what was asked for

@@ -18,6 +18,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import python
 
 from agent.contract import ROOT
+from fleet.boxes import deploy_results as results
 from fleet.boxes import deploy_support as support
 from fleet.ops.oneshot import mark_job
 from operations import agent, job
@@ -28,15 +29,14 @@ STEP_NAMES = {"admit": "Admission: driver and GPUs", "fetch": "Toolchain from th
 
 @deploy("One-shot job")
 def oneshot() -> None:
+    results.record_into(host.data.get("results_dir"))
     if host.data.get("kind") != "oneshot":
-        python.raise_exception(
-            ValueError, f"{host.name} is a {host.data.get('kind')} box; jobs run on one-shot "
-            "boxes only", name="Refuse standing box")
+        results.refuse(f"{host.name} is a {host.data.get('kind')} box; jobs run on one-shot "
+                       "boxes only", name="Refuse standing box")
         return
     job_file = host.data.get("job")
     if not job_file:
-        python.raise_exception(ValueError, "no job file: pass --data job=JOB.toml",
-                               name="Refuse without a job")
+        results.refuse("no job file: pass --data job=JOB.toml", name="Refuse without a job")
         return
     spec_job = support.job(str(job_file))
     role = support.config().role(host.data.role)
@@ -50,16 +50,18 @@ def oneshot() -> None:
 
     agent.installed(name="Agent installed", bundle=str(bundle.path),
                     bundle_sha256=bundle.sha256, root=ROOT)
+    known = job.read(spec_job.name, root=ROOT)  # once: every step decides from the same read
     job.staged(name=f"Job {spec_job.name} staged", job_name=spec_job.name,
                spec=json.dumps(spec, indent=1) + "\n",
-               inputs=support.job_inputs(str(job_file)), root=ROOT)
+               inputs=support.job_inputs(str(job_file)), root=ROOT, job_state=known)
     if spec_job.toolchain is not None:
         secret = support.store_token()
         if secret:
-            job.token(name="Store token", job_name=spec_job.name, value=secret, root=ROOT)
+            job.token(name="Store token", job_name=spec_job.name, value=secret, root=ROOT,
+                      job_state=known)
     for step in job.STEPS:
         job.stepped(name=STEP_NAMES[step], job_name=spec_job.name, step=step,
-                    root=ROOT)
+                    root=ROOT, job_state=known)
 
 
 oneshot()

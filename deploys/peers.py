@@ -15,12 +15,14 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from agent.contract import PEERS, ROOT
+from fleet.boxes import deploy_results as results
 from fleet.boxes import deploy_support as support
 from operations import box
 
 
 @deploy("Peers file")
 def peers() -> None:
+    results.record_into(host.data.get("results_dir"))
     if host.data.get("kind") != "standing":
         return  # a one-shot box runs no node
     box.file(name="Peers", path=f"{ROOT}/{PEERS}",

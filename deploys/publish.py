@@ -45,14 +45,11 @@ def _flag(name: str) -> bool:
 def publish() -> None:
     version = inventory.get_override_data().get("release")
     if not version:
-        python.raise_exception(ValueError, "which release? pass --data release=VERSION",
-                               name="Release to publish")
+        results.refuse("which release? pass --data release=VERSION", name="Release to publish")
         return
     if host.data.get("kind") != "standing" or not host.data.get("standing"):
-        python.raise_exception(
-            ValueError, f"{host.name} is not a converted standing box; nothing is published "
-            "to it (select standing boxes: --limit standing)",
-            name="Refuse box")
+        results.refuse(f"{host.name} is not a converted standing box; nothing is published "
+                       "to it (select standing boxes: --limit standing)", name="Refuse box")
         return
     shipped = support.release(str(version))
     rel = shipped.release
@@ -71,7 +68,7 @@ def publish() -> None:
     older = [r.node_sha256 for r in store if r.key < rel.key]
     allowed = {x.strip() for x in str(host.data.get("allow_downgrade") or "").split(",")}
     release.switched(name=f"Switch to {rel.version}",
-                     node=f"{ROOT}/{RELEASES}/{rel.node_sha16}/{releases.NODE}",
+                     node=f"{ROOT}/{RELEASES}/{rel.node_sha16}/{releases.NODE_BINARY}",
                      sha256=rel.node_sha256, stable_s=int(host.data.get("stable_s") or 60),
                      deadline_s=int(host.data.get("deadline_s") or 300), root=ROOT,
                      older=older, downgrade=host.name in allowed)

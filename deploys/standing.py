@@ -18,6 +18,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import python
 
 from agent.contract import CONFIG, PEERS, RELEASES, ROOT
+from fleet.boxes import deploy_results as results
 from fleet.boxes import deploy_support as support
 from fleet.boxes.agent_config import render
 from fleet.boxes.standing import mark_standing
@@ -28,12 +29,10 @@ from operations.util import box_state
 
 @deploy("Standing box")
 def standing() -> None:
+    results.record_into(host.data.get("results_dir"))
     if host.data.get("kind") != "standing":
-        python.raise_exception(
-            ValueError,
-            f"{host.name} is a {host.data.get('kind')} box; only standing boxes are converted",
-            name="Refuse one-shot box",
-        )
+        results.refuse(f"{host.name} is a {host.data.get('kind')} box; only standing boxes "
+                       "are converted", name="Refuse one-shot box")
         return
     role = support.config().role(host.data.role)
     shipped = support.release(role.release or "")
@@ -51,7 +50,8 @@ def standing() -> None:
              content=support.inventory_mesh().text(host.name), root=ROOT)
     release.present(name=f"Release {rel.version}", tarball=str(shipped.tarball),
                     sha16=rel.node_sha16, sha256sums=shipped.sha256sums, root=ROOT)
-    release.pointer(name="Node pointer", node=f"{ROOT}/{RELEASES}/{rel.node_sha16}/{releases.NODE}",
+    release.pointer(name="Node pointer",
+                    node=f"{ROOT}/{RELEASES}/{rel.node_sha16}/{releases.NODE_BINARY}",
                     sha256=rel.node_sha256, root=ROOT, only_if_absent=True)
     for path, content in hook.hook_files(ROOT).items():
         box.file(name=f"Start hook {path}", path=path, content=content, mode="755", root=ROOT)

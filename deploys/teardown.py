@@ -15,6 +15,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import python
 
+from fleet.boxes import deploy_results as results
 from fleet.boxes import deploy_support as support
 from fleet.ops import teardown
 from fleet.providers.factory import all_providers
@@ -41,15 +42,14 @@ def read_back_and_destroy(label: str, dry_run: bool) -> None:
         said.removeHandler(handler)
         said.setLevel(level)
     for line in out.steps:
-        logger.info(f"{label}: {line}")
+        logger.info("%s: %s", label, line)
 
 
 @deploy("Teardown")
 def teardown_deploy() -> None:
     if host.data.get("kind") != "oneshot":
-        python.raise_exception(
-            ValueError, f"{host.name} is a {host.data.get('kind')} box; standing boxes are "
-            "replaced, never torn down", name="Refuse standing box")
+        results.refuse(f"{host.name} is a {host.data.get('kind')} box; standing boxes are "
+                       "replaced, never torn down", name="Refuse standing box")
         return
     python.call(name="Read back (archive, store), then destroy",
                 function=read_back_and_destroy, label=host.name,

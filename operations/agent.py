@@ -19,67 +19,17 @@ from agent.contract import (
     VENV,
     VENV_PYTHON,
 )
-from operations import box
+from operations import box, script
 from operations.util import box_state
 
 STAMP = f"{AGENT_CODE}/{BUNDLE_STAMP}"  # the installed bundle's digest
 
-# Unpack the bundle and make the agent's environment without pip or a package index: a bare
-# venv whose site-packages receives the wheels' contents (the wheels are plain zips) and a .pth
-# naming the fleet root, so `venv/bin/python -m agent` finds the agent's code. The bundle
-# holds agent/, wheels/ and in/ (fleet's bundle builder). The code is compiled here, once, and
-# the .pth turns bytecode writing off for every run of the venv's python after (the agent, its
-# boot script, every command the fleet sends): no command, a read-only review included, writes
-# outside the agent's state and logs.
-_INSTALL = rf"""
-set -e
-root=$1 tarball=$2 sha=$3
-mkdir -p "$root"
-rm -rf "$root/.unpack" && mkdir "$root/.unpack"
-tar -xzf "$tarball" -C "$root/.unpack"
-if [ ! -x "$root/{VENV_PYTHON}" ]; then
-  python3 -m venv --without-pip "$root/{VENV}" ||
-    {{ echo "python3 -m venv failed on this box" >&2; exit 1; }}
-fi
-"$root/{VENV_PYTHON}" - "$root" "$root"/.unpack/wheels/*.whl <<'PY'
-import compileall, os, sys, sysconfig, zipfile
-site = sysconfig.get_paths()["purelib"]
-for wheel in sys.argv[2:]:
-    zipfile.ZipFile(wheel).extractall(site)
-with open(os.path.join(site, "fleet-agent.pth"), "w") as f:
-    f.write(sys.argv[1] + "\n")
-    f.write("import sys; sys.dont_write_bytecode = True\n")
-compileall.compile_dir(site, quiet=2)
-PY
-mkdir -p "$root/{INBOX}"
-cp -a "$root"/.unpack/in/. "$root/{INBOX}/" 2>/dev/null || true
-rm -rf "$root/{AGENT_CODE}.old"
-[ -d "$root/{AGENT_CODE}" ] && mv "$root/{AGENT_CODE}" "$root/{AGENT_CODE}.old"
-mv "$root/.unpack/agent" "$root/{AGENT_CODE}"
-"$root/{VENV_PYTHON}" -m compileall -q "$root/{AGENT_CODE}" >/dev/null
-echo "$sha" > "$root/{STAMP}.tmp" && mv "$root/{STAMP}.tmp" "$root/{STAMP}"
-rm -rf "$root/.unpack" "$root/{AGENT_CODE}.old" "$tarball"
-"""
-
-# Start the agent unless it already holds its lock; it detaches itself and outlives SSH.
-_START = rf"""
-root=$1
-cd "$root" || exit 1
-exec {VENV_PYTHON} -m agent run --config "$root/{CONFIG}"
-"""
-
-# Replace a running agent without touching its programs: the new one adopts them.
-_RESTART = rf"""
-root=$1
-cd "$root" || exit 1
-pid=$(cat {AGENT_PID} 2>/dev/null)
-if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-  kill -TERM "$pid"
-  # it leaves its programs running; give it time to finish what it was doing
-  for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-fi
-exec {VENV_PYTHON} -m agent run --config "$root/{CONFIG}"
-"""
+# the shell programs (scripts/agent_*.sh.j2), with the contract's names in place
+_NAMES = {"AGENT_CODE": AGENT_CODE, "AGENT_PID": AGENT_PID, "CONFIG": CONFIG, "INBOX": INBOX,
+          "STAMP": STAMP, "VENV": VENV, "VENV_PYTHON": VENV_PYTHON}
+_INSTALL = script.render("agent_install", **_NAMES)  # unpack the bundle, make the venv
+_START = script.render("agent_start", **_NAMES)  # start the agent unless it holds its lock
+_RESTART = script.render("agent_restart", **_NAMES)  # replace it; its programs are adopted
 
 
 def _need_python(state: dict[str, object]) -> None:

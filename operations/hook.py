@@ -10,16 +10,13 @@ these with ``box.file``.
 from __future__ import annotations
 
 from agent.contract import BOOT_LOG, BOOT_SCRIPT, CONFIG, LOGS, VENV_PYTHON
+from operations import script
 
 
 def boot_script(root: str) -> str:
-    return (
-        "#!/bin/sh\n"
-        "# written by fleet: start the agent after a container (re)start\n"
-        f"mkdir -p {root}/{LOGS} && cd {root} || exit 0\n"
-        f"exec {VENV_PYTHON} -m agent run --config {root}/{CONFIG} "
-        f">>{root}/{BOOT_LOG} 2>&1\n"
-    )
+    """``boot.sh`` for a box whose fleet root is ``root`` (scripts/boot.sh.j2)."""
+    return script.render("boot", root=root, BOOT_LOG=BOOT_LOG, CONFIG=CONFIG, LOGS=LOGS,
+                         VENV_PYTHON=VENV_PYTHON)
 
 
 def hook_files(root: str) -> dict[str, str]:

@@ -14,7 +14,6 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 from pyinfra.api.command import QuoteString
-from pyinfra.api.host import Host
 
 from agent.contract import (
     ADMITTED,
@@ -41,14 +40,16 @@ _REACHED = {**AFTER, "run": FINISHED}
 _ORDER = (*PROGRESS, FINISHED)
 
 
-def job_state(host: Host, root: str, name: str) -> dict[str, Any]:
-    """JobState, read once per host per pyinfra run (see `operations.util.box_state`)."""
-    real: Any = host._get_module() if hasattr(host, "_get_module") else host
-    cache: dict[tuple[str, str], dict[str, Any]] = real.__dict__.setdefault(
-        "_fleet_job_state", {})
-    if (root, name) not in cache:
-        cache[(root, name)] = host.get_fact(JobState, root=root, job=name)
-    return cache[(root, name)]
+def read(job_name: str, root: str = ROOT) -> dict[str, Any]:
+    """The job's `JobState` on the current host, as a deploy reads it once, before its first
+    operation, to pass to each of these (``job_state=``): every one then decides from the box
+    as it was before the run, as `BoxState` readers do (`operations.util.box_state`), and a
+    no-change re-run costs one read."""
+    return host.get_fact(JobState, root=root, job=job_name)
+
+
+def _known(job_name: str, root: str, given: dict[str, Any] | None) -> dict[str, Any]:
+    return given if given is not None else read(job_name, root)
 
 
 def step_done(step: str, state: dict[str, Any] | None) -> bool:
@@ -65,7 +66,8 @@ def jobdir(root: str, name: str) -> str:
 
 
 @operation()
-def staged(job_name: str, spec: str, inputs: bytes | None = None, root: str = ROOT):
+def staged(job_name: str, spec: str, inputs: bytes | None = None, root: str = ROOT,
+           job_state: dict[str, Any] | None = None):
     """
     Place a job on the box: ``job.json`` and its inputs in the work directory. A job that
     already took a step is never changed: a different spec under the same name is refused.
@@ -75,6 +77,7 @@ def staged(job_name: str, spec: str, inputs: bytes | None = None, root: str = RO
     + inputs: a tarball of the job's input folder, unpacked into the job's work directory
       (``agent.contract.job_workdir``: outside the root, where the job's user reaches it)
     + root: the fleet's directory on the box
+    + job_state: the job's ``JobState`` as the deploy read it before this run (read here if not)
 
     **Example:**
 
@@ -82,7 +85,7 @@ def staged(job_name: str, spec: str, inputs: bytes | None = None, root: str = RO
 
         job.staged(name="Stage", job_name="matmul-bench", spec=text, inputs=tar_bytes)
     """
-    info = job_state(host, root, job_name)
+    info = _known(job_name, root, job_state)
     want = hashlib.sha256(spec.encode()).hexdigest()
     want_inputs = hashlib.sha256(inputs).hexdigest() if inputs is not None else "none"
     current = info.get("spec_sha256") == want and info.get("inputs_sha256") == want_inputs
@@ -117,7 +120,7 @@ def token_wanted(info: dict[str, Any], value: str) -> bool | None:
 
 
 @operation()
-def token(job_name: str, value: str, root: str = ROOT):
+def token(job_name: str, value: str, root: str = ROOT, job_state: dict[str, Any] | None = None):
     """
     Write the store token the box reads toolchains with to ``<root>/hf_token`` (mode 0600),
     for the job's fetch, which removes it (the job never runs while it is there); once the
@@ -127,6 +130,7 @@ def token(job_name: str, value: str, root: str = ROOT):
     + job_name: the job it is written for (whose state tells what the box holds)
     + value: the token
     + root: the fleet's directory on the box
+    + job_state: the job's ``JobState`` as the deploy read it before this run (read here if not)
 
     **Example:**
 
@@ -134,7 +138,7 @@ def token(job_name: str, value: str, root: str = ROOT):
 
         job.token(name="Store token", job_name="matmul-bench", value=secret)
     """
-    info = job_state(host, root, job_name)
+    info = _known(job_name, root, job_state)
     wanted = token_wanted(info, value)
     if wanted is None:
         host.noop("store token: nothing to do (current, or consumed by the fetch)")
@@ -151,7 +155,8 @@ def token(job_name: str, value: str, root: str = ROOT):
 
 
 @operation()
-def stepped(job_name: str, step: str, root: str = ROOT):
+def stepped(job_name: str, step: str, root: str = ROOT,
+            job_state: dict[str, Any] | None = None):
     """
     Take the job through one of the agent's steps (``python -m agent job STEP``) unless it is
     done. A refused job fails here with the refusal, and nothing after it runs.
@@ -159,6 +164,7 @@ def stepped(job_name: str, step: str, root: str = ROOT):
     + job_name: the job's name
     + step: admit, fetch, scan, gate or run (run waits until the job has ended)
     + root: the fleet's directory on the box
+    + job_state: the job's ``JobState`` as the deploy read it before this run (read here if not)
 
     **Example:**
 
@@ -168,7 +174,7 @@ def stepped(job_name: str, step: str, root: str = ROOT):
     """
     if step not in STEPS:
         raise OperationError(f"unknown job step {step!r} ({', '.join(STEPS)})")
-    state = job_state(host, root, job_name).get("state")
+    state = _known(job_name, root, job_state).get("state")
     refused = (state or {}).get("refused")
     if refused:
         raise OperationError(f"job {job_name} was refused at {refused.get('step')}: "

@@ -25,60 +25,18 @@ from agent.contract import (
     VENV_PYTHON,
 )
 from facts.box import NodeReadback
+from operations import script
 from operations.util import box_state
 
-# The staging record, <root>/releases.staged/<sha16> (by rename, so that a clean running now
-# sees its folder change): the storage clean keeps the release (agent/space.py) until a switch
-# points at it (agent/base/releases_record.py removes the record) or the operator removes it.
-_STAGED = rf"""
-rec="${{dest%/{RELEASES}/*}}/{RELEASES_STAGED}/${{dest##*/}}"
-mkdir -p "${{rec%/*}}" && : > "$rec.new" && mv -f "$rec.new" "$rec"
-"""
-
-# Unpack into a temporary folder, check every file against the digests the operator sent, and
-# only then rename the folder into place: a half-copied release never looks present.
-_UNPACK = r"""
-set -e
-dest=$1 tarball=$2 sums=$3""" + _STAGED + r"""tmp="$dest.partial"
-rm -rf "$tmp" && mkdir -p "$tmp"
-tar -xf "$tarball" -C "$tmp"
-cd "$tmp" && printf '%s' "$sums" | sha256sum -c --quiet -
-rm -rf "$dest" && mv "$tmp" "$dest" && rm -f "$tarball"
-"""
-
-# A folder already in place is checked again, file by file: a staged file that changed on the
-# box fails here, naming it, instead of being switched to.
-_VERIFY = r"""
-set -e
-dest=$1 sums=$2""" + _STAGED + r"""cd "$dest"
-if ! out=$(printf '%s' "$sums" | sha256sum -c --quiet - 2>&1); then
-  printf '%s\n' "$out" | grep FAILED | sed "s|^|$dest/|" >&2
-  echo "release files on the box differ from the release's digests" >&2
-  exit 1
-fi
-"""
-
-# Under the box's switch lock (the one `agent switch` holds for its whole life), so a deploy's
-# write never interleaves with a switch; `only_if_absent` is decided there, on the pointer as
-# it is then. The digest is written first, so the agent never sees a path without its digest.
-POINT_SCRIPT = rf"""
-set -e
-root=$1 node=$2 sha=$3 only_if_absent=$4 wait_s=$5
-mkdir -p "$root/{RUN}"
-exec 9>>"$root/{RUN}/{SWITCH_LOCK}"
-if ! flock -w "$wait_s" 9; then
-  echo "another switch has held {RUN}/{SWITCH_LOCK} for $wait_s s; pointer not written" >&2
-  exit 1
-fi
-if [ "$only_if_absent" = 1 ] && [ -e "$root/{POINTER}" ]; then
-  echo "pointer exists; left alone"
-  exit 0
-fi
-echo "$sha" > "$root/.{POINTER_DIGEST}.new"
-echo "$node" > "$root/.{POINTER}.new"
-mv -f "$root/.{POINTER_DIGEST}.new" "$root/{POINTER_DIGEST}"
-mv -f "$root/.{POINTER}.new" "$root/{POINTER}"
-"""
+# the shell programs (scripts/release_*.sh.j2), with the contract's names in place
+_NAMES = {"POINTER": POINTER, "POINTER_DIGEST": POINTER_DIGEST, "RELEASES": RELEASES,
+          "RELEASES_STAGED": RELEASES_STAGED, "RUN": RUN, "SWITCH_LOCK": SWITCH_LOCK}
+# unpack a release and check it before it is renamed into place (with its staging record)
+_UNPACK = script.render("release_unpack", **_NAMES)
+# check a release already in place, file by file, naming any that differs
+_VERIFY = script.render("release_verify", **_NAMES)
+# write the pointer under the box's switch lock, its digest first
+POINT_SCRIPT = script.render("release_point", **_NAMES)
 POINT_LOCK_WAIT_S = 900  # as long as `agent switch` waits for another switch
 
 

@@ -4,13 +4,15 @@ A deploy file calls `record_into(dir)`; the run's process then writes, for each 
 operation failed, which operation and the last lines it printed (`{"errors": [{"step",
 "stdout", "stderr"}]}`), beside whatever the deploy itself marks there (publish's `staged`). pyinfra
 completes an operation's output only after its error callback, so the errors are written when
-the process ends. `read(dir)` is the other side: what `fleet publish` and `fleet run` say
-about a box, never words picked out of pyinfra's printed output."""
+the process ends. `read(dir)` is the other side (`fleet.boxes.pyinfra_run.run_pyinfra`): what
+`fleet converge`, the loop, `fleet publish` and `fleet run` say about a box, never words
+picked out of pyinfra's printed output."""
 
 from __future__ import annotations
 
 import atexit
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,17 @@ def record_into(results_dir: str | None) -> None:
     _into.append(Path(results_dir))
     state.add_callback_handler(_Recorder())
     atexit.register(_write)
+
+
+def refuse(message: str, name: str) -> None:
+    """Fail this host's deploy here with `message` (pyinfra's `python.raise_exception` of a
+    ValueError, the operation named `name`); the deploy returns after it."""
+    from pyinfra.operations import python
+
+    # pyinfra's typing of an operation's call reads the first positional arguments as its
+    # global ones (`_sudo`, ...); the operation itself takes the exception and its message
+    raise_exception: Callable[..., object] = python.raise_exception
+    raise_exception(ValueError, message, name=name)
 
 
 def mark(results_dir: str | Path, host: str, **fields: Any) -> None:

@@ -4,26 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from fleet.boxes import lifecycle
-from fleet.core.boxes import Row
-from fleet.core.config import PROVIDERS, Config
-from fleet.core.errors import AuthFailed, FleetError, ProviderError, UsageError
-from fleet.core.verdicts import Health
-from fleet.ops import budget, destroy, spread
-from fleet.ops import offers as offers_mod
-from fleet.ops import rent as rent_mod
-from fleet.providers.base import Box, Offer, Provider
-from fleet.state import last_tick
-from fleet.state.last_tick import LastTick
-from fleet.state.registry import Registry, check_label
-
-if TYPE_CHECKING:
-    from fleet.state.loop_memory import Owe
 from fleet.cli import common, tables
 from fleet.cli.common import (
     app,
@@ -35,7 +21,18 @@ from fleet.cli.common import (
     registry,
     uptime,
 )
+from fleet.core.boxes import Row
+from fleet.core.config import PROVIDERS, Config
+from fleet.core.errors import AuthFailed, FleetError, ProviderError, UsageError
+from fleet.core.verdicts import Health, Owed
+from fleet.ops import budget, destroy, spread
+from fleet.ops import offers as offers_mod
+from fleet.ops import rent as rent_mod
+from fleet.providers.base import Box, Offer, Provider
 from fleet.providers.sync import view
+from fleet.state import last_tick
+from fleet.state.last_tick import LastTick
+from fleet.state.registry import Registry, check_label
 
 
 @app.command("offers")
@@ -199,12 +196,9 @@ def roster_cmd(
     tick = _fresh_tick(c, reg)
     cells: list[dict[str, str]] = []
     data = []
-    total = 0.0
     for r in rows:
         box = live.get(r.label)
         status = box.status if box else ("gone" if r.label in gone else r.status)
-        if r.live:
-            total += r.usd_per_hour
         h = _peers_of(tick, r)
         cells.append(roster_row(r, status, places, h))
         data.append({**r.to_dict(), "live_status": status,
@@ -215,10 +209,11 @@ def roster_cmd(
     owed = _owed(reg)
     cells += [owed_row(o) for o in owed]
     money = _money(c, reg, ps)
-    t = roster_table(cells, roster_caption(total, money) + "; " + peers_caption(tick))
+    cost = budget.rate(r.usd_per_hour for r in rows if r.live)
+    t = roster_table(cells, roster_caption(cost.usd_per_hour, money) + "; " + peers_caption(tick))
     emit(t, {"boxes": data, "orphans": [b.to_dict() for b in v.orphans],
              "owed": [o.for_page().to_dict() | {"rerent_of": o.rerent_of} for o in owed],
-             "usd_per_hour": total, "usd_per_day": total * 24, "money": money,
+             "usd_per_hour": cost.usd_per_hour, "usd_per_day": cost.usd_per_day, "money": money,
              "places": places,
              "peers_from": None if tick is None else {"tick": tick.number, "at": tick.at}},
          as_json)
@@ -256,7 +251,7 @@ def orphan_row(b: Box) -> dict[str, str]:
             "status": f"ORPHAN {b.box_id}"}
 
 
-def owed_row(o: Owe) -> dict[str, str]:
+def owed_row(o: Owed) -> dict[str, str]:
     """A box the loop owes the roster: no label yet."""
     return {"role": o.role, "kind": "owed", "provider": o.provider,
             "card": f"{o.card} x{o.gpus}", "status": f"OWED since {o.since}: {o.reason}"}
@@ -264,7 +259,7 @@ def owed_row(o: Owe) -> dict[str, str]:
 
 def roster_caption(total: float, money: Mapping[str, Any]) -> str:
     """What the live boxes cost an hour and a day, and the day's money (`budget.today`)."""
-    return (f"total ${total:.3f}/h, ${total * 24:.2f}/day; spent today "
+    return (f"total ${total:.3f}/h, ${budget.Rate(total).usd_per_day:.2f}/day; spent today "
             f"${money['spent_today_usd']:.2f} ({money['boxes_from_bills']} boxes from the "
             f"bills), committed until midnight ${money['committed_until_midnight_usd']:.2f}"
             f", run rate ${money['run_rate_usd_per_day']:.2f}/day, budget "
@@ -305,7 +300,7 @@ def _money(c: Config, reg: Registry, ps: dict[str, Provider]) -> dict[str, Any]:
     return budget.today(rows, c.daily_budget_usd, now, bills.billed(rows, read, now)).to_dict()
 
 
-def _owed(reg: Registry) -> list[Owe]:
+def _owed(reg: Registry) -> list[Owed]:
     """The wanted boxes the loop's last tick could not rent (none before a loop ran)."""
     from fleet.state.loop_memory import Memory
 

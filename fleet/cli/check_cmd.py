@@ -49,18 +49,35 @@ def standing_table(results: Sequence[Health]) -> Table:
                         caption=caption)
 
 
-def standing_row(h: Health) -> dict[str, str]:
-    """A standing box's cells: what each check found, the node against the one wanted."""
+def standing_row(h: Health) -> dict[str, str | None]:
+    """A standing box's cells: what each check found, the node against the one wanted. What
+    a box that did not answer could not tell is unknown (`?`), never a verdict: its agent is
+    not down, its admission not refused, for all the fleet knows."""
+    if not h.ssh:
+        return {"label": h.label, "ssh": "hung" if h.hung else "DOWN",
+                "peers in/out": h.peers_word(), "verdict": _verdict(h.well, h.problems),
+                **dict.fromkeys(("agent", "synced", "blocks", "exec tip", "prover",
+                                 "admission", "node"), tables.UNKNOWN)}
     node = h.node_sha16 or "-"
     if h.wanted_sha16:
         node += " ok" if h.node_sha16 == h.wanted_sha16 else f" (wanted {h.wanted_sha16})"
     tip = "-" if h.exec_tip is None else f"{h.exec_tip}{'' if h.exec_moving else ' stuck'}"
-    return {"label": h.label, "ssh": "ok" if h.ssh else "DOWN",
-            "agent": "up" if h.agent else "DOWN", "synced": str(h.synced),
-            "blocks": str(h.blocks), "exec tip": tip, "peers in/out": h.peers_word(),
-            "prover": h.prover or "-",
-            "admission": "ok" if h.admitted else f"refused: {h.admission_reason}",
-            "node": node, "verdict": "well" if h.well else "; ".join(h.problems)}
+    return {"label": h.label, "ssh": "ok", "agent": "up" if h.agent else "DOWN",
+            "synced": tables.known(h.synced), "blocks": tables.known(h.blocks),
+            "exec tip": tip, "peers in/out": h.peers_word(), "prover": h.prover or "-",
+            "admission": admission(h.admitted, h.admission_reason), "node": node,
+            "verdict": _verdict(h.well, h.problems)}
+
+
+def admission(admitted: bool | None, reason: str | None) -> str:
+    """`ok`, `refused: why`, or `?` where the box's admission is not known."""
+    if admitted is None:
+        return tables.UNKNOWN
+    return "ok" if admitted else f"refused: {tables.known(reason)}"
+
+
+def _verdict(well: bool, problems: Sequence[str]) -> str:
+    return "well" if well else "; ".join(problems)
 
 
 def watchdog_table(watched: Sequence[Watch]) -> Table:
@@ -74,7 +91,7 @@ def watch_row(w: Watch) -> dict[str, str]:
     left = "-" if w.ttl_left_min is None else f"{w.ttl_left_min:.0f} min"
     return {"label": w.label, "job": w.job or "-", "phase": w.phase or "-",
             "age": f"{w.age_min:.0f} min", "TTL left": left,
-            "verdict": "well" if w.well else "; ".join(w.problems)}
+            "verdict": _verdict(w.well, w.problems)}
 
 
 @app.command("converge")

@@ -61,7 +61,7 @@ def mesh_data(results: Sequence[Health], rows: Sequence[Row], cfg: Config) -> di
     network = [cfg.network_of(role_of.get(h.label, "?")) for h in results]
     boxes: list[dict[str, Any]] = []
     for h, net in zip(results, network, strict=True):
-        peers = [{"dir": str(p.get("dir")), "remote": str(p.get("remote")),
+        peers = [{"dir": _text(p.get("dir")), "remote": _text(p.get("remote")),
                   "box": by_endpoint.get(str(p.get("remote")))} for p in h.peer_list]
         boxes.append({"label": h.label, "network": net,
                       "peers_in": h.peers_in, "peers_out": h.peers_out,
@@ -72,6 +72,11 @@ def mesh_data(results: Sequence[Health], rows: Sequence[Row], cfg: Config) -> di
         mine = [h for h, net in zip(results, network, strict=True) if net == name]
         networks[name] = {"roles": list(cfg.network_roles(name)), **_summary(mine)}
     return {"boxes": boxes, **_summary(results), "networks": networks}
+
+
+def _text(v: Any) -> str | None:
+    """A peer's field as text; None where the node did not say (`?` in the table)."""
+    return None if v is None else str(v)
 
 
 def _summary(results: Sequence[Health]) -> dict[str, Any]:

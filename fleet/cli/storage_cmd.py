@@ -15,6 +15,7 @@ from fleet.cli import tables
 from fleet.cli.common import app, cfg, emit, err, out, registry
 from fleet.core.boxes import Row
 from fleet.core.errors import FleetError, UsageError
+from fleet.core.times import utc_day
 from fleet.ops.storage import printable
 
 storage_app = typer.Typer(no_args_is_help=True, help="What fills the boxes, and a cleanup of "
@@ -99,7 +100,8 @@ def review_cmd(labels: list[str] = typer.Argument(None, metavar="[LABEL]..."),
 def review_table(title: str, part: Mapping[str, Any]) -> Table:
     rows = [{"category": printable(c["name"]),
              "kind": "regenerable" if c["regenerable"] else "kept",
-             "size": size(c["bytes"]), "files": str(c["files"]), "oldest": _day(c["oldest"])}
+             "size": size(c["bytes"]), "files": tables.known(c["files"]),
+             "oldest": _day(c["oldest"])}
             for c in part.get("categories") or []]
     d = part.get("disk") or {}
     caption = (f"would free {size(part.get('freeable_bytes'))}; disk free "
@@ -111,7 +113,7 @@ def review_table(title: str, part: Mapping[str, Any]) -> Table:
 def _day(mtime: Any) -> str:
     if not isinstance(mtime, int | float):
         return "-"
-    return datetime.fromtimestamp(mtime, UTC).strftime("%Y-%m-%d")
+    return utc_day(datetime.fromtimestamp(mtime, UTC))
 
 
 @storage_app.command("clean")
@@ -153,7 +155,7 @@ def clean_table(title: str, part: Mapping[str, Any]) -> Table:
     cats = part.get("categories") or {}
     rows = [{"category": printable(name), "promised": size(t["promised"]),
              "freed": size(t["freed"]),
-             "files": str(t["files"])} for name, t in cats.items() if t["promised"] or
+             "files": tables.known(t["files"])} for name, t in cats.items() if t["promised"] or
             t["files"]]
     promised = sum(t["promised"] for t in cats.values())
     freed = sum(t["freed"] for t in cats.values())

@@ -8,11 +8,13 @@ each row's key (its first cell: the box's label) on a line of its own, never cut
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from rich.console import Console, RenderableType
+from rich.console import Console, OverflowMethod, RenderableType
 from rich.measure import Measurement
 from rich.padding import Padding
+from rich.style import StyleType
+from rich.styled import Styled
 from rich.table import Table
 from rich.text import Text
 
@@ -20,14 +22,23 @@ from rich.text import Text
 UNBOUNDED = 1 << 16
 INDENT = 2  # a folded row's `column: value` lines, under its key
 MISSING = "-"  # what a row given as a dict shows in a column it does not name
+UNKNOWN = "?"  # a value not known: never Python's `None`, never a verdict it is not
 
 
-def build(title: str, columns: Sequence[str], rows: Iterable[Mapping[str, str]],
+def known(value: object) -> str:
+    """A value as a cell: `UNKNOWN` where it is not known (None), else its text."""
+    return UNKNOWN if value is None else str(value)
+
+
+def build(title: str, columns: Sequence[str], rows: Iterable[Mapping[str, str | None]],
           caption: str | None = None) -> Table:
     """A table of `columns`, each row a dict by column name (a column a row leaves out reads
-    `MISSING`), so a table gains a column with one name here and one key where rows are made.
-    A row naming a column the table lacks is a mistake, not a cell to drop quietly."""
-    t = Table(title=Text(title), caption=None if caption is None else Text(caption))
+    `MISSING`, a cell of None `UNKNOWN`), so a table gains a column with one name here and one
+    key where rows are made. A row naming a column the table lacks is a mistake, not a cell
+    to drop quietly."""
+    # flush left, unpadded: no line of the table ends in spaces
+    t = Table(title=Text(title), caption=None if caption is None else Text(caption),
+              title_justify="default", caption_justify="default")
     for col in columns:
         t.add_column(col)
     named = set(columns)
@@ -35,7 +46,7 @@ def build(title: str, columns: Sequence[str], rows: Iterable[Mapping[str, str]],
         unknown = set(row) - named
         if unknown:
             raise ValueError(f"row names columns the table {title!r} lacks: {sorted(unknown)}")
-        add(t, *(row.get(col, MISSING) for col in columns))
+        add(t, *(known(row.get(col, MISSING)) for col in columns))
     return t
 
 
@@ -65,12 +76,27 @@ def keep_key(table: Table) -> Table:
 
 
 def show(console: Console, table: Table) -> None:
-    """Print `table` whole where its natural width fits the console, otherwise folded."""
+    """Print `table` whole where its natural width fits the console, otherwise folded. A
+    whole table's title or caption wider than the table itself is printed on a line of its
+    own above or below it: Rich would wrap it to the table's width, breaking a label."""
     keep_key(table)
-    if fits(console, table):
-        console.print(table)
-    else:
+    if not fits(console, table):
         fold(console, table)
+        return
+    width = natural_width(console, table)
+    title, caption = table.title, table.caption
+    above = title if _wider(console, title, width) else None
+    below = caption if _wider(console, caption, width) else None
+    if above is not None:
+        _line(console, above, table.title_style or "table.title")
+    table.title = None if above is not None else title
+    table.caption = None if below is not None else caption
+    try:
+        console.print(table)
+    finally:  # the table as it was given
+        table.title, table.caption = title, caption
+    if below is not None:
+        _line(console, below, table.caption_style or "table.caption")
 
 
 def fold(console: Console, table: Table) -> None:
@@ -78,47 +104,85 @@ def fold(console: Console, table: Table) -> None:
     width: the terminal may break it, Rich never cuts it) and one `column: value` line per
     other non-empty cell, values wrapping under themselves; rows apart by a blank line; then
     the caption. A table without a header is a list of `key: value` lines already: it folds
-    into those, under its title."""
-    printed = False
-
-    def section() -> None:
-        """One blank line between the title, the blocks and the caption, none before."""
-        nonlocal printed
-        if printed:
-            console.print()
-        printed = True
-
+    into those, under its title. No line ends in a space."""
+    sections: list[Callable[[], None]] = []
     if table.title:
-        section()
-        console.print(table.title, style=table.title_style or "table.title", overflow="fold",
-                      highlight=False)
-    columns = table.columns
-    rows = _rows(table)
+        title = table.title
+        sections.append(lambda: _line(console, title, table.title_style or "table.title"))
     if not table.show_header:
-        grid = _grid(table, values=len(columns) - 1, key_wraps=False)
-        for cells in rows:
-            grid.add_row(_named(console, cells[0]), *cells[1:])
-        if rows:
-            section()
-            console.print(grid)
+        sections.extend(_headerless(console, table))
     else:
-        names = [_named(console, col.header) for col in columns[1:]]
-        width = max((name.cell_len for name in names), default=0)  # the same in every block
-        for name in names:  # padded, not a minimum width: Rich would crop the values by one
-            name.pad_right(width - name.cell_len)
-        for cells in rows:
-            section()
-            console.print(cells[0], style="bold", soft_wrap=True, highlight=table.highlight)
-            grid = _grid(table, values=1, key_wraps=True)
-            for name, cell in zip(names, cells[1:], strict=True):
-                if not _empty(console, cell):
-                    grid.add_row(name, cell)
-            if grid.row_count:
-                console.print(Padding.indent(grid, INDENT))
+        sections.extend(_blocks(console, table))
     if table.caption:
+        caption = table.caption
+        sections.append(lambda: _line(console, caption,
+                                      table.caption_style or "table.caption"))
+    for i, section in enumerate(sections):
+        if i:  # one blank line between the title, the blocks and the caption
+            console.print()
         section()
-        console.print(table.caption, style=table.caption_style or "table.caption",
-                      overflow="fold", highlight=False)
+
+
+def _headerless(console: Console, table: Table) -> list[Callable[[], None]]:
+    """A table without a header as one grid of `key: value` lines (none without rows)."""
+    rows = _rows(table)
+    if not rows:
+        return []
+    grid = _grid(table, values=len(table.columns) - 1, key_wraps=False)
+    for cells in rows:
+        grid.add_row(_named(console, cells[0]), *cells[1:])
+    return [lambda: _trimmed(console, grid)]
+
+
+def _blocks(console: Console, table: Table) -> list[Callable[[], None]]:
+    """One block per row: its key alone on a line, then its non-empty cells by name."""
+    names = [_named(console, col.header) for col in table.columns[1:]]
+    width = max((name.cell_len for name in names), default=0)  # the same in every block
+    for name in names:  # padded, not a minimum width: Rich would crop the values by one
+        name.pad_right(width - name.cell_len)
+
+    def block(cells: list[RenderableType]) -> Callable[[], None]:
+        grid = _grid(table, values=1, key_wraps=True)
+        for name, cell in zip(names, cells[1:], strict=True):
+            if not _empty(console, cell):
+                grid.add_row(name, cell)
+
+        def show_block() -> None:
+            console.print(cells[0], style="bold", soft_wrap=True, highlight=table.highlight)
+            if grid.row_count:
+                _trimmed(console, Padding.indent(grid, INDENT))
+        return show_block
+
+    return [block(cells) for cells in _rows(table)]
+
+
+def _wider(console: Console, text: RenderableType | None, width: int) -> bool:
+    """Whether a title or caption is wider than `width` columns (a table's own width)."""
+    if text is None:
+        return False
+    if isinstance(text, str):
+        text = console.render_str(text, highlight=False)
+    return not isinstance(text, Text) or text.cell_len > width
+
+
+def _line(console: Console, text: RenderableType, style: StyleType) -> None:
+    """A title or caption on lines of its own, wrapped between words at the console's width
+    (a word longer than the console folds, never cut)."""
+    if isinstance(text, str):
+        text = console.render_str(text, highlight=False)
+    _trimmed(console, Styled(text, style), overflow="fold")
+
+
+def _trimmed(console: Console, renderable: RenderableType,
+             overflow: OverflowMethod | None = None) -> None:
+    """Print `renderable` with no line ending in spaces (a grid pads every cell to its
+    column's width, and a wrapped line keeps the space it was broken at)."""
+    options = console.options if overflow is None else console.options.update(
+        overflow=overflow)
+    for line in console.render_lines(renderable, options, pad=False):
+        text = Text.assemble(*((seg.text, seg.style or "") for seg in line if not seg.control))
+        text.rstrip()
+        console.print(text, soft_wrap=True, highlight=False)
 
 
 def _rows(table: Table) -> list[list[RenderableType]]:

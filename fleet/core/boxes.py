@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from fleet.core.states import LIVE, UNFINISHED, BoxKind, BoxStatus
+
 if TYPE_CHECKING:
     from fleet.core.config import Config
-
-LIVE = ("renting", "provisioning", "running", "stopped", "exited", "unknown")
-UNFINISHED = ("renting", "provisioning")
 
 
 @dataclass
@@ -22,7 +21,7 @@ class Row:
     card: str
     gpu_count: int
     usd_per_hour: float
-    status: str = "renting"  # renting -> provisioning -> running ... -> destroyed | failed
+    status: BoxStatus = BoxStatus.RENTING  # renting -> ... -> destroyed | vanished | failed
     provider_id: str | None = None
     driver: str | None = None
     cloud: str | None = None  # the offer's tier: RunPod SECURE/COMMUNITY, Vast datacenter/...
@@ -73,6 +72,10 @@ class Row:
     # listed after its rent): the loop destroys it, never adopts it; the budget counts it
     destroy_wanted: str | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.status, str):  # a hand edit's other value is kept as it reads
+            self.status = BoxStatus.read(self.status)  # the stored word as its member
+
     @property
     def live(self) -> bool:
         return self.destroyed_at is None and self.status in LIVE
@@ -99,5 +102,5 @@ def is_standing(cfg: Config, row: Row) -> bool:
     """A box of a standing role, converted or not: by the row's kind or fleet.toml's role. Such
     a box is never destroyed by a teardown, and only with --force by `fleet destroy`."""
     role = cfg.roles.get(row.role)
-    return row.standing or row.kind == "standing" or (role is not None
-                                                      and role.kind == "standing")
+    return row.standing or row.kind == BoxKind.STANDING or (role is not None
+                                                           and role.kind == BoxKind.STANDING)

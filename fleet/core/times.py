@@ -1,7 +1,9 @@
 """The fleet's one form of time: UTC, to the second, written "2026-12-03T12:00:00Z".
 
 `parse_iso` is strict (a registry or a bill that holds a broken time is broken); `read_iso`
-reads leniently, for views that show "unknown" rather than stop."""
+reads leniently, for views that show "unknown" rather than stop. A day is a UTC day, from one
+UTC midnight (`utc_day_start`) to the next (`next_utc_day_start`), named "2026-12-03"
+(`utc_day`): the budget's, the bills', the chart's and the page's days are all this one."""
 
 from __future__ import annotations
 
@@ -25,6 +27,23 @@ def parse_iso(ts: str) -> datetime:
         return t.astimezone(UTC)
     except OverflowError:  # 9999-12-31T23:00-02:00 has no UTC time
         raise ValueError(f"{ts!r} has no UTC time") from None
+
+
+def utc_day_start(t: datetime) -> datetime:
+    """The UTC midnight that starts `t`'s UTC day (a naive `t` is read as UTC, as `parse_iso`
+    reads one)."""
+    t = t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+    return t.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def next_utc_day_start(t: datetime) -> datetime:
+    """The UTC midnight that ends `t`'s UTC day."""
+    return utc_day_start(t) + timedelta(days=1)
+
+
+def utc_day(t: datetime) -> str:
+    """`t`'s UTC day, "2026-12-03": what a written time (`iso`) starts with on that day."""
+    return utc_day_start(t).date().isoformat()
 
 
 def read_iso(ts: str | None) -> datetime | None:

@@ -7,8 +7,56 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from fleet.core.states import DeathKind
+
 # a box's verdict on the page and in the CLI, worst first
 VERDICTS = ("down", "problem", "unknown", "well")
+
+
+class Death(str):
+    """Why the loop counts a standing box dead on one tick: its kind (`DeathKind`) and its
+    reason. The text is what a tick records (its JSON's `dead`, the disruption budget's
+    `why`): the reason, after `unfit: ` where the box is unfit; so a tick's deaths still
+    read, compare and dump as that text, while the loop reads the kind, never the text.
+
+    Example: `Death.unfit("its agent refused admission (...)").kind is DeathKind.UNFIT`"""
+
+    __slots__ = ("kind", "reason")
+    kind: DeathKind
+    reason: str
+
+    def __new__(cls, kind: DeathKind, reason: str) -> Death:
+        self = super().__new__(cls, reason if kind is DeathKind.DEAD else f"{kind}: {reason}")
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "reason", reason)
+        return self
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a death's {name} is read-only")
+
+    def __reduce__(self) -> tuple[type[Death], tuple[DeathKind, str]]:
+        return Death, (self.kind, self.reason)
+
+    def __copy__(self) -> Death:
+        return self
+
+    def __deepcopy__(self, memo: object) -> Death:
+        return self  # immutable, as a str
+
+    def __repr__(self) -> str:
+        return f"Death({self.kind.name}, {self.reason!r})"
+
+    @classmethod
+    def dead(cls, reason: str) -> Death:
+        return cls(DeathKind.DEAD, reason)
+
+    @classmethod
+    def unfit(cls, reason: str) -> Death:
+        return cls(DeathKind.UNFIT, reason)
+
+    def said(self) -> str:
+        """As a tick says it: `dead (reason)`, `unfit (reason)`."""
+        return f"{self.kind} ({self.reason})"
 
 
 _ATOMS = frozenset({str, int, float, bool, type(None)})
@@ -155,17 +203,32 @@ class Watch:
         return {**self.__dict__, "well": self.well}
 
 
-@dataclass(frozen=True)
+@dataclass
 class Owed:
-    """A wanted box no provider can give yet (filled in by the loop; the page only shows it)."""
+    """A wanted box the loop still has to rent: a roster shortfall or a dead box's re-rent.
+
+    The loop keeps them in its memory (`fleet.state.loop_memory`) and sets `reason` at each
+    try; the roster, the last tick and the page show them (`for_page`, `to_dict`)."""
 
     role: str
     provider: str
     card: str
     gpus: int
-    reason: str
     since: str  # UTC ISO-8601
+    reason: str = "not tried yet"
+    rerent_of: str | None = None
+    cloud: str | None = None  # a re-rent keeps the dead box's tier
+    slot: str | None = None  # the roster slot it fills (`fleet.ops.owed`)
+
+    def shape(self) -> tuple[str, str, str, int]:
+        return (self.role, self.provider, self.card, self.gpus)
+
+    def for_page(self) -> Owed:
+        """As the page and the last tick show it: the box it replaces said in its reason."""
+        why = self.reason if not self.rerent_of else f"{self.reason} (replaces {self.rerent_of})"
+        return Owed(self.role, self.provider, self.card, self.gpus, self.since, why)
 
     def to_dict(self) -> dict[str, Any]:
+        """The page's and the last tick's fields (`for_page` first to name a re-rent's box)."""
         return {"role": self.role, "provider": self.provider, "card": self.card,
                 "gpus": self.gpus, "reason": self.reason, "since": self.since}

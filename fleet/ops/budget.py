@@ -25,13 +25,14 @@ A rent checks the budget and writes its row in one locked step (`guard` run by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from fleet.core.errors import BudgetExceeded, ProviderError
-from fleet.core.times import iso, parse_iso
+from fleet.core.states import BoxStatus
+from fleet.core.times import next_utc_day_start, parse_iso, utc_day
 from fleet.providers.base import Box, Unreadable
 from fleet.state.bills import Bills, billed, estimate
 
@@ -89,8 +90,7 @@ def project(rows: list[Row], budget_usd: float, new_usd_per_hour: float = 0.0,
     the next 24 h (what they spent today is on the bills, as charges no row names)."""
     now = now or datetime.now(UTC)
     billed = {} if billed is None else billed  # an empty Billed still has its unnamed_usd
-    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    left_h = (midnight + timedelta(days=1) - now).total_seconds() / 3600
+    left_h = (next_utc_day_start(now) - now).total_seconds() / 3600
     spent = float(getattr(billed, "unnamed_usd", 0.0))
     committed = rate = 0.0
     for r in rows:
@@ -170,7 +170,7 @@ def unowned_boxes(rows: Sequence[Row], boxes: Listing, what: str) -> list[Box]:
                 raise BudgetExceeded(f"{what} refused: the budget cannot count a box on the "
                                      f"account whose price cannot be read: {b}")
             out.append(Box(b.provider, b.box_id or "?", b.label or "", "", 0, b.usd_per_hour,
-                           "unknown"))
+                           BoxStatus.UNKNOWN))
             continue
         if (b.provider, b.box_id) in ids:
             continue
@@ -232,6 +232,23 @@ def _unowned(p: Projection) -> str:
 
 
 @dataclass(frozen=True)
+class Rate:
+    """What boxes cost at their prices: an hour of them, and a day (24 of those hours)."""
+
+    usd_per_hour: float
+
+    @property
+    def usd_per_day(self) -> float:
+        return self.usd_per_hour * 24
+
+
+def rate(usd_per_hour: Iterable[float]) -> Rate:
+    """The boxes' prices summed: the live and the standing boxes' totals of the roster and the
+    page (a box's price is its provider's live figure recorded at rent time)."""
+    return Rate(sum(usd_per_hour, 0.0))
+
+
+@dataclass(frozen=True)
 class Today:
     """The day's money as the roster and the page show it: the projection, how many boxes a
     bill counted, and how many of today's boxes (not failed, not destroyed before midnight)
@@ -262,9 +279,9 @@ def today(rows: Sequence[Row], daily_budget_usd: float, now: datetime,
           billed: Mapping[str, float] | None) -> Today:
     """Spent today (from the bills where `billed` names a box, else estimated), committed until
     midnight, the run rate and the budget: the one place the fleet's money is summed."""
-    midnight = iso(now)[:10]
+    day = utc_day(now)  # a written time of this day or later sorts at or after it
     day_rows = [r for r in rows if r.status != "failed" and (r.destroyed_at is None
-                                                             or r.destroyed_at >= midnight)]
+                                                             or r.destroyed_at >= day)]
     billed = {} if billed is None else billed
     return Today(project(list(rows), daily_budget_usd, now=now, billed=billed),
                  len(billed), sum(1 for r in day_rows if r.label in billed), len(day_rows))

@@ -36,6 +36,7 @@ from fleet.boxes import lifecycle, sshmux
 from fleet.core import labels
 from fleet.core.boxes import Row, is_standing, unfinished, unread
 from fleet.core.errors import ProviderError, UsageError
+from fleet.core.states import BoxStatus
 from fleet.core.times import now_iso
 
 if TYPE_CHECKING:
@@ -143,11 +144,11 @@ def mark_gone(reg: Registry, providers: Mapping[str, Provider], label: str, *,
     return _mark(reg, label, ids, Order(label, also={
         "note": f"marked gone by the operator: {row.provider}'s console shows no box "
                 f"{row.provider_id or 'under its label'} (the fleet's key could not see it)"}),
-                 status="vanished")
+                 status=BoxStatus.VANISHED)
 
 
 def _mark(reg: Registry, label: str, ids: list[str], order: Order,
-          status: str = "destroyed") -> Row:
+          status: BoxStatus = BoxStatus.DESTROYED) -> Row:
     """Mark the row destroyed, in one locked step with the check that it still names a box
     just destroyed (or none): a row rented again meanwhile (its rent resumed by an operator)
     stays live, its new box counted and kept."""

@@ -18,8 +18,7 @@ from typing import Any
 
 from fleet.core.times import now_iso
 
-# how a provider that reports the box down says so: such a destroy loses nothing alive
-REPORTED_DOWN = ("exited", "stopped")
+# a box its provider reports down (`BoxStatus.is_down`) loses nothing alive when destroyed
 
 
 def allowance(wanted: int, fraction: float) -> int:

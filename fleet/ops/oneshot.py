@@ -126,38 +126,38 @@ def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: s
         if job.provider else providers
     found, failures = offers.search(role, chosen.values(), card=job.card, gpus=job.gpus)
     for f in failures:
-        log.info(f"warning: {f}")
+        log.info("warning: %s", f)
     minutes = deadline_minutes(job.ttl_minutes, len(job.gates))
     res = rent_mod.rent(cfg, reg, role, found, providers, job=(job.name, minutes))
     # the teardown reads this folder only; past the cap the box's deadlines no longer count
     row = reg.update(res.row.label, outputs=job.outputs, cap_at=in_hours(
         jobstate.cap_minutes(job.ttl_minutes, len(job.gates)) / 60))
-    log.info(f"rented {row.label}: {row.card} x{row.gpu_count} on {row.provider} at "
-         f"${row.usd_per_hour:.3f}/h, TTL {job.ttl_minutes} min (the box's deadline "
-         f"{minutes} min, gates included)")
+    log.info("rented %s: %s x%s on %s at $%.3f/h, TTL %s min (the box's deadline %s min, "
+             "gates included)", row.label, row.card, row.gpu_count, row.provider,
+             row.usd_per_hour, job.ttl_minutes, minutes)
     summary = Summary(row.label, row.provider, row.card, row.usd_per_hour, job.name)
     try:
         row = rent_mod.wait_ready(cfg, reg, providers, [row.label])[row.label]
     except FleetError as e:
         # nothing reached the box: the teardown destroys it without a read
-        log.info(f"{row.label}: {e}; destroying it (nothing ran on it)")
+        log.info("%s: %s; destroying it (nothing ran on it)", row.label, e)
         summary.problem = str(e)
     else:
-        log.info(f"{row.label}: SSH ready")
+        log.info("%s: SSH ready", row.label)
         try:
             state = _deploy(cfg, row, job)
         except FleetError as e:
-            log.info(f"{row.label}: {e}")
+            log.info("%s: %s", row.label, e)
             summary.problem = str(e)
             state = {}
         row = jobstate.record(reg, row.label, state)
         _fill(summary, state)
-    log.info(f"{row.label}: {summary.verdict}"
-         + (f": {summary.refusal}" if summary.refusal else
-            f", exit {summary.exit_code}" if summary.exit_code is not None else ""))
+    log.info("%s: %s%s", row.label, summary.verdict,
+             f": {summary.refusal}" if summary.refusal else
+             f", exit {summary.exit_code}" if summary.exit_code is not None else "")
     if keep and not summary.refusal and not summary.problem:  # torn down regardless
-        log.info(f"{row.label}: kept (--keep); `fleet teardown {row.label}` reads it back and "
-             "destroys it")
+        log.info("%s: kept (--keep); `fleet teardown %s` reads it back and destroys it",
+                 row.label, row.label)
     else:
         try:
             out = teardown.teardown(cfg, reg, providers, row.label)
@@ -174,17 +174,24 @@ def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: s
 
 def _deploy(cfg: Config, row: Row, job: Job) -> dict[str, Any]:
     """deploys/oneshot.py on the box until the job has ended or was refused (a second try
-    after a failure that left it neither: each step is done once, so a retry resumes)."""
+    after a failure that left it neither: each step is done once, so a retry resumes). Each
+    run is bounded by the job's cap (`jobstate.cap_minutes`): a run past it is killed, and
+    not tried again."""
     state: dict[str, Any] = {}
+    timeout_s = jobstate.cap_minutes(job.ttl_minutes, len(job.gates)) * 60
     for attempt in (1, 2):
         result = run_pyinfra(cfg, [row.label], {"job": str(job.path)},
-                             deploy=DEPLOY)
+                             deploy=DEPLOY, timeout_s=timeout_s)
         state = jobstate.job_state(cfg, row, job.name)
         if state.get("phase") in TERMINAL:
             return state
+        if result.timed_out:
+            log.info("%s: the deploy %s with the job %s", row.label, result.timed_out,
+                     state.get("phase") or "not started")
+            return state
         if attempt == 1:
-            log.info(f"{row.label}: the deploy stopped (exit {result.rc}) with the job "
-                 f"{state.get('phase') or 'not started'}; once more")
+            log.info("%s: the deploy stopped (exit %s) with the job %s; once more",
+                     row.label, result.rc, state.get("phase") or "not started")
     return state
 
 

@@ -8,7 +8,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from fleet.state.loop_memory import Owe
+from fleet.core.states import BoxKind
+from fleet.core.verdicts import Owed
 
 if TYPE_CHECKING:
     from fleet.core.boxes import Row
@@ -38,8 +39,8 @@ def wanted(cfg: Config) -> dict[Shape, int]:
     return {(w.role, w.provider, w.card, w.gpus): w.count for w in cfg.roster}
 
 
-def owed(cfg: Config, rows: Sequence[Row], rerents: Sequence[Owe], before: Sequence[Owe],
-         now: str) -> tuple[list[Owe], list[Owe]]:
+def owed(cfg: Config, rows: Sequence[Row], rerents: Sequence[Owed], before: Sequence[Owed],
+         now: str) -> tuple[list[Owed], list[Owed]]:
     """(the re-rents still owed, to remember; everything owed now: those re-rents first, then
     each roster entry's shortfall, a pending re-rent filling one).
 
@@ -72,13 +73,13 @@ def owed(cfg: Config, rows: Sequence[Row], rerents: Sequence[Owe], before: Seque
         if o.slot in spare:
             spare.remove(o.slot)
     for w in cfg.roster:
-        if cfg.role(w.role).kind != "standing":
+        if cfg.role(w.role).kind != BoxKind.STANDING:
             continue  # one-shot boxes are rented per job (`fleet run`), never kept up
         shape = (w.role, w.provider, w.card, w.gpus)
         have = have_count[shape]
         pending = sum(1 for o in out if o.shape() == shape and o.rerent_of)
         spare = free.get(shape, [])
         for i in range(max(0, w.count - have - pending)):
-            out.append(Owe(*shape, since=since.get((shape, None), now),
+            out.append(Owed(*shape, since=since.get((shape, None), now),
                            slot=spare[i] if i < len(spare) else None))
     return kept, out

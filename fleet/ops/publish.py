@@ -36,6 +36,7 @@ from fleet.boxes import boxssh
 from fleet.boxes.pyinfra_run import Run, run_pyinfra
 from fleet.core.errors import FleetError, UsageError
 from fleet.core.fileutil import write_atomic
+from fleet.core.states import PublishState
 from fleet.core.times import now_iso, seconds_between
 from fleet.state import releases
 from fleet.state.registry import Registry
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from fleet.core.config import Config
 
-STATES = ("untouched", "switched", "ahead", "reverted", "failed", "unreachable")
+STATES = tuple(PublishState)
 DONE = frozenset({"switched", "ahead"})
 RECORD = "publish.json"
 READBACK_DEADLINE_S = 60.0  # one box's readback command, once SSH has answered
@@ -541,8 +542,8 @@ class _Publish:
 
     def plan(self) -> list[list[str]]:
         release, hosts = self.release, self.hosts
-        log.info(f"publish {release.version} ({release.node_sha16}): "
-                 f"reading back {len(hosts)} boxes")
+        log.info("publish %s (%s): reading back %d boxes", release.version, release.node_sha16,
+                 len(hosts))
         why: dict[str, str] = {}
         seen = read_back(hosts, why)
         for label in self.labels:
@@ -590,9 +591,9 @@ class _Publish:
         cfg, release, pending = self.cfg, self.release, self.pending
         if not pending:
             return None
-        log.info(f"staging {release.version} on {len(pending)} boxes: {', '.join(pending)}")
+        log.info("staging %s on %d boxes: %s", release.version, len(pending), ", ".join(pending))
         run = run_pyinfra(cfg, pending, {"release": release.version, "stage_only": "1"},
-                          fail_fast=False)
+                          fail_fast=False, timeout_s=cfg.loop.converge_timeout_s)
         staged = {h for h, r in run.results.items() if r.get("staged")}
         failed = [x for x in pending if x not in staged]
         if not failed and run.rc == 0:
@@ -618,12 +619,14 @@ class _Publish:
     def wave(self, i: int, waves: list[list[str]], result: Result) -> str | None:
         """Wave `i` switched (one pyinfra run), read back and recorded box by box."""
         cfg, release, record, wave = self.cfg, self.release, self.record, waves[i - 1]
-        log.info(f"wave {i}/{len(waves)}: {', '.join(wave)}")
+        log.info("wave %d/%d: %s", i, len(waves), ", ".join(wave))
         _want(cfg, wave, release)
         for label in wave:
             record.set(label, record.state(label), f"switching in wave {i}", wave=i)
         record.save()
-        run = run_pyinfra(cfg, wave, self.wave_data(wave))
+        # each box's switch waits up to deadline_s for its node's health
+        run = run_pyinfra(cfg, wave, self.wave_data(wave),
+                          timeout_s=cfg.loop.converge_timeout_s + self.opts.deadline_s)
         not_ok = []
         for o in self.outcomes(wave, run):
             if o.state not in DONE:
@@ -670,7 +673,7 @@ class _Publish:
 
     def soak(self, i: int) -> str | None:
         """After the soak, every box switched so far read back again: all still switched."""
-        log.info(f"soaking {self.opts.soak_s:g} s before wave {i + 1}")
+        log.info("soaking %g s before wave %d", self.opts.soak_s, i + 1)
         time.sleep(self.opts.soak_s)
         again = read_back([(x, self.data[x]) for x in self.switched_so_far])
         for label in self.switched_so_far:

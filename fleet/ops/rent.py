@@ -39,6 +39,7 @@ from fleet.core.errors import (
     UsageError,
 )
 from fleet.core.labels import fleet_id_of, new_label
+from fleet.core.states import BoxStatus
 from fleet.core.times import in_hours, now_iso
 from fleet.ops import budget, destroy, ports, spread
 from fleet.ops import offers as offers_mod
@@ -188,14 +189,15 @@ def rent(cfg: Config, reg: Registry, role: Role, offers: Sequence[Offer],
         except BaseException as e:
             if isinstance(e, NoCapacity | OfferGone) and _refused(e):
                 # the offer went between search and rent: the next one may still be there
-                reg.update(lab, status="failed", destroyed_at=now_iso(), note=str(e))
+                reg.update(lab, status=BoxStatus.FAILED, destroyed_at=now_iso(), note=str(e))
                 last, label, resume = e, None, False
                 continue
             # whatever happened, a box carrying our label may exist: record it, never leak it
             found = lifecycle.lookup(p, lab)
             if found is None:
                 if _refused(e):
-                    reg.update(lab, status="failed", destroyed_at=now_iso(), note=str(e)[:300])
+                    reg.update(lab, status=BoxStatus.FAILED, destroyed_at=now_iso(),
+                               note=str(e)[:300])
                 else:
                     # a box may exist that no lookup sees yet: the row stays unfinished, its
                     # label looked up again (`find_unfinished`); nothing else is rented
@@ -329,7 +331,8 @@ def wait_ready(cfg: Config, reg: Registry, providers: dict[str, Provider], label
             if box is None:
                 raise FleetError(f"{label}: {row.provider} no longer lists box {row.provider_id}")
             row = lifecycle.record(reg, label, box)
-            if box.status == "exited":  # a spot bid waiting for capacity is "stopped", not this
+            # a spot bid waiting for capacity is "stopped", not this
+            if box.status == BoxStatus.EXITED:
                 said = " | ".join((box.status_note or "no reason given").split("\n"))
                 exited[label] = (f"{label}: {row.provider} reports box {row.provider_id} exited "
                                  f"before SSH answered: {said}")

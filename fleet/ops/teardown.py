@@ -361,25 +361,49 @@ def _pin_if_ready(cfg: Config, reg: Registry, p: Provider, row: Row) -> Row:
 
 
 def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool) -> None:
-
+    """The job's outputs read back: the job found on the box (or closed there before it
+    arrives), ended, then copied to the archive and the store and both copies verified."""
     job = row.job or ""
     if not dry_run:  # what this teardown has not verified yet is not read back
         reg.update(row.label, read_back=None)
+    info = _staged(cfg, reg, row, job, out, dry_run)
+    if info is None:
+        return
+    _end(cfg, reg, row, job, info, out, dry_run)
+    outputs = _outputs(row, job)
+    if dry_run:
+        _would_pull(cfg, row, outputs, job, out)
+        return
+    out.commit = _copied(cfg, reg, row, outputs, job, out)
+
+
+def _staged(cfg: Config, reg: Registry, row: Row, job: str, out: Outcome,
+            dry_run: bool) -> dict[str, Any] | None:
+    """What `_remote_job` reads of the job on the box; None when there is nothing to read
+    back: a job that never reached the box is closed there first, so that it never runs."""
     info = _remote_job(cfg, row, job)
-    if not info:
-        if row.job_state is not None or row.invocations:
-            raise KeptBox(f"{row.label}: job {job}'s files are gone from the box, though it "
-                          f"was seen {row.job_state}; box kept")
-        if dry_run:
-            out.steps.append(f"job {job} has not reached the box: would close it there")
-            return
-        # the deploy stopped before the job was placed: closed on the box, it never runs
-        info = _close_unstaged(cfg, row, job)
-        if not info:
-            out.steps.append(f"job {job} never reached the box: nothing to read back")
-            log.info(f"{row.label}: job {job} never reached the box; nothing to read back")
-            reg.update(row.label, read_back=job)
-            return
+    if info:
+        return info
+    if row.job_state is not None or row.invocations:
+        raise KeptBox(f"{row.label}: job {job}'s files are gone from the box, though it "
+                      f"was seen {row.job_state}; box kept")
+    if dry_run:
+        out.steps.append(f"job {job} has not reached the box: would close it there")
+        return None
+    # the deploy stopped before the job was placed: closed on the box, it never runs
+    info = _close_unstaged(cfg, row, job)
+    if info:
+        return info
+    out.steps.append(f"job {job} never reached the box: nothing to read back")
+    log.info("%s: job %s never reached the box; nothing to read back", row.label, job)
+    reg.update(row.label, read_back=job)
+    return None
+
+
+def _end(cfg: Config, reg: Registry, row: Row, job: str, info: dict[str, Any], out: Outcome,
+         dry_run: bool) -> None:
+    """The job's state on the row, and the job ended on the box before its outputs are read
+    (`_ended`; a dry run only says it would)."""
     spec, state = info.get("spec") or {}, info.get("state") or {}
     if not isinstance(state, dict) or not state:
         raise KeptBox(f"{row.label}: the box's agent could not tell job {job}'s state; "
@@ -388,47 +412,43 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
     if not dry_run:
         reg.update(row.label, job_state=out.phase, invocations=state.get("invocations"),
                    refusal=_refusal(state))
-    if out.phase not in TERMINAL:
-        if dry_run:
-            out.steps.append(f"job {job} is {out.phase}: would stop it on the box first")
-        else:
-            state = _ended(cfg, reg, row, job, spec, state, info.get("box_now"))
-            out.phase = state["phase"]
-    outputs = _outputs(row, job)
-    if dry_run:
-        manifest = _manifest(cfg, row, outputs)
-        links = [str(e.get("path")) for e in manifest if "size" not in e]
-        manifest = [e for e in manifest if "size" in e]
-        if links:
-            out.steps.append(f"would keep the box: {len(links)} outputs are not files "
-                             f"({', '.join(links[:5])})")
-        size = sum(int(e["size"]) for e in manifest)
-        out.steps.append(f"would pull {len(manifest)} files ({size} bytes) to "
-                         f"{archive.folder(archive_dir(cfg), row.label, job)}, push them to "
-                         f"{store_repo(cfg)} and read them back")
+    if out.phase in TERMINAL:
         return
+    if dry_run:
+        out.steps.append(f"job {job} is {out.phase}: would stop it on the box first")
+    else:
+        state = _ended(cfg, reg, row, job, spec, state, info.get("box_now"))
+        out.phase = state["phase"]
+
+
+def _would_pull(cfg: Config, row: Row, outputs: str, job: str, out: Outcome) -> None:
+    """A dry run's read: what the box's manifest says would be pulled, pushed and read back."""
+    manifest = _manifest(cfg, row, outputs)
+    links = [str(e.get("path")) for e in manifest if "size" not in e]
+    manifest = [e for e in manifest if "size" in e]
+    if links:
+        out.steps.append(f"would keep the box: {len(links)} outputs are not files "
+                         f"({', '.join(links[:5])})")
+    size = sum(int(e["size"]) for e in manifest)
+    out.steps.append(f"would pull {len(manifest)} files ({size} bytes) to "
+                     f"{archive.folder(archive_dir(cfg), row.label, job)}, push them to "
+                     f"{store_repo(cfg)} and read them back")
+
+
+def _copied(cfg: Config, reg: Registry, row: Row, outputs: str, job: str,
+            out: Outcome) -> str:
+    """The outputs pulled to the archive and pushed to the store, each copy verified against
+    the box's manifest, nothing written on the box since, the archive durable: the row marks
+    the job read back; the store's commit."""
     row = _guarded(cfg, reg, row.label)
     pulled = _pull(cfg, row, outputs, job)
-    manifest = pulled.manifest
     out.files, out.bytes = pulled.files, pulled.bytes
     if pulled.problems:
         _keep(row, pulled.problems, f"archive ({pulled.path.parent})", pulled.lasting)
-    log.info(f"{row.label}: {len(manifest)} files, {pulled.bytes} bytes; archive verified against "
-         f"the box's manifest ({pulled.path})")
-    from fleet.providers import store
-
+    log.info("%s: %d files, %d bytes; archive verified against the box's manifest (%s)",
+             row.label, len(pulled.manifest), pulled.bytes, pulled.path)
     row = _guarded(cfg, reg, row.label)
-    repo, prefix = store_repo(cfg), f"{job}/{row.label}"
-    try:
-        commit, problems = _stored(reg, row, repo, prefix, pulled)
-    except store.Unstorable as e:
-        raise KeptBox(f"{row.label}: box kept: {e}", str(e), lasting=True) from None
-    except (FleetError, OSError) as e:  # the store failed: nothing says the copies differ
-        raise KeptBox(f"{row.label}: box kept, the push to the store failed: {e}",
-                      f"the push to the store failed: {e}") from None
-    if problems:
-        _keep(row, problems, f"store {repo} at {commit}")
-    log.info(f"{row.label}: store read back at {commit[:12]}")
+    commit = _store_verified(reg, row, store_repo(cfg), job, pulled)
     row = _guarded(cfg, reg, row.label)
     changed = _unchanged(cfg, row, outputs, job)
     if changed:  # a straggler wrote on: both copies are stale, the next teardown pushes anew
@@ -439,7 +459,26 @@ def _read_back(cfg: Config, reg: Registry, row: Row, out: Outcome, dry_run: bool
     except OSError as e:
         _keep(row, [f"{pulled.path}: cannot be made durable ({e})"], "archive")
     reg.update(row.label, read_back=job, teardown=None, kept_lasting=None)
-    out.commit = commit
+    return commit
+
+
+def _store_verified(reg: Registry, row: Row, repo: str, job: str,
+                    pulled: archive.Pulled) -> str:
+    """The store's commit of the pulled outputs, read back there and matching; a failure of
+    the store keeps the box."""
+    from fleet.providers import store
+
+    try:
+        commit, problems = _stored(reg, row, repo, f"{job}/{row.label}", pulled)
+    except store.Unstorable as e:
+        raise KeptBox(f"{row.label}: box kept: {e}", str(e), lasting=True) from None
+    except (FleetError, OSError) as e:  # the store failed: nothing says the copies differ
+        raise KeptBox(f"{row.label}: box kept, the push to the store failed: {e}",
+                      f"the push to the store failed: {e}") from None
+    if problems:
+        _keep(row, problems, f"store {repo} at {commit}")
+    log.info("%s: store read back at %s", row.label, commit[:12])
+    return commit
 
 
 def _stored(reg: Registry, row: Row, repo: str, prefix: str,
@@ -454,13 +493,13 @@ def _stored(reg: Registry, row: Row, repo: str, prefix: str,
     if commit is not None:
         if not store.read_back(repo, commit, prefix, manifest):
             return commit, []
-        log.info(f"{row.label}: the store's copy at {commit[:12]} is not the box's outputs now; "
-             "pushing them anew")
+        log.info("%s: the store's copy at %s is not the box's outputs now; pushing them anew",
+                 row.label, commit[:12])
         reg.update(row.label, store_commit=None)
     commit = store.push(repo, pulled.path, manifest, prefix,
                         f"{row.job} on {row.label}: {len(manifest)} files")
     reg.update(row.label, store_commit=commit)
-    log.info(f"{row.label}: pushed to {repo} at {commit[:12]}")
+    log.info("%s: pushed to %s at %s", row.label, repo, commit[:12])
     return commit, store.read_back(repo, commit, prefix, manifest)
 
 
@@ -481,9 +520,12 @@ def _ended(cfg: Config, reg: Registry, row: Row, job: str, spec: dict[str, Any],
             when = "an unknown time" if until is None else f"{until:%Y-%m-%d %H:%M:%S}Z"
             raise UsageError(f"{row.label}: job {job} is still {doing} (the box's deadline is "
                              f"{when}); tear it down when it has ended")
-        log.info(f"{row.label}: job {job} is past its deadline ({until:%H:%M:%S}Z); stopping it")
+        # past the cap the box may name no deadline at all
+        log.info("%s: job %s is past its deadline (%s); stopping it", row.label, job,
+                 "unknown" if until is None else f"{until:%H:%M:%S}Z")
     else:
-        log.info(f"{row.label}: job {job} is {state.get('phase')}; closing it on the box first")
+        log.info("%s: job %s is %s; closing it on the box first", row.label, job,
+                 state.get("phase"))
     d = shlex.quote(f"{ROOT}/{JOBS}/{job}")
     res = boxssh.run(cfg, row, f"cd {ROOT} && {VENV_PYTHON} -m agent job stop {d} "
                      f"--grace {STOP_GRACE_S}", timeout=STOP_GRACE_S + 110)
@@ -537,4 +579,4 @@ def _destroy(cfg: Config, reg: Registry, providers: Mapping[str, Provider], row:
         reg.update(row.label, teardown=f"destroy failed: {e}"[:300])
         raise
     out.destroyed = True
-    log.info(f"{row.label}: destroyed")
+    log.info("%s: destroyed", row.label)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from agent.contract import TERMINAL
 from fleet.boxes import jobstate
 from fleet.core.errors import FleetError
+from fleet.core.states import BoxKind
 from fleet.core.times import parse_iso
 from fleet.core.verdicts import Watch
 
@@ -81,7 +82,7 @@ def judge(row: Row, state: dict[str, Any] | None, read_error: str | None,
 def watch(cfg: Config, reg: Registry, now: datetime | None = None) -> list[Watch]:
     """Every live one-shot box, its job's state read from the box (and recorded)."""
     now = now or datetime.now(UTC)
-    rows = [r for r in reg.live_rows() if r.kind == "oneshot"]
+    rows = [r for r in reg.live_rows() if r.kind == BoxKind.ONESHOT]
 
     def read(row: Row) -> tuple[dict[str, Any] | None, str | None]:
         if not row.job:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
-from fleet.core.times import iso, read_iso
+from fleet.core.times import iso, next_utc_day_start, read_iso, utc_day, utc_day_start
 
 if TYPE_CHECKING:
     from fleet.core.boxes import Row
@@ -50,15 +50,15 @@ def chart_data(rows: Iterable[Row], now: datetime, days: int = CHART_DAYS) -> di
         level += deltas[t]
         steps.append({"at": iso(t), "usd_per_hour": _money(level)})
     day_rows = []
-    day = start.replace(hour=0, minute=0, second=0, microsecond=0)
+    day = utc_day_start(start)
     while day < now:
-        lo, hi = max(day, start), min(day + timedelta(days=1), now)
+        lo, hi = max(day, start), min(next_utc_day_start(day), now)
         spent = sum(usd * (min(t1, hi) - max(t0, lo)).total_seconds() / 3600
                     for t0, t1, usd in spans if min(t1, hi) > max(t0, lo))
-        day_rows.append({"day": day.date().isoformat(), "from": iso(lo), "to": iso(hi),
+        day_rows.append({"day": utc_day(day), "from": iso(lo), "to": iso(hi),
                          "peak_usd_per_hour": _peak(steps, lo, hi),
                          "spent_usd": round(spent, 6)})
-        day += timedelta(days=1)
+        day = next_utc_day_start(day)
     return {"unit": "USD/h", "from": iso(start), "to": iso(now),
             "now_usd_per_hour": steps[-1]["usd_per_hour"], "steps": steps, "days": day_rows}
 
@@ -162,13 +162,13 @@ def chart_svg(chart: Mapping[str, Any]) -> str:
         out.append(f'<line x1="{_L}" y1="{yy}" x2="{_W - _R}" y2="{yy}"/>')
         out.append(f'<text class="ylab" x="{_L - 8}" y="{yy}" dy="0.35em" '
                    f'text-anchor="end">${v:.2f}/h</text>')
-    day = t0.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    day = next_utc_day_start(t0)
     while day < t1:
         xx = _f(_L + pw * (day - t0).total_seconds() / span)
         out.append(f'<line x1="{xx}" y1="{_T}" x2="{xx}" y2="{_T + ph}"/>')
         out.append(f'<text class="xlab" x="{xx}" y="{_H - _B + 18}" '
                    f'text-anchor="middle">{day_label(day)}</text>')
-        day += timedelta(days=1)
+        day = next_utc_day_start(day)
     out.append('</g>')
     base = _f(_T + ph)
     line = " ".join(f"{_f(px)},{_f(py)}" for px, py in pts)

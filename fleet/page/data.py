@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleet.core.boxes import Row, is_standing
 from fleet.core.config import KEY_ENV
+from fleet.core.states import ReleaseOrder, node_release
 from fleet.core.times import iso, read_iso
 from fleet.core.verdicts import VERDICTS, Health, Owed, Watch, mesh_summary
 from fleet.ops import budget, spread
@@ -177,9 +178,9 @@ def build(inputs: PageInputs) -> dict[str, Any]:
     _placed(boxes, live_rows, places, scrub)
     boxes.sort(key=lambda b: (VERDICTS.index(b["verdict"]), b["label"]))
 
-    live_h = sum(b["usd_per_hour"] for b in boxes)
+    live_rate = budget.rate(b["usd_per_hour"] for b in boxes)
     standing_boxes = [b for b in boxes if b["standing"]]
-    standing_h = sum(b["usd_per_hour"] for b in standing_boxes)
+    standing_rate = budget.rate(b["usd_per_hour"] for b in standing_boxes)
     money = budget.today(rows, cfg.daily_budget_usd, now, inputs.billed).to_dict()
     owed_known: Sequence[Owed | Mapping[str, Any]] | None = inputs.owed
     if from_tick:  # the loop's owed boxes, as of the tick the verdicts come from
@@ -198,15 +199,15 @@ def build(inputs: PageInputs) -> dict[str, Any]:
         "sources": {**sources, "note": scrub(sources["note"]) if sources["note"] else None},
         "standing": {
             "count": len(standing_boxes),
-            "usd_per_hour": round(standing_h, 6),
-            "usd_per_day": round(standing_h * 24, 6),
+            "usd_per_hour": round(standing_rate.usd_per_hour, 6),
+            "usd_per_day": round(standing_rate.usd_per_day, 6),
             "roles": _roles(cfg, standing_boxes),
             "rule": RULE,
         },
         "totals": {
             "boxes": len(boxes),
-            "usd_per_hour": round(live_h, 6),
-            "usd_per_day": round(live_h * 24, 6),
+            "usd_per_hour": round(live_rate.usd_per_hour, 6),
+            "usd_per_day": round(live_rate.usd_per_day, 6),
             **_verdict_counts(boxes),
             "owed": len(owed_rows) if owed_known is not None else None,
         },
@@ -528,7 +529,7 @@ def _release_state(h: Health) -> str:
     if h.node_sha16 == h.wanted_sha16:
         return "current"
     for p in h.problems:
-        if p.startswith("node: behind"):
+        if node_release(p) is ReleaseOrder.BEHIND:
             return "behind"
         if p.startswith("node: ahead"):
             return "ahead"

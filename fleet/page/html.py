@@ -16,7 +16,7 @@ from markupsafe import Markup, escape
 
 from fleet.core.errors import UsageError
 from fleet.core.fileutil import write_atomic
-from fleet.core.times import read_iso
+from fleet.core.times import read_iso, utc_day
 from fleet.core.verdicts import VERDICTS
 from fleet.page.chart import CHART_DAYS, chart_svg, day_label
 from fleet.page.compiled import CompiledTemplates
@@ -50,7 +50,7 @@ def _clock(ts: str | None, today: str | None = None) -> str:
     t, ref = read_iso(ts), read_iso(today)
     if t is None:
         return "—"
-    return f"{t:%H:%M}" if ref and ref.date() == t.date() else f"{day_label(t)} {t:%H:%M}"
+    return f"{t:%H:%M}" if ref and utc_day(ref) == utc_day(t) else f"{day_label(t)} {t:%H:%M}"
 
 
 def _num(v: float | int | None, digits: int = 1) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from fleet.core.times import read_iso
+from fleet.core.times import read_iso, utc_day
 
 
 def day_time(ts: str, now: datetime | None = None) -> str:
@@ -13,7 +13,7 @@ def day_time(ts: str, now: datetime | None = None) -> str:
     if t is None:
         return "an unknown time"
     t = t.astimezone(UTC)  # a time written with another offset is named in UTC
-    return f"{t:%H:%M} UTC" if now is not None and t.date() == now.date() else \
+    return f"{t:%H:%M} UTC" if now is not None and utc_day(t) == utc_day(now) else \
         f"{t:%Y-%m-%d %H:%M} UTC"
 
 

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from fleet.core.states import BoxStatus
+
 HOURS_PER_MONTH = 720.0  # how both providers turn a monthly storage price into an hourly one
 # RunPod: a stopped pod's volume, USD per GB per month (its docs; the container disk is dropped)
 RUNPOD_STOPPED_VOLUME_GB_MONTH = 0.20
@@ -100,7 +102,9 @@ class Box:
     gpu_count: int
     # its price from the provider's listing; 0.0 where the listing names none (`priced`)
     usd_per_hour: float
-    status: str  # normalised: "provisioning" | "running" | "stopped" | "exited" | "unknown"
+    # mapped at its provider's edge: provisioning, running, stopped, exited or unknown (gone:
+    # a box its provider no longer has, where its row last saw it)
+    status: BoxStatus
     driver: str | None = None
     ssh_host: str | None = None
     ssh_port: int | None = None
@@ -118,6 +122,9 @@ class Box:
     uptime_s: float | None = field(default=None, compare=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        self.status = BoxStatus(self.status)
+
     @property
     def place(self) -> str | None:
         return place_of(self.provider, self.machine_id, self.data_center)
@@ -134,7 +141,7 @@ class Box:
 
     @property
     def ssh_ready(self) -> bool:
-        return self.status == "running" and bool(self.ssh_host) and bool(self.ssh_port)
+        return self.status == BoxStatus.RUNNING and bool(self.ssh_host) and bool(self.ssh_port)
 
     def p2p_endpoint(self, known: tuple[str | None, int | None]) -> tuple[str | None, int | None]:
         """The box's public p2p endpoint (ip, port): what the listing maps, else what is

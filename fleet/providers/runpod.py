@@ -13,6 +13,8 @@ from typing import Any
 
 from fleet.core import cards
 from fleet.core.errors import AuthFailed, NoCapacity, ProviderError
+from fleet.core.states import BoxStatus
+from fleet.core.times import utc_day_start
 from fleet.providers.base import (
     RUNPOD_STOPPED_VOLUME_GB_MONTH,
     Box,
@@ -45,17 +47,17 @@ _PRICE_FIELDS = "minimumBidPrice uninterruptablePrice stockStatus maxUnreservedG
 
 # desiredStatus -> the fleet's status. RUNNING and EXITED need more (see `status_of`).
 _STATUS = {
-    "CREATED": "provisioning",
-    "RESTARTING": "provisioning",
-    "PAUSED": "stopped",
-    "DEAD": "exited",
-    "TERMINATED": "exited",
+    "CREATED": BoxStatus.PROVISIONING,
+    "RESTARTING": BoxStatus.PROVISIONING,
+    "PAUSED": BoxStatus.STOPPED,
+    "DEAD": BoxStatus.EXITED,
+    "TERMINATED": BoxStatus.EXITED,
 }
 # lastStatusChange text of a host RunPod lost contact with ("Host machine is unreachable: ...")
 _HOST_TROUBLE = ("unreachable", "offline", "lost contact", "host down")
 
 
-def status_of(pod: dict[str, Any], ssh_published: bool) -> str:
+def status_of(pod: dict[str, Any], ssh_published: bool) -> BoxStatus:
     """desiredStatus, refined by runtime and lastStatusChange, as the fleet's status.
 
     RUNNING: "running" once SSH is published; without a runtime it is still booting, unless
@@ -66,11 +68,12 @@ def status_of(pod: dict[str, Any], ssh_published: bool) -> str:
     change = str(pod.get("lastStatusChange") or "").lower()
     if desired == "RUNNING":
         if ssh_published:
-            return "running"
-        return "unknown" if any(s in change for s in _HOST_TROUBLE) else "provisioning"
+            return BoxStatus.RUNNING
+        return BoxStatus.UNKNOWN if any(s in change for s in _HOST_TROUBLE) \
+            else BoxStatus.PROVISIONING
     if desired == "EXITED":
-        return "stopped" if "by user" in change else "exited"
-    return _STATUS.get(desired, "unknown")
+        return BoxStatus.STOPPED if "by user" in change else BoxStatus.EXITED
+    return _STATUS.get(desired, BoxStatus.UNKNOWN)
 
 
 def _lowest(t: dict[str, Any]) -> float | None:
@@ -285,7 +288,7 @@ class RunPod(Client):
             provider=self.name, box_id=str(pod["id"]), label=req.label, card=offer.card,
             gpu_count=offer.gpu_count,
             usd_per_hour=req.spot_bid if spot and req.spot_bid else offer.usd_per_hour,
-            status="provisioning", raw=pod,
+            status=BoxStatus.PROVISIONING, raw=pod,
         )
 
     # -- boxes ------------------------------------------------------------------------------
@@ -379,7 +382,7 @@ class RunPod(Client):
         Raises ProviderError (AuthFailed, RateLimited) when RunPod gives no bill."""
         call = "GET /v2/billing/pods"
         since, until = since.astimezone(UTC), until.astimezone(UTC)
-        day = since == since.replace(hour=0, minute=0, second=0, microsecond=0)
+        day = since == utc_day_start(since)
         params = {"startTime": _rfc3339(since), "endTime": _rfc3339(until),
                   "bucketSize": "day" if day else "hour"}
         resp = self.http.request("GET", f"{rest_url()}/v2/billing/pods", call=call,

@@ -53,38 +53,50 @@ def view(reg: Registry, providers: Mapping[str, Provider]) -> View:
         except ProviderError as e:
             out.failures.append(e)
             continue
-        by_label: dict[str, list[Box]] = {}
         odd = [b for b in boxes if isinstance(b, Unreadable)]
         out.unreadable.extend(odd)
-        for b in boxes:
-            if isinstance(b, Box):
-                by_label.setdefault(b.label, []).append(b)
-        for label, found in by_label.items():
-            row = rows.get(label)
-            if row is None or row.provider != name or not row.live:
-                out.orphans.extend(found)
-                continue
-            found.sort(key=oldest_first)
-            own = next((b for b in found if b.box_id == row.provider_id), None)
-            if own is None and row.provider_id is None:
-                own = found[0]  # an unfinished rent's box: the oldest, as the rent keeps
-            if own is not None:
-                out.matched.append((row, own))
-            for b in found:
-                if b is not own:
-                    out.orphans.append(b)
-                    out.duplicates.add(f"{name}/{b.box_id}")
-        seen = {row.label for row, _ in out.matched}
-        may_be = _MayBe(odd)
-        for r in rows.values():
-            if not r.live or r.provider != name or r.label in seen:
-                continue
-            maybe = may_be(r)
-            if maybe is not None:
-                out.unsure[r.label] = str(maybe)
-            elif r.provider_id:
-                _confirm(out, p, r)
+        _match(out, name, rows, [b for b in boxes if isinstance(b, Box)])
+        _left_out(out, p, name, rows, _MayBe(odd))
     return out
+
+
+def _match(out: View, name: str, rows: Mapping[str, Row], boxes: list[Box]) -> None:
+    """Provider `name`'s listed boxes against the rows, by label: each live row's own box
+    (by its id; the oldest where its rent never learnt one) matched, every other an orphan
+    (a second one under a live row's label a duplicate too)."""
+    by_label: dict[str, list[Box]] = {}
+    for b in boxes:
+        by_label.setdefault(b.label, []).append(b)
+    for label, found in by_label.items():
+        row = rows.get(label)
+        if row is None or row.provider != name or not row.live:
+            out.orphans.extend(found)
+            continue
+        found.sort(key=oldest_first)
+        own = next((b for b in found if b.box_id == row.provider_id), None)
+        if own is None and row.provider_id is None:
+            own = found[0]  # an unfinished rent's box: the oldest, as the rent keeps
+        if own is not None:
+            out.matched.append((row, own))
+        for b in found:
+            if b is not own:
+                out.orphans.append(b)
+                out.duplicates.add(f"{name}/{b.box_id}")
+
+
+def _left_out(out: View, p: Provider, name: str, rows: Mapping[str, Row],
+              may_be: _MayBe) -> None:
+    """Provider `name`'s live rows its listing left out: unsure where an unreadable listing
+    row may be their box, else asked for by id (`_confirm`)."""
+    seen = {row.label for row, _ in out.matched}
+    for r in rows.values():
+        if not r.live or r.provider != name or r.label in seen:
+            continue
+        maybe = may_be(r)
+        if maybe is not None:
+            out.unsure[r.label] = str(maybe)
+        elif r.provider_id:
+            _confirm(out, p, r)
 
 
 class _MayBe:

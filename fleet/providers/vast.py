@@ -27,6 +27,7 @@ import httpx
 
 from fleet.core import cards
 from fleet.core.errors import NoCapacity, OfferGone, ProviderError, UsageError
+from fleet.core.states import BoxStatus
 from fleet.providers.base import (
     Box,
     Offer,
@@ -53,7 +54,8 @@ _DEFAULTS = {
 }
 _GONE_ERRORS = {"no_such_instance", "not_found"}
 _PROVISIONING = {None, "", "loading", "created", "scheduling", "rebooting"}
-_STATUS = {"running": "running", "stopped": "stopped", "frozen": "stopped", "exited": "exited"}
+_STATUS = {"running": BoxStatus.RUNNING, "stopped": BoxStatus.STOPPED,
+           "frozen": BoxStatus.STOPPED, "exited": BoxStatus.EXITED}
 
 
 def base_url() -> str:
@@ -68,16 +70,17 @@ def driver_code(driver: str) -> int:
     return int("".join(p.zfill(3) for p in parts))
 
 
-def status_of(inst: dict[str, Any]) -> str:
+def status_of(inst: dict[str, Any]) -> BoxStatus:
     """Vast's actual/cur/intended/next states -> the fleet's status."""
     actual = inst.get("actual_status")
     if all(inst.get(k) == "stopped" for k in ("cur_state", "intended_status", "next_state")):
-        return "stopped"  # a spot box outbid, whatever actual_status still says
+        return BoxStatus.STOPPED  # a spot box outbid, whatever actual_status still says
     if actual == "created" and "error" in str(inst.get("status_msg") or "").lower():
-        return "exited"  # "OCI runtime create failed": the container never started
+        return BoxStatus.EXITED  # "OCI runtime create failed": the container never started
     if actual in _PROVISIONING:
-        return "provisioning"
-    return _STATUS.get(str(actual), "unknown")  # unknown, offline: no heartbeat from the host
+        return BoxStatus.PROVISIONING
+    # unknown, offline: no heartbeat from the host
+    return _STATUS.get(str(actual), BoxStatus.UNKNOWN)
 
 
 class Vast(Client):
@@ -225,7 +228,7 @@ class Vast(Client):
                 provider=self.name, box_id=str(new), label=req.label, card=offer.card,
                 gpu_count=offer.gpu_count,
                 usd_per_hour=req.spot_bid if req.spot_bid is not None else offer.usd_per_hour,
-                status="provisioning", driver=offer.driver, raw=answer,
+                status=BoxStatus.PROVISIONING, driver=offer.driver, raw=answer,
             )
         if new:
             # a refused bid still leaves a stopped instance behind that bills for its disk

@@ -36,7 +36,7 @@ from typing import Any
 
 from fleet.core.boxes import Row
 from fleet.core.errors import ProviderError
-from fleet.core.times import iso, parse_iso
+from fleet.core.times import iso, parse_iso, utc_day_start
 from fleet.state import docs
 from fleet.state.db import open_db
 
@@ -56,7 +56,7 @@ class Bills:
         return (now - parse_iso(self.read_at)).total_seconds()
 
     def window_start(self) -> datetime:
-        return parse_iso(self.since) if self.since else _midnight(parse_iso(self.read_at))
+        return parse_iso(self.since) if self.since else utc_day_start(parse_iso(self.read_at))
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def read(providers: Mapping[str, Any], now: datetime | None = None) -> Bills:
     """Today's charges (UTC midnight until `now`) from every provider that reports them.
     Never raises for a provider: one that fails is named in `errors` with why."""
     now = (now or datetime.now(UTC)).astimezone(UTC)
-    midnight = _midnight(now)
+    midnight = utc_day_start(now)
     bills = Bills(read_at=iso(now), since=iso(midnight))
     for name, p in sorted(providers.items()):
         ask = getattr(p, "charges", None)
@@ -180,7 +180,7 @@ def estimate(row: Row, now: datetime) -> float:
     if row.status == "failed":
         return 0.0
     start = parse_iso(row.created_at) if row.created_at else now
-    return priced(row, max(start, _midnight(now)), now)
+    return priced(row, max(start, utc_day_start(now)), now)
 
 
 def priced(row: Row, frm: datetime, to: datetime) -> float:
@@ -200,7 +200,7 @@ def ran_today(row: Row, now: datetime) -> bool:
     """Whether `row` may have billed since UTC midnight (a failed rent never did)."""
     if row.status == "failed":
         return False
-    return row.destroyed_at is None or parse_iso(row.destroyed_at) >= _midnight(now)
+    return row.destroyed_at is None or parse_iso(row.destroyed_at) >= utc_day_start(now)
 
 
 def spent_from(rows: Sequence[Row], bills: Bills | None, now: datetime | None = None) -> Spent:
@@ -280,14 +280,10 @@ def _stale(bills: Bills | None, now: datetime) -> str | None:
         day = bills.window_start()
     except ValueError:
         return "the bills file is unreadable"
-    if day != _midnight(now):
+    if day != utc_day_start(now):
         return "the last bill read is of another day"
     if not 0 <= age <= MAX_AGE_S:
         return f"the last bill read is {age / 60:.0f} minutes old"
     return None
-
-
-def _midnight(t: datetime) -> datetime:
-    return t.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 

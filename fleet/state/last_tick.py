@@ -136,5 +136,5 @@ def _owed(o: Mapping[str, Any]) -> Owed:
     gpus = o["gpus"]
     if not isinstance(gpus, int) or isinstance(gpus, bool):
         raise ValueError("owed gpus")
-    return Owed(str(o["role"]), str(o["provider"]), str(o["card"]), gpus, str(o["reason"]),
-                str(o["since"]))
+    return Owed(str(o["role"]), str(o["provider"]), str(o["card"]), gpus, since=str(o["since"]),
+                reason=str(o["reason"]))

@@ -23,35 +23,13 @@ NAME = "loop"
 
 
 @dataclass
-class Owe:
-    """A wanted box the loop still has to rent: a roster shortfall or a dead box's re-rent."""
-
-    role: str
-    provider: str
-    card: str
-    gpus: int
-    since: str
-    reason: str = "not tried yet"
-    rerent_of: str | None = None
-    cloud: str | None = None  # a re-rent keeps the dead box's tier
-    slot: str | None = None  # the roster slot it fills (`fleet.ops.owed`)
-
-    def shape(self) -> tuple[str, str, str, int]:
-        return (self.role, self.provider, self.card, self.gpus)
-
-    def for_page(self) -> Owed:
-        why = self.reason if not self.rerent_of else f"{self.reason} (replaces {self.rerent_of})"
-        return Owed(self.role, self.provider, self.card, self.gpus, why, self.since)
-
-
-@dataclass
 class Memory:
     """What a tick leaves for the next (loop.json)."""
 
     tick: int = 0
     dead: dict[str, int] = field(default_factory=dict)  # label -> consecutive dead checks
-    rerents: list[Owe] = field(default_factory=list)  # dead boxes not replaced yet
-    owed: list[Owe] = field(default_factory=list)  # the last tick's owed boxes, as reported
+    rerents: list[Owed] = field(default_factory=list)  # dead boxes not replaced yet
+    owed: list[Owed] = field(default_factory=list)  # the last tick's owed boxes, as reported
     orphans: dict[str, str] = field(default_factory=dict)  # "provider/id" -> first seen
     # "provider/machine" -> when a box on it was found unfit: its offers are passed over
     unfit_machines: dict[str, str] = field(default_factory=dict)
@@ -86,8 +64,8 @@ class Memory:
     @classmethod
     def from_dict(cls, d: Any, where: str) -> Memory:
         try:
-            return cls(int(d["tick"]), dict(d["dead"]), [Owe(**o) for o in d["rerents"]],
-                       [Owe(**o) for o in d["owed"]], dict(d["orphans"]),
+            return cls(int(d["tick"]), dict(d["dead"]), [Owed(**o) for o in d["rerents"]],
+                       [Owed(**o) for o in d["owed"]], dict(d["orphans"]),
                        dict(d.get("unfit_machines", {})), dict(d.get("peers", {})),
                        dict(d.get("peers_at", {})), dict(d.get("restarting", {})),
                        [dict(r) for r in d.get("disruptions", [])],

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleet.core.boxes import Row, unfinished
 from fleet.core.errors import RegistryError, UsageError
+from fleet.core.states import BoxStatus
 from fleet.core.times import now_iso
 from fleet.state.db import Database, Duplicate, Tx, open_db
 
@@ -58,7 +59,7 @@ def _row(where: str, d: Any) -> Row:
     if unknown:
         raise RegistryError(f"{where}: unknown field {sorted(unknown)[0]!r}")
     try:
-        return Row(**d)
+        return Row(**d)  # its status read as a BoxStatus
     except TypeError as e:
         raise RegistryError(f"{where}: {e}") from None
 
@@ -69,7 +70,8 @@ def _row(where: str, d: Any) -> Row:
 _PARSED: dict[str, tuple[Row, bool]] = {}
 _PARSED_MAX = 200_000
 
-_SHARED = {str, int, float, bool, type(None)}  # values that readers may share: immutable
+# values that readers may share: immutable
+_SHARED = {str, int, float, bool, type(None), BoxStatus}
 
 
 def _parse(label: str, doc: str) -> Row:
@@ -285,7 +287,7 @@ class Registry:
             raise UsageError(f"no box labelled {label!r} in the registry")
         row = _parse(label, found[0])
         for k, v in changes.items():
-            setattr(row, k, v)
+            setattr(row, k, BoxStatus.read(v) if k == "status" and isinstance(v, str) else v)
         try:
             put(tx, row, None)
         except Duplicate as e:
@@ -298,7 +300,7 @@ class Registry:
         with self.db.write() as tx:
             return [self._update(tx, label, change) for label, change in changes.items()]
 
-    def mark_destroyed(self, label: str, status: str = "destroyed") -> Row:
+    def mark_destroyed(self, label: str, status: BoxStatus = BoxStatus.DESTROYED) -> Row:
         with self.db.write() as tx:
             self._check_fence(tx)
             return self._update(tx, label, {"status": status, "destroyed_at": now_iso()})

@@ -31,10 +31,10 @@ from packaging.version import InvalidVersion, Version
 from fleet.core.errors import ConfigError, UsageError
 from fleet.core.fileutil import locked, write_atomic
 
-NODE = "igneumd"
+NODE_BINARY = "igneumd"  # the node binary's file name in a release (the agent's program is `node`)
 MINER = "igneum-miner"
 PROVER = "igneum-prover"
-FILES = (NODE, MINER, PROVER)
+FILES = (NODE_BINARY, MINER, PROVER)
 MANIFEST = "releases.json"
 
 
@@ -47,7 +47,7 @@ class Release:
 
     @property
     def node_sha256(self) -> str:
-        return self.sha256[NODE]
+        return self.sha256[NODE_BINARY]
 
     @property
     def node_sha16(self) -> str:
@@ -186,8 +186,9 @@ def add(store: Path, src: Path, version: str, replace: bool = False) -> tuple[Re
         clash = next((r for r in releases if r.version != version
                       and r.node_sha16 == rel.node_sha16), None)
         if clash is not None:
-            raise UsageError(f"{src / NODE} is release {clash.version}'s node binary; a release "
-                             "needs a node of its own (boxes address releases by its digest)")
+            raise UsageError(f"{src / NODE_BINARY} is release {clash.version}'s node binary; a "
+                             "release needs a node of its own (boxes address releases by its "
+                             "digest)")
         _copy(src, store / version, sha)
         rest = [r for r in releases if r.version != version]
         rows = [r.to_json() for r in sorted_releases([*rest, rel])]

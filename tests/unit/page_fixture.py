@@ -107,5 +107,5 @@ def watched() -> list[Watch]:
 
 def owed() -> list[Owed]:
     return [Owed("live", "runpod", "RTX 4090", 1,
-                 "no capacity: tried 3 of 3 RTX 4090 offers on runpod; retrying every tick",
-                 iso(NOW - timedelta(minutes=95)))]
+                 reason="no capacity: tried 3 of 3 RTX 4090 offers on runpod; retrying every tick",
+                 since=iso(NOW - timedelta(minutes=95)))]

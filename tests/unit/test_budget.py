@@ -12,7 +12,7 @@ from fleet.boxes.sshkeys import ensure_key
 from fleet.core.boxes import Row
 from fleet.core.config import Config, Role
 from fleet.core.errors import BudgetExceeded
-from fleet.ops import rent
+from fleet.ops import budget, rent
 from fleet.ops.budget import Projection, project, project_new, require_fits
 from fleet.providers.base import Box, Offer, RentRequest, Unreadable
 from fleet.state.registry import Registry
@@ -288,3 +288,10 @@ def test_an_unreadable_listing_row_counts_at_its_price_where_that_still_reads() 
     assert [(b.box_id, b.usd_per_hour) for b in counted] == [("9", 3.9), ("8", 2.0)]
     with pytest.raises(BudgetExceeded, match="price cannot be read"):
         unowned_boxes([mine], [Unreadable("vast", "7", "bench-a-1", "odd")], "x")
+
+
+def test_the_boxes_prices_sum_to_an_hour_and_a_day_of_them() -> None:
+    cost = budget.rate([0.398, 0.44, 1.2])
+    assert cost.usd_per_hour == pytest.approx(2.038)
+    assert cost.usd_per_day == pytest.approx(2.038 * 24)
+    assert budget.rate([]) == budget.Rate(0.0) and budget.rate(iter([0.5])).usd_per_day == 12.0

@@ -24,7 +24,7 @@ def test_a_check_reads_the_release_store_once_for_all_its_boxes(
     cfg.registry.parent.mkdir(parents=True)
     cfg.releases.mkdir(parents=True)
     (cfg.releases / releases.MANIFEST).write_text(json.dumps([
-        {"version": "1.0.0", "files": {releases.NODE: {"sha256": NODE_SHA256, "size": 1}}}]))
+        {"version": "1.0.0", "files": {releases.NODE_BINARY: {"sha256": NODE_SHA256, "size": 1}}}]))
     hosts: list[tuple[str, dict[str, Any]]] = [
         (f"live-vast-{i}", {"provider": "vast", "role": "live", "release": "1.0.0"})
         for i in range(40)]

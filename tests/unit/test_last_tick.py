@@ -26,7 +26,6 @@ from fleet.core.verdicts import Health, Owed
 from fleet.ops.loop import Loop, Tick
 from fleet.state import last_tick
 from fleet.state.db import open_db
-from fleet.state.loop_memory import Owe
 from fleet.state.registry import Registry
 
 AT = "2026-12-02T11:48:00Z"
@@ -205,7 +204,7 @@ def test_the_loop_hook_saves_the_tick_then_writes_the_page(tmp_path: Path) -> No
     reg = Registry(cfg.registry)
     for r in F.rows()[:3]:  # the standing boxes
         reg.add(r)
-    owe = Owe("live", "runpod", "RTX 4090", 1, "2026-12-02T10:25:00Z", "no capacity",
+    owe = Owed("live", "runpod", "RTX 4090", 1, "2026-12-02T10:25:00Z", "no capacity",
               rerent_of="live-runpod-old")
     t = Tick(42, AT, owed=[owe], provider_errors=["runpod list: HTTP 503"])
     page_after_tick(cfg, tmp_path / "page")(t, F.health())
@@ -214,8 +213,8 @@ def test_the_loop_hook_saves_the_tick_then_writes_the_page(tmp_path: Path) -> No
     assert (saved.number, saved.at) == (42, AT)
     assert list(saved.health) == F.health()
     assert saved.owed == (Owed("live", "runpod", "RTX 4090", 1,
-                               "no capacity (replaces live-runpod-old)",
-                               "2026-12-02T10:25:00Z"),)
+                               reason="no capacity (replaces live-runpod-old)",
+                               since="2026-12-02T10:25:00Z"),)
     assert saved.provider_errors == ("runpod list: HTTP 503",)
     assert read_iso(saved.saved_at) is not None
     page = json.loads((tmp_path / "page" / "fleet.json").read_text())

@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 from state_fixture import sql
 
+from fleet.boxes.pyinfra_run import bounded as _bounded
 from fleet.cli.loop_cmd import page_after_tick
 from fleet.core import config
 from fleet.core.boxes import Row
 from fleet.core.errors import FleetError, ProviderError
-from fleet.core.verdicts import Health
-from fleet.ops.converge import _bounded
+from fleet.core.verdicts import Health, Owed
 from fleet.ops.loop import Loop
 from fleet.providers.base import Box, Offer, RentRequest
-from fleet.state.loop_memory import Memory, Owe
+from fleet.state.loop_memory import Memory
 
 TOML = """
 [fleet]
@@ -232,7 +232,7 @@ def test_rerent_labels_count_up_from_the_first_box(tmp_path: Path) -> None:
     loop, vast, _ = make(tmp_path)
     first = f"live-{loop.reg.fleet_id()}-vast-aaaaaa"
     standing_box(loop, vast, first)
-    owe = Owe("live", "vast", "RTX 4090", 1, "2026-01-01T00:00:00Z", rerent_of=first)
+    owe = Owed("live", "vast", "RTX 4090", 1, "2026-01-01T00:00:00Z", rerent_of=first)
     assert loop._label(owe) == f"{first}-r1"
     loop.reg.add(Row(label=f"{first}-r1", provider="vast", role="live", kind="standing",
                      card="RTX 4090", gpu_count=1, usd_per_hour=0.3))
@@ -440,11 +440,11 @@ def test_a_rerent_is_never_owed_past_the_roster(tmp_path: Path) -> None:
     loop, vast, _ = make(tmp_path)  # the roster: one RTX 4090 on vast
     standing_box(loop, vast, "live-vast-aaaaaa")
     mem = Memory.load(loop.cfg.registry)
-    mem.rerents = [Owe("live", "vast", "RTX 4090", 1, "2026-01-01T00:00:00Z",
+    mem.rerents = [Owed("live", "vast", "RTX 4090", 1, "2026-01-01T00:00:00Z",
                        rerent_of="live-vast-dddddd")]
     assert loop.owed(mem) == []
     assert mem.rerents == []
     loop.reg.mark_destroyed("live-vast-aaaaaa")
-    mem.rerents = [Owe("live", "vast", "RTX 4090", 1, "2026-01-01T00:00:00Z",
+    mem.rerents = [Owed("live", "vast", "RTX 4090", 1, "2026-01-01T00:00:00Z",
                        rerent_of="live-vast-aaaaaa")]
     assert [o.rerent_of for o in loop.owed(mem)] == ["live-vast-aaaaaa"]  # short: owed

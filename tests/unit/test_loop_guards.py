@@ -14,12 +14,12 @@ from test_loop import FakeVast, make, standing_box
 from fleet.boxes import lifecycle
 from fleet.core.boxes import Row
 from fleet.core.errors import BudgetExceeded, FleetError, ProviderError
-from fleet.core.verdicts import Health
+from fleet.core.verdicts import Health, Owed
 from fleet.ops import loop as loop_mod
 from fleet.ops import rent as rent_mod
 from fleet.providers.base import Box, Offer, RentRequest
 from fleet.providers.client import check_label
-from fleet.state.loop_memory import Memory, Owe
+from fleet.state.loop_memory import Memory
 
 LONG_AGO = "2000-01-01T00:00:00Z"
 
@@ -76,7 +76,7 @@ def test_a_rerent_rented_before_the_memory_was_saved_is_not_rented_again(
     # the replacement was rented, then the loop was killed before loop.json was saved
     add_box(loop, vast, 2, f"{dead.label}-r1")
     loop.reg.update(f"{dead.label}-r1", rerent_of=dead.label)
-    mem = Memory(rerents=[Owe("live", "vast", "RTX 4090", 1, LONG_AGO, rerent_of=dead.label)])
+    mem = Memory(rerents=[Owed("live", "vast", "RTX 4090", 1, LONG_AGO, rerent_of=dead.label)])
     mem.save(loop.cfg.registry)
     vast.market = [Offer("vast", "9", "RTX 4090", 1, 0.2, driver="580.95.05")]
     t = loop.tick()  # FakeVast.rent raises: nothing may be rented
@@ -598,7 +598,7 @@ def test_a_long_hand_label_dying_does_not_stop_the_loop(
 
 def test_a_role_removed_while_its_rerent_is_owed_does_not_stop_the_loop(tmp_path: Path) -> None:
     loop, vast, _ = make(tmp_path)
-    Memory(rerents=[Owe("oldrole", "vast", "RTX 4090", 1, LONG_AGO,
+    Memory(rerents=[Owed("oldrole", "vast", "RTX 4090", 1, LONG_AGO,
                         rerent_of="oldrole-abc123-vast-000001")]).save(loop.cfg.registry)
     n = [0]
 

@@ -92,3 +92,12 @@ def test_the_mesh_names_the_box_behind_each_remote_and_counts_the_degrees() -> N
         "unknown in; star-only: live-b; owed a port: none")
     table = mesh_cmd.peer_table(a)
     assert str(table.title) == "live-a: in/out 3/1"
+
+
+def test_a_peer_the_node_names_without_an_endpoint_reads_unknown_never_none() -> None:
+    results = [Health("live-a", "vast", peers_in=1, peers_out=0,
+                      peer_list=[{"dir": "in", "public": True}])]
+    data = mesh_cmd.mesh_data(results, [row("live-a", 1, 40001)], F.config())
+    assert data["boxes"][0]["peers"] == [{"dir": "in", "remote": None, "box": None}]
+    table = mesh_cmd.peer_table(data["boxes"][0])
+    assert [c.plain for col in table.columns for c in col.cells] == ["in", "?", "-"]

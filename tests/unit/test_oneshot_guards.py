@@ -164,6 +164,19 @@ def test_a_running_job_that_pushed_its_deadline_back_is_stopped_at_the_cap(
     assert out.destroyed and vast.destroyed == ["42"]
 
 
+def test_a_running_job_with_no_deadline_the_box_can_tell_is_stopped_at_the_cap(
+        cfg: Config, reg: Registry, box: Box) -> None:
+    # the job rewrote its state.json with neither a deadline nor a start: past the cap the
+    # box's word no longer counts, and an unknown deadline must not stop the teardown
+    reg.update("bench-1", expires_at=iso(datetime.now(UTC) - timedelta(minutes=61)))
+    box.state = {"phase": "running", "invocations": 1}
+    vast = Vast()
+    out = teardown.teardown(cfg, reg, {"vast": vast}, "bench-1")  # type: ignore[dict-item]
+    assert "job stop" in box.sent[0]
+    assert box.sent[1:] == ["pull", "push", "read back"]
+    assert out.destroyed and vast.destroyed == ["42"]
+
+
 def test_a_gate_still_within_its_deadline_is_refused_like_a_run(
         cfg: Config, reg: Registry, box: Box) -> None:
     # each gate may take a full TTL: the box says when this one's ends

@@ -10,8 +10,8 @@ from test_loop import TOML
 
 from fleet.core import config
 from fleet.core.boxes import Row
+from fleet.core.verdicts import Owed
 from fleet.ops import owed
-from fleet.state.loop_memory import Owe
 
 NOW, EARLIER = "2026-12-05T12:00:00Z", "2026-12-05T09:00:00Z"
 
@@ -27,12 +27,12 @@ def box(label: str, **kw: object) -> Row:
                gpu_count=1, usd_per_hour=0.3, **fields)  # type: ignore[arg-type]
 
 
-def rerent(of: str, card: str = "RTX 4090", role: str = "live") -> Owe:
-    return Owe(role, "vast", card, 1, EARLIER, rerent_of=of)
+def rerent(of: str, card: str = "RTX 4090", role: str = "live") -> Owed:
+    return Owed(role, "vast", card, 1, EARLIER, rerent_of=of)
 
 
 def test_an_empty_roster_place_is_owed_and_keeps_when_it_was_first_owed(tmp_path: Path) -> None:
-    kept, out = owed.owed(cfg(tmp_path), [], [], [Owe("live", "vast", "RTX 4090", 1, EARLIER)],
+    kept, out = owed.owed(cfg(tmp_path), [], [], [Owed("live", "vast", "RTX 4090", 1, EARLIER)],
                           NOW)
     assert kept == [] and [(o.shape(), o.since) for o in out] == \
         [(("live", "vast", "RTX 4090", 1), EARLIER)]

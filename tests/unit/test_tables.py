@@ -24,14 +24,13 @@ from rich.text import Text
 
 from fleet.cli import boxes_cmd, check_cmd, common, oneshot_cmd, publish_cmd, tables
 from fleet.core.boxes import Row
-from fleet.core.verdicts import Health, Watch
+from fleet.core.verdicts import Health, Owed, Watch
 from fleet.ops import budget
 from fleet.ops import publish as pub
 from fleet.ops.oneshot import Summary
 from fleet.ops.teardown import Outcome
 from fleet.providers.base import Box, Offer
 from fleet.state import releases
-from fleet.state.loop_memory import Owe
 
 # the labels the fleet makes (fleet/core/labels.py): <role>-<fleet id>-<provider>-<6 hex>[-r<n>]
 VALIDATOR = "validator-3fa9c1-vast-0b12ef"
@@ -149,7 +148,7 @@ def _roster_rows() -> tuple[list[dict[str, str]], str]:
     rows.append(boxes_cmd.orphan_row(Box(
         provider="vast", box_id="18299031", label=BENCH_VAST, card="RTX 4090", gpu_count=1,
         usd_per_hour=0.398, status="running")))
-    rows.append(boxes_cmd.owed_row(Owe(role="validator", provider="vast", card="RTX 4090",
+    rows.append(boxes_cmd.owed_row(Owed(role="validator", provider="vast", card="RTX 4090",
                                        gpus=1, since=_iso(timedelta(minutes=7)),
                                        reason="no admissible offer")))
     total = sum(r.usd_per_hour for r in regs if r.live)
@@ -218,7 +217,7 @@ def test_check_watchdog() -> None:
 def _release(version: str) -> releases.Release:
     sha = {n: hashlib.sha256(f"{n} {version}".encode()).hexdigest() for n in releases.FILES}
     return releases.Release(version=version, path=Path(f"/var/lib/fleet/releases/{version}"),
-                            sha256=sha, sizes={releases.NODE: 48213504,
+                            sha256=sha, sizes={releases.NODE_BINARY: 48213504,
                                                releases.MINER: 9437184,
                                                releases.PROVER: 31457280})
 

@@ -15,12 +15,12 @@ from fleet.core.boxes import Row, is_standing
 from fleet.core.config import Config
 from fleet.core.errors import BudgetExceeded, FleetError, NotLeader, UsageError
 from fleet.core.times import now_iso, parse_iso
-from fleet.core.verdicts import Health
+from fleet.core.verdicts import Death, Health, Owed
 from fleet.ops import budget, destroy, disruption, judgement
 from fleet.ops import rent as rent_mod
 from fleet.providers.base import Box
 from fleet.providers.sync import View
-from fleet.state.loop_memory import Memory, Owe
+from fleet.state.loop_memory import Memory
 from fleet.state.registry import Registry
 
 if TYPE_CHECKING:
@@ -46,10 +46,10 @@ class Tick:
     actions: list[str] = field(default_factory=list)
     well: list[str] = field(default_factory=list)
     problems: dict[str, list[str]] = field(default_factory=dict)  # label -> what is wrong
-    dead: dict[str, str] = field(default_factory=dict)  # label -> why, this tick
+    dead: dict[str, Death] = field(default_factory=dict)  # label -> why, this tick
     replaced: dict[str, str] = field(default_factory=dict)  # old label -> new label
     converged: list[str] = field(default_factory=list)
-    owed: list[Owe] = field(default_factory=list)
+    owed: list[Owed] = field(default_factory=list)
     owed_ports: dict[str, str] = field(default_factory=dict)  # label -> why it is owed a port
     orphans: list[str] = field(default_factory=list)
     provider_errors: list[str] = field(default_factory=list)
@@ -59,6 +59,7 @@ class Tick:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["dead"] = {label: str(death) for label, death in self.dead.items()}
         d["owed"] = [o.for_page().to_dict() | {"rerent_of": o.rerent_of} for o in self.owed]
         return d
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from fleet.boxes import lifecycle
@@ -13,8 +14,9 @@ from fleet.boxes.boxssh import KEY_REFUSED
 from fleet.boxes.inventory import Built, host_data
 from fleet.boxes.sshkeys import write_known_hosts
 from fleet.core.boxes import Row, is_standing
+from fleet.core.states import DOWN, NODE_PROBLEM, BoxStatus, ReleaseOrder, node_release
 from fleet.core.times import now_iso
-from fleet.core.verdicts import Health
+from fleet.core.verdicts import Death, Health
 from fleet.ops import judgement, shared_check
 from fleet.ops.loop.base import LoopBase, Tick, epoch
 from fleet.providers.base import Box
@@ -38,7 +40,7 @@ class Judging(LoopBase):
         """Record when a listing first showed a box stopped (it then bills its storage only,
         for the estimate of what it spent), and forget it once the box runs again."""
         for row, box in v.matched:
-            stopped = box.status in ("stopped", "exited")
+            stopped = box.status in DOWN
             if stopped and row.stopped_at is None:
                 self.reg.update(row.label, stopped_at=now_iso())
             elif not stopped and row.stopped_at is not None:
@@ -61,143 +63,178 @@ class Judging(LoopBase):
           probed (two at least) fail SSH at once.
         A box not judged keeps its dead count. A lone box whose SSH fails is still counted dead:
         with one box the fleet cannot tell its own path from the box's death."""
-        listed = {row.label: box for row, box in v.matched}
-        gone = {r.label for r in v.gone}
-        hosts, checked = [], []
-        unjudged = set(v.unsure)
-        death: dict[str, str] = {}  # label -> why it is dead if its SSH does not answer
-        moved: dict[str, dict[str, Any]] = {}  # label -> what its listing changed: one commit
-        for row, seen in v.matched:  # a restart may map SSH to another port: pin the key there
+        self._follow_listings(v)
+        p = self._probes(t, v, failed)
+        blind = self._blind_key() if p.hosts else None
+        health = self._check(t, p.hosts) if p.hosts and blind is None else []
+        down = {h.label for h in health if not h.ssh}
+        lost = self._lost(v, p, health)
+        # a box presenting another host key than the one pinned: re-pinned on its provider's
+        # word, else judged as any box whose SSH does not answer (the fleet's own blindness,
+        # a proxy on its path, reads the same)
+        repinned = self._changed_keys(t, mem, health, p.listed, p.others)
+        if blind is None:
+            blind = judgement.fleet_blind(down - lost - repinned, p.probed() - lost)
+        if blind is not None:
+            self._act(t, f"breaker: no deaths counted this tick ({blind})")
+            p.unjudged.update(p.probed())
+        rows = {r.label: r for r in self.reg.rows()}
+        answered = {rows[h.label].provider for h in health if h.ssh and h.label in rows}
+        open_ = self._breakers(t, mem, v, p.probed() | self._unreached,
+                               down | self._unreached, answered)
+        self._sees = set() if blind is not None else answered - set(open_)
+        self._vanished(t, v, p, open_)
+        seen = _Seen(blind is not None, open_, lost, rows)
+        restarting = {lb: at for lb, at in mem.restarting.items() if lb in p.unjudged}
+        checked: list[Health] = []
+        for h in health:
+            if h.label in repinned:
+                mem.dead.pop(h.label, None)  # checked under its new key from the next tick
+                p.unjudged.add(h.label)
+            elif not h.ssh:
+                self._unanswered(t, mem, h, p, seen, restarting)
+            elif self._answered(t, h, p, seen):
+                mem.answered[h.label] = _listed_now(p.listed.get(h.label))  # its pinned key
+                checked.append(h)
+                self._verdict(t, h)
+        mem.restarting = restarting
+        self._count_deaths(t, mem, p.unjudged)
+        return checked
+
+    def _follow_listings(self, v: View) -> None:
+        """Record what the listings changed of the matched boxes (one commit): a restart may
+        map SSH to another port (the key pinned there), its provider may name another place,
+        a restart or a host stop may map the p2p port anew (the peers files follow,
+        `_peers`, and a box left without one is owed a port, `fleet.ops.ports`)."""
+        moved: dict[str, dict[str, Any]] = {}
+        for row, seen in v.matched:
             change = moved.setdefault(row.label, {})
             if seen.ssh_host and seen.ssh_port and \
                     (seen.ssh_host, seen.ssh_port) != (row.ssh_host, row.ssh_port):
                 change.update(ssh_host=seen.ssh_host, ssh_port=seen.ssh_port)
             if seen.place and seen.place != row.place:  # where its provider says it runs
                 change.update(place=seen.place)
-            # a restart may map the p2p port anew, or a host stop mapping it: the peers files
-            # follow (`_peers`), and a box left without one is owed a port (`fleet.ops.ports`)
             mapped = seen.p2p_endpoint((row.public_ip, row.p2p_public_port))
             if mapped != (row.public_ip, row.p2p_public_port):
                 change.update(public_ip=mapped[0], p2p_public_port=mapped[1])
         self.reg.update_many({label: c for label, c in moved.items() if c})
         write_known_hosts(self.cfg.known_hosts, self.reg.rows())
+
+    def _probes(self, t: Tick, v: View, failed: set[str]) -> _Probes:
+        """The deaths the listings report (counted on `t`), and the boxes to probe over SSH,
+        each with why it is dead if it does not answer."""
+        p = _Probes({row.label: box for row, box in v.matched}, {r.label for r in v.gone},
+                    set(v.unsure))
         for row in self._standing_rows():
             if row.provider in failed:
-                unjudged.add(row.label)
+                p.unjudged.add(row.label)
                 continue  # the provider did not answer: nothing can be told, nothing changes
-            box = listed.get(row.label)
-            if box is not None and box.status in ("exited", "stopped"):
-                t.dead[row.label] = f"{row.provider} lists it as {box.status}"
+            box = p.listed.get(row.label)
+            if box is not None and box.status in DOWN:
+                t.dead[row.label] = Death.dead(f"{row.provider} lists it as {box.status}")
             elif box is not None:
-                death[row.label] = f"SSH does not answer while its provider says {box.status}"
-                hosts.append((row.label, host_data(self.cfg, row, box)))
-            elif row.label in gone:
-                death[row.label] = (f"{row.provider} has no box {row.provider_id} any more "
-                                   "(asked by id), and SSH does not answer")
-                hosts.append((row.label, host_data(self.cfg, row, _last_seen(row))))
-        others = set()  # one-shot and other boxes gone by id: probed for SSH alone
-        for row in v.gone:
+                p.probe(row.label, host_data(self.cfg, row, box),
+                        f"SSH does not answer while its provider says {box.status}")
+            elif row.label in p.gone:
+                p.probe(row.label, host_data(self.cfg, row, _last_seen(row)),
+                        f"{row.provider} has no box {row.provider_id} any more (asked by id), "
+                        "and SSH does not answer")
+        for row in v.gone:  # one-shot and other boxes gone by id: probed for SSH alone
             if row.host_key and row.ssh_host and not is_standing(self.cfg, row):
-                others.add(row.label)
-                death[row.label] = "no provider lists it any more, and SSH does not answer"
-                hosts.append((row.label, host_data(self.cfg, row, _last_seen(row))))
-        blind = self._blind_key() if hosts else None
-        health = self._check(t, hosts) if hosts and blind is None else []
-        down = {h.label for h in health if not h.ssh}
-        # deaths that are no one's path, of boxes their provider lists: it lost the box's host
-        # too, or the box's sshd took the fleet's login and never ran the command (the path
-        # works). A box it does not list may be its blindness: the breaker's to judge
+                p.others.add(row.label)
+                p.probe(row.label, host_data(self.cfg, row, _last_seen(row)),
+                        "no provider lists it any more, and SSH does not answer")
+        return p
+
+    def _lost(self, v: View, p: _Probes, health: list[Health]) -> set[str]:
+        """The deaths that are no one's path, of boxes their provider lists: it lost the box's
+        host too, or the box's sshd took the fleet's login and never ran the command (the
+        path works). A box it does not list may be its blindness: the breaker's to judge. And
+        a standing box "no such box" by id from a provider whose listing shows the fleet's
+        other boxes: the key sees the fleet's account, so the box is gone (a restored
+        registry's stale row)."""
         hung = {h.label for h in health if h.hung}
-        lost = {label for label, box in listed.items()
-                if box.status == "unknown" or label in hung}
-        # "no such box" by id from a provider whose listing shows the fleet's other boxes: the
-        # key sees the fleet's account, so the box is gone (a restored registry's stale row)
+        lost = {label for label, box in p.listed.items()
+                if box.status == BoxStatus.UNKNOWN or label in hung}
         seeing = {row.provider for row, _ in v.matched}
-        lost |= {r.label for r in v.gone if r.provider in seeing
-                 and self._gap(v, r.provider) is None and is_standing(self.cfg, r)}
-        # a box presenting another host key than the one pinned: re-pinned on its provider's
-        # word, else judged as any box whose SSH does not answer (the fleet's own blindness,
-        # a proxy on its path, reads the same)
-        repinned = self._changed_keys(t, mem, health, listed, others)
-        quiet = down - lost - repinned
-        judged = {label for label, _ in hosts} - lost
-        if blind is None:
-            blind = judgement.fleet_blind(quiet, judged)
-        if blind is not None:
-            self._act(t, f"breaker: no deaths counted this tick ({blind})")
-            unjudged.update(label for label, _ in hosts)
-        rows = {r.label: r for r in self.reg.rows()}
-        answered = {rows[h.label].provider for h in health if h.ssh and h.label in rows}
-        open_ = self._breakers(t, mem, v, {label for label, _ in hosts} | self._unreached,
-                               down | self._unreached, answered)
-        self._sees = set() if blind is not None else answered - set(open_)
-        for row in v.gone:  # one-shot and other boxes: marked vanished, never re-rented
-            if row.label in others:
-                continue  # judged by their SSH below
+        return lost | {r.label for r in v.gone if r.provider in seeing
+                       and self._gap(v, r.provider) is None and is_standing(self.cfg, r)}
+
+    def _vanished(self, t: Tick, v: View, p: _Probes, open_: dict[str, str]) -> None:
+        """The one-shot and other boxes gone by id that were never SSH-ready (nothing to
+        probe): marked vanished, never re-rented; not judged behind an open breaker."""
+        for row in v.gone:
+            if row.label in p.others:
+                continue  # judged by their SSH
             if row.provider in open_:
-                unjudged.add(row.label)
-            elif not is_standing(self.cfg, row):  # never SSH-ready: nothing to probe
-                t.dead[row.label] = "no provider lists it any more"
-        restarting = {lb: at for lb, at in mem.restarting.items() if lb in unjudged}
-        for h in health:
-            if h.label in repinned:
-                mem.dead.pop(h.label, None)  # checked under its new key from the next tick
-                unjudged.add(h.label)
-                continue
-            if not h.ssh:
-                box = listed.get(h.label)
-                # a restart lasts until SSH answers (a box listed running again may still be
-                # booting), within its deadline
-                if blind is None and box is not None and (
-                        box.status == "provisioning"
-                        or (box.status == "running" and h.label in mem.restarting)):
-                    since = mem.restarting.get(h.label, now_iso())
-                    if self._restarting(t, h.label, box, since):
-                        restarting[h.label] = since
-                        mem.dead.pop(h.label, None)  # the SSH it missed before was the restart's
-                        unjudged.add(h.label)
-                        continue
-                    if box.status == "provisioning":  # past its deadline, and still says so
-                        restarting[h.label] = since
-                if blind is None and rows[h.label].provider in open_ and h.label not in lost:
-                    unjudged.add(h.label)
-                elif blind is None:
-                    said = [p[len("ssh: "):] for p in h.problems if p.startswith("ssh: ")]
-                    detail = f": {said[0]}" if said and said[0] != "box did not answer" else ""
-                    t.dead[h.label] = death[h.label] + detail
-                continue
-            if h.label in gone:
-                self._act(t, f"{h.label}: {rows[h.label].provider} has no box "
-                             f"{rows[h.label].provider_id} (asked by id), but it answers SSH: "
-                             "kept")
-            if h.label in others:
-                continue  # not a standing box: its SSH alone was asked
-            mem.answered[h.label] = _listed_now(listed.get(h.label))  # under its pinned key
-            checked.append(h)
-            if h.well:
-                t.well.append(h.label)
-                continue
-            t.problems[h.label] = h.problems
-            if h.agent and h.admitted is False:  # e.g. RunPod placed it on another driver
-                t.dead[h.label] = f"unfit: its agent refused admission ({h.admission_reason})"
-            if not h.agent:
-                t.converged.append(h.label)  # the agent back through the standing deploy
-            for p in h.problems:
-                if p.startswith("node: behind"):
-                    self._act(t, f"{h.label}: {p[len('node: '):]} (reported; the loop never "
-                                 "moves binaries)")
-        mem.restarting = restarting
+                p.unjudged.add(row.label)
+            elif not is_standing(self.cfg, row):
+                t.dead[row.label] = Death.dead("no provider lists it any more")
+
+    def _unanswered(self, t: Tick, mem: Memory, h: Health, p: _Probes, seen: _Seen,
+                    restarting: dict[str, str]) -> None:
+        """A probed box whose SSH did not answer: restarting on its provider's side (within
+        its deadline), not judged (the fleet blind, its provider's breaker open), or dead."""
+        box = p.listed.get(h.label)
+        # a restart lasts until SSH answers (a box listed running again may still be
+        # booting), within its deadline
+        if not seen.blind and box is not None and (
+                box.status == BoxStatus.PROVISIONING
+                or (box.status == BoxStatus.RUNNING and h.label in mem.restarting)):
+            since = mem.restarting.get(h.label, now_iso())
+            if self._restarting(t, h.label, box, since):
+                restarting[h.label] = since
+                mem.dead.pop(h.label, None)  # the SSH it missed before was the restart's
+                p.unjudged.add(h.label)
+                return
+            if box.status == BoxStatus.PROVISIONING:  # past its deadline, and still says so
+                restarting[h.label] = since
+        if seen.blind:
+            return
+        if seen.rows[h.label].provider in seen.open_ and h.label not in seen.lost:
+            p.unjudged.add(h.label)
+            return
+        said = [q[len("ssh: "):] for q in h.problems if q.startswith("ssh: ")]
+        detail = f": {said[0]}" if said and said[0] != "box did not answer" else ""
+        t.dead[h.label] = Death.dead(p.death[h.label] + detail)
+
+    def _answered(self, t: Tick, h: Health, p: _Probes, seen: _Seen) -> bool:
+        """A probed box whose SSH answered: alive. Whether it is a standing box to judge by
+        its check (not a one-shot box, whose SSH alone was asked)."""
+        if h.label in p.gone:
+            row = seen.rows[h.label]
+            self._act(t, f"{h.label}: {row.provider} has no box {row.provider_id} (asked by "
+                         "id), but it answers SSH: kept")
+        return h.label not in p.others
+
+    def _verdict(self, t: Tick, h: Health) -> None:
+        """A standing box's check, on the tick: well, or its problems (unfit where its agent
+        refused admission, its agent to bring back where none answered)."""
+        if h.well:
+            t.well.append(h.label)
+            return
+        t.problems[h.label] = h.problems
+        if h.agent and h.admitted is False:  # e.g. RunPod placed it on another driver
+            t.dead[h.label] = Death.unfit(f"its agent refused admission ({h.admission_reason})")
+        if not h.agent:
+            t.converged.append(h.label)  # the agent back through the standing deploy
+        for problem in h.problems:
+            if node_release(problem) is ReleaseOrder.BEHIND:
+                self._act(t, f"{h.label}: {problem[len(NODE_PROBLEM):]} (reported; the loop "
+                             "never moves binaries)")
+
+    def _count_deaths(self, t: Tick, mem: Memory, unjudged: set[str]) -> None:
+        """The dead counts: one more for each box dead this tick (said), none for one alive
+        again or no longer the loop's to judge; a box not judged keeps its count."""
         standing = {r.label for r in self._standing_rows()}
         mem.answered = {lb: at for lb, at in mem.answered.items() if lb in standing}
         for label in list(mem.dead):
             if label not in t.dead and label not in unjudged:
                 del mem.dead[label]  # alive again, or no longer ours to judge
-        for label, why in sorted(t.dead.items()):
+        for label, death in sorted(t.dead.items()):
             mem.dead[label] = mem.dead.get(label, 0) + 1
-            word, _, why = why.partition(": ") if why.startswith("unfit") else ("dead", "", why)
-            self._act(t, f"{label}: {word} ({why}), check {mem.dead[label]} of "
+            self._act(t, f"{label}: {death.said()}, check {mem.dead[label]} of "
                          f"{self.cfg.loop.dead_checks}")
-        return checked
 
     def _changed_keys(self, t: Tick, mem: Memory, health: list[Health],
                       listed: dict[str, Box], others: set[str]) -> set[str]:
@@ -258,7 +295,7 @@ class Judging(LoopBase):
         are not counted; one that is no one's path is (a box it lists `unknown`: it lost the
         host too; a box whose sshd took the login and never ran the command).
         `answered`: the providers some of whose boxes answered SSH this tick."""
-        stopped = {row.label for row, box in v.matched if box.status in ("exited", "stopped")}
+        stopped = {row.label for row, box in v.matched if box.status in DOWN}
         judged = (probed | v.unlisted) - stopped
         rows = self.reg.rows()
         out = judgement.breakers(
@@ -281,6 +318,35 @@ class Judging(LoopBase):
         return None
 
 
+@dataclass
+class _Probes:
+    """The boxes a tick probes over SSH, and what it knows of them before the answers."""
+
+    listed: dict[str, Box]  # label -> its box, as its provider lists it
+    gone: set[str]  # the live rows whose provider said, asked by id, it has no such box
+    unjudged: set[str]  # the boxes nothing is told of this tick: their dead counts kept
+    hosts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    death: dict[str, str] = field(default_factory=dict)  # label -> why dead if SSH is silent
+    others: set[str] = field(default_factory=set)  # one-shot and other boxes: SSH alone
+
+    def probe(self, label: str, data: dict[str, Any], death: str) -> None:
+        self.hosts.append((label, data))
+        self.death[label] = death
+
+    def probed(self) -> set[str]:
+        return {label for label, _ in self.hosts}
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What the tick's probes told before any one of them is judged."""
+
+    blind: bool  # the fleet's own SSH cannot be told from the boxes': no death counts
+    open_: dict[str, str]  # the providers whose breaker is open
+    lost: set[str]  # deaths that are no one's path (`_lost`): counted behind a breaker too
+    rows: dict[str, Row]
+
+
 def _listed_now(box: Box | None) -> dict[str, Any]:
     """What the loop keeps of a box's listing at a tick it answered (`Memory.answered`)."""
     return {"uptime_s": None if box is None else box.uptime_s,
@@ -296,4 +362,4 @@ def _last_seen(row: Row) -> Box:
     """A box its provider says it no longer has, where its row last saw it: to probe its SSH."""
     assert row.provider_id is not None
     return Box(row.provider, row.provider_id, row.label, row.card, row.gpu_count,
-               row.usd_per_hour, "gone", ssh_host=row.ssh_host, ssh_port=row.ssh_port)
+               row.usd_per_hour, BoxStatus.GONE, ssh_host=row.ssh_host, ssh_port=row.ssh_port)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 
 from fleet.core.errors import FleetError, NotLeader, UsageError
+from fleet.core.states import DOWN
 from fleet.core.times import now_iso
-from fleet.ops import destroy, disruption, sweep
+from fleet.ops import destroy, sweep
 from fleet.ops.loop.base import LoopBase, Tick, epoch
 from fleet.providers.sync import View
 from fleet.state.loop_memory import Memory
@@ -49,7 +50,7 @@ class Sweeping(LoopBase):
                              f"{left}")
                 continue
             spend = self._spender(t, mem, f"orphan {b.label} ({key})", what,
-                                  judged=b.status not in disruption.REPORTED_DOWN)
+                                  judged=b.status not in DOWN)
             order = destroy.Order(b.label, box_id=b.box_id, judged=True)
             try:  # its row read again under the lock: a rent may have just written it
                 if destroy.destroy(self.cfg, self.reg, self.providers, order,

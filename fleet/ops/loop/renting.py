@@ -10,18 +10,19 @@ from typing import TYPE_CHECKING
 from fleet.core.config import Role
 from fleet.core.errors import BudgetExceeded, NoCapacity, OfferGone, ProviderError, UsageError
 from fleet.core.times import now_iso
+from fleet.core.verdicts import Owed
 from fleet.ops import offers as offers_mod
 from fleet.ops import owed as owed_mod
 from fleet.ops import rent as rent_mod
 from fleet.ops.loop.base import UNFIT_MACHINE_S, LoopBase, Tick, epoch
-from fleet.state.loop_memory import Memory, Owe
+from fleet.state.loop_memory import Memory
 
 if TYPE_CHECKING:
     from fleet.providers.base import Provider
 
 
 class Renting(LoopBase):
-    def owed(self, mem: Memory) -> list[Owe]:
+    def owed(self, mem: Memory) -> list[Owed]:
         """What the roster is owed now (`fleet.ops.owed`), from the registry as it stands;
         the re-rents still owed are kept in `mem`."""
         mem.rerents, out = owed_mod.owed(self.cfg, self.reg.rows(), mem.rerents, mem.owed,
@@ -50,7 +51,7 @@ class Renting(LoopBase):
         self._wait_ready(t, rented)
         return rented
 
-    def _try_rent(self, t: Tick, o: Owe, unfit: Mapping[str, str]) -> str | None:
+    def _try_rent(self, t: Tick, o: Owed, unfit: Mapping[str, str]) -> str | None:
         """Rent one owed box; None (and `o.reason` set) when it cannot be rented now. Offers
         on a machine where a box was found unfit are passed over."""
         role: Role = self.cfg.role(o.role)
@@ -94,7 +95,7 @@ class Renting(LoopBase):
         return None
 
     @staticmethod
-    def _no_offer(role: Role, p: Provider, o: Owe) -> str:
+    def _no_offer(role: Role, p: Provider, o: Owed) -> str:
         """No capacity (nothing of that card listed) or no admissible offer (listed, but not
         on the pinned driver or CUDA)."""
         try:
@@ -110,7 +111,7 @@ class Renting(LoopBase):
         tier = f" on the {o.cloud} tier" if o.cloud else ""
         return f"no capacity: no {o.card} x{o.gpus} offered{tier}"
 
-    def _label(self, o: Owe) -> str | None:
+    def _label(self, o: Owed) -> str | None:
         return self._successor(o.rerent_of, self.reg.rows()) if o.rerent_of else None
 
     def _converge(self, t: Tick, fresh: list[str]) -> None:

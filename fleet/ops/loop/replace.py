@@ -5,11 +5,13 @@ gone."""
 from __future__ import annotations
 
 from fleet.core.boxes import is_standing
+from fleet.core.states import DOWN, BoxStatus, DeathKind
 from fleet.core.times import now_iso
-from fleet.ops import destroy, disruption
+from fleet.core.verdicts import Owed
+from fleet.ops import destroy
 from fleet.ops.loop.base import LoopBase, Tick
 from fleet.providers.sync import View
-from fleet.state.loop_memory import Memory, Owe
+from fleet.state.loop_memory import Memory
 
 
 class Replacing(LoopBase):
@@ -31,19 +33,20 @@ class Replacing(LoopBase):
             box = listed.get(label)
             if box is not None:
                 # a box its provider reports down loses nothing alive: never held, counted
-                held = box.status not in disruption.REPORTED_DOWN
-                spend = self._spender(t, mem, label, t.dead[label], judged=held)
+                held = box.status not in DOWN
+                spend = self._spender(t, mem, label, str(t.dead[label]), judged=held)
                 if self._destroy(t, destroy.Order(label, seen_id=box.box_id, judged=True),
                                  "the dead box", spend) is None:
                     continue
                 self._act(t, f"{label}: destroyed (dead or unfit on {count} checks)")
             else:
-                if self._spend(t, mem, row.role, label, t.dead[label], judged=False) is None:
+                if self._spend(t, mem, row.role, label, str(t.dead[label]),
+                               judged=False) is None:
                     continue
-                self.reg.mark_destroyed(label, "vanished")
+                self.reg.mark_destroyed(label, BoxStatus.VANISHED)
                 self._act(t, f"{label}: marked vanished (no provider lists it)")
             del mem.dead[label]
-            if t.dead.get(label, "").startswith("unfit") and box is not None and box.machine_id:
+            if t.dead[label].kind is DeathKind.UNFIT and box is not None and box.machine_id:
                 mem.unfit_machines[f"{row.provider}/{box.machine_id}"] = now_iso()
             moved = self.reg.get(row.move_of) if row.move_of else None
             if moved is not None and moved.live:
@@ -53,7 +56,7 @@ class Replacing(LoopBase):
                 self._act(t, f"{label}: it was moving {moved.label}, which died too: one "
                              "re-rent owed for both")
             elif is_standing(self.cfg, row):
-                mem.rerents.append(Owe(row.role, row.provider, row.card, row.gpu_count,
+                mem.rerents.append(Owed(row.role, row.provider, row.card, row.gpu_count,
                                        now_iso(), rerent_of=label, cloud=row.cloud,
                                        slot=row.slot))
 
@@ -72,7 +75,7 @@ class Replacing(LoopBase):
             if p is None:
                 continue
             if row.label in gone and row.provider in seeing and self._gap(v, row.provider) is None:
-                self.reg.update(row.label, status="destroyed", destroyed_at=now_iso())
+                self.reg.update(row.label, status=BoxStatus.DESTROYED, destroyed_at=now_iso())
                 self._act(t, f"{row.label}: destroyed ({row.destroy_wanted}): {row.provider} "
                              f"has no box {row.provider_id} any more (asked by id)")
                 continue

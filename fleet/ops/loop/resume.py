@@ -12,8 +12,9 @@ from fleet.boxes.sshkeys import write_known_hosts
 from fleet.core import labels
 from fleet.core.boxes import Row, is_standing, unfinished
 from fleet.core.errors import FleetError, NotLeader
+from fleet.core.states import DOWN, BoxStatus
 from fleet.core.times import now_iso
-from fleet.ops import destroy, disruption
+from fleet.ops import destroy
 from fleet.ops import owed as owed_mod
 from fleet.ops.loop.base import Late, LoopBase, Tick, epoch
 from fleet.providers.base import Box
@@ -78,9 +79,9 @@ class Resuming(LoopBase):
         for b in v.orphans:
             row = rows.get(b.label)
             key = f"{b.provider}/{b.box_id}"
-            if row is None or row.status != "vanished" or b.provider in failed \
+            if row is None or row.status != BoxStatus.VANISHED or b.provider in failed \
                     or (row.provider, row.provider_id) != (b.provider, b.box_id) \
-                    or key in v.duplicates or b.status != "running":
+                    or key in v.duplicates or b.status != BoxStatus.RUNNING:
                 continue  # one still restarting is revived once it runs
             shape = owed_mod.shape_of(row)
             # a re-rent of it not yet converted does not fill its place: the box that is back
@@ -113,7 +114,7 @@ class Resuming(LoopBase):
         running (it came back): its rent's own undo, tried each tick until it is done (one
         box more than the roster wants would bill for ever otherwise)."""
         rows = {r.label: r for r in self.reg.rows()}
-        running = {row.label for row, box in v.matched if box.status == "running"}
+        running = {row.label for row, box in v.matched if box.status == BoxStatus.RUNNING}
         running |= {r.label for r in rows.values() if r.live and r.provider_id
                     and f"{r.provider}/{r.provider_id}" in self._adopted}  # back this tick
         for r in rows.values():
@@ -152,7 +153,6 @@ class Resuming(LoopBase):
         pinned: list[str] = []
         late: list[Late] = []
         now = time.time()
-        limit = self.cfg.loop.ready_timeout_s
         for row in self.reg.rows():
             if not (unfinished(row) and is_standing(self.cfg, row)) or row.provider in failed:
                 continue
@@ -166,36 +166,13 @@ class Resuming(LoopBase):
                     continue
                 box = listed.get(row.label) or lifecycle.find_unfinished(p, row)
                 if box is None:
-                    gap = self._gap(v, row.provider) if row.provider_id else None
-                    if age > limit and gap:
-                        self._act(t, f"{row.label}: {row.provider} has no box "
-                                     f"{row.provider_id} by id, but its listing left out {gap}"
-                                     " at once: kept, not given up this tick")
-                    elif age > limit:
-                        self._never_landed(t, row, age)
+                    self._no_box(t, v, row, age)
                     continue
                 row = lifecycle.record(self.reg, row.label, box)
-                key = lifecycle.host_key_if_ready(box)
-                if key is None and box.ssh_ready:  # ready by its provider, unreached by SSH
-                    self._unreached.add(row.label)
-                if key is not None:
-                    lifecycle.pin(self.reg, row, key)
+                if self._pinned(t, row, box):
                     pinned.append(row.label)
-                    self._act(t, f"{row.label}: unfinished rent resumed: SSH-ready, host key "
-                                 "pinned")
-                elif box.status == "exited":
-                    late.append(Late(row, box, f"{row.provider} lists it exited before it "
-                                                "was ever SSH-ready", sight=False))
-                elif age > limit:
-                    # a box its provider says is ready, whose SSH the fleet cannot reach, is
-                    # given up only where the fleet's own SSH provably works (`_give_up`),
-                    # until three deadlines have passed: then it is never kept billing
-                    late.append(Late(row, box, f"not SSH-ready {age:.0f} s after the rent "
-                                     f"(ready_timeout_s {limit:.0f}, {box.status})",
-                                     sight=box.ssh_ready and age <= 3 * limit))
                 else:
-                    self._act(t, f"{row.label}: waiting for SSH ({box.status}, {age:.0f} s "
-                                 f"of {limit:.0f})")
+                    late.extend(self._not_ready(t, row, box, age))
             except NotLeader:
                 raise
             except FleetError as e:
@@ -204,6 +181,48 @@ class Resuming(LoopBase):
         if pinned:
             write_known_hosts(self.cfg.known_hosts, self.reg.rows())
         return pinned, late
+
+    def _no_box(self, t: Tick, v: View, row: Row, age: float) -> None:
+        """An unfinished rent with no box found: given up past its deadline (`_never_landed`),
+        unless its provider's listing left out many of its boxes at once (`_gap`)."""
+        if age <= self.cfg.loop.ready_timeout_s:
+            return
+        gap = self._gap(v, row.provider) if row.provider_id else None
+        if gap:
+            self._act(t, f"{row.label}: {row.provider} has no box {row.provider_id} by id, "
+                         f"but its listing left out {gap} at once: kept, not given up this tick")
+        else:
+            self._never_landed(t, row, age)
+
+    def _pinned(self, t: Tick, row: Row, box: Box) -> bool:
+        """Pin the host key of the box an unfinished rent found (recorded on its row), where
+        it is SSH-ready: whether it was pinned now."""
+        key = lifecycle.host_key_if_ready(box)
+        if key is None:
+            if box.ssh_ready:  # ready by its provider, unreached by SSH
+                self._unreached.add(row.label)
+            return False
+        lifecycle.pin(self.reg, row, key)
+        self._act(t, f"{row.label}: unfinished rent resumed: SSH-ready, host key pinned")
+        return True
+
+    def _not_ready(self, t: Tick, row: Row, box: Box, age: float) -> list[Late]:
+        """An unfinished rent's box not SSH-ready: given up at once where its provider lists
+        it exited, else at its deadline; said while it waits."""
+        limit = self.cfg.loop.ready_timeout_s
+        if box.status == BoxStatus.EXITED:
+            return [Late(row, box, f"{row.provider} lists it exited before it was ever "
+                                   "SSH-ready", sight=False)]
+        if age > limit:
+            # a box its provider says is ready, whose SSH the fleet cannot reach, is given up
+            # only where the fleet's own SSH provably works (`_give_up`), until three
+            # deadlines have passed: then it is never kept billing
+            return [Late(row, box, f"not SSH-ready {age:.0f} s after the rent "
+                                   f"(ready_timeout_s {limit:.0f}, {box.status})",
+                         sight=box.ssh_ready and age <= 3 * limit)]
+        self._act(t, f"{row.label}: waiting for SSH ({box.status}, {age:.0f} s of "
+                     f"{limit:.0f})")
+        return []
 
     def _hand_labelled(self, t: Tick, v: View, p: Provider, row: Row, age: float) -> None:
         """An unfinished rent under a hand-given label that never learnt its box's id. Found
@@ -233,11 +252,11 @@ class Resuming(LoopBase):
 
     def _never_landed(self, t: Tick, row: Row, age: float) -> None:
         if row.provider_id:  # it had a box, which its provider no longer has
-            self.reg.mark_destroyed(row.label, "vanished")
+            self.reg.mark_destroyed(row.label, BoxStatus.VANISHED)
             self._act(t, f"{row.label}: unfinished rent given up: {row.provider} has no box "
                          f"{row.provider_id} any more")
             return
-        self.reg.update(row.label, status="failed", destroyed_at=now_iso(),
+        self.reg.update(row.label, status=BoxStatus.FAILED, destroyed_at=now_iso(),
                         note=f"no box under its label {age:.0f} s after the rent: it never "
                              "landed")
         self._act(t, f"{row.label}: unfinished rent given up (no box under its label after "
@@ -262,12 +281,12 @@ class Resuming(LoopBase):
             adopted = (g.row.note or "").startswith("adopted")
             order = destroy.Order(g.row.label, seen_id=g.row.provider_id, force=not adopted,
                                   judged=adopted, also={"note": f"{g.why}: destroyed"})
-            spend = self._spender(t, mem, g.row.label, g.why, judged=g.box.status not in
-                                  disruption.REPORTED_DOWN) if adopted else None
+            spend = self._spender(t, mem, g.row.label, g.why,
+                                  judged=g.box.status not in DOWN) if adopted else None
             if self._destroy(t, order, f"it ({g.why})", spend) is None:
                 continue
             self._act(t, f"{g.row.label}: destroyed: {g.why}")
-            if g.box.status == "exited" and g.box.machine_id:
+            if g.box.status == BoxStatus.EXITED and g.box.machine_id:
                 mem.unfit_machines[f"{g.row.provider}/{g.box.machine_id}"] = now_iso()
 
 
