@@ -100,7 +100,7 @@ def main() -> None:
         times: dict[str, list[float]] = {"build": [], "render": []}
         for _ in range(args.rounds):
             t = time.perf_counter()
-            data = page.build(cfg, rows, health, watched, NOW, billed={})
+            data = page.build(page.PageInputs(cfg, rows, health, watched, NOW, billed={}))
             times["build"].append(time.perf_counter() - t)
             t = time.perf_counter()
             html = page.render(data)

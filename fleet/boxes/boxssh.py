@@ -170,8 +170,26 @@ def _read_once(argv: list[str], fact: Fact, deadline_s: float,
 def _read_answer(proc: subprocess.Popen[bytes] | muxclient.Session, fact: Fact,
                  deadline_s: float, socket: str | None, start_by: float,
                  window: float) -> FactRead:
-    assert proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
+    started, finished = _collect(proc, out, err, deadline_s, start_by)
+    if not finished:
+        proc.kill()
+        proc.wait()
+        if socket is not None:  # the box's end of the session goes with its connection,
+            sshmux.close(socket)  # as a fresh one's did; the next read connects anew
+        if not started:  # ssh connected (else it would have exited by now)
+            return FactRead(error="connected, but the command did not start within "
+                            f"{window:g} s", connected=True)
+        return FactRead(answered=True, late=True,
+                        error=f"did not finish within {deadline_s:g} s")
+    return _answer(proc.wait(), fact, out, err, started)
+
+
+def _collect(proc: subprocess.Popen[bytes] | muxclient.Session, out: bytearray,
+             err: bytearray, deadline_s: float, start_by: float) -> tuple[bool, bool]:
+    """Read the command's stdout and stderr into `out` and `err` until both end, or its time
+    is up: by `start_by` until the box starts it, then `deadline_s` more. (started, finished)"""
+    assert proc.stdout is not None and proc.stderr is not None
     deadline: float | None = None  # set once the box has started the command
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ, out)
@@ -179,15 +197,7 @@ def _read_answer(proc: subprocess.Popen[bytes] | muxclient.Session, fact: Fact,
         while sel.get_map():
             left = (deadline or start_by) - time.monotonic()
             if left <= 0:
-                proc.kill()
-                proc.wait()
-                if socket is not None:  # the box's end of the session goes with its connection,
-                    sshmux.close(socket)  # as a fresh one's did; the next read connects anew
-                if deadline is None:  # ssh connected (else it would have exited by now)
-                    return FactRead(error="connected, but the command did not start within "
-                                    f"{window:g} s", connected=True)
-                return FactRead(answered=True, late=True,
-                                error=f"did not finish within {deadline_s:g} s")
+                return deadline is not None, False
             for key, _ in sel.select(left):
                 chunk = os.read(key.fd, 1 << 16)
                 if not chunk:
@@ -196,9 +206,13 @@ def _read_answer(proc: subprocess.Popen[bytes] | muxclient.Session, fact: Fact,
                 key.data.extend(chunk)
             if deadline is None and _CONNECTED.encode() in out:
                 deadline = time.monotonic() + deadline_s
-    rc = proc.wait()
+    return deadline is not None, True
+
+
+def _answer(rc: int, fact: Fact, out: bytearray, err: bytearray, started: bool) -> FactRead:
+    """What a finished command said: the fact's value, or why there is none."""
     said = ssh_words(err.decode(errors="replace"))
-    if deadline is None:
+    if not started:
         return FactRead(error=said or f"ssh exited {rc}")
     if rc != 0:  # the fact's commands end in `|| true`: the connection broke under it
         return FactRead(answered=True, error=said or f"ssh exited {rc}")

@@ -123,23 +123,29 @@ def rent_cmd(role: str, provider: str = typer.Option(None, help="runpod or vast"
     for f in failures:
         err.print(f"warning: {f}")
     if dry_run:
-        if not found:
-            raise FleetError(f"no admissible offer for {role}")
-        o = found[0]
-        rows = reg.rows()
-        what = f"renting for role {role!r}"
-        day = budget.project_new(rows, c.daily_budget_usd, o.usd_per_hour,
-                                 replacing=old.label if old else None,
-                                 unowned=budget.unowned_boxes(rows, budget.listed(ps, what), what))
-        verdict = "fits" if day.fits else "would be REFUSED"
-        resumed = f" under the unfinished label {old.label}" if old else ""
-        out.print(f"dry run: would rent {o.card} x{o.gpu_count} on {o.provider} "
-                  f"(offer {o.offer_id}) at ${o.usd_per_hour:.3f}/h{resumed}; projected day "
-                  f"${day.total_usd:.2f}, run rate ${day.run_rate_usd:.2f} a day, of "
-                  f"${day.budget_usd:.2f}: {verdict}")
+        _would_rent(c, reg, ps, role, found, old)
         return
     res = rent_mod.rent(c, reg, r, found, ps, label=label, resume=old is not None)
     _rented(c, reg, ps, res.row.label, wait, as_json)
+
+
+def _would_rent(c: Config, reg: Registry, ps: dict[str, Provider], role: str,
+                found: Sequence[Offer], old: Row | None) -> None:
+    """A dry run's rent: the offer it would take and the day projected with it."""
+    if not found:
+        raise FleetError(f"no admissible offer for {role}")
+    o = found[0]
+    rows = reg.rows()
+    what = f"renting for role {role!r}"
+    day = budget.project_new(rows, c.daily_budget_usd, o.usd_per_hour,
+                             replacing=old.label if old else None,
+                             unowned=budget.unowned_boxes(rows, budget.listed(ps, what), what))
+    verdict = "fits" if day.fits else "would be REFUSED"
+    resumed = f" under the unfinished label {old.label}" if old else ""
+    out.print(f"dry run: would rent {o.card} x{o.gpu_count} on {o.provider} "
+              f"(offer {o.offer_id}) at ${o.usd_per_hour:.3f}/h{resumed}; projected day "
+              f"${day.total_usd:.2f}, run rate ${day.run_rate_usd:.2f} a day, of "
+              f"${day.budget_usd:.2f}: {verdict}")
 
 
 def _providers() -> dict[str, Provider]:

@@ -118,11 +118,12 @@ def page_after_tick(c: Config, target: Path, fence: Fence | None = None) -> Afte
         now = datetime.now(UTC)
         rows = reg.rows()
         cached = bills.load(c.registry)
-        data = page.build(c, rows, health, watchdog.watch(c, reg), now,
-                          billed=bills.billed(rows, cached, now),
-                          owed=owed, interval_s=c.loop.interval_s,
-                          check_error="; ".join(t.provider_errors) or None,
-                          bills_at=cached.read_at if cached else None)
+        data = page.build(page.PageInputs(
+            c, rows, health, watchdog.watch(c, reg), now,
+            billed=bills.billed(rows, cached, now),
+            owed=owed, interval_s=c.loop.interval_s,
+            check_error="; ".join(t.provider_errors) or None,
+            bills_at=cached.read_at if cached else None))
         page.write(target, data)
         if unsaved is not None:
             raise AfterTickNote(f"written, but not the last tick ({unsaved})")

@@ -64,10 +64,11 @@ def page_cmd(out_dir: Path = typer.Option(None, "--out", help="folder for index.
     now = datetime.now(UTC)
     rows = reg.rows()
     cached = bills.load(c.registry)
-    data = page.build(c, rows, health, watchdog.watch(c, reg), now, check_error=check_error,
-                      owed=_owed(c, live, keyless), keyless=keyless, last_tick=tick,
-                      billed=bills.billed(rows, cached, now),
-                      bills_at=cached.read_at if cached else None)
+    data = page.build(page.PageInputs(
+        c, rows, health, watchdog.watch(c, reg), now, check_error=check_error,
+        owed=_owed(c, live, keyless), keyless=keyless, last_tick=tick,
+        billed=bills.billed(rows, cached, now),
+        bills_at=cached.read_at if cached else None))
     html_path = page.write(target, data)[1]
     emit(_summary(html_path, data), data, as_json)
 

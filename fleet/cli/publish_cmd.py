@@ -15,6 +15,7 @@ from fleet.core.errors import UsageError
 from fleet.state.registry import check_label
 
 if TYPE_CHECKING:
+    from fleet.ops.publish import BoxRow
     from fleet.state.releases import Release
 
 from fleet.cli import common, tables
@@ -137,16 +138,62 @@ def publish_cmd(
         raise typer.Exit(1)
 
 
-def publish_table(release: Release, rows: Sequence[dict[str, Any]], dry_run: bool,
+def publish_table(release: Release, rows: Sequence[BoxRow], dry_run: bool,
                   caption: str) -> Table:
-    """`fleet publish`'s read-back table: one row per box, as `publish.cells` reads it."""
-    from fleet.ops import publish as pub
-
+    """`fleet publish`'s read-back table: one row per box, as `cells` reads it."""
     title = f"publish {release.version} (node {release.node_sha16})" + (
         " - dry run" if dry_run else "")
-    return tables.build(title, pub.COLUMNS,
-                        [dict(zip(pub.COLUMNS, pub.cells(row), strict=True)) for row in rows],
+    return tables.build(title, PUBLISH_COLUMNS,
+                        [dict(zip(PUBLISH_COLUMNS, cells(row), strict=True)) for row in rows],
                         caption=caption)
+
+
+PUBLISH_COLUMNS = ("box", "state", "version", "node sha16 (of)", "after pointer", "miner",
+                   "prover", "pointer", "synced after", "down: exit→up / →synced", "manifest")
+
+
+def _short(sha: Any) -> str:
+    return str(sha)[:16] if sha else "-"
+
+
+def _yes(v: Any) -> str:
+    return "-" if v is None else ("yes" if v else "NO")
+
+
+def _secs(v: Any) -> str:
+    return "-" if v is None else f"{float(v):.2f} s"
+
+
+def _prog(sha: str | None, version: str | None) -> str:
+    return f"{_short(sha)} ({version or 'unknown'})" if sha else "-"
+
+
+def _pointer(row: BoxRow) -> str:
+    """The pointer's target as `releases/<sha16>`: its last two folders."""
+    ptr = row.get("pointer") or "-"
+    if ptr != "-":
+        ptr = "/".join(ptr.rsplit("/", 3)[-3:-1]) if ptr.count("/") >= 2 else ptr
+    return ptr
+
+
+def cells(row: BoxRow) -> list[str]:
+    """One box's row of a publish (`publish.table_row`) as the operator reads it."""
+    kind = row.get("node_kind") or "?"
+    node = f"{_short(row.get('node_sha256'))} ({kind})" if row.get("node_sha256") else "-"
+    state = row["state"] + (f": {row['note']}" if row.get("note") and row["state"] != "switched"
+                            else "")
+    if row["state"] == "switched":
+        check = "ok" if row.get("matches_manifest") else "MISMATCH: " + "; ".join(
+            row.get("problems") or [])
+    else:
+        check = "-"
+    return [row["label"], state, row.get("version") or "-", node,
+            _yes(row.get("started_after_pointer")),
+            _prog(row.get("miner_sha256"), row.get("miner_version")),
+            _prog(row.get("prover_sha256"), row.get("prover_version")),
+            _pointer(row), _secs(row.get("synced_after_s")),
+            f"{_secs(row.get('gap_s'))} / {_secs(row.get('downtime_s'))}"
+            if row.get("gap_s") is not None else "-", check]
 
 
 # --- the sandbox: the only commands that know it exists -------------------------------------

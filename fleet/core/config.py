@@ -249,30 +249,10 @@ def _role(name: str, table: Any, src: str) -> Role:
         raise ConfigError(f"{where}.p2p_port: {port} is not a TCP port")
     if table["disk_gb"] < 8:
         raise ConfigError(f"{where}.disk_gb: at least 8 GB, got {table['disk_gb']}")
-    if "gpu_programs" in table:
-        named = _strings(f"{where}.gpu_programs", table["gpu_programs"])
-        for p in named:
-            if p not in programs:
-                raise ConfigError(f"{where}.gpu_programs: {p!r} is not one of the role's programs")
-    else:
-        named = GPU_PROGRAMS
-    driver = table.get("admitted_driver")
-    if driver is not None and driver.strip() and not DRIVER.match(driver.strip()):
-        # refused now, not when the loop's first search (maybe days later) sends it to Vast
-        raise ConfigError(f"{where}.admitted_driver: {driver!r} is not an exact NVIDIA driver "
-                          "version X.Y.Z (e.g. \"580.95.05\")")
-    for cuda in _strings(f"{where}.allowed_cuda", table.get("allowed_cuda", [])):
-        if not CUDA.match(cuda):
-            raise ConfigError(f"{where}.allowed_cuda: {cuda!r} is not a CUDA version X.Y "
-                              "(e.g. \"13.0\")")
+    named = _gpu_programs(where, table, programs)
+    _check_nvidia(where, table)
     amd = _amd(where, table)
-    restart = table.get("node_unhealthy_restart_s", NODE_UNHEALTHY_RESTART_S)
-    if restart < 0:
-        raise ConfigError(
-            f"{where}.node_unhealthy_restart_s: must be 0 (report only) or more, got {restart}")
-    if restart > NODE_UNHEALTHY_RESTART_MAX_S:
-        raise ConfigError(f"{where}.node_unhealthy_restart_s: at most "
-                          f"{NODE_UNHEALTHY_RESTART_MAX_S:g} s, got {restart:g}")
+    restart = _restart_s(where, table)
     role = Role(
         name=name, kind=table["kind"], image=table["image"], disk_gb=table["disk_gb"],
         programs=programs, p2p_port=port, admitted_driver=table.get("admitted_driver"),
@@ -280,7 +260,7 @@ def _role(name: str, table: Any, src: str) -> Role:
         release=table.get("release"),
         allowed_cuda=_strings(f"{where}.allowed_cuda", table.get("allowed_cuda", [])),
         gpu_programs=tuple(p for p in programs if p in named),
-        node_unhealthy_restart_s=float(restart),
+        node_unhealthy_restart_s=restart,
         banned_symbols=_strings(f"{where}.banned_symbols", table.get("banned_symbols", [])),
         allowed_symbols=_strings(f"{where}.allowed_symbols", table.get("allowed_symbols", [])),
         spread=table.get("spread", True),
@@ -291,6 +271,43 @@ def _role(name: str, table: Any, src: str) -> Role:
     except ConfigError as e:
         raise ConfigError(f"{src}: {e}") from None
     return role
+
+
+def _gpu_programs(where: str, table: dict[str, Any], programs: tuple[str, ...]
+                  ) -> tuple[str, ...]:
+    """The programs the role names as GPU work (each one of its programs), or the default."""
+    if "gpu_programs" not in table:
+        return GPU_PROGRAMS
+    named = _strings(f"{where}.gpu_programs", table["gpu_programs"])
+    for p in named:
+        if p not in programs:
+            raise ConfigError(f"{where}.gpu_programs: {p!r} is not one of the role's programs")
+    return named
+
+
+def _check_nvidia(where: str, table: dict[str, Any]) -> None:
+    """The admitted NVIDIA driver (an exact version) and the CUDA versions offers may carry."""
+    driver = table.get("admitted_driver")
+    if driver is not None and driver.strip() and not DRIVER.match(driver.strip()):
+        # refused now, not when the loop's first search (maybe days later) sends it to Vast
+        raise ConfigError(f"{where}.admitted_driver: {driver!r} is not an exact NVIDIA driver "
+                          "version X.Y.Z (e.g. \"580.95.05\")")
+    for cuda in _strings(f"{where}.allowed_cuda", table.get("allowed_cuda", [])):
+        if not CUDA.match(cuda):
+            raise ConfigError(f"{where}.allowed_cuda: {cuda!r} is not a CUDA version X.Y "
+                              "(e.g. \"13.0\")")
+
+
+def _restart_s(where: str, table: dict[str, Any]) -> float:
+    """How long an unhealthy node runs before the agent restarts it (0: report only)."""
+    restart = table.get("node_unhealthy_restart_s", NODE_UNHEALTHY_RESTART_S)
+    if restart < 0:
+        raise ConfigError(
+            f"{where}.node_unhealthy_restart_s: must be 0 (report only) or more, got {restart}")
+    if restart > NODE_UNHEALTHY_RESTART_MAX_S:
+        raise ConfigError(f"{where}.node_unhealthy_restart_s: at most "
+                          f"{NODE_UNHEALTHY_RESTART_MAX_S:g} s, got {restart:g}")
+    return float(restart)
 
 
 def _amd(where: str, table: dict[str, Any]) -> dict[str, Any]:

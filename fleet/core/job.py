@@ -221,48 +221,74 @@ def parse(data: dict[str, Any], path: Path) -> Job:
     ttl = data["ttl_minutes"]
     if not 0 < ttl <= MAX_TTL_MINUTES:
         raise UsageError(f"{src}: ttl_minutes must be 1 to {MAX_TTL_MINUTES}, got {ttl}")
+    modules = _modules(src, data)
+    gates = _gates(src, data)
+    toolchain = _toolchain(f"{src}: toolchain", data["toolchain"]) if "toolchain" in data \
+        else None
+    inputs = _inputs(src, data, path)
+    provider, gpus, card = _placement(src, data)
+    return Job(path=path, name=name, command=data["command"],
+               outputs=_relative(f"{src}: outputs", data["outputs"]), ttl_minutes=ttl,
+               inputs=inputs, modules=modules, gates=gates, toolchain=toolchain,
+               card=card, gpus=gpus, provider=provider)
+
+
+def _modules(src: str, data: dict[str, Any]) -> tuple[str, ...]:
     modules = []
     for i, m in enumerate(data.get("modules", [])):
         if not isinstance(m, str):
             raise UsageError(f"{src}: modules[{i}]: expected a glob string, got {m!r}")
         modules.append(_relative(f"{src}: modules[{i}]", m))
-    gates = []
-    for i, g in enumerate(data.get("gates", [])):
-        where = f"{src}: gates[{i}]"
-        if not isinstance(g, dict):
-            raise UsageError(f"{where}: expected a table ([[gates]])")
-        _check(where, g, {"name": (str,), "command": (str,), "min_passed": (int,)},
-               ("name", "command"))
-        if g.get("min_passed", 1) < 1:
-            raise UsageError(f"{where}.min_passed: must be 1 or more (a gate that ran no test "
-                             "proves nothing)")
-        command = _text(f"{where}.command", g["command"])
-        try:
-            check_gate_command(command, f"{where}.command")
-        except AgentError as e:
-            raise UsageError(str(e)) from None
-        gates.append(Gate(_text(f"{where}.name", g["name"]), command, g.get("min_passed", 1)))
+    return tuple(modules)
+
+
+def _gates(src: str, data: dict[str, Any]) -> tuple[Gate, ...]:
+    gates = tuple(_gate(f"{src}: gates[{i}]", g) for i, g in enumerate(data.get("gates", [])))
     if len({g.name for g in gates}) != len(gates):
         raise UsageError(f"{src}: gates: two gates share a name")
-    toolchain = None
-    if "toolchain" in data:
-        t = data["toolchain"]
-        where = f"{src}: toolchain"
-        _check(where, t, {"repo": (str,), "revision": (str,), "path": (str,)},
-               ("repo", "revision"))
-        if not REPO.fullmatch(t["repo"]) or "--" in t["repo"]:
-            raise UsageError(f"{where}.repo: {t['repo']!r} is not a repository id (ns/name)")
-        if not COMMIT.fullmatch(t["revision"]):
-            raise UsageError(f"{where}.revision: {t['revision']!r} is not a commit (40 hex "
-                             "digits); a branch or tag can move, so it is refused")
-        toolchain = Toolchain(t["repo"], t["revision"],
-                              _relative(f"{where}.path", t.get("path", "toolchain")))
-    inputs = None
-    if "inputs" in data:
-        inputs = (path.parent / data["inputs"]).resolve()
-        if not inputs.is_dir():
-            raise UsageError(f"{src}: inputs: {data['inputs']!r} is not a folder "
-                             f"(relative to the job file)")
+    return gates
+
+
+def _gate(where: str, g: Any) -> Gate:
+    if not isinstance(g, dict):
+        raise UsageError(f"{where}: expected a table ([[gates]])")
+    _check(where, g, {"name": (str,), "command": (str,), "min_passed": (int,)},
+           ("name", "command"))
+    if g.get("min_passed", 1) < 1:
+        raise UsageError(f"{where}.min_passed: must be 1 or more (a gate that ran no test "
+                         "proves nothing)")
+    command = _text(f"{where}.command", g["command"])
+    try:
+        check_gate_command(command, f"{where}.command")
+    except AgentError as e:
+        raise UsageError(str(e)) from None
+    return Gate(_text(f"{where}.name", g["name"]), command, g.get("min_passed", 1))
+
+
+def _toolchain(where: str, t: dict[str, Any]) -> Toolchain:
+    _check(where, t, {"repo": (str,), "revision": (str,), "path": (str,)},
+           ("repo", "revision"))
+    if not REPO.fullmatch(t["repo"]) or "--" in t["repo"]:
+        raise UsageError(f"{where}.repo: {t['repo']!r} is not a repository id (ns/name)")
+    if not COMMIT.fullmatch(t["revision"]):
+        raise UsageError(f"{where}.revision: {t['revision']!r} is not a commit (40 hex "
+                         "digits); a branch or tag can move, so it is refused")
+    return Toolchain(t["repo"], t["revision"],
+                     _relative(f"{where}.path", t.get("path", "toolchain")))
+
+
+def _inputs(src: str, data: dict[str, Any], path: Path) -> Path | None:
+    if "inputs" not in data:
+        return None
+    inputs = (path.parent / data["inputs"]).resolve()
+    if not inputs.is_dir():
+        raise UsageError(f"{src}: inputs: {data['inputs']!r} is not a folder "
+                         f"(relative to the job file)")
+    return inputs
+
+
+def _placement(src: str, data: dict[str, Any]) -> tuple[str | None, int, str | None]:
+    """(provider, gpus, card) the job asks for; a card by any of its names, canonical."""
     provider = data.get("provider")
     if provider is not None and provider not in PROVIDERS:
         raise UsageError(f"{src}: provider: expected one of {', '.join(PROVIDERS)}, "
@@ -276,10 +302,7 @@ def parse(data: dict[str, Any], path: Path) -> Job:
         if named is None:
             raise UsageError(f"{src}: card: unknown card {card!r} (known: {cards.known()})")
         card = named
-    return Job(path=path, name=name, command=data["command"],
-               outputs=_relative(f"{src}: outputs", data["outputs"]), ttl_minutes=ttl,
-               inputs=inputs, modules=tuple(modules), gates=tuple(gates), toolchain=toolchain,
-               card=card, gpus=gpus, provider=provider)
+    return provider, gpus, card
 
 
 def load(path: Path) -> Job:

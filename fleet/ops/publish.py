@@ -30,10 +30,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 from fleet.boxes import boxssh
-from fleet.boxes.pyinfra_run import run_pyinfra
+from fleet.boxes.pyinfra_run import Run, run_pyinfra
 from fleet.core.errors import FleetError, UsageError
 from fleet.core.fileutil import write_atomic
 from fleet.core.states import PublishState
@@ -151,7 +151,7 @@ class Record:
                                       "updated_at": now_iso(), "history": [], "row": None})
 
     def set(self, label: str, state: str, note: str = "", *, wave: int | None = None,
-            row: dict[str, Any] | None = None) -> None:
+            row: BoxRow | None = None) -> None:
         self.ensure(label)
         box = self.boxes[label]
         box["state"] = next_state(box["state"], state)
@@ -281,16 +281,55 @@ def classify(release: releases.Release, known: Sequence[releases.Release],
     return "failed", f"still runs {running.version} ({_short(sha)})"
 
 
+class BoxRow(TypedDict):
+    """One box's row of a publish: the read-back table's (the CLI's cells), the record's
+    (`table`, and each box's `row`) and `--json`'s (`boxes`), from what the box reported."""
+
+    label: str
+    provider: str
+    state: str
+    note: str
+    version: str | None
+    node_pid: int | None
+    node_kind: str | None
+    node_path: str | None
+    node_sha256: str | None
+    node_started_at: str | None
+    synced: bool | None
+    started_after_pointer: bool | None
+    pointer: str | None
+    pointer_sha256: str | None
+    pointer_written_at: str | None
+    miner_sha256: str | None
+    miner_version: str | None
+    prover_sha256: str | None
+    prover_version: str | None
+    # the switch to this release, or the revert from it (None where the last was another's)
+    switch_applied_at: str | None
+    old_exit_at: str | None
+    new_started_at: str | None
+    synced_at: str | None
+    synced_after_s: float | None
+    gap_s: float | None
+    downtime_s: float | None
+    problems: list[str]
+    matches_manifest: bool
+
+
 def table_row(label: str, provider: str, state: str, note: str, rb: Readback | None,
-              release: releases.Release, known: Sequence[releases.Release]) -> dict[str, Any]:
-    """One row of the read-back table (and of the record), from what the box reported."""
+              release: releases.Release, known: Sequence[releases.Release]) -> BoxRow:
+    """One box's row (`BoxRow`), from what the box reported."""
     rb = rb or {}
     node = rb.get("node") or {}
     ptr = rb.get("pointer") or {}
     sw = rb.get("switch") or {}
     # the switch to this release, or the revert from it
     ours = release.node_sha16 in (sw.get("to_sha16"), sw.get("from_sha16"))
-    row: dict[str, Any] = {
+    miner, prover = rb.get("miner") or {}, rb.get("prover") or {}
+    miner_rel = releases.by_file_sha256(known, releases.MINER, miner.get("sha256"))
+    prover_rel = releases.by_file_sha256(known, releases.PROVER, prover.get("sha256"))
+    problems = check_row(release, known, rb) if state == "switched" else []
+    return {
         "label": label, "provider": provider, "state": state, "note": note,
         "version": node.get("version"),
         "node_pid": node.get("pid"),
@@ -303,13 +342,10 @@ def table_row(label: str, provider: str, state: str, note: str, rb: Readback | N
         "pointer": ptr.get("target"),
         "pointer_sha256": ptr.get("target_sha256"),
         "pointer_written_at": ptr.get("written_at"),
-    }
-    for prog, name in (("miner", releases.MINER), ("prover", releases.PROVER)):
-        p = rb.get(prog) or {}
-        rel = releases.by_file_sha256(known, name, p.get("sha256"))
-        row[f"{prog}_sha256"] = p.get("sha256")
-        row[f"{prog}_version"] = rel.version if rel else None
-    row.update({
+        "miner_sha256": miner.get("sha256"),
+        "miner_version": miner_rel.version if miner_rel else None,
+        "prover_sha256": prover.get("sha256"),
+        "prover_version": prover_rel.version if prover_rel else None,
         "switch_applied_at": sw.get("applied_at") if ours else None,
         "old_exit_at": sw.get("old_exit_at") if ours else None,
         "new_started_at": sw.get("new_started_at") if ours else None,
@@ -319,10 +355,9 @@ def table_row(label: str, provider: str, state: str, note: str, rb: Readback | N
         # process events); to synced: the agent's first synced reading (one per agent tick)
         "gap_s": _secs(sw.get("old_exit_at"), sw.get("new_started_at")) if ours else None,
         "downtime_s": sw.get("downtime_s") if ours else None,
-    })
-    row["problems"] = check_row(release, known, rb) if state == "switched" else []
-    row["matches_manifest"] = state == "switched" and not row["problems"]
-    return row
+        "problems": problems,
+        "matches_manifest": state == "switched" and not problems,
+    }
 
 
 # --- talking to the boxes --------------------------------------------------------------------
@@ -378,7 +413,7 @@ class Options:
 class Result:
     release: releases.Release
     record: Record | None
-    rows: list[dict[str, Any]]
+    rows: list[BoxRow]
     waves: list[list[str]] = field(default_factory=list)
     switched_now: list[str] = field(default_factory=list)
     failure: str | None = None  # why the publish failed, naming the boxes
@@ -454,146 +489,229 @@ def publish(cfg: Config, hosts: Hosts, opts: Options) -> Result:
 
 def _publish(cfg: Config, hosts: Hosts, opts: Options, release: releases.Release,
              known: list[releases.Release]) -> Result:
-    data = dict(hosts)
-    provider = {n: str(d.get("provider")) for n, d in hosts}
-    record = Record.load(release.path / RECORD, release.version, release.node_sha16)
-    labels = [n for n, _ in hosts]
-    downgrade = set(opts.allow_downgrade)
-    log.info("publish %s (%s): reading back %d boxes", release.version, release.node_sha16,
-             len(hosts))
-    why: dict[str, str] = {}
-    seen = read_back(hosts, why)
-    rows: dict[str, dict[str, Any]] = {}
-    pending = []
-    for label in labels:
-        state, note, switch = preflight(release, known, seen[label], label in downgrade)
-        if state == "unreachable" and label in why:
-            note = f"SSH did not answer ({why[label]})"
-        if switch:
-            pending.append(label)
-            note = f"pending: {note}"
-            state = record.state(label)
-        rows[label] = table_row(label, provider[label], state, note, seen[label], release,
-                                known)
-    waves = split_waves(order(pending, opts.canary), opts.waves)
-    result = Result(release, None if opts.dry_run else record, [], waves)
+    return _Publish(cfg, hosts, opts, release, known).run()
 
-    def finish(failure: str | None) -> Result:
-        result.failure = failure
-        result.rows = [rows[x] for x in labels]
-        if not opts.dry_run:
-            record.data["outcome"] = "failed" if failure else record.outcome(labels)
-            record.data["failure"] = failure
-            record.data["runs"][-1]["finished_at"] = now_iso()
-            record.data["runs"][-1]["failure"] = failure
-            record.data["table"] = result.rows
-            record.save()
-        return result
 
-    if opts.dry_run:
-        for label in labels:
-            rows[label]["state"] = rows[label]["state"] if label not in pending else "untouched"
-        return finish(None)
+class Outcome(NamedTuple):
+    """One box's outcome in a wave: its state and note, from what it read back after it."""
 
-    record.data["runs"].append({"started_at": now_iso(), "finished_at": None, "failure": None,
-                                "waves": waves, "options": {
-                                    "role": opts.role, "canary": opts.canary,
-                                    "waves": opts.waves, "soak_s": opts.soak_s,
-                                    "allow_downgrade": list(opts.allow_downgrade),
-                                    "stable_s": opts.stable_s, "deadline_s": opts.deadline_s}})
-    for label in labels:
-        if label not in pending:
-            record.set(label, rows[label]["state"], rows[label]["note"], row=rows[label])
-        else:
-            record.ensure(label)
-    _want(cfg, [x for x in labels if rows[x]["state"] == "switched"], release)
-    record.save()
+    label: str
+    state: str
+    note: str
+    readback: Readback | None
 
-    unreachable = [x for x in labels if rows[x]["state"] == "unreachable"]
-    bad = [x for x in labels if rows[x]["state"] == "failed"]
-    if opts.canary and opts.canary in unreachable + bad:
-        return finish(f"canary {opts.canary} is {rows[opts.canary]['state']} "
-                      f"({rows[opts.canary]['note']}); no box was switched")
 
-    if pending:
+class _Publish:
+    """One publish under way: the plan, the boxes' rows and the record, step by step.
+
+    Each step after the plan returns why the publish failed (naming the boxes), or None to
+    go on; `run` takes the steps in order and records how it ended.
+    """
+
+    def __init__(self, cfg: Config, hosts: Hosts, opts: Options, release: releases.Release,
+                 known: list[releases.Release]) -> None:
+        self.cfg, self.hosts, self.opts = cfg, hosts, opts
+        self.release, self.known = release, known
+        self.data = dict(hosts)
+        self.provider = {n: str(d.get("provider")) for n, d in hosts}
+        self.record = Record.load(release.path / RECORD, release.version, release.node_sha16)
+        self.labels = [n for n, _ in hosts]
+        self.downgrade = set(opts.allow_downgrade)
+        self.rows: dict[str, BoxRow] = {}
+        self.pending: list[str] = []
+        self.switched_so_far: list[str] = []
+
+    def run(self) -> Result:
+        opts = self.opts
+        waves = self.plan()
+        result = Result(self.release, None if opts.dry_run else self.record, [], waves)
+        if opts.dry_run:
+            for label in self.labels:
+                if label in self.pending:
+                    self.rows[label]["state"] = "untouched"
+            return self.finish(result, None)
+        self.begin(waves)
+        failure = (self.canary_failure() or self.stage() or self.switch(waves, result)
+                   or self.leftover())
+        return self.finish(result, failure)
+
+    def row(self, label: str, state: str, note: str, rb: Readback | None) -> BoxRow:
+        return table_row(label, self.provider[label], state, note, rb, self.release, self.known)
+
+    # --- the plan: every box read back, the pending ones cut into waves
+
+    def plan(self) -> list[list[str]]:
+        release, hosts = self.release, self.hosts
+        log.info("publish %s (%s): reading back %d boxes", release.version, release.node_sha16,
+                 len(hosts))
+        why: dict[str, str] = {}
+        seen = read_back(hosts, why)
+        for label in self.labels:
+            state, note, switch = preflight(release, self.known, seen[label],
+                                            label in self.downgrade)
+            if state == "unreachable" and label in why:
+                note = f"SSH did not answer ({why[label]})"
+            if switch:
+                self.pending.append(label)
+                note = f"pending: {note}"
+                state = self.record.state(label)
+            self.rows[label] = self.row(label, state, note, seen[label])
+        return split_waves(order(self.pending, self.opts.canary), self.opts.waves)
+
+    def begin(self, waves: list[list[str]]) -> None:
+        """The run and every box's state before anything changes, in the record."""
+        opts, record, rows = self.opts, self.record, self.rows
+        record.data["runs"].append({"started_at": now_iso(), "finished_at": None,
+                                    "failure": None, "waves": waves, "options": {
+                                        "role": opts.role, "canary": opts.canary,
+                                        "waves": opts.waves, "soak_s": opts.soak_s,
+                                        "allow_downgrade": list(opts.allow_downgrade),
+                                        "stable_s": opts.stable_s,
+                                        "deadline_s": opts.deadline_s}})
+        for label in self.labels:
+            if label not in self.pending:
+                record.set(label, rows[label]["state"], rows[label]["note"], row=rows[label])
+            else:
+                record.ensure(label)
+        _want(self.cfg, [x for x in self.labels if rows[x]["state"] == "switched"],
+              self.release)
+        record.save()
+
+    def canary_failure(self) -> str | None:
+        canary, rows = self.opts.canary, self.rows
+        if canary and canary in rows and rows[canary]["state"] in ("unreachable", "failed"):
+            return (f"canary {canary} is {rows[canary]['state']} "
+                    f"({rows[canary]['note']}); no box was switched")
+        return None
+
+    # --- staging, then the switch wave by wave
+
+    def stage(self) -> str | None:
+        """The release's files on every pending box, before any box switches."""
+        cfg, release, pending = self.cfg, self.release, self.pending
+        if not pending:
+            return None
         log.info("staging %s on %d boxes: %s", release.version, len(pending), ", ".join(pending))
         run = run_pyinfra(cfg, pending, {"release": release.version, "stage_only": "1"},
                           fail_fast=False, timeout_s=cfg.loop.converge_timeout_s)
         staged = {h for h, r in run.results.items() if r.get("staged")}
         failed = [x for x in pending if x not in staged]
-        if failed or run.rc != 0:
-            for label in failed:
-                said = "; ".join(run.errors_for(label)) or "staging did not finish"
-                note = f"staging failed: {said}"
-                record.set(label, "failed", note)
-                rows[label].update(state="failed", note=note)
-            record.save()
-            names = ", ".join(failed) or "(pyinfra failed; see its output)"
-            return finish(f"staging failed on {names}; no box was switched")
+        if not failed and run.rc == 0:
+            return None
+        for label in failed:
+            said = "; ".join(run.errors_for(label)) or "staging did not finish"
+            note = f"staging failed: {said}"
+            self.record.set(label, "failed", note)
+            self.rows[label]["state"], self.rows[label]["note"] = "failed", note
+        self.record.save()
+        names = ", ".join(failed) or "(pyinfra failed; see its output)"
+        return f"staging failed on {names}; no box was switched"
 
-    switched_so_far: list[str] = []
-    for i, wave in enumerate(waves, start=1):
+    def switch(self, waves: list[list[str]], result: Result) -> str | None:
+        for i in range(1, len(waves) + 1):
+            failure = self.wave(i, waves, result)
+            if failure is None and self.opts.soak_s > 0 and i < len(waves):
+                failure = self.soak(i)
+            if failure is not None:
+                return failure
+        return None
+
+    def wave(self, i: int, waves: list[list[str]], result: Result) -> str | None:
+        """Wave `i` switched (one pyinfra run), read back and recorded box by box."""
+        cfg, release, record, wave = self.cfg, self.release, self.record, waves[i - 1]
         log.info("wave %d/%d: %s", i, len(waves), ", ".join(wave))
         _want(cfg, wave, release)
         for label in wave:
             record.set(label, record.state(label), f"switching in wave {i}", wave=i)
         record.save()
-        wave_data = {"release": release.version, "switch_only": "1",
-                     "stable_s": str(opts.stable_s), "deadline_s": str(opts.deadline_s)}
-        allowed = [x for x in wave if x in downgrade]
-        if allowed:
-            wave_data["allow_downgrade"] = ",".join(allowed)
         # each box's switch waits up to deadline_s for its node's health
-        run = run_pyinfra(cfg, wave, wave_data,
-                          timeout_s=cfg.loop.converge_timeout_s + opts.deadline_s)
-        after = read_back([(x, data[x]) for x in wave])
+        run = run_pyinfra(cfg, wave, self.wave_data(wave),
+                          timeout_s=cfg.loop.converge_timeout_s + self.opts.deadline_s)
         not_ok = []
-        for label in wave:
-            state, note = classify(release, known, after[label])
-            if state not in DONE:
-                extra = run.errors_for(label)
-                if extra and state == "failed":
-                    note = f"{note}; {extra[-1]}" if note else extra[-1]
-                not_ok.append(label)
-            elif state == "switched":
-                result.switched_now.append(label)
-                switched_so_far.append(label)
-            rows[label] = table_row(label, provider[label], state, note, after[label],
-                                    release, known)
-            record.set(label, state, note, wave=i, row=rows[label])
+        for o in self.outcomes(wave, run):
+            if o.state not in DONE:
+                not_ok.append(o.label)
+            elif o.state == "switched":
+                result.switched_now.append(o.label)
+                self.switched_so_far.append(o.label)
+            self.rows[o.label] = self.row(o.label, o.state, o.note, o.readback)
+            record.set(o.label, o.state, o.note, wave=i, row=self.rows[o.label])
         record.save()
         if not_ok:
-            what = ", ".join(f"{x} ({rows[x]['state']}: {rows[x]['note']})" for x in not_ok)
+            what = ", ".join(f"{x} ({self.rows[x]['state']}: {self.rows[x]['note']})"
+                             for x in not_ok)
             left = [x for w in waves[i:] for x in w]
             tail = f"; no further wave started ({len(left)} boxes left)" if left else ""
-            return finish(f"wave {i} failed on {what}{tail}")
+            return f"wave {i} failed on {what}{tail}"
         if run.rc != 0:
-            return finish(f"wave {i}: pyinfra failed (exit {run.rc}) although every box "
-                          "reads back switched; see its output")
-        if opts.soak_s > 0 and i < len(waves):
-            log.info("soaking %g s before wave %d", opts.soak_s, i + 1)
-            time.sleep(opts.soak_s)
-            again = read_back([(x, data[x]) for x in switched_so_far])
-            for label in switched_so_far:
-                state, note = classify(release, known, again[label])
-                rows[label] = table_row(label, provider[label], state, note, again[label],
-                                        release, known)
-                if state != "switched":
-                    record.set(label, state, f"after the soak: {note}", row=rows[label])
-                    record.save()
-                    return finish(f"{label} is {state} after the soak ({note}); no further "
-                                  "wave started")
-    unreachable = [x for x in labels if rows[x]["state"] == "unreachable"]
-    bad = [x for x in labels if rows[x]["state"] not in DONE | {"unreachable"}]
-    if unreachable or bad:
+            return (f"wave {i}: pyinfra failed (exit {run.rc}) although every box "
+                    "reads back switched; see its output")
+        return None
+
+    def wave_data(self, wave: list[str]) -> dict[str, str]:
+        """The deploy's data for a wave: switch only, the health window, who may go back."""
+        opts = self.opts
+        data = {"release": self.release.version, "switch_only": "1",
+                "stable_s": str(opts.stable_s), "deadline_s": str(opts.deadline_s)}
+        allowed = [x for x in wave if x in self.downgrade]
+        if allowed:
+            data["allow_downgrade"] = ",".join(allowed)
+        return data
+
+    def outcomes(self, wave: list[str], run: Run) -> list[Outcome]:
+        """Each box of a wave read back after it; a failed box's note ends with what
+        pyinfra said last about it."""
+        after = read_back([(x, self.data[x]) for x in wave])
+        out = []
+        for label in wave:
+            state, note = classify(self.release, self.known, after[label])
+            extra = run.errors_for(label) if state == "failed" else []
+            if extra:
+                note = f"{note}; {extra[-1]}" if note else extra[-1]
+            out.append(Outcome(label, state, note, after[label]))
+        return out
+
+    def soak(self, i: int) -> str | None:
+        """After the soak, every box switched so far read back again: all still switched."""
+        log.info("soaking %g s before wave %d", self.opts.soak_s, i + 1)
+        time.sleep(self.opts.soak_s)
+        again = read_back([(x, self.data[x]) for x in self.switched_so_far])
+        for label in self.switched_so_far:
+            state, note = classify(self.release, self.known, again[label])
+            self.rows[label] = self.row(label, state, note, again[label])
+            if state != "switched":
+                self.record.set(label, state, f"after the soak: {note}", row=self.rows[label])
+                self.record.save()
+                return f"{label} is {state} after the soak ({note}); no further wave started"
+        return None
+
+    # --- the end
+
+    def leftover(self) -> str | None:
+        """Why the publish is not done although every wave went through: boxes left out."""
+        rows = self.rows
+        unreachable = [x for x in self.labels if rows[x]["state"] == "unreachable"]
+        bad = [x for x in self.labels if rows[x]["state"] not in DONE | {"unreachable"}]
         parts = []
         if unreachable:
             parts.append(f"unreachable: {', '.join(unreachable)} (run the same command again "
                          "once they answer)")
         if bad:
             parts.append("; ".join(f"{x} {rows[x]['state']}: {rows[x]['note']}" for x in bad))
-        return finish("; ".join(parts))
-    return finish(None)
+        return "; ".join(parts) or None
+
+    def finish(self, result: Result, failure: str | None) -> Result:
+        result.failure = failure
+        result.rows = [self.rows[x] for x in self.labels]
+        if not self.opts.dry_run:
+            record = self.record
+            record.data["outcome"] = "failed" if failure else record.outcome(self.labels)
+            record.data["failure"] = failure
+            record.data["runs"][-1]["finished_at"] = now_iso()
+            record.data["runs"][-1]["failure"] = failure
+            record.data["table"] = result.rows
+            record.save()
+        return result
 
 
 def _want(cfg: Config, labels: Sequence[str], release: releases.Release) -> None:
@@ -605,40 +723,3 @@ def _want(cfg: Config, labels: Sequence[str], release: releases.Release) -> None
             row = rows.get(label)
             if row is not None and row.node_sha16_wanted != release.node_sha16:
                 row.node_sha16_wanted = release.node_sha16
-
-
-# --- the table -------------------------------------------------------------------------------
-
-COLUMNS = ("box", "state", "version", "node sha16 (of)", "after pointer", "miner", "prover",
-           "pointer", "synced after", "down: exit→up / →synced", "manifest")
-
-
-def cells(row: dict[str, Any]) -> list[str]:
-    """One row as the operator reads it."""
-    def yes(v: Any) -> str:
-        return "-" if v is None else ("yes" if v else "NO")
-
-    def prog(p: str) -> str:
-        sha = row.get(f"{p}_sha256")
-        return f"{_short(sha)} ({row.get(f'{p}_version') or 'unknown'})" if sha else "-"
-
-    def secs(v: Any) -> str:
-        return "-" if v is None else f"{float(v):.2f} s"
-
-    kind = row.get("node_kind") or "?"
-    node = f"{_short(row.get('node_sha256'))} ({kind})" if row.get("node_sha256") else "-"
-    ptr = row.get("pointer") or "-"
-    if ptr != "-":
-        ptr = "/".join(ptr.rsplit("/", 3)[-3:-1]) if ptr.count("/") >= 2 else ptr
-    state = row["state"] + (f": {row['note']}" if row.get("note") and row["state"] != "switched"
-                            else "")
-    if row["state"] == "switched":
-        check = "ok" if row.get("matches_manifest") else "MISMATCH: " + "; ".join(
-            row.get("problems") or [])
-    else:
-        check = "-"
-    return [row["label"], state, row.get("version") or "-", node,
-            yes(row.get("started_after_pointer")), prog("miner"), prog("prover"), ptr,
-            secs(row.get("synced_after_s")),
-            f"{secs(row.get('gap_s'))} / {secs(row.get('downtime_s'))}"
-            if row.get("gap_s") is not None else "-", check]

@@ -5,7 +5,7 @@ into the page's data (the `fleet.json` document); `render` (html.py) turns that 
 `index.html`; `write` puts both in place, each by temporary file and rename, so a reader never
 sees half a page.
 
-Without a provider's key (`build(..., keyless=..., last_tick=...)`), that provider's standing
+Without a provider's key (`PageInputs(..., keyless=..., last_tick=...)`), that provider's standing
 boxes show the verdicts of the loop's last tick (`fleet.state.last_tick`), dated by it, and the
 data's `sources` (the page's notice) says which parts are live and which are not.
 
@@ -18,15 +18,23 @@ The HTML and the CSS are package files under templates/.
 
 Example:
 
-    data = page.build(cfg, reg.rows(), health, watched, datetime.now(UTC))
+    data = page.build(page.PageInputs(cfg, reg.rows(), health, watched, datetime.now(UTC)))
     page.write(Path("state/page"), data)
 """
 
 from fleet.page.chart import CHART_DAYS, chart_data, chart_points, chart_svg
-from fleet.page.data import RULE, SCHEMA, VERDICT_SOURCES, Scrubber, build, verdicts_from
+from fleet.page.data import (
+    RULE,
+    SCHEMA,
+    VERDICT_SOURCES,
+    PageInputs,
+    Scrubber,
+    build,
+    verdicts_from,
+)
 from fleet.page.html import FILES, prepare, render, write
 
 __all__ = [
-    "CHART_DAYS", "FILES", "RULE", "SCHEMA", "VERDICT_SOURCES", "Scrubber", "build",
+    "CHART_DAYS", "FILES", "RULE", "SCHEMA", "VERDICT_SOURCES", "PageInputs", "Scrubber", "build",
     "chart_data", "chart_points", "chart_svg", "prepare", "render", "verdicts_from", "write",
 ]

@@ -18,6 +18,7 @@ import ipaddress
 import os
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -118,14 +119,11 @@ def _address(token: str) -> str:
 
 # ---------------------------------------------------------------- the data
 
-def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: Sequence[Watch],
-          now: datetime, history: Sequence[Row] | None = None, *,
-          owed: Sequence[Owed | Mapping[str, Any]] = (), checked_at: datetime | None = None,
-          check_error: str | None = None, interval_s: float | None = None,
-          billed: Mapping[str, float] | None = None, keyless: Collection[str] = (),
-          last_tick: LastTick | None = None, bills_at: str | None = None) -> dict[str, Any]:
-    """The page's data (the `fleet.json` document), from explicit fields only.
+@dataclass(frozen=True)
+class PageInputs:
+    """What the page's data is built from (`build`): explicit fields only.
 
+    + cfg: the fleet's configuration (roles, roster, budget)
     + rows: the registry's rows (destroyed ones too): live ones are listed, all count for money
     + health: `fleet.check.check`'s verdicts on the standing boxes checked now
     + watched: `fleet.watchdog.watch`'s verdicts on the one-shot boxes
@@ -142,20 +140,98 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
       too (`owed` is then unused); with no tick on record, both are unknown
     + last_tick: the loop's last tick (`fleet.state.last_tick.load`), None when none is on record
     + bills_at: when the cached bills behind `billed` were read, for the page's sources
-
-    Example: `build(cfg, reg.rows(), check(cfg, built), watch(cfg, reg), datetime.now(UTC))`
     """
-    now = now.astimezone(UTC)
-    scrub = Scrubber([*rows, *(history or ())])
-    checked = iso(checked_at or now)
-    by_health = {h.label: h for h in health}
-    by_watch = {w.label: w for w in watched}
+
+    cfg: Config
+    rows: Sequence[Row]
+    health: Sequence[Health]
+    watched: Sequence[Watch]
+    now: datetime
+    history: Sequence[Row] | None = None
+    _: KW_ONLY
+    owed: Sequence[Owed | Mapping[str, Any]] = ()
+    checked_at: datetime | None = None
+    check_error: str | None = None
+    interval_s: float | None = None
+    billed: Mapping[str, float] | None = None
+    keyless: Collection[str] = ()
+    last_tick: LastTick | None = None
+    bills_at: str | None = None
+
+
+def build(inputs: PageInputs) -> dict[str, Any]:
+    """The page's data (the `fleet.json` document), from explicit fields only (`PageInputs`).
+
+    Example: `build(PageInputs(cfg, reg.rows(), check(cfg, built), watch(cfg, reg),
+    datetime.now(UTC)))`
+    """
+    cfg, rows, check_error = inputs.cfg, inputs.rows, inputs.check_error
+    now = inputs.now.astimezone(UTC)
+    scrub = Scrubber([*rows, *(inputs.history or ())])
     live_rows = [r for r in rows if r.live]
     checked_path = [r for r in live_rows
                     if is_standing(cfg, r) or r.kind != "oneshot"]  # the check's boxes
+    from_tick = {r.provider for r in checked_path} & set(inputs.keyless)
+    tick = inputs.last_tick if from_tick else None
+    boxes = _boxes(inputs, now, live_rows, checked_path, from_tick, scrub)
+    places = spread.per_place(rows)
+    _placed(boxes, live_rows, places, scrub)
+    boxes.sort(key=lambda b: (VERDICTS.index(b["verdict"]), b["label"]))
+
+    live_rate = budget.rate(b["usd_per_hour"] for b in boxes)
+    standing_boxes = [b for b in boxes if b["standing"]]
+    standing_rate = budget.rate(b["usd_per_hour"] for b in standing_boxes)
+    money = budget.today(rows, cfg.daily_budget_usd, now, inputs.billed).to_dict()
+    owed_known: Sequence[Owed | Mapping[str, Any]] | None = inputs.owed
+    if from_tick:  # the loop's owed boxes, as of the tick the verdicts come from
+        owed_known = tick.owed if tick is not None else None
+    owed_rows = sorted((_owed(o, now, scrub) for o in owed_known or ()),
+                       key=lambda o: (o["since"] or "", o["role"], o["provider"], o["card"]))
+    sources = _sources(cfg, now, boxes, checked_path, sorted(from_tick),
+                       sorted(inputs.keyless), tick, owed_known is not None, money,
+                       inputs.bills_at, check_error)
+    return {
+        "schema": SCHEMA,
+        "generated_at": iso(now),
+        "checked_at": iso(inputs.checked_at or now),
+        "interval_s": inputs.interval_s,
+        "check_error": scrub(check_error) if check_error else None,
+        "sources": {**sources, "note": scrub(sources["note"]) if sources["note"] else None},
+        "standing": {
+            "count": len(standing_boxes),
+            "usd_per_hour": round(standing_rate.usd_per_hour, 6),
+            "usd_per_day": round(standing_rate.usd_per_day, 6),
+            "roles": _roles(cfg, standing_boxes),
+            "rule": RULE,
+        },
+        "totals": {
+            "boxes": len(boxes),
+            "usd_per_hour": round(live_rate.usd_per_hour, 6),
+            "usd_per_day": round(live_rate.usd_per_day, 6),
+            **_verdict_counts(boxes),
+            "owed": len(owed_rows) if owed_known is not None else None,
+        },
+        "money": money,
+        # how many live boxes each place holds: one host failure takes them all
+        "places": {scrub(k): n for k, n in places.items()},
+        "mesh": _mesh(standing_boxes, cfg),
+        "boxes": boxes,
+        "owed": owed_rows,
+        "chart": chart_data(inputs.history if inputs.history is not None else rows, now),
+    }
+
+
+def _boxes(inputs: PageInputs, now: datetime, live_rows: Sequence[Row],
+           checked_path: Sequence[Row], from_tick: Collection[str],
+           scrub: Scrubber) -> list[dict[str, Any]]:
+    """Every live box, judged where its verdict comes from: the loop's last tick (its
+    provider has no key here), `fleet check` (the check's boxes) or the meter watchdog."""
+    cfg, check_error = inputs.cfg, inputs.check_error
+    checked = iso(inputs.checked_at or now)
+    by_health = {h.label: h for h in inputs.health}
+    by_watch = {w.label: w for w in inputs.watched}
     checked_labels = {r.label for r in checked_path}
-    from_tick = {r.provider for r in checked_path} & set(keyless)
-    tick = last_tick if from_tick else None
+    tick = inputs.last_tick if from_tick else None
     boxes = []
     for r in live_rows:
         standing = is_standing(cfg, r)
@@ -167,68 +243,41 @@ def build(cfg: Config, rows: Sequence[Row], health: Sequence[Health], watched: S
                                        "live", now, scrub))
         else:
             boxes.append(_oneshot_box(r, by_watch.get(r.label), checked, now, scrub))
-    places = spread.per_place(rows)
+    return boxes
+
+
+def _placed(boxes: Sequence[dict[str, Any]], live_rows: Sequence[Row],
+            places: Mapping[str, int], scrub: Scrubber) -> None:
+    """Where each box runs (`fleet.ops.spread`) and how many live boxes are there."""
     place_of = {r.label: r.place for r in live_rows}
-    for b in boxes:  # where it runs (`fleet.ops.spread`) and how many live boxes are there
+    for b in boxes:
         where = place_of.get(b["label"])
         b["place"] = scrub(where) if where else None  # provider text: scrubbed like any
         b["place_boxes"] = places.get(where, 0) if where else None
-    boxes.sort(key=lambda b: (VERDICTS.index(b["verdict"]), b["label"]))
 
-    live_rate = budget.rate(b["usd_per_hour"] for b in boxes)
-    standing_boxes = [b for b in boxes if b["standing"]]
-    standing_rate = budget.rate(b["usd_per_hour"] for b in standing_boxes)
+
+def _roles(cfg: Config, standing_boxes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each standing role's boxes against the roster's wanted count."""
     wanted: dict[str, int] = {}
     for w in cfg.roster:
         wanted[w.role] = wanted.get(w.role, 0) + w.count
     have: dict[str, int] = {}
     for b in standing_boxes:
         have[b["role"]] = have.get(b["role"], 0) + 1
-    roles = [{"role": name, "boxes": have.get(name, 0), "wanted": wanted.get(name)}
-             for name in sorted(set(have) | {n for n in wanted
-                                             if cfg.roles.get(n) and
-                                             cfg.roles[n].kind == "standing"})]
-    money = budget.today(rows, cfg.daily_budget_usd, now, billed).to_dict()
-    owed_known: Sequence[Owed | Mapping[str, Any]] | None = owed
-    if from_tick:  # the loop's owed boxes, as of the tick the verdicts come from
-        owed_known = tick.owed if tick is not None else None
-    owed_rows = sorted((_owed(o, now, scrub) for o in owed_known or ()),
-                       key=lambda o: (o["since"] or "", o["role"], o["provider"], o["card"]))
-    sources = _sources(cfg, now, boxes, checked_path, sorted(from_tick), sorted(keyless), tick,
-                       owed_known is not None, money, bills_at, check_error)
+    return [{"role": name, "boxes": have.get(name, 0), "wanted": wanted.get(name)}
+            for name in sorted(set(have) | {n for n in wanted
+                                            if cfg.roles.get(n) and
+                                            cfg.roles[n].kind == "standing"})]
+
+
+def _verdict_counts(boxes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {
-        "schema": SCHEMA,
-        "generated_at": iso(now),
-        "checked_at": checked,
-        "interval_s": interval_s,
-        "check_error": scrub(check_error) if check_error else None,
-        "sources": {**sources, "note": scrub(sources["note"]) if sources["note"] else None},
-        "standing": {
-            "count": len(standing_boxes),
-            "usd_per_hour": round(standing_rate.usd_per_hour, 6),
-            "usd_per_day": round(standing_rate.usd_per_day, 6),
-            "roles": roles,
-            "rule": RULE,
-        },
-        "totals": {
-            "boxes": len(boxes),
-            "usd_per_hour": round(live_rate.usd_per_hour, 6),
-            "usd_per_day": round(live_rate.usd_per_day, 6),
-            "verdicts": {v: sum(1 for b in boxes if b["verdict"] == v) for v in VERDICTS},
-            # the same counts by where each verdict came from: checked now, the loop's last
-            # tick, or nowhere (no key here and no tick on record)
-            "verdicts_from": {src: {v: sum(1 for b in boxes if b["verdict"] == v
-                                           and b["verdict_from"] == src) for v in VERDICTS}
-                              for src in VERDICT_SOURCES},
-            "owed": len(owed_rows) if owed_known is not None else None,
-        },
-        "money": money,
-        # how many live boxes each place holds: one host failure takes them all
-        "places": {scrub(k): n for k, n in places.items()},
-        "mesh": _mesh(standing_boxes, cfg),
-        "boxes": boxes,
-        "owed": owed_rows,
-        "chart": chart_data(history if history is not None else rows, now),
+        "verdicts": {v: sum(1 for b in boxes if b["verdict"] == v) for v in VERDICTS},
+        # the same counts by where each verdict came from: checked now, the loop's last
+        # tick, or nowhere (no key here and no tick on record)
+        "verdicts_from": {src: {v: sum(1 for b in boxes if b["verdict"] == v
+                                       and b["verdict_from"] == src) for v in VERDICTS}
+                          for src in VERDICT_SOURCES},
     }
 
 

@@ -258,7 +258,7 @@ def test_the_page_summarises_the_mesh_of_each_network(tmp_path: Path) -> None:
               Health("dn2-prover-vast-3", "vast", ssh=True, agent=True, peers_in=2,
                      star_only=False, problems=["x"]),
               Health("solo-vast-4", "vast", problems=["ssh: box did not answer"])]
-    d = page.build(cfg, rows, health, [], F.NOW)
+    d = page.build(page.PageInputs(cfg, rows, health, [], F.NOW))
     nets = d["mesh"]["networks"]
     assert [(n["network"], n["roles"], n["boxes"], n["known"], n["dialable"], n["star_only"])
             for n in nets] == [

@@ -33,7 +33,7 @@ def data(**kw: Any) -> dict[str, Any]:
     args: dict[str, Any] = dict(cfg=F.config(), rows=F.rows(), health=F.health(),
                                 watched=F.watched(), now=F.NOW, owed=F.owed())
     args.update(kw)
-    return page.build(**args)
+    return page.build(page.PageInputs(**args))
 
 
 def by_label(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -162,17 +162,18 @@ def test_an_empty_history_is_a_flat_zero_line() -> None:
     c = page.chart_data([], F.NOW)
     assert c["steps"] == [{"at": "2026-11-25T12:00:00Z", "usd_per_hour": 0.0}]
     assert page.chart_points(c) == [(70.0, 220.0), (740.0, 220.0)]
-    d = page.build(F.config(), [], [], [], F.NOW)
+    d = page.build(page.PageInputs(F.config(), [], [], [], F.NOW))
     html = page.render(d)
     assert "No live boxes." in html and d["totals"]["usd_per_hour"] == 0
 
 
 def test_the_same_data_gives_the_same_bytes() -> None:
     rows = F.rows()
-    one = page.build(F.config(), rows, F.health(), F.watched(), F.NOW, owed=F.owed())
+    one = page.build(page.PageInputs(F.config(), rows, F.health(), F.watched(), F.NOW,
+                                     owed=F.owed()))
     random.Random(7).shuffle(rows)
-    two = page.build(F.config(), rows, list(reversed(F.health())),
-                     list(reversed(F.watched())), F.NOW, owed=F.owed())
+    two = page.build(page.PageInputs(F.config(), rows, list(reversed(F.health())),
+                                     list(reversed(F.watched())), F.NOW, owed=F.owed()))
     assert json.dumps(one) == json.dumps(two)
     assert page.render(one) == page.render(two) == page.render(json.loads(json.dumps(one)))
 
@@ -219,8 +220,9 @@ def test_no_key_endpoint_or_address_reaches_either_file(tmp_path: Path,
     monkeypatch.setenv("RUNPOD_API_KEY", token)
     watched = F.watched()
     watched[0].problems.append(f"provider said: key {token} refused")
-    d = page.build(F.config(), F.rows(), F.health(), watched, F.NOW, owed=F.owed(),
-                   check_error="ssh 203.0.113.7:47913 and 2001:db8::17 timed out")
+    d = page.build(page.PageInputs(
+        F.config(), F.rows(), F.health(), watched, F.NOW, owed=F.owed(),
+        check_error="ssh 203.0.113.7:47913 and 2001:db8::17 timed out"))
     page.write(tmp_path, d)
     for name in page.FILES:
         text = (tmp_path / name).read_text()
@@ -489,7 +491,8 @@ def test_the_browser_check_sees_requests_and_console_errors(browser: Chromium,
 
 
 def test_the_page_names_each_box_s_place_and_how_many_boxes_it_holds(tmp_path: Path) -> None:
-    d = page.build(F.config(), F.rows(), F.health(), F.watched(), F.NOW, owed=F.owed())
+    d = page.build(page.PageInputs(F.config(), F.rows(), F.health(), F.watched(), F.NOW,
+                                   owed=F.owed()))
     assert d["places"] == {"vast machine 10697": 2, "runpod data center EU-RO-1": 1}
     by = {b["label"]: (b["place"], b["place_boxes"]) for b in d["boxes"]}
     assert by["live-vast-a1"] == by["live-vast-c3"] == ("vast machine 10697", 2)
@@ -502,7 +505,8 @@ def test_the_page_names_each_box_s_place_and_how_many_boxes_it_holds(tmp_path: P
 
 
 def test_the_page_shows_each_node_s_peers_and_the_mesh(tmp_path: Path) -> None:
-    d = page.build(F.config(), F.rows(), F.health(), F.watched(), F.NOW, owed=F.owed())
+    d = page.build(page.PageInputs(F.config(), F.rows(), F.health(), F.watched(), F.NOW,
+                                   owed=F.owed()))
     by = {b["label"]: b["peers"] for b in d["boxes"]}
     assert by["live-vast-a1"] == {"in": 2, "out": 1, "star_only": False, "port_owed": None}
     assert by["live-runpod-b2"] == {"in": 0, "out": 2, "star_only": True, "port_owed": None}

@@ -62,7 +62,7 @@ def keyless(t: LastTick | None = None, *, missing: tuple[str, ...] = KEYS,
                                 watched=F.watched(), now=F.NOW, keyless=missing, last_tick=t,
                                 billed=bills.billed(F.rows(), b, F.NOW), bills_at=b.read_at)
     args.update(kw)
-    return page.build(**args)
+    return page.build(page.PageInputs(**args))
 
 
 def by_label(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -73,7 +73,8 @@ def by_label(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_without_keys_the_standing_verdicts_are_the_last_ticks_dated_by_it() -> None:
     d = keyless(tick(), owed=[])
-    live = page.build(cfg(), F.rows(), F.health(), F.watched(), F.NOW, owed=F.owed())
+    live = page.build(page.PageInputs(cfg(), F.rows(), F.health(), F.watched(), F.NOW,
+                                      owed=F.owed()))
     # the same verdicts and problems as a live check that saw what the tick saw ...
     assert [(b["label"], b["verdict"], b["problems"]) for b in d["boxes"]] == \
         [(b["label"], b["verdict"], b["problems"]) for b in live["boxes"]]

@@ -54,8 +54,8 @@ def data() -> dict[str, Any]:
         node_sha16=F.OLD, wanted_sha16=F.WANTED,
         problems=["node: not synced",
                   "admission refused: driver 575.57.08 is not the admitted 580.95.05"])]
-    return page.build(cfg=F.config(), rows=rows, health=health, watched=F.watched(),
-                      now=F.NOW, owed=F.owed())
+    return page.build(page.PageInputs(cfg=F.config(), rows=rows, health=health,
+                                      watched=F.watched(), now=F.NOW, owed=F.owed()))
 
 
 @pytest.fixture(scope="module")

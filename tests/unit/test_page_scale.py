@@ -96,7 +96,7 @@ def test_a_page_build_compares_no_two_rows(monkeypatch: pytest.MonkeyPatch) -> N
         return eq(self, other)
 
     monkeypatch.setattr(Row, "__eq__", counted)
-    d = page.build(F.config(), rows, health, [], F.NOW)
+    d = page.build(page.PageInputs(F.config(), rows, health, [], F.NOW))
     assert d["totals"]["verdicts"]["well"] == 300  # every box judged, by its label
     assert compared["rows"] == 0
 
@@ -131,7 +131,7 @@ def test_scrubbing_a_text_does_as_much_work_with_5000_secrets_known_as_with_5() 
 def failed_lookups_rendering(n: int) -> int:
     """The attribute lookups (`getattr`) that fail while the page of n boxes is rendered."""
     rows, health = fleet(n)
-    d = page.build(F.config(), rows, health, [], F.NOW)
+    d = page.build(page.PageInputs(F.config(), rows, health, [], F.NOW))
     page.render(d)  # the template compiled and cached: not counted
     failed = 0
 

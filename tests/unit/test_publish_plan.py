@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from fleet.cli import publish_cmd
 from fleet.core.errors import UsageError
 from fleet.ops import publish as pub
 from fleet.state import releases
@@ -193,10 +194,10 @@ def test_table_row_reports_downtime_and_the_kind_of_file(tmp_path: Path) -> None
     assert row["matches_manifest"] and row["downtime_s"] == 2.5 and row["synced_after_s"] == 3.5
     assert row["gap_s"] == 1.0
     assert row["miner_version"] == "1.5.0" and row["node_kind"] == "script"
-    cells = pub.cells(row)
+    cells = publish_cmd.cells(row)
     assert cells[0] == "box-a" and cells[-1] == "ok" and "(script)" in cells[3]
     bad = pub.table_row("box-b", "vast", "switched", "", _rb(new, node_synced=False), new, known)
-    assert pub.cells(bad)[-1].startswith("MISMATCH: node: not synced")
+    assert publish_cmd.cells(bad)[-1].startswith("MISMATCH: node: not synced")
 
 
 # --- the store -------------------------------------------------------------------------------

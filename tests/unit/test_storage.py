@@ -108,7 +108,8 @@ def test_the_page_shows_each_box_s_free_disk_and_flags_it_under_15_percent(
     assert page_data.disk_of(Health("z", "vast"))["low"] is None  # unknown, never "fine"
     health = F.health()
     health[0].disk_free, health[0].disk_total = 10 << 30, 100 << 30
-    d = page_data.build(F.config(), F.rows(), health, F.watched(), F.NOW, owed=F.owed())
+    d = page_data.build(page_data.PageInputs(F.config(), F.rows(), health, F.watched(), F.NOW,
+                                             owed=F.owed()))
     by = {b["label"]: b for b in d["boxes"]}
     assert by[health[0].label]["disk"] == {"free_bytes": 10 << 30, "total_bytes": 100 << 30,
                                            "free_share": 0.1, "low": True}
