@@ -80,6 +80,7 @@ case "${1:-}" in
         fi
         .venv/bin/ruff check .
         .venv/bin/mypy fleet agent sandbox facts operations lowio deploys inventory.py
+        .venv/bin/mypy --strict fleet/core fleet/state agent/contract.py  # the vocabulary
         .venv/bin/lint-imports --no-cache  # the layers (pyproject.toml [tool.importlinter])
         if [ $# -gt 0 ]; then
             exec .venv/bin/pytest -q "$@"  # just what was asked for

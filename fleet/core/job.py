@@ -280,7 +280,7 @@ def _toolchain(where: str, t: dict[str, Any]) -> Toolchain:
 def _inputs(src: str, data: dict[str, Any], path: Path) -> Path | None:
     if "inputs" not in data:
         return None
-    inputs = (path.parent / data["inputs"]).resolve()
+    inputs: Path = (path.parent / data["inputs"]).resolve()
     if not inputs.is_dir():
         raise UsageError(f"{src}: inputs: {data['inputs']!r} is not a folder "
                          f"(relative to the job file)")
