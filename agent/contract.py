@@ -53,6 +53,9 @@ TOKEN_UPLOAD = "hf_token.fleet-new"  # a deploy's upload of it, renamed into pla
 JOB_FILE = "job.json"
 JOB_STATE = "state.json"
 JOB_OUTCOME = "outcome.json"  # how the job ended, written by the agent (never in the outputs)
+# a stop asked for (`job stop`, or a teardown closing a job that has not reached the box): the
+# agent refuses every step of a job that has one (`stop_document` is its shape)
+JOB_STOP = "stop.json"
 JOB_INPUTS_DIGEST = "inputs.sha256"
 
 # the job's own code runs as this user and group (whether or not /etc/passwd names them): it can
@@ -442,6 +445,19 @@ class StatusDoc(TypedDict, total=False):
     heartbeat_age_s: Required[float | None]
     status_age_s: Required[float | None]
     disk: Required[DiskDoc]
+
+
+class StopDoc(TypedDict):
+    """`JOBDIR/stop.json`: who asked, when (epoch seconds; None where unreadable), the grace."""
+
+    by: str
+    at: float | None
+    grace_s: float | None
+
+
+def stop_document(at: float, grace_s: float) -> StopDoc:
+    """The stop an operator asks for, at `at` (epoch seconds), with `grace_s` to end."""
+    return {"by": "operator", "at": at, "grace_s": grace_s}
 
 
 class RefusalDoc(TypedDict):

@@ -27,6 +27,7 @@ from agent.contract import (
     FINISHED,
     GATED,
     INTERRUPTED,
+    JOB_STOP,
     NEW,
     REFUSED,
     RUNNING,
@@ -124,7 +125,7 @@ def locked(job: Job, timeout: float | None = None) -> Iterator[None]:
 
 def stop_requested(job: Job) -> dict[str, Any] | None:
     """`JOBDIR/stop.json` ({by, at, grace_s}), written by `job stop`, or None."""
-    path = job.dir / "stop.json"
+    path = job.dir / JOB_STOP
     raw = read_json(path)
     if raw is None and (path.exists() or path.is_symlink()):
         raw = {"by": "operator", "at": None, "grace_s": None}  # unreadable: still a stop

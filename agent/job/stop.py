@@ -24,7 +24,7 @@ from typing import Any
 from agent.base import procs
 from agent.base.errors import AgentError, usage_error
 from agent.base.files import write_json
-from agent.contract import RUNNING, TERMINAL
+from agent.contract import JOB_STOP, RUNNING, TERMINAL, stop_document
 from agent.job.model import Job, now
 from agent.job.run import interrupt, runner_alive, settle
 from agent.job.state import close, load_state, locked, stop_requested
@@ -41,8 +41,7 @@ def stop(job: Job, grace: float) -> dict[str, Any]:
     if _over(state):
         return state
     if stop_requested(job) is None:
-        write_json(job.dir / "stop.json", {"by": "operator", "at": now(), "grace_s": grace},
-                   durable=True)
+        write_json(job.dir / JOB_STOP, dict(stop_document(now(), grace)), durable=True)
     _end(job, "gating", grace)  # the gate step closes the job once its gate has ended
     try:
         with locked(job, timeout=grace + LOCK_WAIT_S):

@@ -49,7 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from agent.contract import JOBS, ROOT, TERMINAL, VENV_PYTHON, job_workdir
+from agent.contract import JOB_STOP, JOBS, ROOT, TERMINAL, VENV_PYTHON, job_workdir, stop_document
 from fleet.boxes import boxssh, jobstate, lifecycle
 from fleet.core import fileutil
 from fleet.core.boxes import Row, is_standing, unread
@@ -334,9 +334,10 @@ def _close_unstaged(cfg: Config, row: Row, job: str) -> dict[str, Any]:
     `stop.json`), then look again: {} when it is still not staged, else what `_remote_job`
     reads (it was staged meanwhile)."""
     d = shlex.quote(f"{ROOT}/{JOBS}/{job}")
-    stop = json.dumps({"by": "operator", "at": datetime.now(UTC).timestamp(), "grace_s": 0})
+    # the agent's own document (it may not be installed yet: the deploy may not have got so far)
+    stop = json.dumps(stop_document(datetime.now(UTC).timestamp(), 0))
     res = boxssh.run(cfg, row, f"mkdir -p {d} && printf '%s' {shlex.quote(stop)} > "
-                     f"{d}/stop.json.new && mv {d}/stop.json.new {d}/stop.json")
+                     f"{d}/{JOB_STOP}.new && mv {d}/{JOB_STOP}.new {d}/{JOB_STOP}")
     if res.returncode != 0:
         raise KeptBox(f"{row.label}: cannot close job {job} on the box "
                       f"({res.stderr.strip()[-200:] or f'exit {res.returncode}'}); box kept")

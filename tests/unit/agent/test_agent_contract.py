@@ -108,6 +108,16 @@ def test_a_jobs_state_is_the_contracts_job_state(box: Box) -> None:
     assert "deadline_at" not in on_disk  # only printed, never recorded
 
 
+def test_a_stop_is_the_contracts_stop_and_the_one_a_teardown_writes(box: Box) -> None:
+    jobdir = write_job(box, name="stopped")
+    job(box, "stop", jobdir, "--grace", "0")
+    written = json.loads((jobdir / contract.JOB_STOP).read_text())
+    assert problems(written, contract.StopDoc) == []
+    # the teardown closing a job that never reached the box writes the same document
+    assert written.keys() == contract.stop_document(0.0, 0).keys()
+    assert written["by"] == contract.stop_document(0.0, 0)["by"]
+
+
 def _outputs(tmp: Path) -> Path:
     out = tmp / "out"
     out.mkdir()
