@@ -67,13 +67,14 @@ def run_cmd(role: str, job_file: Path = typer.Argument(..., metavar="JOB.toml"),
 def job_table(s: Summary) -> Table:
     """What `fleet run` did, one `what: value` line each: a table with no key column, so a
     narrow console gets those lines without the frame (`tables.fold`)."""
-    t = Table(title=Text(f"job {s.job} on {s.label}"), show_header=False)
+    t = Table(title=Text(f"job {s.job} on {s.label}"), show_header=False,
+              title_justify="default")  # flush left: no line ends in spaces
     t.add_column("what")
     t.add_column("value")
     tables.add(t, "box", f"{s.label}: {s.card} on {s.provider}, ${s.usd_per_hour:.3f}/h")
-    tables.add(t, "admission", f"refused: {s.refusal}" if s.refusal else (s.admission or "-"))
+    tables.add(t, "admission", f"refused: {s.refusal}" if s.refusal else tables.known(s.admission))
     tables.add(t, "verdict", s.verdict)
-    tables.add(t, "invocations", str(s.invocations if s.invocations is not None else 0))
+    tables.add(t, "invocations", tables.known(s.invocations))  # unknown is not "none ran"
     if s.toolchain:
         warm = "warm, nothing fetched" if s.toolchain.get("warm") else \
             f"{s.toolchain.get('bytes_fetched', 0)} bytes fetched"

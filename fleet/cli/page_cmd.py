@@ -106,7 +106,7 @@ def _summary(html_path: Path, data: dict[str, Any]) -> Table:
     """The one-line table: counts, money, and where the standing verdicts come from."""
     from fleet import page
 
-    t = Table(title=Text(f"fleet page: {html_path}"))
+    t = Table(title=Text(f"fleet page: {html_path}"), title_justify="default")
     for col in ("boxes", "USD/h", "USD/day", "standing", "down", "problem", "unknown", "well",
                 "owed", "spent today", "budget", "verdicts"):
         t.add_column(col)
@@ -114,7 +114,7 @@ def _summary(html_path: Path, data: dict[str, Any]) -> Table:
     tables.add(t, str(tot["boxes"]), f"{tot['usd_per_hour']:.3f}", f"{tot['usd_per_day']:.2f}",
               str(data["standing"]["count"]),
               *(str(tot["verdicts"][v]) for v in VERDICTS),
-              "unknown" if tot["owed"] is None else str(tot["owed"]),
+              tables.known(tot["owed"]),
               f"${money['spent_today_usd']:.2f}", f"${money['daily_budget_usd']:.2f}",
               page.verdicts_from(data))
     return t

@@ -133,13 +133,17 @@ def test_every_label_is_whole_on_one_line(name: str, width: int) -> None:
         assert all(len(line) <= 80 for line in lines), "\n".join(lines)
 
 
-# a job's table, where it fits, is Rich's own with its title centred (and padded)
 @pytest.mark.parametrize("name, width", [(name, width) for name in sorted(TABLES)
-                                         for width in (80, 200)
-                                         if (name, width) != ("run job", 200)])
+                                         for width in (80, 200)])
 def test_no_line_ends_in_a_space(name: str, width: int) -> None:
     lines = render(name, width)
     assert [line for line in lines if line != line.rstrip()] == [], "\n".join(lines)
+
+
+def test_a_job_that_could_not_be_read_shows_unknown_admission_and_invocations() -> None:
+    lines = render("run job", 200)
+    assert any(line.split() == ["│", "admission", "│", "?", "│"] for line in lines), lines
+    assert any(line.split() == ["│", "invocations", "│", "?", "│"] for line in lines), lines
 
 
 def test_a_mesh_title_wider_than_its_table_is_one_line_above_it() -> None:
