@@ -24,6 +24,7 @@ from fleet.cli import sandbox_setup
 from fleet.core.config import load
 from fleet.core.errors import FleetError
 from fleet.core.paths import REPO
+from fleet.core.states import BoxKind
 from fleet.state.registry import Registry
 
 console = Console()
@@ -50,7 +51,7 @@ def main() -> int:
            "PYINFRA_PROGRESS": "off", "COLUMNS": os.environ.get("COLUMNS", "150")}
 
     step("1. the sandbox: fake RunPod and Vast APIs, boxes as real SSH hosts")
-    live = [r for r in Registry(cfg.registry).live_rows() if r.kind == "standing"]
+    live = [r for r in Registry(cfg.registry).live_rows() if r.kind == BoxKind.STANDING]
     want = 0 if sandbox_setup.status(sandbox_dir).get("running") and live else args.boxes
     sandbox_setup.up(cfg, sandbox_dir, boxes=want, role=None, backend="auto", seed=7,
                    console=console)

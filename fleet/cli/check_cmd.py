@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from fleet.core.errors import UsageError
+from fleet.core.states import BoxKind
 
 if TYPE_CHECKING:
     from fleet.core.verdicts import Health, Watch
@@ -102,7 +103,7 @@ def converge_cmd(
     """Run the deploy for ROLE_KIND, then the testinfra checks against the same inventory."""
     from fleet.ops.converge import converge_all
 
-    if role_kind != "standing":
+    if role_kind != BoxKind.STANDING:
         raise UsageError(f"nothing to converge for {role_kind!r} (standing)")
     converge_all(cfg(), dry=dry)
 

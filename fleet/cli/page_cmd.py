@@ -14,6 +14,7 @@ from fleet.cli import common, tables
 from fleet.cli.common import app, cfg, emit, registry
 from fleet.core.config import PROVIDERS
 from fleet.core.errors import AuthFailed, FleetError
+from fleet.core.states import BoxKind
 from fleet.core.verdicts import VERDICTS, Health
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def page_cmd(out_dir: Path = typer.Option(None, "--out", help="folder for index.
     health: list[Health] = []
     check_error = None
     keyless: list[str] = []
-    if any(r.kind == "standing" for r in live):
+    if any(r.kind == BoxKind.STANDING for r in live):
         ps = _keyed_providers()
         keyless = [p for p in PROVIDERS if p not in ps]
         try:
@@ -95,7 +96,7 @@ def _check(c: Config, ps: dict[str, Provider]) -> list[Health]:
 def _owed(c: Config, live: list[Row], keyless: list[str]) -> list[Owed]:
     """The loop's owed boxes from its memory, when every standing box is checked here (when a
     provider's key is missing, the page takes them from the last tick, with its time)."""
-    if any(r.kind == "standing" and r.provider in keyless for r in live):
+    if any(r.kind == BoxKind.STANDING and r.provider in keyless for r in live):
         return []
     from fleet.state.loop_memory import Memory
 

@@ -21,6 +21,7 @@ from rich.console import Console
 from fleet.boxes.sshkeys import ensure_key, public_key
 from fleet.core.config import Config
 from fleet.core.errors import FleetError, UsageError
+from fleet.core.states import BoxKind
 from fleet.ops import destroy
 from fleet.ops import offers as offers_mod
 from fleet.ops import rent as rent_mod
@@ -83,7 +84,7 @@ def up(cfg: Config, state_dir: Path, boxes: int, role: str | None, backend: str,
     if boxes == 0:
         return []
     r = cfg.role(role) if role else next(
-        (x for x in cfg.roles.values() if x.kind == "standing"), None)
+        (x for x in cfg.roles.values() if x.kind == BoxKind.STANDING), None)
     if r is None:
         raise UsageError("no standing role in fleet.toml; pass --role")
     wants = [w for w in cfg.roster if w.role == r.name] or []

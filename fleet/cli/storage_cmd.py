@@ -15,6 +15,7 @@ from fleet.cli import tables
 from fleet.cli.common import app, cfg, emit, err, out, registry
 from fleet.core.boxes import Row
 from fleet.core.errors import FleetError, UsageError
+from fleet.core.states import BoxKind
 from fleet.core.times import utc_day
 from fleet.ops.storage import printable
 
@@ -40,7 +41,7 @@ def size(n: Any) -> str:
 
 def _standing(labels: list[str]) -> list[Row]:
     """The live standing boxes the review reads: `labels`, or all of them."""
-    rows = [r for r in registry().rows() if r.live and r.kind == "standing" and r.host_key]
+    rows = [r for r in registry().rows() if r.live and r.kind == BoxKind.STANDING and r.host_key]
     if not labels:
         return rows
     by = {r.label: r for r in rows}

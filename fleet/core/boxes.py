@@ -17,7 +17,7 @@ class Row:
     label: str
     provider: str
     role: str
-    kind: str
+    kind: BoxKind
     card: str
     gpu_count: int
     usd_per_hour: float
@@ -73,8 +73,11 @@ class Row:
     destroy_wanted: str | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.status, str):  # a hand edit's other value is kept as it reads
-            self.status = BoxStatus.read(self.status)  # the stored word as its member
+        # the stored words as their members (a hand edit's other word is kept as it reads)
+        if not isinstance(self.status, BoxStatus):
+            self.status = BoxStatus.read(self.status)
+        if not isinstance(self.kind, BoxKind):
+            self.kind = BoxKind.read(self.kind)
 
     @property
     def live(self) -> bool:

@@ -18,10 +18,11 @@ from typing import Any
 from agent.contract import MINER, NODE, PROGRAMS, PROVER
 from fleet.core import cards, paths
 from fleet.core.errors import ConfigError, UsageError
+from fleet.core.states import BoxKind
 
 PROVIDERS = ("runpod", "vast")
 KEY_ENV = {"runpod": "RUNPOD_API_KEY", "vast": "VAST_API_KEY"}  # where each key is read first
-KINDS = ("standing", "oneshot")
+KINDS = tuple(BoxKind)
 # programs gated by admission unless a role says otherwise (`gpu_programs`)
 GPU_PROGRAMS = (MINER, PROVER)
 NODE_UNHEALTHY_RESTART_S = 300.0
@@ -45,7 +46,7 @@ ROLE_NAME_MAX = 20
 @dataclass(frozen=True)
 class Role:
     name: str
-    kind: str
+    kind: BoxKind
     image: str
     disk_gb: int
     programs: tuple[str, ...] = ()
@@ -79,7 +80,7 @@ class Role:
     @property
     def uses_gpu(self) -> bool:
         """Whether its boxes run GPU work: a GPU program, or a one-shot job."""
-        return self.kind == "oneshot" or any(self.needs_gpu(p) for p in self.programs)
+        return self.kind == BoxKind.ONESHOT or any(self.needs_gpu(p) for p in self.programs)
 
     def check_gpu_guard(self, vendor: str | None = None) -> None:
         """GPU work runs only on a named driver: a GPU program (or a one-shot role, whose job
@@ -92,7 +93,7 @@ class Role:
             raise ConfigError(f"roles.{self.name}: the card's vendor cannot be told; GPU work "
                               "runs only where its library is known")
         if vendor == cards.AMD:
-            if self.kind == "oneshot":
+            if self.kind == BoxKind.ONESHOT:
                 raise ConfigError(f"roles.{self.name}: one-shot jobs run on NVIDIA cards only")
             if not (self.admitted_amdgpu and self.admitted_rocm):
                 raise ConfigError(
@@ -102,9 +103,9 @@ class Role:
             return
         if (self.admitted_driver or "").strip():
             return
-        if vendor is None and self.kind != "oneshot" and self.admitted_amdgpu:
+        if vendor is None and self.kind != BoxKind.ONESHOT and self.admitted_amdgpu:
             return  # an AMD-only role (the pair is checked whole at load)
-        if self.kind == "oneshot":
+        if self.kind == BoxKind.ONESHOT:
             raise ConfigError(
                 f"roles.{self.name}: one-shot jobs run GPU work but admitted_driver is not "
                 "set; name the exact NVIDIA driver they may run on (e.g. \"580.95.05\")")
@@ -254,7 +255,7 @@ def _role(name: str, table: Any, src: str) -> Role:
     amd = _amd(where, table)
     restart = _restart_s(where, table)
     role = Role(
-        name=name, kind=table["kind"], image=table["image"], disk_gb=table["disk_gb"],
+        name=name, kind=BoxKind(table["kind"]), image=table["image"], disk_gb=table["disk_gb"],
         programs=programs, p2p_port=port, admitted_driver=table.get("admitted_driver"),
         qualified_gpus=_strings(f"{where}.qualified_gpus", table.get("qualified_gpus", [])),
         release=table.get("release"),
@@ -386,7 +387,7 @@ def _guard_card(role: Role, card: str, where: str) -> None:
         role.check_gpu_guard(vendor)
     except ConfigError as e:
         why = str(e).split(": ", 1)[1]
-        if vendor == cards.AMD and role.kind == "oneshot":
+        if vendor == cards.AMD and role.kind == BoxKind.ONESHOT:
             raise ConfigError(f"{where}: {card} is an AMD card; {why}") from None
         name = "AMD" if vendor == cards.AMD else "NVIDIA"
         lacks = "admitted_amdgpu and admitted_rocm" if vendor == cards.AMD else "admitted_driver"
@@ -416,7 +417,7 @@ def _networks(data: Any, roles: dict[str, Role], src: str) -> dict[str, tuple[st
             if r in member:
                 raise ConfigError(f"{where}.roles: role {r!r} is already in network "
                                   f"{member[r]!r}; a role belongs to at most one network")
-            if role.kind != "standing" or NODE not in role.programs or not role.p2p_port:
+            if role.kind != BoxKind.STANDING or NODE not in role.programs or not role.p2p_port:
                 raise ConfigError(f"{where}.roles: role {r!r} must be standing, run the node "
                                   "and have a p2p_port to join a network's mesh")
             member[r] = name

@@ -9,9 +9,27 @@ Imports the standard library only: every layer may read it, as supervisord's `st
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Self
 
 
-class BoxStatus(StrEnum):
+class _Stored(StrEnum):
+    """A word a stored row holds: `read` gives its member, and keeps a word the fleet never
+    writes (a row edited by hand) as it reads, a value of its own that no set contains."""
+
+    @classmethod
+    def read(cls, word: str) -> Self:
+        try:
+            return cls(word)
+        except ValueError:
+            odd = str.__new__(cls, word)
+            odd._name_ = odd._value_ = word
+            return odd
+
+    def __reduce_ex__(self, protocol: object) -> tuple[object, tuple[str]]:
+        return type(self).read, (self._value_,)  # a hand edit's word pickles too
+
+
+class BoxStatus(_Stored):
     """A box's status: what its provider lists (mapped at each provider's edge: RunPod's
     `desiredStatus`, Vast's `actual_status`), and what the fleet records of its end.
 
@@ -34,19 +52,6 @@ class BoxStatus(StrEnum):
         """May it bill? (Rented and not yet known to be over.)"""
         return self in LIVE
 
-    @classmethod
-    def read(cls, word: str) -> BoxStatus:
-        """The status a stored row names. A word the fleet never writes (a row edited by
-        hand) is kept as it reads, a status of its own: never live, never unfinished."""
-        try:
-            return cls(word)
-        except ValueError:
-            odd = str.__new__(cls, word)
-            odd._name_ = odd._value_ = word
-            return odd
-
-    def __reduce_ex__(self, protocol: object) -> tuple[object, tuple[str]]:
-        return BoxStatus.read, (self._value_,)  # a hand edit's word pickles too
 
 
 LIVE = frozenset({BoxStatus.RENTING, BoxStatus.PROVISIONING, BoxStatus.RUNNING,
@@ -59,7 +64,7 @@ DOWN = frozenset({BoxStatus.EXITED, BoxStatus.STOPPED})
 ENDED = frozenset({BoxStatus.DESTROYED, BoxStatus.VANISHED, BoxStatus.FAILED})
 
 
-class BoxKind(StrEnum):
+class BoxKind(_Stored):
     """A role's (and its boxes') kind (docs/design.md, "Two kinds of box")."""
 
     STANDING = "standing"

@@ -22,6 +22,7 @@ from facts.agent_json import STATUS
 from fleet.boxes import boxssh
 from fleet.core.config import host_network
 from fleet.core.errors import ConfigError
+from fleet.core.states import BoxKind
 from fleet.core.times import now_iso, seconds_between
 from fleet.core.verdicts import Health
 from fleet.ops import ports
@@ -283,7 +284,7 @@ def check(cfg: Config, built: Built) -> list[Health]:
     hosts = built.groups.get("standing", [])
     # standing boxes the provider no longer runs are the least well of all
     down = [Health(row.label, row.provider, problems=[f"provider: box is {status}"])
-            for row, status in built.down if row.kind == "standing"]
+            for row, status in built.down if row.kind == BoxKind.STANDING]
     if not hosts:
         return down
     try:

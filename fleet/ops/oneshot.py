@@ -18,6 +18,7 @@ from fleet.boxes import jobstate, lifecycle
 from fleet.boxes.pyinfra_run import run_pyinfra
 from fleet.core.boxes import Row, unread
 from fleet.core.errors import FleetError, UsageError
+from fleet.core.states import BoxKind
 from fleet.core.times import in_hours, parse_iso
 from fleet.ops import offers, teardown
 from fleet.ops import rent as rent_mod
@@ -109,7 +110,7 @@ def cost(row: Row) -> float:
 def run(cfg: Config, reg: Registry, providers: dict[str, Provider], role_name: str, job: Job,
         keep: bool = False) -> Summary:
     role = cfg.role(role_name)
-    if role.kind != "oneshot":
+    if role.kind != BoxKind.ONESHOT:
         raise UsageError(f"role {role_name} is {role.kind}: `fleet run` takes a one-shot role")
     from fleet.boxes.deploy_support import store_endpoint
 

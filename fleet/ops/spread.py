@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from fleet.core.boxes import Row
+from fleet.core.states import BoxKind
 
 if TYPE_CHECKING:
     from fleet.core.config import Role
@@ -42,7 +43,7 @@ def order(role: Role, offers: Sequence[Offer], held: dict[str, list[str]]) -> li
     """`offers` (cheapest first) in the order a rent tries them: unchanged where the role does
     not spread, else free places first, then offers that name no place, then held places,
     least crowded first (stable: cheapest first within each)."""
-    if role.kind != "standing" or not role.spread:
+    if role.kind != BoxKind.STANDING or not role.spread:
         return list(offers)
 
     def rank(o: Offer) -> tuple[int, int]:
@@ -57,7 +58,7 @@ def note(role: Role, offer: Offer, held: dict[str, list[str]],
          tried: Sequence[Offer]) -> str | None:
     """What the row of a box rented from `offer` says of its place: why it shares one, or
     that the provider names none; None where the spread holds (or is off)."""
-    if role.kind != "standing" or not role.spread:
+    if role.kind != BoxKind.STANDING or not role.spread:
         return None
     if offer.place is None:
         return (f"placed where the spread cannot see: {offer.provider} names no machine or "
@@ -74,7 +75,7 @@ def note(role: Role, offer: Offer, held: dict[str, list[str]],
 def crowded(rows: Iterable[Row], role: Role) -> list[Row]:
     """The role's live boxes that share a place with an older one (the oldest stays), oldest
     first: the ones the loop moves. None where the role does not spread."""
-    if role.kind != "standing" or not role.spread:
+    if role.kind != BoxKind.STANDING or not role.spread:
         return []
     rows = list(rows)
     by_label = {r.label: r for r in rows}

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleet.core.boxes import Row, is_standing
 from fleet.core.config import KEY_ENV
-from fleet.core.states import ReleaseOrder, node_release
+from fleet.core.states import BoxKind, ReleaseOrder, node_release
 from fleet.core.times import iso, read_iso
 from fleet.core.verdicts import VERDICTS, Health, Owed, Watch, mesh_summary
 from fleet.ops import budget, spread
@@ -170,7 +170,7 @@ def build(inputs: PageInputs) -> dict[str, Any]:
     scrub = Scrubber([*rows, *(inputs.history or ())])
     live_rows = [r for r in rows if r.live]
     checked_path = [r for r in live_rows
-                    if is_standing(cfg, r) or r.kind != "oneshot"]  # the check's boxes
+                    if is_standing(cfg, r) or r.kind != BoxKind.ONESHOT]  # the check's boxes
     from_tick = {r.provider for r in checked_path} & set(inputs.keyless)
     tick = inputs.last_tick if from_tick else None
     boxes = _boxes(inputs, now, live_rows, checked_path, from_tick, scrub)
@@ -267,7 +267,7 @@ def _roles(cfg: Config, standing_boxes: Sequence[Mapping[str, Any]]) -> list[dic
     return [{"role": name, "boxes": have.get(name, 0), "wanted": wanted.get(name)}
             for name in sorted(set(have) | {n for n in wanted
                                             if cfg.roles.get(n) and
-                                            cfg.roles[n].kind == "standing"})]
+                                            cfg.roles[n].kind == BoxKind.STANDING})]
 
 
 def _verdict_counts(boxes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -74,8 +74,8 @@ def test_every_vast_status_maps_to_a_member(actual: str | None, msg: str) -> Non
     assert outbid is BoxStatus.STOPPED
 
 
-def _row(**kw: Any) -> Row:
-    return Row("a-1", "vast", "live", "standing", "RTX 4090", 1, 0.3, **kw)
+def _row(kind: str = "standing", **kw: Any) -> Row:
+    return Row("a-1", "vast", "live", kind, "RTX 4090", 1, 0.3, **kw)
 
 
 def test_a_row_and_a_box_hold_members_and_store_the_same_words() -> None:
@@ -86,6 +86,16 @@ def test_a_row_and_a_box_hold_members_and_store_the_same_words() -> None:
     assert Box("vast", "1", "a-1", "RTX 4090", 1, 0.3, "exited").status is BoxStatus.EXITED
     with pytest.raises(ValueError):
         Box("vast", "1", "a-1", "RTX 4090", 1, 0.3, "runing")
+
+
+def test_a_rows_kind_is_a_member_and_a_kind_no_code_writes_is_never_standing() -> None:
+    assert _row(kind="standing").kind is BoxKind.STANDING
+    assert _row(kind="oneshot").kind is BoxKind.ONESHOT
+    odd = _row(kind="standing!")
+    assert isinstance(odd.kind, BoxKind) and odd.kind == "standing!"
+    assert odd.kind not in set(BoxKind) and odd.kind != BoxKind.STANDING
+    assert json.loads(encode(odd))["kind"] == "standing!"
+    assert pickle.loads(pickle.dumps(odd)).kind == "standing!"
 
 
 def test_a_status_no_code_writes_reads_as_it_is_and_is_never_live() -> None:
