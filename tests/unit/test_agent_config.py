@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_root import ROOT
 
 from agent.base.config import parse_config
 from fleet.boxes.agent_config import render
 from fleet.core.config import Role, load
 from fleet.core.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
 SHA16 = "04c82f6f904c054d"
 REL = f"/root/fleet/releases/{SHA16}"
 RPC = "http://127.0.0.1:16110"

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
 from fleet.boxes.agent_config import render
 from fleet.core.config import Role, load
 from fleet.core.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
 SHA16 = "04c82f6f904c054d"
 
 

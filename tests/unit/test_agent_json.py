@@ -7,18 +7,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from pyinfra.api import StringCommand
 from pyinfra.api.command import QuoteString
 from pyinfra.api.exceptions import FactProcessError
+from repo_root import ROOT
 
 from agent import contract
 from facts import agent_json
 from facts.box import AgentStatus, GpuIdentity, NodeReadback
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = ROOT
 ROOTS = ["/root/fleet", "/tmp/a b", "/x/it's", "$(touch /tmp/ran)", "-n", ""]
 FACTS = [(AgentStatus, agent_json.STATUS, "status", True),
          (GpuIdentity, agent_json.GPU, "gpu", False),

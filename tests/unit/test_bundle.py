@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_root import ROOT
 
 from fleet.boxes import bundle
 from fleet.core.errors import FleetError
@@ -124,7 +125,7 @@ def test_the_pins_agree_with_the_constraints_a_fresh_machine_installs() -> None:
     from packaging.utils import canonicalize_name
 
     constraints = {}
-    for line in (Path(__file__).resolve().parents[2] / "constraints.txt").read_text().splitlines():
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
         if line and not line.startswith("#"):
             name, _, pinned = line.partition("==")
             constraints[canonicalize_name(name)] = pinned

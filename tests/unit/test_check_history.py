@@ -9,7 +9,7 @@ from typing import Any
 
 import page_fixture as F
 import pytest
-from test_check import status
+from check_fixture import status
 
 from fleet.boxes import boxssh
 from fleet.boxes.inventory import Built

@@ -3,11 +3,10 @@ import re
 from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
 from fleet.core.config import load
 from fleet.core.errors import ConfigError
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_sandbox import FleetRun, fleet_run
+from repo_root import ROOT
 
 from fleet.core.boxes import Row
 from fleet.core.config import load as load_config
@@ -19,8 +20,6 @@ from fleet.core.errors import ProviderError
 from fleet.ops import destroy
 from fleet.ops.loop import Loop
 from fleet.providers.base import Box, Provider
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

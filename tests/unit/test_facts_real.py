@@ -23,14 +23,15 @@ from typing import Any
 import psutil
 import pynvml
 import pytest
+from repo_root import ROOT
 
-sys.path.insert(0, str(Path(__file__).with_name("agent")))  # the agent tests' helpers
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "agent"))  # the agent tests' helpers
 from agentbox import DRIVER, PY, UUIDS, Box, wait_for  # noqa: E402
 
 from facts.box import AgentStatus, BoxState, GpuIdentity, NodeBinary, StandingLog  # noqa: E402
 from sandbox.nvml import build_library  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = ROOT
 BASH = shutil.which("bash") or "/bin/bash"
 BUNDLE = hashlib.sha256(b"a bundle stamp for these tests").hexdigest()
 PUBLIC_IP, PUBLIC_PORT = "203.0.113.9", 40999

@@ -16,6 +16,7 @@ import leader_loop
 import psycopg
 import pytest
 from leader_loop import wait_for
+from repo_root import ROOT
 
 from fleet.core.boxes import Row
 from fleet.core.errors import NotLeader
@@ -26,7 +27,6 @@ from fleet.state.leader import Fence, Leadership
 from fleet.state.loop_memory import Memory
 from fleet.state.registry import Registry
 
-ROOT = Path(__file__).resolve().parents[2]
 HOLD = """
 import sys, time
 from fleet.state.db import open_url

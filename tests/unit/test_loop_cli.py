@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_fixture import CONFIG, fleet
 from state_fixture import dump
-from test_cli import CONFIG, fleet
 
 from fleet.providers.base import Box
 from fleet.state.db import open_db

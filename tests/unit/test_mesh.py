@@ -8,7 +8,7 @@ from typing import Any
 
 import page_fixture as F
 import pytest
-from test_check import DATA, status
+from check_fixture import DATA, status
 
 from fleet.cli import mesh_cmd
 from fleet.core.boxes import Row

@@ -11,7 +11,8 @@ from typing import Any
 
 import page_fixture as F
 import pytest
-from test_check import status
+from check_fixture import status
+from repo_root import ROOT
 
 from fleet.boxes import boxssh, deploy_support
 from fleet.boxes.deploy_support import peers_text
@@ -23,7 +24,6 @@ from fleet.core.errors import ConfigError
 from fleet.core.verdicts import Health
 from fleet.ops import check, ports
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "devnet.toml"
 
 ROLE = """

@@ -18,13 +18,13 @@ from typing import Any
 import page_fixture as F
 import pytest
 from headless_chromium import Chromium, executable
+from repo_root import ROOT
 
 from fleet import page
 from fleet.core.config import load
 from fleet.ops import budget
 from fleet.state.registry import Registry
 
-ROOT = Path(__file__).resolve().parents[2]
 IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
 
 

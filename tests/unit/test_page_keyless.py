@@ -17,6 +17,7 @@ from typing import Any
 import page_fixture as F
 import pytest
 from headless_chromium import Chromium, executable
+from repo_root import ROOT
 from state_fixture import sql
 
 from fleet import page
@@ -25,7 +26,6 @@ from fleet.core.verdicts import VERDICTS
 from fleet.state import bills, last_tick
 from fleet.state.last_tick import LastTick
 
-ROOT = Path(__file__).resolve().parents[2]
 TICK_AT = F.NOW - timedelta(minutes=12)  # 11:48 UTC, within 2 intervals of 600 s
 KEYS = ("runpod", "vast")
 

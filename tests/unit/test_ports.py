@@ -200,6 +200,24 @@ def offer_port(sbx: Sandbox, machine: dict[str, Any]) -> None:
         c.shape_machine("vast", machine["machine_id"], direct_port_count=100)
 
 
+def blank_ports(lp: Loop, box_ids: set[str]) -> dict[str, bool]:
+    """While the returned switch is on, Vast lists the boxes `box_ids` running, SSH-ready
+    through its proxy (ssh_host/ssh_port, as every Vast instance has), with `ports` not (yet)
+    populated: Vast's slow boot / skypilot #7336 ("ports null for minutes"), a listing that
+    is running but says less."""
+    vast = lp.providers["vast"]
+    real = vast._box  # type: ignore[attr-defined]
+    on = {"on": True}
+
+    def _box(inst: dict[str, Any]) -> Any:
+        if on["on"] and str(inst.get("id")) in box_ids:
+            inst = {**inst, "ports": None}
+        return real(inst)
+
+    vast._box = _box  # type: ignore[attr-defined]
+    return on
+
+
 def replacing(sbx: Sandbox, lp: Loop, label: str) -> tuple[Row, Row]:
     """A portless standing box and the replacement the loop rents once a host maps a port,
     up and standing (not yet checked): (old, new)."""

@@ -6,34 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_ports import peers_settled, porting_loop, replacing, standing
+from test_ports import blank_ports, peers_settled, porting_loop, replacing, standing
 from test_spread import offer_free_place, rent_standing, vast_machines, wait_running
 from test_spread import sbx as sandbox_fixture
 
 from fleet.core.verdicts import Health
-from fleet.ops.loop import Loop
 from sandbox.control_client import ControlClient
 from sandbox.daemon import Sandbox
 
 sbx = sandbox_fixture  # the in-process sandbox, one per test
-
-
-def blank_ports(lp: Loop, box_ids: set[str]) -> dict[str, bool]:
-    """While the returned switch is on, Vast lists the boxes `box_ids` running, SSH-ready
-    through its proxy (ssh_host/ssh_port, as every Vast instance has), with `ports` not (yet)
-    populated: Vast's slow boot / skypilot #7336 ("ports null for minutes"), a listing that
-    is running but says less."""
-    vast = lp.providers["vast"]
-    real = vast._box  # type: ignore[attr-defined]
-    on = {"on": True}
-
-    def _box(inst: dict[str, Any]) -> Any:
-        if on["on"] and str(inst.get("id")) in box_ids:
-            inst = {**inst, "ports": None}
-        return real(inst)
-
-    vast._box = _box  # type: ignore[attr-defined]
-    return on
 
 
 def test_review_one_running_listing_without_ports_rents_no_replacement_of_a_mapped_box(

@@ -9,8 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from test_ports import porting_loop, portless_market, replacing, standing
-from test_ports_review_a import blank_ports
+from test_ports import blank_ports, porting_loop, portless_market, replacing, standing
 from test_spread import rent_standing, wait_running
 from test_spread import sbx as sandbox_fixture
 

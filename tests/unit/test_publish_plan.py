@@ -16,9 +16,6 @@ from fleet.core.errors import UsageError
 from fleet.ops import publish as pub
 from fleet.state import releases
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 # --- waves -----------------------------------------------------------------------------------
 
 def test_waves_counts_shares_and_rest() -> None:
@@ -322,7 +319,7 @@ def test_a_never_sync_version_stays_behind_and_others_sync(tmp_path: Path,
 # --- fleet check after a publish -------------------------------------------------------------
 
 def test_check_names_a_box_behind_its_wanted_release(tmp_path: Path) -> None:
-    from test_check import DATA, status
+    from check_fixture import DATA, status
 
     from fleet.ops.check import judge
 

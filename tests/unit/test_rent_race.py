@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 from cli_sandbox import FAST
+from repo_root import ROOT
 
 from fleet.providers.factory import get_provider
 from fleet.state.registry import Registry
 from sandbox.daemon import Sandbox
 
-ROOT = Path(__file__).resolve().parents[2]
 CONFIG = """
 [fleet]
 registry = "{tmp}/state/boxes.json"

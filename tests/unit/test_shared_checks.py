@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from leader_loop import wait_for
+from repo_root import ROOT
 
 from fleet.boxes.inventory import Built
 from fleet.core import config
@@ -25,7 +26,6 @@ from fleet.ops import shared_check
 from fleet.state import claims
 from fleet.state.db import open_url
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKER = """
 import sys, time
 from fleet.state import claims

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_fixture import fleet
 from state_fixture import database, dump, is_postgres, sql
-from test_cli import fleet
 
 from fleet.core.boxes import Row
 from fleet.core.errors import NotLeader, StateError, UsageError

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import page_fixture as F
 import pytest
-from test_cli import fleet
+from cli_fixture import fleet
 
 from fleet.core.errors import UsageError
 from fleet.core.verdicts import Health

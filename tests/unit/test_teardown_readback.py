@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from hub_client import TOKEN, hub_server
+from repo_root import ROOT as REPO_ROOT
 
 from agent.contract import JOBS, ROOT, job_area, job_workdir
 from fleet.boxes import boxssh
@@ -36,7 +37,6 @@ from fleet.state import archive
 from fleet.state.registry import Registry
 from sandbox.hub import HubServer
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG = {
     "fleet": {"registry": "state/boxes.json"},
     "store": {"repo": "fleet/outputs", "archive": "state/archive"},

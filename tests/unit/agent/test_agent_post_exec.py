@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from agentbox import Box, gone, wait_for
-from test_agent_review_digest import RACE
+from agentbox import RACE, Box, gone, wait_for
 
 # the kernel's window right after an exec: /proc/<pid>/cmdline still reads empty for the first
 # looks at a process (seen 10 times in 200 spawns on a busy box); EMPTY_LOOKS of them

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agentbox import Box, wait_for
+from agentbox import RACE, Box, wait_for
 
 from agent.base.files import DigestCache
 
@@ -49,23 +49,6 @@ def test_same_size_rewrite_with_restored_mtime_never_runs(box: Box) -> None:
     wait_for(lambda: box.program("node").get("state") == "blocked"
              and "changed in place" in box.program("node")["reason"], "the node refused", 15)
     assert [r["version"] for r in box.invocations("node")] == ["v2"]
-
-
-RACE = '''
-import os, shutil
-from agent.daemon import node_switch as _sw
-_orig = _sw.NodeSwitch.spawn_refusal
-def _racy(self):  # a writer lands between the digest check and the exec
-    r = _orig(self)
-    trig = os.environ["RACE_TRIGGER"]
-    if r is None and os.path.exists(trig):
-        os.unlink(trig)
-        src, dst = os.environ["RACE_SRC"], os.environ["RACE_DST"]
-        shutil.copyfile(src, dst + ".new"); os.chmod(dst + ".new", 0o755)
-        os.replace(dst + ".new", dst)
-    return r
-_sw.NodeSwitch.spawn_refusal = _racy
-'''
 
 
 def test_a_node_swapped_between_check_and_exec_is_stopped(box: Box) -> None:

@@ -65,6 +65,17 @@ def listing(*tops: Path) -> dict[str, tuple[int, int]]:
     return {str(p): (st.st_size, st.st_mtime_ns) for top in tops for p, st in space.walk(top)}
 
 
+def forged(root: Path, *paths: Path | str, name: str = "old releases") -> dict[str, Any]:
+    """A hand-edited review naming `paths` as regenerable, each with the size and mtime its
+    target has now (so the unchanged-check passes)."""
+    entries = []
+    for p in paths:
+        st = os.stat(p)  # follows: what lstat on the spelled path resolves to
+        entries.append([str(p), st.st_size, st.st_mtime_ns, st.st_blocks * 512])
+    return {"root": str(root), "categories": [
+        {"name": name, "regenerable": True, "bytes": 1, "paths": entries}]}
+
+
 def rules(root: Path, home: Path, apt: Path) -> space.Rules:
     return space.Rules.of(root, log_keep=5, home=home, apt=apt)
 

@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from test_agent_storage import put
-from test_agent_storage_review_adversarial import forged
+from test_agent_storage import forged, put
 
 from agent import space
 

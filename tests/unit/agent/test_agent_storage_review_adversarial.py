@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from test_agent_storage import put, record
+from test_agent_storage import forged, put, record
 
 from agent import space
 
@@ -38,17 +38,6 @@ def box(tmp: Path) -> tuple[Path, Path, Path]:
 
 def rules(root: Path, home: Path, apt: Path) -> space.Rules:
     return space.Rules.of(root, log_keep=5, home=home, apt=apt)
-
-
-def forged(root: Path, *paths: Path | str, name: str = "old releases") -> dict[str, Any]:
-    """A hand-edited review naming `paths` as regenerable, each with the size and mtime its
-    target has now (so the unchanged-check passes)."""
-    entries = []
-    for p in paths:
-        st = os.stat(p)  # follows: what lstat on the spelled path resolves to
-        entries.append([str(p), st.st_size, st.st_mtime_ns, st.st_blocks * 512])
-    return {"root": str(root), "categories": [
-        {"name": name, "regenerable": True, "bytes": 1, "paths": entries}]}
 
 
 # ---------------------------------------------------------------- `..` components
