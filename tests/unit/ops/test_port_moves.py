@@ -10,15 +10,12 @@ from typing import Any
 import pytest
 from test_ports import peers_settled, porting_loop, portless_market, standing
 from test_spread import rent_standing, wait_running
-from test_spread import sbx as sandbox_fixture
 
 from fleet.core.times import iso
 from fleet.core.verdicts import Health
 from fleet.ops import loop as loop_mod
 from sandbox.control_client import ControlClient
 from sandbox.daemon import Sandbox
-
-sbx = sandbox_fixture  # the in-process sandbox, one per test
 
 
 def test_a_stale_reading_of_the_old_box_never_gives_its_port_move_up(

@@ -6,13 +6,10 @@ from typing import Any
 
 import pytest
 from test_ports import porting_loop, replacing
-from test_spread import sbx as sandbox_fixture
 
 from fleet.core.errors import ProviderError
 from fleet.core.verdicts import Health
 from sandbox.daemon import Sandbox
-
-sbx = sandbox_fixture  # the in-process sandbox, one per test
 
 
 def test_review_held_old_kept_while_the_listing_fails_or_the_reading_is_stale(

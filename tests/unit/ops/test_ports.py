@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from test_spread import client, make_cfg, rent_standing, vast_machines, wait_running
-from test_spread import sbx as sandbox_fixture
 
 from fleet.boxes import lifecycle
 from fleet.core.boxes import Row
@@ -26,8 +25,6 @@ from fleet.providers.base import Box
 from fleet.state.registry import Registry
 from sandbox.control_client import ControlClient
 from sandbox.daemon import Sandbox
-
-sbx = sandbox_fixture  # the in-process sandbox, one per test
 
 
 def portless_market(sbx: Sandbox, cfg: Config, *but: Row) -> list[dict[str, Any]]:

@@ -8,13 +8,10 @@ from typing import Any
 import pytest
 from test_ports import blank_ports, peers_settled, porting_loop, replacing, standing
 from test_spread import offer_free_place, rent_standing, vast_machines, wait_running
-from test_spread import sbx as sandbox_fixture
 
 from fleet.core.verdicts import Health
 from sandbox.control_client import ControlClient
 from sandbox.daemon import Sandbox
-
-sbx = sandbox_fixture  # the in-process sandbox, one per test
 
 
 def test_review_one_running_listing_without_ports_rents_no_replacement_of_a_mapped_box(

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from test_ports import blank_ports, porting_loop, portless_market, replacing, standing
 from test_spread import rent_standing, wait_running
-from test_spread import sbx as sandbox_fixture
 
 from fleet.core.verdicts import Health
 from fleet.ops import loop as loop_mod
@@ -21,8 +20,6 @@ from fleet.ops.loop import moves as loop_moves
 from fleet.state.loop_memory import Memory
 from sandbox.control_client import ControlClient
 from sandbox.daemon import Sandbox
-
-sbx = sandbox_fixture  # the in-process sandbox, one per test
 
 
 def well(label: str, peers_in: int | None = 2, **kw: Any) -> Health:

@@ -6,7 +6,6 @@ with real boxes, the real deploy and the real checks."""
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from fleet.providers.http import RetryPolicy
 from fleet.state.registry import Registry
 from sandbox.control_client import ControlClient
 from sandbox.daemon import Sandbox
-from sandbox.frozen import frozen_sandbox
 
 TOML = """
 [fleet]
@@ -51,17 +49,6 @@ def make_cfg(tmp_path: Path, spread_on: bool = True) -> Config:
     ensure_key(tmp_path / "key")
     text = TOML.format(tmp=tmp_path, spread="" if spread_on else "spread = false")
     return config.parse(tomllib.loads(text), tmp_path / "fleet.toml")
-
-
-@pytest.fixture
-def sbx(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
-    """The sandbox's fake provider APIs in this process, on loopback (no boxes), with a
-    market of 64 machines a provider, the environment pointing the clients at them (the
-    ports tests share it: `from test_spread import sbx as sandbox_fixture`)."""
-    with frozen_sandbox(seed=0, machines_per_provider=64) as s:
-        for k, v in s.env().items():
-            monkeypatch.setenv(k, v)
-        yield s
 
 
 def client(name: str) -> Any:

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from test_spread import client, crowd, moving_loop, rent_standing, vast_machines, wait_running
-from test_spread import sbx as sandbox_fixture
 
 from fleet.boxes import lifecycle
 from fleet.core import config
@@ -19,8 +18,6 @@ from fleet.ops import loop as loop_mod
 from fleet.ops import spread
 from fleet.providers.base import Offer
 from sandbox.control_client import ControlClient
-
-sbx = sandbox_fixture  # the in-process sandbox, one per test
 
 
 def setup(sbx, tmp_path, monkeypatch, n, verdicts=None, free=1):
@@ -226,7 +223,6 @@ def test_a_free_place_over_budget_stops_the_rent_though_a_shared_place_fits(
     except BudgetExceeded as e:
         pytest.fail(f"no box rented, though the shared place fits the budget: {e}")
     assert row.place == f"vast machine {cheap}" and row.note
-
 
 
 def test_a_failing_per_data_center_query_costs_every_runpod_offer(sbx, monkeypatch):
