@@ -1,7 +1,7 @@
 """Clock steps: every timer and freshness limit runs on the monotonic clock, so stepping the
 wall clock the agent reads (its `time.time`) an hour back silences no RESULT line, ten minutes
 ahead stops no GPU program, and neither hides the agent or its programs from `status` and
-`stop` (issue 21, case 7)."""
+`stop`."""
 
 from __future__ import annotations
 

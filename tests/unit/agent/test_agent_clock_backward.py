@@ -1,6 +1,6 @@
 """A status file's age after a backward wall-clock step: judged by when the agent last saw it
 change (monotonic), so a frozen miner is restarted even when its file's mtime lies ahead of the
-wall clock (review of issue 21)."""
+wall clock."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The running node is the pointer's: the release's digest is checked before every start (a
 file replaced in place is refused with a reason, never run), and a node found running is known
-by what it runs (/proc/<pid>/exe, or its script), not by the path in its argv (issue 21,
-case 1)."""
+by what it runs (/proc/<pid>/exe, or its script), not by the path in its argv."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The digest rule under attack: a release rewritten in place with its mtime put back, a path
 swapped between the check and the exec, a script changed under a running node, and special
-files where a release should be (review of issue 21)."""
+files where a release should be."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """GPU work fails closed by default: the miner and the prover are gated by admission unless a
 config says otherwise, explicitly, and a pack export (the miner's binary) running when
-admission refuses is stopped (issue 21, case 9)."""
+admission refuses is stopped."""
 
 from __future__ import annotations
 

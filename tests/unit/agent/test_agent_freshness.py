@@ -1,6 +1,6 @@
 """Stale readings are never acted on: with the observer frozen on a reading that says "synced,
 exec tip 0", the recipe stops running once that reading is past the freshness limit, the status
-reads `healthy: null` with no figures, and the RESULT line carries `-` (issue 21, case 5)."""
+reads `healthy: null` with no figures, and the RESULT line carries `-`."""
 
 from __future__ import annotations
 

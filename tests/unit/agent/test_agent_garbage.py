@@ -1,7 +1,7 @@
 """Garbage in, a clear line out: a state.json holding NaN or 1e300, a node RPC answering
 `"blocks": Infinity`, a pointer that is a FIFO or far too large, a status file over the cap:
 each is refused or dropped with a reason, and the agent goes on supervising, writing its status
-and its RESULT line (issue 21, case 6)."""
+and its RESULT line."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Garbage the review fed the agent: a NUL byte in a recorded path, JSON nested too deep to
-parse, huge or wrongly-typed RPC figures; and the GPU gate's default (review of issue 21)."""
+"""Garbage the agent survives: a NUL byte in a recorded path, JSON nested too deep to
+parse, huge or wrongly-typed RPC figures; and the GPU gate's default."""
 
 from __future__ import annotations
 

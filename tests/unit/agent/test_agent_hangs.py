@@ -1,7 +1,7 @@
 """A hung probe never freezes the agent: NVML runs in threads of its own with a deadline (at the
 start, the node runs and GPU programs wait until it answers; mid-run, the probes go on and a
 verdict gone stale refuses), and a node RPC that drips its answer a byte at a time is cut off
-at the probe's total deadline (issue 21, case 4). The stand-in NVML hangs in init while
+at the probe's total deadline. The stand-in NVML hangs in init while
 $SANDBOX_NVML_HANG exists."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 answer never blinds it; a full disk never stops supervision; an unkillable program never makes
 it spin; a clock step never makes it lose its processes; a task it left running is found again.
 
-Each test here failed on the agent before the fix it names (issue 8 of the project).
+Each test holds one guard against the way the agent once failed without it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The one-shot guards on the box (issue 20), with the real agent CLI against temp boxes: a gate
+"""The one-shot guards on the box, with the real agent CLI against temp boxes: a gate
 proves something only when tests ran and none failed; the modules that run are the ones that
 were scanned; the job never sees the store token; `job stop` ends a job with its end recorded,
 and `job state` tells the box's own deadline."""

@@ -1,7 +1,7 @@
 """No spin, and one way to stop a process: a node in crash-loop backoff while an old node is
 still being stopped waits, blocked with the reason, on a timer; an old node that survives
 SIGKILL is killed again every few seconds, one log line each time, and the node's status says
-why it is down (issue 21, cases 3 and 10)."""
+why it is down."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A log rotation that fails (a full disk) leaves no temporary copy behind and truncates the log
-anyway, so that neither the log nor a leftover copy keeps the disk full (issue 21, case 8)."""
+anyway, so that neither the log nor a leftover copy keeps the disk full."""
 
 from __future__ import annotations
 

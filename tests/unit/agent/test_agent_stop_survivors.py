@@ -1,6 +1,6 @@
-"""Stops the review found wanting: an old node that survives SIGKILL during a switch, `agent
+"""Stops at their edges: an old node that survives SIGKILL during a switch, `agent
 stop` meeting one, the escalation's wording, an adopted task after a clock step, and a switch
-waiting on another's lock (review of issue 21)."""
+waiting on another's lock."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Adversarial cases for the box's storage clean (agent/space.py, agent/commands/storage.py):
-hand-edited reviews with path tricks, symlinks, odd pointers and wrong JSON types. Each test
-states what the promise requires; a failing one is a finding."""
+"""The box's storage clean (agent/space.py, agent/commands/storage.py) deletes nothing its
+rules keep, whatever a hand-edited review says: path tricks, symlinks, odd pointers and wrong
+JSON types."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """`agent switch` never reverts over a newer pointer: a slow switch whose release never syncs
-leaves alone a pointer someone else wrote meanwhile, and two switches never interleave
-(issue 21, case 2)."""
+leaves alone a pointer someone else wrote meanwhile, and two switches never interleave."""
 
 from __future__ import annotations
 

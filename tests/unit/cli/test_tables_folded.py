@@ -1,6 +1,5 @@
-"""The folded tables under attack (an adversarial review's cases, each failing on the first
-version): no character of a value cropped at any width, and Rich markup in a cell printed as
-text, never read as a style, a closing tag or an emoji."""
+"""The folded tables: no character of a value cropped at any width, and Rich markup in a cell
+printed as text, never read as a style, a closing tag or an emoji."""
 from __future__ import annotations
 
 import io
@@ -36,7 +35,7 @@ def _publish():
 def test_a_folded_table_never_crops_a_character(name, make, width) -> None:
     text = T.render(make, width)
     lost = [c for row in T.cells(make()) for c in row if nows(c) not in nows(text)]
-    assert not lost, (lost, text)   # before: each folded line is cropped by one column
+    assert not lost, (lost, text)   # no folded line cropped by a column
 
 
 def _render(t, width):
@@ -50,7 +49,7 @@ def test_brackets_in_a_problem_are_printed_not_read_as_markup(width) -> None:
     h = [Health("live-a", "vast", ssh=True, agent=True,
                 problems=["admission refused: gpu [nvidia-smi] failed"])]
     text = _render(check_cmd.standing_table(h), width)
-    assert "[nvidia-smi]" in text, text  # before: Rich takes it for a style and drops it
+    assert "[nvidia-smi]" in text, text  # never taken for a style and dropped
 
 
 @pytest.mark.parametrize("width", [200, 40])
@@ -58,7 +57,7 @@ def test_an_orphans_provider_label_with_a_closing_bracket_does_not_crash_the_ros
     rows = [boxes_cmd.orphan_row(Box(provider="vast", box_id="1", label="scratch [/tmp]",
                                      card="RTX 4090", gpu_count=1, usd_per_hour=0.3,
                                      status="running"))]
-    text = _render(boxes_cmd.roster_table(rows, "cap"), width)  # before: MarkupError
+    text = _render(boxes_cmd.roster_table(rows, "cap"), width)  # no MarkupError
     assert "scratch [/tmp]" in text
 
 
@@ -66,4 +65,4 @@ def test_an_emoji_code_in_a_label_stays_as_written() -> None:
     rows = [boxes_cmd.orphan_row(Box(provider="vast", box_id="1", label="gpu:fire:test",
                                      card="RTX 4090", gpu_count=1, usd_per_hour=0.3,
                                      status="running"))]
-    assert "gpu:fire:test" in _render(boxes_cmd.roster_table(rows, "cap"), 200)  # failed before
+    assert "gpu:fire:test" in _render(boxes_cmd.roster_table(rows, "cap"), 200)

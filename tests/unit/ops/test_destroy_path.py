@@ -143,7 +143,7 @@ def test_marking_writes_what_the_caller_adds(fleet: FleetRun) -> None:
 
 def test_a_box_a_rent_wanted_gone_that_went_after_all_is_marked_by_the_loop(
         fleet: FleetRun) -> None:
-    """Found by the review: the client refuses to read "no such box" as destroyed for an id its
+    """What once went wrong: the client refuses to read "no such box" as destroyed for an id its
     key never saw, so a loop started after the box went failed its destroy every tick and
     the budget counted the row for ever. Gone by id while the listing shows the fleet's
     other boxes, the row is marked."""

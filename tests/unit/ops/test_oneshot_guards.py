@@ -1,4 +1,4 @@
-"""The one-shot path's guards on the operator's side (issue: no output lost, no meter left
+"""The one-shot path's guards on the operator's side (no output lost, no meter left
 running): a job still running is never read, two teardowns of one box never share anything,
 a second job never hides the first's outputs, an unreadable box is not well, a jobless box is
 flagged, a pull whose local side fails never hangs, a stale store commit is pushed anew, a box
@@ -403,7 +403,7 @@ def test_fleet_run_destroys_a_box_that_never_became_ready(
     assert vast.destroyed == ["42"]
 
 
-# --- what an adversarial review of the above found --------------------------------------------
+# --- the guards at their edges: the deploy's, the pull's, the store's, the page's -------------
 
 def _deploy_support(monkeypatch: pytest.MonkeyPatch, cfg: Config) -> None:
     from fleet.boxes import deploy_support

@@ -8,9 +8,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from test_ports import peers_settled, porting_loop, portless_market, standing
+from test_ports import peers_settled, porting_loop, portless_market, replacing, standing
 from test_spread import rent_standing, wait_running
 
+from fleet.core.errors import ProviderError
 from fleet.core.times import iso
 from fleet.core.verdicts import Health
 from fleet.ops import loop as loop_mod
@@ -71,9 +72,35 @@ def test_a_box_whose_port_moves_all_ended_is_tried_again_after_the_cool_down(
             lp.reg.update(r.label, destroyed_at=iso_ago(loop_mod.MOVE_COOLDOWN_S + 600))
     t = lp.tick()
     movers = [r for r in lp.reg.rows() if r.move_of == old.label and r.live]
-    assert movers, ("never tried again after its moves ended", t.actions)  # before: stays
+    assert movers, ("never tried again after its moves ended", t.actions)
 
 
 def iso_ago(seconds: float) -> str:
     from datetime import UTC, datetime, timedelta
     return iso(datetime.now(UTC) - timedelta(seconds=seconds))
+
+
+def test_the_old_box_is_kept_while_the_listing_fails_or_the_reading_is_stale(
+        sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    verdicts: dict[str, Health] = {}
+    lp = porting_loop(tmp_path, monkeypatch, verdicts)
+    old, new = replacing(sbx, lp, "live-h-oooooo")
+    # a stale reading: peers unknown, not synced known
+    verdicts[new.label] = Health(new.label, "vast", ssh=True, agent=True, synced=None,
+                                 peers_in=None, problems=["node: reading is 900 s old"])
+    lp.tick()
+    assert lp.reg.get(old.label).live  # type: ignore[union-attr]
+    verdicts.pop(new.label)
+    vast = lp.providers["vast"]
+    real = vast.boxes
+
+    def failing() -> Any:
+        raise ProviderError("vast", "list", "HTTP 500")
+
+    vast.boxes = failing  # type: ignore[method-assign]
+    t = lp.tick()
+    assert lp.reg.get(old.label).live, t.actions  # type: ignore[union-attr]
+    assert [r.label for r in lp.reg.rows() if r.move_of == old.label] == [new.label]
+    vast.boxes = real  # type: ignore[method-assign]
+    t = lp.tick()
+    assert not lp.reg.get(old.label).live, t.actions  # type: ignore[union-attr]

@@ -1,5 +1,6 @@
-"""Adversarial review of the owed-ports change: each test is a scenario the promises say must
-hold; a failing one is a finding."""
+"""Owed ports never cost a box that maps its port: a listing without ports, a replacement
+listed before its ports, a restart that remaps the port, and port or place moves rent no
+replacement it is not owed and never trade it for a portless box or the same host."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from sandbox.control_client import ControlClient
 from sandbox.daemon import Sandbox
 
 
-def test_review_one_running_listing_without_ports_rents_no_replacement_of_a_mapped_box(
+def test_one_running_listing_without_ports_rents_no_replacement_of_a_mapped_box(
         sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A box that maps its p2p port, healthy and dialled, is listed once by Vast as running
     with its SSH on the proxy and `ports` null. The mapping is cleared from the row at once
@@ -38,7 +39,7 @@ def test_review_one_running_listing_without_ports_rents_no_replacement_of_a_mapp
     assert lp.reg.get(old.label).p2p_public_port == mapped  # type: ignore[union-attr]
 
 
-def test_review_a_port_replacement_listed_before_its_ports_appear_is_not_given_up(
+def test_a_port_replacement_listed_before_its_ports_appear_is_not_given_up(
         sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The replacement rented for a port is listed running (proxy SSH) before Vast lists its
     `ports`: `_finish_moves` reads 'no mapped' and destroys it on the spot ('owed a port
@@ -52,7 +53,7 @@ def test_review_a_port_replacement_listed_before_its_ports_appear_is_not_given_u
     assert lp.reg.get(new.label).live, "\n".join(t.actions)  # type: ignore[union-attr]
 
 
-def test_review_a_restart_that_remaps_the_port_rents_no_replacement_before_the_peers_follow(
+def test_a_restart_that_remaps_the_port_rents_no_replacement_before_the_peers_follow(
         sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A box restarts and its provider maps the p2p port anew. On that tick its mates still
     dial the old endpoint (their peers files are rewritten by `_peers`, at the END of the
@@ -86,7 +87,7 @@ def test_review_a_restart_that_remaps_the_port_rents_no_replacement_before_the_p
     assert movers == [], ("replacement rented on the tick the mapping changed", t.actions)
 
 
-def test_review_a_port_move_for_an_undialable_mapping_does_not_land_on_the_same_host(
+def test_a_port_move_for_an_undialable_mapping_does_not_land_on_the_same_host(
         sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The old box's host maps the port, but no mate can dial it (the host's NAT or
     firewall): the box is owed a port. `_move` for a port passes over only the places of
@@ -121,7 +122,7 @@ def test_review_a_port_move_for_an_undialable_mapping_does_not_land_on_the_same_
         t.actions)
 
 
-def test_review_a_place_move_does_not_trade_a_mapped_box_for_a_portless_one(
+def test_a_place_move_does_not_trade_a_mapped_box_for_a_portless_one(
         sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A spread move's new box (rented from an offer that mapped the port) is listed without
     the mapping (its host's direct ports went before it came up). The place branch of

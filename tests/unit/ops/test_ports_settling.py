@@ -1,5 +1,6 @@
-"""Adversarial review (second pass) of owed ports: each test is a scenario the promises say
-must hold; a failing one is a finding."""
+"""Owed ports judged on settled evidence: a box the peers deploy skipped gets its file once it
+answers, the settle gate counts from the readings, a blind tick gives no move up, a mate that
+dials no one proves no mapping undialable, and a port move ends only on its own terms."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def well(label: str, peers_in: int | None = 2, **kw: Any) -> Health:
 # -- C1: a peers deploy that skipped a box is recorded as written on it -------------------------
 
 
-def test_review_c_a_box_skipped_by_the_peers_deploy_gets_its_file_once_it_answers(
+def test_a_box_skipped_by_the_peers_deploy_gets_its_file_once_it_answers(
         sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The role's endpoints change (a box joins, a mapping moves) on a tick where one box's SSH
     does not answer (one missed check, far from dead). `_peers` deploys on the others only
@@ -61,7 +62,7 @@ def test_review_c_a_box_skipped_by_the_peers_deploy_gets_its_file_once_it_answer
 # -- C2: SETTLE_S measured at the moves, not at the readings ------------------------------------
 
 
-def test_review_c_the_settle_gate_counts_from_the_readings_not_from_a_slow_tick_s_end(
+def test_the_settle_gate_counts_from_the_readings_not_from_a_slow_tick_s_end(
         sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The peers files were written 30 s before this tick's checks: the readings the checks
     took (up to 45 s old on the box) may predate them, so no mate dialling a box tells nothing
@@ -106,7 +107,7 @@ def _iso(epoch: float) -> str:
 # -- C3: a move abandoned on a tick that judged nothing -----------------------------------------
 
 
-def test_review_c_a_move_past_its_deadline_is_not_given_up_on_a_blind_tick(
+def test_a_move_past_its_deadline_is_not_given_up_on_a_blind_tick(
         sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The port replacement is well and synced, its mates start dialling it just as its
     move_timeout_s passes, and that tick the fleet is blind (its SSH key unreadable, or the
@@ -130,7 +131,7 @@ def test_review_c_a_move_past_its_deadline_is_not_given_up_on_a_blind_tick(
 # -- C4: a mate that dials no one blames its mate's mapping -------------------------------------
 
 
-def test_review_c_a_mate_that_dials_no_one_does_not_make_a_mapping_undialable() -> None:
+def test_a_mate_that_dials_no_one_does_not_make_a_mapping_undialable() -> None:
     """A role of two: a's egress is broken (it dials no one, peers_out 0), b dials a. b reads
     0 inbound, star-only, and its one mate is dialled (by b itself): b is judged owed a port,
     though nothing ever tried to dial it. Each replacement then needs a's dial too (`_ported`:
@@ -145,7 +146,7 @@ def test_review_c_a_mate_that_dials_no_one_does_not_make_a_mapping_undialable() 
 # -- C5: a port move outlives the verdict that started it ---------------------------------------
 
 
-def test_review_c_a_port_move_is_not_finished_once_the_old_box_owes_no_port(
+def test_a_port_move_is_not_finished_once_the_old_box_owes_no_port(
         sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A box whose mapping Vast lists late (ports null past one interval after conversion, an
     API gap) is judged 'no mapped p2p port' and a replacement is rented at once (no SETTLE_S
@@ -178,7 +179,7 @@ def test_review_c_a_port_move_is_not_finished_once_the_old_box_owes_no_port(
 # -- C6: MOVE_TRIES shared by place and port moves ----------------------------------------------
 
 
-def test_review_c_ended_place_moves_do_not_use_up_a_box_s_port_replacements(
+def test_ended_place_moves_do_not_use_up_a_box_s_port_replacements(
         sbx: Sandbox, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three moves of a crowded box ended (each landed crowded): `_move` counts every ended
     move of the box, place or port, against MOVE_TRIES. When the box is later owed a port and

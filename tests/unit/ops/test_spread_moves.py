@@ -1,8 +1,7 @@
-"""The spread's moves and offers under attack (an adversarial review's cases, each failing
-on the first version of the spread): one move after another, a mover and its crowded box dying
-together, a mover given up or landing on a held place, a mover that never syncs, a free place
-over the budget, RunPod's per-data-center query refused, an unplaced offer against a free
-data center."""
+"""The spread's moves and offers at their edges: one move after another, a mover and its crowded
+box dying together, a mover given up or landing on a held place, a mover that never syncs, a
+free place over the budget, RunPod's per-data-center query refused, an unplaced offer against a
+free data center."""
 from __future__ import annotations
 
 from typing import Any

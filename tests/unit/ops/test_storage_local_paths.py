@@ -1,6 +1,6 @@
-"""Adversarial cases for the operator's side of the storage clean (fleet/ops/storage.py):
-LocalRules path tricks and overlaps, and a hand-edited review of the wrong shape. Each test
-states what the promise requires; a failing one is a finding."""
+"""The operator's side of the storage clean (fleet/ops/storage.py) deletes nothing its rules
+keep: LocalRules path tricks and overlaps, and a hand-edited review of the wrong shape,
+refused before anything goes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A last tick that cannot be saved costs the loop's page nothing (an adversarial review's
-case): the page is written, and the hook says what it did not write."""
+"""A last tick that cannot be saved costs the loop's page nothing: the page is written,
+and the hook says what it did not write."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The keyless page under attack (an adversarial review's cases, each failing on the first
-version): a tick verdict that cannot be this box's, a damaged entry, a stored verdict nested too
-deep, an address ending a sentence, a time with an offset. (An older fleet's last_tick.json that
-is a FIFO or a link to /dev/zero: `fleet state import`'s, in test_state_db.)"""
+"""The keyless page against hostile or stale input: a tick verdict that cannot be this
+box's, a damaged entry, a stored verdict nested too deep, an address ending a sentence, a
+time with an offset. (An older fleet's last_tick.json that is a FIFO or a link to /dev/zero:
+`fleet state import`'s, in test_state_db.)"""
 from __future__ import annotations
 
 import json
@@ -31,13 +31,13 @@ def test_a_box_rented_after_the_tick_under_a_label_the_tick_judged_is_not_well()
             if r.label == "live-vast-a1" else r for r in F.rows()]
     d = K.keyless(K.tick(), rows=rows)
     a1 = _by(d)["live-vast-a1"]
-    assert a1["verdict"] != "well", a1   # before: the old box's verdict, dated before the box
+    assert a1["verdict"] != "well", a1   # not the old box's verdict, dated before the box
 
 
 def test_a_tick_verdict_for_the_label_on_another_provider_is_not_this_boxs() -> None:
     h = [Health("live-vast-a1", "runpod", ssh=True, agent=True)]  # another fleet's box
     d = K.keyless(K.tick(health=tuple(h)))
-    assert _by(d)["live-vast-a1"]["verdict"] != "well"  # failed before
+    assert _by(d)["live-vast-a1"]["verdict"] != "well"
 
 
 @pytest.mark.parametrize("entry", [
@@ -52,14 +52,14 @@ def test_a_hand_edited_or_partial_health_entry_never_reads_well(tmp_path: Path, 
         (entry["label"], json.dumps(entry)))  # written by hand, past `Health`'s checks
     t = last_tick.load(reg)
     d = K.keyless(t)
-    assert _by(d)["live-vast-a1"]["verdict"] != "well"  # before: a box nobody reached reads well
+    assert _by(d)["live-vast-a1"]["verdict"] != "well"  # a box nobody reached never reads well
 
 
 def test_a_deeply_nested_last_tick_reads_as_no_tick(tmp_path: Path) -> None:
     reg = tmp_path / REG
     last_tick.save(reg, 7, F.iso(F.NOW - timedelta(minutes=3)), F.health()[:1], now=F.NOW)
     sql(reg, "UPDATE tick_health SET doc = ?", ("[" * 200000,))
-    assert last_tick.load(reg) is None  # before: RecursionError escapes, `fleet page` exits 1
+    assert last_tick.load(reg) is None  # no RecursionError: `fleet page` goes on
 
 
 def test_an_address_at_the_end_of_a_sentence_in_the_tick_is_scrubbed(tmp_path: Path) -> None:
@@ -86,7 +86,7 @@ def test_a_box_the_registry_saw_stop_after_the_tick_is_not_well() -> None:
     rows = [replace(r, stopped_at=F.iso(F.NOW - timedelta(minutes=2)))
             if r.label == "live-vast-a1" else r for r in F.rows()]
     d = K.keyless(K.tick(), rows=rows)
-    assert _by(d)["live-vast-a1"]["verdict"] != "well"  # before: the registry read now says stopped
+    assert _by(d)["live-vast-a1"]["verdict"] != "well"  # the registry's later read says stopped
 
 
 def test_the_places_map_is_scrubbed_like_each_boxs_place(tmp_path: Path) -> None:
@@ -94,4 +94,4 @@ def test_the_places_map_is_scrubbed_like_each_boxs_place(tmp_path: Path) -> None
             for r in F.rows()]
     d = K.keyless(K.tick(), rows=rows)
     assert _by(d)["live-vast-a1"]["place"] == "vast machine [address]"
-    assert "203.0.113.200" not in json.dumps(d)  # before: data["places"] keys are raw
+    assert "203.0.113.200" not in json.dumps(d)  # data["places"] keys scrubbed too

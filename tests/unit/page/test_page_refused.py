@@ -1,4 +1,4 @@
-"""A key that is refused is not "checked now" on the page (an adversarial review's case)."""
+"""A key that is refused is not "checked now" on the page."""
 from __future__ import annotations
 
 import json

@@ -429,7 +429,7 @@ def test_a_machine_whose_box_exits_before_it_is_ready_is_not_rented_again(
     vast.rent = rent  # type: ignore[method-assign]
     for _ in range(3):
         loop.tick()
-    assert rented == ["m-bad", "m-good"], rented  # before: m-bad, m-bad, m-bad
+    assert rented == ["m-bad", "m-good"], rented  # not m-bad, m-bad, m-bad
     assert "vast/m-bad" in Memory.load(loop.cfg.registry).unfit_machines
 
 

@@ -152,7 +152,7 @@ def test_boxes_whose_host_their_provider_lost_and_ssh_cannot_reach_are_deaths_no
         vast.listed[n].status = "unknown"
     for _ in range(2):
         t = loop.tick()
-        assert set(t.dead) == {v1.label, v2.label}, t.actions  # before: held for ever
+        assert set(t.dead) == {v1.label, v2.label}, t.actions  # not held for ever
         assert not any(a.startswith("breaker:") for a in t.actions), t.actions
     assert vast.destroyed == ["1"]  # the second waits on the disruption budget (1 of 1)
 
@@ -172,7 +172,7 @@ def test_a_breaker_stays_open_while_none_of_its_providers_boxes_answers(
     assert vast.destroyed == ["1"], t.actions
     for _ in range(4):  # no replacement offered: v2 is the only vast box judged
         t = loop.tick()
-        assert v2.label not in t.dead, t.actions  # before: dead, then destroyed
+        assert v2.label not in t.dead, t.actions  # not dead, then destroyed
         assert any(a.startswith("breaker vast:") and "still open" in a
                    for a in t.actions), t.actions
     assert vast.destroyed == ["1"]
@@ -217,7 +217,7 @@ def test_hung_logins_are_deaths_no_breaker_holds(tmp_path: Path) -> None:
     loop.check_fn = check
     for _ in range(2):
         t = loop.tick()
-        assert set(t.dead) == {v1.label, v2.label}, t.actions  # before: held for ever
+        assert set(t.dead) == {v1.label, v2.label}, t.actions  # not held for ever
         assert not any(a.startswith("breaker:") for a in t.actions), t.actions
     assert vast.destroyed == ["1"]  # the second waits on the disruption budget
 
@@ -269,7 +269,7 @@ def test_no_such_box_from_a_provider_that_lists_the_fleet_is_a_death_its_breaker
 
 
 def test_no_such_box_for_most_of_a_providers_boxes_at_once_is_held(tmp_path: Path) -> None:
-    """Found by the review: 3 of 4 left out of the listing, no such box by id, SSH failing
+    """What once went wrong: 3 of 4 left out of the listing, no such box by id, SSH failing
     (one data centre out): believed, they were marked vanished and re-rented at once, and
     the originals were swept when they came back."""
     loop, vast, runpod = two_providers(tmp_path)
@@ -403,7 +403,7 @@ def test_a_vanished_box_listed_again_is_the_fleets_again_never_swept(tmp_path: P
 
 def test_a_vanished_box_listed_again_while_its_rerent_is_unfinished_is_kept_not_swept(
         tmp_path: Path) -> None:
-    """Found by the review: the vanished box came back healthy while its re-rent was still
+    """What once went wrong: the vanished box came back healthy while its re-rent was still
     booting. The unfinished re-rent filled the roster's place, so the healthy box was swept as
     a given-up rent's orphan, and the place was left to a box not yet converted. The box that
     is back is the fleet's again; the re-rent, never converted, is given up."""
@@ -417,7 +417,7 @@ def test_a_vanished_box_listed_again_while_its_rerent_is_unfinished_is_kept_not_
 
 
 def test_a_vanished_box_back_but_restarting_is_not_given_up(tmp_path: Path) -> None:
-    """Found by the review: revived while listed provisioning, it read as an unfinished rent
+    """What once went wrong: revived while listed provisioning, it read as an unfinished rent
     long past its deadline and was destroyed in the tick that revived it."""
     loop, vast, _ = make(tmp_path)
     row = add(loop, vast, 1)
@@ -433,7 +433,7 @@ def test_a_vanished_box_back_but_restarting_is_not_given_up(tmp_path: Path) -> N
 
 
 def test_a_revived_box_dying_again_spends_the_disruption_budget_anew(tmp_path: Path) -> None:
-    """Found by the review: the records of two boxes' vanishing were read as the retries of
+    """What once went wrong: the records of two boxes' vanishing were read as the retries of
     their later destroys, and both went in one tick of a window that allows one."""
     loop, vast, _ = make(tmp_path)
     loop.cfg = loop.cfg.__class__(**{**loop.cfg.__dict__, "roster": (
@@ -453,7 +453,7 @@ def test_a_revived_box_dying_again_spends_the_disruption_budget_anew(tmp_path: P
 
 
 def test_boxes_gone_by_id_never_dilute_the_fleets_own_blindness(tmp_path: Path) -> None:
-    """Found by the review: the fleet's own SSH down for every box, two stale rows gone by id
+    """What once went wrong: the fleet's own SSH down for every box, two stale rows gone by id
     counted among the probed boxes but not the silent ones: the guard did not fire and the
     other provider's lone box was destroyed."""
     loop, vast, runpod = two_providers(tmp_path)
@@ -559,7 +559,7 @@ def _clear_budget(loop: Any) -> None:
 
 
 def test_a_vanished_box_back_while_its_place_is_filled_is_an_orphan_swept(tmp_path: Path) -> None:
-    """Found by the review: a row given up or vanished holds no box, so a box listed under
+    """What once went wrong: a row given up or vanished holds no box, so a box listed under
     it while its place is filled is an orphan, swept within the disruption budget; the
     destroy path refused it as the row's own, and it billed for ever with no live row."""
     loop, vast, _ = make(tmp_path)
@@ -584,7 +584,7 @@ def test_a_vanished_box_back_while_its_place_is_filled_is_an_orphan_swept(tmp_pa
 
 def test_a_rerent_whose_give_up_failed_is_given_up_again_while_its_box_is_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Found by the review: the give-up of the re-rent was tried once, in the tick that revived
+    """What once went wrong: the give-up of the re-rent was tried once, in the tick that revived
     its box; a failed destroy left two live boxes for one place, both converted."""
     loop, vast, _ = make(tmp_path)
     row, box = vanish(loop, vast)
@@ -615,7 +615,7 @@ def test_a_rerent_whose_give_up_failed_is_given_up_again_while_its_box_is_back(
 
 def test_a_destroy_whose_label_lookup_fails_is_said_and_the_tick_goes_on(
         tmp_path: Path) -> None:
-    """Found by the review: the lookup's FleetError escaped the loop's destroy and failed the
+    """What once went wrong: the lookup's FleetError escaped the loop's destroy and failed the
     whole tick (nothing judged, replaced, rented or swept)."""
     loop, vast, _ = make(tmp_path)
     row, box = vanish(loop, vast)
@@ -639,7 +639,7 @@ def test_adopted_boxes_given_up_at_their_deadline_spend_the_disruption_budget(
     """A registry restored from an older copy: three converted standing boxes of the roster
     are adopted as unfinished rents. The fleet's keyscan does not reach them (its path to
     them, as for any box whose SSH fails). A recorded box would be a death, rationed at
-    max(1, 25 %) of 4 = 1 an hour; found by the review: the adopted ones were given up as
+    max(1, 25 %) of 4 = 1 an hour; once, the adopted ones were given up as
     never-converted rents, all three in one tick, no budget asked."""
     loop, vast, _ = make(tmp_path)
     loop.cfg = loop.cfg.__class__(**{**loop.cfg.__dict__, "roster": (

@@ -196,7 +196,7 @@ def test_a_registry_behind_the_account_never_sweeps_and_adopts_the_fleets_own_bo
     age_orphans(loop)
     for _ in range(2):
         loop.tick()
-    assert vast.destroyed == []  # before: both destroyed (fewer than the live rows)
+    assert vast.destroyed == []  # neither destroyed (fewer than the live rows)
 
 
 def test_an_unrecorded_box_of_the_fleets_form_without_a_price_is_adopted_at_its_shapes(
@@ -293,7 +293,7 @@ def test_a_second_box_under_a_live_hand_given_label_is_reported_never_destroyed(
     vast.listed["3"] = Box("vast", "3", row.label, "RTX 4090", 1, 0.3, "running",
                            ssh_host="10.0.0.3", ssh_port=22)
     t = loop.tick()
-    assert t.orphans == ["web1 (vast/3)"], t.orphans  # before: never reported
+    assert t.orphans == ["web1 (vast/3)"], t.orphans  # reported
     assert any("web1 (vast/3" in a and "a second box under a live label" in a
                and "never destroyed" in a for a in t.actions), t.actions
     age_orphans(loop)
@@ -669,7 +669,7 @@ def test_a_box_whose_sshd_connects_but_never_runs_the_check_is_dead(
     for _tick in (1, 2):
         t = loop.tick()
         dead = [lb for lb in t.dead if lb.endswith("000001")]
-        assert len(dead) == 1, t.dead  # before: alive forever, a problem on every tick
+        assert len(dead) == 1, t.dead  # not alive for ever, a problem on every tick
         assert any("did not start within 40 s" in a for a in t.actions) or \
             "did not start within 40 s" in " ".join(t.problems.get(dead[0], [])), t.to_dict()
     assert vast.destroyed == ["1"]  # replaced after dead_checks (2) ticks

@@ -73,7 +73,7 @@ def test_a_persons_box_under_an_older_loops_rerent_label_is_never_taken(
     listed(vast, "900", "live-web1-r1", status="exited")  # a person's, stopped by its owner
     for _ in range(3):
         t = loop.tick()
-    assert vast.destroyed == [], t.actions  # before: destroyed as "exited before it was ready"
+    assert vast.destroyed == [], t.actions  # not destroyed as "exited before it was ready"
     assert any("live-web1-r1: an unfinished rent under a hand-given label; vast lists box 900"
                in a for a in t.actions), t.actions
     hand_row_kept(loop, "live-web1-r1")
