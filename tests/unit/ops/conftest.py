@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from cli_sandbox import FleetRun, fleet_run
 
 from sandbox.daemon import Sandbox
 from sandbox.frozen import frozen_sandbox
@@ -19,3 +21,11 @@ def sbx(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
         for k, v in s.env().items():
             monkeypatch.setenv(k, v)
         yield s
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+          capsys: pytest.CaptureFixture[str]) -> Iterator[FleetRun]:
+    """A sandbox of its own with boxes (sandbox.Sandbox), and the fleet CLI pointed at it."""
+    with fleet_run(tmp_path, monkeypatch, capsys) as f:
+        yield f

@@ -5,23 +5,15 @@ The provider side is the sandbox's fake APIs over real HTTP (see cli_sandbox).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_sandbox import FleetRun, fleet_run
+from cli_sandbox import FleetRun
 from loopback_sshd import Sshd
 
 from facts.box import AgentStatus
 from fleet.boxes import boxssh, sshmux
 from fleet.boxes.sshkeys import write_known_hosts
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-          capsys: pytest.CaptureFixture[str]) -> Iterator[FleetRun]:
-    with fleet_run(tmp_path, monkeypatch, capsys) as f:
-        yield f
 
 
 @pytest.mark.parametrize("provider", ["vast", "runpod"])

@@ -7,11 +7,10 @@ The provider side is the sandbox's fake APIs over real HTTP (see cli_sandbox).
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_sandbox import FleetRun, fleet_run
+from cli_sandbox import FleetRun
 from repo_root import ROOT
 
 from fleet.core.boxes import Row
@@ -20,13 +19,6 @@ from fleet.core.errors import ProviderError
 from fleet.ops import destroy
 from fleet.ops.loop import Loop
 from fleet.providers.base import Box, Provider
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-          capsys: pytest.CaptureFixture[str]) -> Iterator[FleetRun]:
-    with fleet_run(tmp_path, monkeypatch, capsys) as f:
-        yield f
 
 
 def go(fleet: FleetRun, order: destroy.Order,

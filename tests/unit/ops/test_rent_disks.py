@@ -7,22 +7,12 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-from cli_sandbox import FleetRun, fleet_run
+from cli_sandbox import FleetRun
 
 from agent.contract import ROOT
 from sandbox.backend import BoxSpec
 from sandbox.world import Instance
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-          capsys: pytest.CaptureFixture[str]) -> Iterator[FleetRun]:
-    with fleet_run(tmp_path, monkeypatch, capsys) as f:
-        yield f
 
 
 def rented(fleet: FleetRun, provider: str) -> tuple[Instance, BoxSpec]:

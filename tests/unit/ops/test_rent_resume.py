@@ -9,20 +9,11 @@ same label, budget checked. Labels of complete, destroyed or failed boxes stay r
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from cli_sandbox import FleetRun, fleet_run
+from cli_sandbox import FleetRun
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeHostKeyForTheResumeTests0000000000000"
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-          capsys: pytest.CaptureFixture[str]) -> Iterator[FleetRun]:
-    with fleet_run(tmp_path, monkeypatch, capsys) as f:
-        yield f
 
 
 def test_crash_before_the_provider_call_rents_under_the_same_label(fleet: FleetRun) -> None:
