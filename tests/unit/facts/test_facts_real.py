@@ -29,7 +29,6 @@ sys.path.insert(0, str(ROOT / "tests" / "unit" / "agent"))  # the agent tests' h
 from agentbox import DRIVER, PY, UUIDS, Box, wait_for  # noqa: E402
 
 from facts.box import AgentStatus, BoxState, GpuIdentity, NodeBinary, StandingLog  # noqa: E402
-from sandbox.nvml import build_library  # noqa: E402
 
 REPO = ROOT
 BASH = shutil.which("bash") or "/bin/bash"
@@ -74,11 +73,6 @@ def deps(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "psutil").symlink_to(Path(psutil.__file__).parent)
     (d / "pynvml.py").symlink_to(Path(pynvml.__file__))
     return d
-
-
-@pytest.fixture(scope="module")
-def nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_library(tmp_path_factory.mktemp("nvml")).parent
 
 
 @dataclass

@@ -16,13 +16,12 @@ import hashlib
 import os
 import sys
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hub_client import TOKEN, hub_server
+from hub_client import TOKEN
 from repo_root import ROOT as REPO_ROOT
 
 from agent.contract import JOBS, ROOT, job_area, job_workdir
@@ -85,11 +84,6 @@ class LocalBox:
 
     def pulls(self) -> int:
         return sum(1 for c in self.sent if "--tar" in c)
-
-
-@pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
-    yield from hub_server(tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from hub_client import TOKEN, hub_server
+from hub_client import TOKEN
 from huggingface_hub import CommitOperationAdd, HfApi, lfs
 
 from fleet.core.errors import AuthFailed, FleetError, UsageError
@@ -25,11 +25,6 @@ from sandbox.hub import HubServer
 
 REPO = "fleet/outputs"
 MiB = 1 << 20
-
-
-@pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HubServer]:
-    yield from hub_server(tmp_path, monkeypatch)
 
 
 @pytest.fixture
