@@ -1,13 +1,21 @@
 """Clock steps: every timer and freshness limit runs on the monotonic clock, so stepping the
 wall clock the agent reads (its `time.time`) an hour back silences no RESULT line, ten minutes
 ahead stops no GPU program, and neither hides the agent or its programs from `status` and
-`stop`."""
+`stop`. A status file's age is judged by when the agent last saw it change, so a frozen miner
+is restarted even when its file's mtime lies ahead of the wall clock."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import time
+from pathlib import Path
 
 from agentbox import Box, wait_for
+
+from agent.daemon import probes
 
 STEPPED = """
 import os, time
@@ -54,3 +62,30 @@ def test_clock_steps_neither_silence_results_nor_stop_gpu_work(box: Box) -> None
     agent.wait(timeout=30)
     wait_for(lambda: not any(box.running(n) for n in ("node", "miner", "prover")),
              "every program stopped")
+
+
+def test_a_status_file_ahead_of_the_clock_still_ages(tmp_path: Path) -> None:
+    f = tmp_path / "miner.json"
+    f.write_text('{"hashrate": 1}')
+    ahead = time.time() + 3600  # written, then the wall clock stepped an hour back
+    os.utime(f, (ahead, ahead))
+    assert probes.read_status_file(str(f), 0.5).healthy is True  # first sight: age unknown
+    time.sleep(0.7)
+    reading = probes.read_status_file(str(f), 0.5)
+    assert reading.healthy is False and "unchanged" in (reading.error or "")
+
+
+def test_a_frozen_miner_is_restarted_after_a_backward_step(box: Box) -> None:
+    box.configure(programs=("miner",), program_overrides={"miner": {
+        "health_max_age_s": 1.5, "restart_unhealthy_after_s": 1.0}})
+    box.start_agent()
+    wait_for(lambda: box.program("miner").get("healthy") is True, "miner healthy")
+    pid = box.pid_of("miner")
+    os.kill(pid, signal.SIGSTOP)  # frozen: its status file stops changing
+    try:
+        ahead = time.time() + 3600
+        os.utime(box.root / "run" / "miner.json", (ahead, ahead))
+        wait_for(lambda: box.pid_of("miner") not in (None, pid), "the miner restarted", 15)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # restarted: the frozen one is gone
+            os.kill(pid, signal.SIGCONT)

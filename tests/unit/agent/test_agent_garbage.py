@@ -1,18 +1,26 @@
 """Garbage in, a clear line out: a state.json holding NaN or 1e300, a node RPC answering
 `"blocks": Infinity`, a pointer that is a FIFO or far too large, a status file over the cap:
 each is refused or dropped with a reason, and the agent goes on supervising, writing its status
-and its RESULT line."""
+and its RESULT line. So too a NUL byte in a recorded path or the pointer, JSON nested too deep to
+parse, and huge or wrongly-typed RPC figures."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
+import pytest
 from agentbox import PY, Box, wait_for
 
 from agent.base.config import parse_config
+from agent.base.files import DigestCache, read_json
 from agent.base.journal import Journal
+from agent.base.persist import AgentState
+from agent.base.pointer import Pointer, check_pointer
+from agent.daemon import status
+from agent.daemon.probes import ProbeError, parse_json
 from agent.daemon.supervisor import Supervisor
 
 
@@ -112,3 +120,63 @@ def test_a_failing_step_of_a_tick_leaves_the_others_running(tmp_path: Path) -> N
     log = cfg.layout.agent_log.read_text()
     assert log.count("recovery: failed (continuing without it): OverflowError") == 1
     assert log.count("pointer: failed (continuing without it): OverflowError") == 1
+
+
+def test_a_nul_byte_in_the_recorded_node_path_is_dropped() -> None:
+    raw = {"node_binary": {"path": "/releases/x\x00y/node", "sha256": "0" * 64,
+                           "source": "adopted"}}
+    state, dropped = AgentState.from_raw(raw)
+    assert state.node_binary is None and dropped == ["node_binary"]
+    relative = {"node_binary": {"path": "releases/node", "sha256": "0" * 64, "source": "x"}}
+    assert AgentState.from_raw(relative)[0].node_binary is None
+
+
+def test_a_nul_byte_in_the_pointer_is_refused() -> None:
+    verdict = check_pointer(Pointer("/a\x00b", "0" * 64), DigestCache().digest)
+    assert not verdict.ok and "NUL" in (verdict.reason or "")
+
+
+def test_a_nul_byte_in_the_state_never_stops_the_ticks(box: Box) -> None:
+    box.configure(programs=("node",))
+    (box.root / "run").mkdir(parents=True, exist_ok=True)
+    (box.root / "run" / "state.json").write_text(json.dumps({"node_binary": {
+        "path": str(box.root / "releases" / "x\x00y" / "node"), "sha256": "0" * 64,
+        "source": "adopted"}}))
+    box.start_agent()
+    t0 = box.ticks()
+    time.sleep(3)
+    assert box.ticks() - t0 >= 5
+
+
+def test_json_nested_too_deep_reads_as_garbage(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200000)
+    assert read_json(deep) is None
+    with pytest.raises(ProbeError):
+        parse_json(b"[" * 200000, "status")
+
+
+def test_a_deeply_nested_state_never_keeps_the_agent_from_starting(box: Box) -> None:
+    box.configure(programs=("node",))
+    (box.root / "run").mkdir(parents=True, exist_ok=True)
+    (box.root / "run" / "state.json").write_text("[" * 200000)
+    box.start_agent()  # asserts the agent is up and writing its status
+
+
+def _status_with(rpc: dict[str, object], miner: dict[str, object]) -> dict[str, object]:
+    return {"ts": "t", "agent": {"uptime_s": 1}, "programs": {"node": {}},
+            "node": {"sha16": "x", "rpc": status._pick(rpc, status.NODE_FIELDS)},
+            "miner": miner, "prover": {"state": "p" * 10_000},
+            "admission": {"admitted": True}, "p2p": {"mapped": False}}
+
+
+def test_huge_or_mistyped_rpc_values_never_reach_the_result_line() -> None:
+    rpc = {"version": "v" * 1_000_000, "blocks": "9" * 1_000_000, "peers": 2**70,
+           "synced": "yes", "daa_score": True, "exec_tip": 12, "seed": ["a"] * 1000}
+    picked = status._pick(rpc, status.NODE_FIELDS)
+    assert picked is not None
+    assert picked["blocks"] is None and picked["peers"] is None and picked["synced"] is None
+    assert picked["daa_score"] is None and picked["seed"] is None and picked["exec_tip"] == 12
+    assert len(picked["version"]) <= status.MAX_TEXT
+    line = status.result_line(_status_with(rpc, {"hashrate": "x" * 100_000}))
+    assert len(line) < 4096

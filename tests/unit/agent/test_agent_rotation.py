@@ -1,5 +1,6 @@
 """A log rotation that fails (a full disk) leaves no temporary copy behind and truncates the log
-anyway, so that neither the log nor a leftover copy keeps the disk full."""
+anyway, so that neither the log nor a leftover copy keeps the disk full; the standing log is
+among the logs rotated."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import os
 from pathlib import Path
 
 import pytest
+from agentbox import Box
 
+from agent.base.config import load_config
 from agent.daemon import rotation
 from agent.daemon.rotation import rotate_if_big, rotate_logs
+from agent.daemon.supervisor import Supervisor
 
 
 def test_a_failed_rotation_removes_its_copy_and_truncates_the_log(
@@ -54,3 +58,9 @@ def test_rotation_keeps_only_the_tail_within_log_max_bytes(tmp_path: Path) -> No
     assert 0 < len(kept) <= 100_000
     assert b"".join(lines).endswith(kept) and kept.startswith(b"line ")  # whole lines, the last
     assert log.stat().st_size == 0
+
+
+def test_the_standing_log_is_rotated(box: Box) -> None:
+    box.configure(programs=("node",))
+    sup = Supervisor(load_config(box.config_path), lambda _: None)  # type: ignore[arg-type]
+    assert sup.layout.standing_log in sup._log_paths()

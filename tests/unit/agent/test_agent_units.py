@@ -286,3 +286,14 @@ def test_result_line_splits_on_spaces_with_dashes_for_unknowns() -> None:
     assert fields["admission"] == "refused"
     assert fields["admission_reason"] == "driver_570.1_is_not_the_admitted_580.95.05"
     assert fields["degraded"] == "miner"
+
+
+def test_every_program_but_the_node_needs_a_gpu_unless_told(tmp_path: Path) -> None:
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(f'root = "{tmp_path}"\nadmitted_driver = "580.95.05"\n'
+                   '[programs.node]\ncommand = ["/bin/true"]\n'
+                   '[programs.watcher]\ncommand = ["/bin/true"]\n'
+                   '[programs.helper]\ncommand = ["/bin/true"]\nneeds_gpu = false\n')
+    programs = load_config(cfg).programs
+    assert {n: p.needs_gpu for n, p in programs.items()} == {
+        "node": False, "watcher": True, "helper": False}
