@@ -27,10 +27,15 @@ def _publish():
     return lambda: publish_cmd.publish_table(new, rows, False, "cap")
 
 
+def _roster():
+    rows = T._roster_rows()  # once: an uptime reads the clock, and both reads must see one
+    return lambda: boxes_cmd.roster_table(*rows)
+
+
 @pytest.mark.parametrize("name, make, width", [
     ("publish", _publish(), 50),                                   # a 50-column pane
     ("check", lambda: check_cmd.standing_table(T._health()), 27),
-    ("roster", lambda: boxes_cmd.roster_table(*T._roster_rows()), 20),
+    ("roster", _roster(), 20),
 ])
 def test_a_folded_table_never_crops_a_character(name, make, width) -> None:
     text = T.render(make, width)
