@@ -374,6 +374,25 @@ stopping.KILL_WAIT_S = 0.3
 """
 
 
+def node_sha16(box: Box) -> str | None:
+    """The running node's digest, as the agent's status names it (None: no node running)."""
+    p = box.program("node")
+    return p.get("sha16") if p.get("state") == "running" else None
+
+
+def start_with(box: Box, version: str = "v1", **top: object) -> tuple[Path, str]:
+    """The agent started on a box whose pointer names release `version`, once that node runs
+    and answers: the release's (path, sha256)."""
+    path, sha = box.release(version)
+    box.point(path, sha)
+    box.configure(**top)  # type: ignore[arg-type]
+    box.start_agent()
+    wait_for(lambda: node_sha16(box) == sha[:16], f"node {version} running")
+    wait_for(lambda: (box.status()["node"]["rpc"] or {}).get("version") == version,
+             f"node {version} answering")
+    return path, sha
+
+
 # code for Box.start_agent: a writer replaces the node (RACE_SRC over RACE_DST) between the
 # digest check and the exec, once RACE_TRIGGER exists
 RACE = '''

@@ -10,8 +10,7 @@ import os
 import signal
 import subprocess
 
-from agentbox import PY, STANDIN, Box, wait_for
-from test_agent_standing import node_sha16
+from agentbox import PY, STANDIN, Box, node_sha16, wait_for
 
 PADDING = 4 << 20  # a "large" release: the gate below holds only files over 1 MiB
 BIG = 1 << 20

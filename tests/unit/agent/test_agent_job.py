@@ -31,10 +31,9 @@ from jobtools import (
     write_job,
     write_token,
 )
+from repo_root import ROOT as REPO
 
 from sandbox.hub import HubServer
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def through_gates(box: Box, jobdir: Path) -> None:

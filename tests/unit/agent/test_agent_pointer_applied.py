@@ -7,8 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from agentbox import Box, wait_for
-from test_agent_standing import node_sha16, start_with
+from agentbox import Box, node_sha16, start_with, wait_for
 
 
 def test_a_pointer_rewritten_after_an_adoption_runs_its_release_again(box: Box) -> None:

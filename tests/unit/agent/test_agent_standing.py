@@ -7,26 +7,9 @@ import json
 import os
 import signal
 import subprocess
-from pathlib import Path
 
 import pytest
-from agentbox import Box, wait_for
-
-
-def node_sha16(box: Box) -> str | None:
-    p = box.program("node")
-    return p.get("sha16") if p.get("state") == "running" else None
-
-
-def start_with(box: Box, version: str = "v1", **top: object) -> tuple[Path, str]:
-    path, sha = box.release(version)
-    box.point(path, sha)
-    box.configure(**top)  # type: ignore[arg-type]
-    box.start_agent()
-    wait_for(lambda: node_sha16(box) == sha[:16], f"node {version} running")
-    wait_for(lambda: (box.status()["node"]["rpc"] or {}).get("version") == version,
-             f"node {version} answering")
-    return path, sha
+from agentbox import Box, node_sha16, start_with, wait_for
 
 
 def test_pointer_switch_to_a_good_binary_never_runs_two_nodes(box: Box) -> None:

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_root import ROOT as REPO
 
 from agent import space
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def put(path: Path, size: int = 4096) -> Path:

@@ -12,11 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from repo_root import ROOT as REPO
 from test_agent_storage import forged, put
 
 from agent import space
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def record(root: Path, previous: str, to: str) -> None:

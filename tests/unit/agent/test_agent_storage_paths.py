@@ -11,11 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from repo_root import ROOT as REPO
 from test_agent_storage import forged, put, record
 
 from agent import space
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def box(tmp: Path) -> tuple[Path, Path, Path]:

@@ -5,8 +5,7 @@ that stay the same are not hashed again at every poll."""
 from __future__ import annotations
 
 import pytest
-from agentbox import Box, wait_for
-from test_agent_standing import start_with
+from agentbox import Box, start_with, wait_for
 
 from agent.base import files
 from agent.base.config import load_config

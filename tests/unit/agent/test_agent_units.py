@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 
 from agent.base.config import load_config, parse_config
 from agent.base.errors import AgentError
@@ -28,7 +29,7 @@ from agent.daemon.backoff import Backoff
 from agent.daemon.rotation import rotate_if_big
 from agent.daemon.status import result_line
 
-DOC_EXAMPLE = Path(__file__).parents[3] / "docs" / "agent.md"
+DOC_EXAMPLE = ROOT / "docs" / "agent.md"
 
 
 def write(tmp: Path, text: str) -> Path:

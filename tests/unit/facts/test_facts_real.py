@@ -23,12 +23,10 @@ from typing import Any
 import psutil
 import pynvml
 import pytest
+from agentbox import DRIVER, PY, UUIDS, Box, wait_for
 from repo_root import ROOT
 
-sys.path.insert(0, str(ROOT / "tests" / "unit" / "agent"))  # the agent tests' helpers
-from agentbox import DRIVER, PY, UUIDS, Box, wait_for  # noqa: E402
-
-from facts.box import AgentStatus, BoxState, GpuIdentity, NodeBinary, StandingLog  # noqa: E402
+from facts.box import AgentStatus, BoxState, GpuIdentity, NodeBinary, StandingLog
 
 REPO = ROOT
 BASH = shutil.which("bash") or "/bin/bash"
