@@ -1,6 +1,6 @@
 """The operator's side of the storage review and clean (fleet/ops/storage.py,
 fleet/cli/storage_cmd.py), the disk on `fleet check` and the page. The box's side (the agent's
-rules) is tests/unit/agent/test_agent_storage.py; real boxes are
+rules) is tests/unit/agent/commands/test_agent_storage.py; real boxes are
 tests/integration/test_storage_sandbox.py."""
 
 from __future__ import annotations

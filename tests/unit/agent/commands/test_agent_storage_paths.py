@@ -261,7 +261,7 @@ def test_a_category_name_of_the_wrong_type_is_not_a_crash(tmp_path: Path) -> Non
 def test_a_switch_landing_mid_clean_keeps_its_release(tmp_path: Path) -> None:
     """A switch (a rollback publish to a release the review called old) that lands between
     two files (`agent switch` holds the switch lock, so not within one: that is
-    tests/unit/agent/test_agent_storage.py's lock test) keeps the release it moved to."""
+    tests/unit/agent/commands/test_agent_storage.py's lock test) keeps the release it moved to."""
     from test_agent_storage_midclean import Looking
 
     root, home, apt = box(tmp_path)
