@@ -592,7 +592,7 @@ def attempt(client: paramiko.SSHClient, cmd: str) -> tuple[int, str]:
 def test_root_in_a_box_cannot_undo_its_isolation(backend, boxes, key):
     """A container runtime's default capabilities, without CAP_MKNOD: no unmount of what hides
     the host's files, no remount of a read-only view, no mount, no device node, no kernel
-    setting (adversarial review: all of these worked while a box kept every capability)."""
+    setting (all of these worked while a box kept every capability)."""
     _, ep = boxes["vast"]
     tries = {
         "unmount the hidden state dir": f"umount {backend.state_dir}",

@@ -12,8 +12,7 @@ import ast
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from repo_root import ROOT
 
 # package directory -> top-level packages it must never import
 FORBIDDEN = {

@@ -12,8 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from repo_root import ROOT
 
 WHERE = textwrap.dedent("""
     import json

@@ -372,3 +372,41 @@ def signal_program(pid, pgid, sig):
 procs.signal_program = signal_program
 stopping.KILL_WAIT_S = 0.3
 """
+
+
+def node_sha16(box: Box) -> str | None:
+    """The running node's digest, as the agent's status names it (None: no node running)."""
+    p = box.program("node")
+    return p.get("sha16") if p.get("state") == "running" else None
+
+
+def start_with(box: Box, version: str = "v1", **top: object) -> tuple[Path, str]:
+    """The agent started on a box whose pointer names release `version`, once that node runs
+    and answers: the release's (path, sha256)."""
+    path, sha = box.release(version)
+    box.point(path, sha)
+    box.configure(**top)  # type: ignore[arg-type]
+    box.start_agent()
+    wait_for(lambda: node_sha16(box) == sha[:16], f"node {version} running")
+    wait_for(lambda: (box.status()["node"]["rpc"] or {}).get("version") == version,
+             f"node {version} answering")
+    return path, sha
+
+
+# code for Box.start_agent: a writer replaces the node (RACE_SRC over RACE_DST) between the
+# digest check and the exec, once RACE_TRIGGER exists
+RACE = '''
+import os, shutil
+from agent.daemon import node_switch as _sw
+_orig = _sw.NodeSwitch.spawn_refusal
+def _racy(self):  # a writer lands between the digest check and the exec
+    r = _orig(self)
+    trig = os.environ["RACE_TRIGGER"]
+    if r is None and os.path.exists(trig):
+        os.unlink(trig)
+        src, dst = os.environ["RACE_SRC"], os.environ["RACE_DST"]
+        shutil.copyfile(src, dst + ".new"); os.chmod(dst + ".new", 0o755)
+        os.replace(dst + ".new", dst)
+    return r
+_sw.NodeSwitch.spawn_refusal = _racy
+'''

@@ -13,15 +13,9 @@ import pytest
 from sim_helpers import Procs, fast_knobs, free_port, read_json, wait_for, write_json
 
 from sandbox.backend import GpuDevice, GpuSpec
-from sandbox.nvml import build_library, write_config
+from sandbox.nvml import write_config
 
 UUIDS = ["GPU-11111111-2222-3333-4444-555555555555", "GPU-66666666-7777-8888-9999-000000000000"]
-
-
-@pytest.fixture(scope="session")
-def nvml_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory holding the sandbox's stand-in libnvidia-ml.so.1."""
-    return build_library(tmp_path_factory.mktemp("nvml")).parent
 
 
 def gpu_env(nvml_dir: Path | None, uuids: list[str] | None, tmp: Path,
@@ -130,16 +124,6 @@ def test_export_pack_fails_cleanly_without_a_node(procs: Procs, tmp_path: Path) 
 
 
 AMD_UUIDS = ["7eff74a1-0000-1000-8011-111111111111", "7fff74a1-0000-1000-8022-222222222222"]
-
-
-@pytest.fixture(scope="session")
-def rocm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ROCm install's root, as on an AMD box: the stand-in AMD SMI in lib/."""
-    from sandbox.amdsmi import build_libraries
-
-    root = tmp_path_factory.mktemp("rocm")
-    build_libraries(root / "lib")
-    return root
 
 
 def amd_env(rocm_dir: Path, uuids: list[str] | None, tmp: Path, **extra: str) -> dict[str, str]:
