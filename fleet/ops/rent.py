@@ -43,7 +43,7 @@ from fleet.core.states import BoxStatus
 from fleet.core.times import in_hours, now_iso
 from fleet.ops import budget, destroy, ports, spread
 from fleet.ops import offers as offers_mod
-from fleet.providers.base import Box, Offer, Provider, RentRequest
+from fleet.providers.base import Box, Offer, Provider, RentRequest, Unreadable
 from fleet.state import bills
 
 if TYPE_CHECKING:
@@ -81,8 +81,7 @@ def other_fleets(reg: Registry, providers: Mapping[str, Provider]) -> None:
     rows = reg.rows()
     if any(r.live for r in rows):
         return
-    own = reg.fleet_id() if rows else None  # its own boxes left on the account are not another's
-    theirs: dict[str, str] = {}  # what names each box -> its fleet id
+    listings: dict[str, Sequence[Box | Unreadable]] = {}
     for name, p in providers.items():
         try:
             listed = p.boxes()
@@ -92,6 +91,12 @@ def other_fleets(reg: Registry, providers: Mapping[str, Provider]) -> None:
                              f"so whether the account holds another fleet's boxes cannot be "
                              f"told ({e}); nothing rented (--new-fleet to start a new fleet "
                              f"anyway)") from None
+        listings[name] = listed
+    # read after the listings: a box of this fleet (another `fleet rent` of it at the same
+    # moment) had its fleet id written before it was rented, so it is never taken for another's
+    own = reg.stored_fleet_id()
+    theirs: dict[str, str] = {}  # what names each box -> its fleet id
+    for name, listed in listings.items():
         for b in listed:
             fid = fleet_id_of(b.label or "")
             if fid is not None and fid != own:

@@ -209,10 +209,9 @@ class Registry:
         makes carries it (`fleet.core.labels`), so a box is provably this fleet's only by its
         label's exact form, never by a role's prefix that a person's box or another
         registry's could share."""
-        with self.db.read() as tx:
-            found = tx.one("SELECT value FROM meta WHERE key = 'fleet_id'")
-        if found is not None:
-            return str(found[0])
+        stored = self.stored_fleet_id()
+        if stored is not None:
+            return stored
         with self.db.write() as tx:
             found = tx.one("SELECT value FROM meta WHERE key = 'fleet_id'")
             if found is not None:
@@ -220,6 +219,12 @@ class Registry:
             fid = new_fleet_id()
             tx.q("INSERT INTO meta (key, value) VALUES ('fleet_id', ?)", (fid,))
             return fid
+
+    def stored_fleet_id(self) -> str | None:
+        """The fleet id this registry holds, None before its first use (none is made)."""
+        with self.db.read() as tx:
+            found = tx.one("SELECT value FROM meta WHERE key = 'fleet_id'")
+        return None if found is None else str(found[0])
 
     def set_fleet_id(self, tx: Tx, fid: str) -> None:
         """Record `fid` as the fleet's id (`fleet state import`): refused where another is."""
