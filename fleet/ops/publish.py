@@ -218,7 +218,7 @@ def check_row(release: releases.Release, known: Sequence[releases.Release],
                             f"{_short(ptr.get('target_sha256'))}, not {release.node_sha16}")
         if ptr.get("sha256") != release.node_sha256:
             problems.append(f"pointer: digest file says {_short(ptr.get('sha256'))}")
-    for prog, name in (("miner", releases.MINER), ("prover", releases.PROVER)):
+    for prog, name in (("miner", releases.MINER_BINARY), ("prover", releases.PROVER_BINARY)):
         p = rb.get(prog)
         if p and p.get("sha256") and releases.by_file_sha256(known, name, p["sha256"]) is None:
             problems.append(f"{prog}: runs {_short(p['sha256'])}, no release has it")
@@ -326,8 +326,8 @@ def table_row(label: str, provider: str, state: str, note: str, rb: Readback | N
     # the switch to this release, or the revert from it
     ours = release.node_sha16 in (sw.get("to_sha16"), sw.get("from_sha16"))
     miner, prover = rb.get("miner") or {}, rb.get("prover") or {}
-    miner_rel = releases.by_file_sha256(known, releases.MINER, miner.get("sha256"))
-    prover_rel = releases.by_file_sha256(known, releases.PROVER, prover.get("sha256"))
+    miner_rel = releases.by_file_sha256(known, releases.MINER_BINARY, miner.get("sha256"))
+    prover_rel = releases.by_file_sha256(known, releases.PROVER_BINARY, prover.get("sha256"))
     problems = check_row(release, known, rb) if state == "switched" else []
     return {
         "label": label, "provider": provider, "state": state, "note": note,

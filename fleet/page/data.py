@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from fleet.core.boxes import Row, is_standing
 from fleet.core.config import KEY_ENV
 from fleet.core.states import BoxKind, ReleaseOrder, node_release
-from fleet.core.times import iso, read_iso
+from fleet.core.times import iso, read_iso, utc_day
 from fleet.core.verdicts import VERDICTS, Health, Owed, Watch, mesh_summary
 from fleet.ops import budget, spread
 from fleet.page.chart import chart_data
@@ -412,7 +412,7 @@ def _money_source(now: datetime, money: Mapping[str, Any], bills_at: str | None)
     when = day_time(bills_at or "", now)
     n, of = money["spent_from_bills"]["boxes"], money["spent_from_bills"]["of"]
     age = (now - read).total_seconds()
-    if not 0 <= age <= MAX_AGE_S or read.date() != now.date():
+    if not 0 <= age <= MAX_AGE_S or utc_day(read) != utc_day(now):
         return (f"money estimated from the registry's prices (the cached bills of {when} are "
                 "too old to count)")
     if n == of:

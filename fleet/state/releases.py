@@ -32,9 +32,9 @@ from fleet.core.errors import ConfigError, UsageError
 from fleet.core.fileutil import locked, write_atomic
 
 NODE_BINARY = "igneumd"  # the node binary's file name in a release (the agent's program is `node`)
-MINER = "igneum-miner"
-PROVER = "igneum-prover"
-FILES = (NODE_BINARY, MINER, PROVER)
+MINER_BINARY = "igneum-miner"
+PROVER_BINARY = "igneum-prover"
+FILES = (NODE_BINARY, MINER_BINARY, PROVER_BINARY)
 MANIFEST = "releases.json"
 
 

@@ -218,8 +218,8 @@ def _release(version: str) -> releases.Release:
     sha = {n: hashlib.sha256(f"{n} {version}".encode()).hexdigest() for n in releases.FILES}
     return releases.Release(version=version, path=Path(f"/var/lib/fleet/releases/{version}"),
                             sha256=sha, sizes={releases.NODE_BINARY: 48213504,
-                                               releases.MINER: 9437184,
-                                               releases.PROVER: 31457280})
+                                               releases.MINER_BINARY: 9437184,
+                                               releases.PROVER_BINARY: 31457280})
 
 
 def _readback(rel: releases.Release, old: releases.Release) -> dict[str, Any]:
@@ -227,8 +227,8 @@ def _readback(rel: releases.Release, old: releases.Release) -> dict[str, Any]:
     return {
         "node": {"pid": 4121, "exe_kind": "elf", "path": path, "sha256": rel.node_sha256,
                  "started_at": "2026-12-02T10:00:05Z", "version": rel.version, "synced": True},
-        "miner": {"pid": 4122, "exe_kind": "elf", "sha256": rel.sha256[releases.MINER]},
-        "prover": {"pid": 4123, "exe_kind": "elf", "sha256": rel.sha256[releases.PROVER]},
+        "miner": {"pid": 4122, "exe_kind": "elf", "sha256": rel.sha256[releases.MINER_BINARY]},
+        "prover": {"pid": 4123, "exe_kind": "elf", "sha256": rel.sha256[releases.PROVER_BINARY]},
         "pointer": {"target": path, "sha256": rel.node_sha256,
                     "target_sha256": rel.node_sha256, "written_at": "2026-12-02T10:00:00Z"},
         "started_after_pointer": True,

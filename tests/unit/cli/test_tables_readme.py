@@ -45,8 +45,8 @@ def test_no_drawn_output_line_ends_in_a_space() -> None:
 # --- fleet publish: the example's four boxes, the first two drawn -----------------------------
 
 def _release(version: str, node: str, miner: str, prover: str) -> releases.Release:
-    sha = {releases.NODE_BINARY: node.ljust(64, "0"), releases.MINER: miner.ljust(64, "0"),
-           releases.PROVER: prover.ljust(64, "0")}
+    sha = {releases.NODE_BINARY: node.ljust(64, "0"), releases.MINER_BINARY: miner.ljust(64, "0"),
+           releases.PROVER_BINARY: prover.ljust(64, "0")}
     return releases.Release(version=version, path=Path(f"state/releases/{version}"),
                             sha256=sha, sizes=dict.fromkeys(sha, 1000))
 
@@ -62,8 +62,8 @@ def _readback(synced_at: str, downtime_s: float) -> dict[str, Any]:
     return {
         "node": {"pid": 4121, "exe_kind": "script", "path": path, "sha256": NEW.node_sha256,
                  "started_at": "2026-12-02T10:00:01.01Z", "version": "1.5.0", "synced": True},
-        "miner": {"pid": 4122, "exe_kind": "elf", "sha256": OLD.sha256[releases.MINER]},
-        "prover": {"pid": 4123, "exe_kind": "elf", "sha256": OLD.sha256[releases.PROVER]},
+        "miner": {"pid": 4122, "exe_kind": "elf", "sha256": OLD.sha256[releases.MINER_BINARY]},
+        "prover": {"pid": 4123, "exe_kind": "elf", "sha256": OLD.sha256[releases.PROVER_BINARY]},
         "pointer": {"target": path, "sha256": NEW.node_sha256,
                     "target_sha256": NEW.node_sha256, "written_at": "2026-12-02T10:00:00Z"},
         "started_after_pointer": True,

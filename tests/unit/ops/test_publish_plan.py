@@ -116,9 +116,9 @@ def _rb(rel: releases.Release, **over: Any) -> dict[str, Any]:
     rb: dict[str, Any] = {
         "node": node,
         "miner": {"pid": 11, "exe_kind": "script", "path": "m", "sha256": rel.sha256[
-            releases.MINER]},
+            releases.MINER_BINARY]},
         "prover": {"pid": 12, "exe_kind": "script", "path": "p", "sha256": rel.sha256[
-            releases.PROVER]},
+            releases.PROVER_BINARY]},
         "pointer": {"target": node["path"], "sha256": rel.node_sha256,
                     "target_sha256": rel.node_sha256, "written_at": "2026-12-02T10:00:00Z"},
         "started_after_pointer": True,
