@@ -227,6 +227,9 @@ class SwitchOutcome(StrEnum):
 SWITCH_EXIT = {SwitchOutcome.SWITCHED: EXIT_OK, SwitchOutcome.UNCHANGED: EXIT_OK,
                SwitchOutcome.REFUSED: EXIT_REFUSED, SwitchOutcome.REVERTED: 3,
                SwitchOutcome.FAILED: 4, SwitchOutcome.SUPERSEDED: 5}
+# how long a `switch` waits for another switch to end before it is refused; with its own
+# deadline and a revert's, what one switch may legitimately take (a publish's wave waits it)
+SWITCH_LOCK_WAIT_S = 900.0
 
 # ---------------------------------------------------------------------------- documents
 #

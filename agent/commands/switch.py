@@ -28,10 +28,18 @@ from agent.base.lock import AgentLock
 from agent.base.pointer import read_pointer
 from agent.commands.readback import readback
 from agent.commands.stop import live_agent
-from agent.contract import NODE, SWITCH_EXIT, Layout, PointerDoc, SwitchDoc, SwitchOutcome
+from agent.contract import (
+    NODE,
+    SWITCH_EXIT,
+    SWITCH_LOCK_WAIT_S,
+    Layout,
+    PointerDoc,
+    SwitchDoc,
+    SwitchOutcome,
+)
 
 POLL_S = 0.25
-LOCK_WAIT_S = 900.0  # a switch waits this long for another to end (its deadline and revert)
+LOCK_WAIT_S = SWITCH_LOCK_WAIT_S  # a switch waits this long for another to end
 
 
 def write_pointer(layout: Layout, target: str, sha256: str) -> None:

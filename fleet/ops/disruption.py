@@ -18,7 +18,7 @@ from typing import Any
 
 from fleet.core.times import now_iso
 
-# a box its provider reports down (`BoxStatus.is_down`) loses nothing alive when destroyed
+# a box its provider reports down (`fleet.core.states.DOWN`) loses nothing alive when destroyed
 
 
 def allowance(wanted: int, fraction: float) -> int:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
+from agent.contract import SWITCH_LOCK_WAIT_S
 from fleet.boxes import boxssh
 from fleet.boxes.pyinfra_run import Run, run_pyinfra
 from fleet.core.errors import FleetError, UsageError
@@ -624,9 +625,11 @@ class _Publish:
         for label in wave:
             record.set(label, record.state(label), f"switching in wave {i}", wave=i)
         record.save()
-        # each box's switch waits up to deadline_s for its node's health
+        # each box's switch may wait for another switch's lock, then deadline_s for its
+        # node's health, then, where it failed, deadline_s more for the revert
         run = run_pyinfra(cfg, wave, self.wave_data(wave),
-                          timeout_s=cfg.loop.converge_timeout_s + self.opts.deadline_s)
+                          timeout_s=cfg.loop.converge_timeout_s + SWITCH_LOCK_WAIT_S
+                          + 2 * self.opts.deadline_s)
         not_ok = []
         for o in self.outcomes(wave, run):
             if o.state not in DONE:
