@@ -1,8 +1,8 @@
 """Converge the standing boxes: the standing deploy, then the testinfra checks against the
 same inventory. One way for `fleet converge` (every standing box, its output on the terminal)
 and the loop (the boxes it rented or found with a dead agent, one line back, pyinfra's output
-at debug level). Each run is bounded by `converge_timeout_s` (`pyinfra_run.bounded`): a hung
-deploy must not stall the loop, whose other boxes still need their ticks."""
+at debug level). The loop's runs are bounded by `converge_timeout_s` (`pyinfra_run.bounded`):
+a hung deploy must not stall the loop, whose other boxes still need their ticks."""
 
 from __future__ import annotations
 
@@ -36,7 +36,9 @@ def converge_all(cfg: Config, dry: bool = False) -> None:
     """`fleet converge standing`: the deploy over every standing box with its output shown,
     then the checks (none after a dry run, which shows what would change and changes
     nothing). A failure is a FleetError."""
-    timeout_s = cfg.loop.converge_timeout_s
+    # no limit: a person watches this one (^C stops it), over every standing box at once,
+    # whose uploads take what the uplink allows
+    timeout_s = None
     # --dry shows the detected changes; with -y pyinfra would skip detecting them
     run = pyinfra_run.run_pyinfra(cfg, ["standing"], fail_fast=False, deploy=DEPLOY,
                                   timeout_s=timeout_s, dry=dry, show=True)

@@ -593,8 +593,10 @@ class _Publish:
         if not pending:
             return None
         log.info("staging %s on %d boxes: %s", release.version, len(pending), ", ".join(pending))
+        # no limit, as the upload of the release to every pending box takes what the uplink
+        # allows; a person watches the publish
         run = run_pyinfra(cfg, pending, {"release": release.version, "stage_only": "1"},
-                          fail_fast=False, timeout_s=cfg.loop.converge_timeout_s)
+                          fail_fast=False)
         staged = {h for h, r in run.results.items() if r.get("staged")}
         failed = [x for x in pending if x not in staged]
         if not failed and run.rc == 0:
