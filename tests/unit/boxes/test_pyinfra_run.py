@@ -106,14 +106,31 @@ def test_a_run_that_passed_has_no_problem_and_a_killed_one_names_its_timeout() -
     assert killed.errors_for("b") == ["pyinfra ran past 5 s and was killed"]
 
 
-def test_a_run_streamed_line_by_line_is_killed_with_its_group_too(tmp_path: Path) -> None:
-    pidfile = tmp_path / "child.pid"
-    argv = [sys.executable, "-c",
+def _forks_and_sleeps(pidfile: Path) -> list[str]:
+    """A parent that forks a sleeping child (as pyinfra forks ssh), then sleeps itself."""
+    return [sys.executable, "-c",
             "import subprocess, time\n"
             "c = subprocess.Popen(['sleep', '600'])\n"
             f"open({str(pidfile)!r}, 'w').write(str(c.pid))\n"
             "time.sleep(600)"]
 
+
+def test_a_run_past_its_timeout_is_killed_with_its_children(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    got = pyinfra_run.bounded(_forks_and_sleeps(pidfile), dict(os.environ), 10)
+    assert got == "ran past 10 s and was killed"
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 30
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child)
+    done = pyinfra_run.bounded([sys.executable, "-c", "print('ok')"], dict(os.environ), 60)
+    assert not isinstance(done, str) and done.returncode == 0 and done.stdout == "ok\n"
+
+
+def test_a_run_streamed_line_by_line_is_killed_with_its_group_too(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    argv = _forks_and_sleeps(pidfile)
     lines: list[str] = []
     got = pyinfra_run.bounded(argv, dict(os.environ), 10, on_line=lines.append)
     assert got == "ran past 10 s and was killed" and lines == []

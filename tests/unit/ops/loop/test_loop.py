@@ -6,119 +6,20 @@ the same loop against real boxes, the real deploy and the real checks."""
 from __future__ import annotations
 
 import json
-import os
-import sys
-import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
+import loop_fixture
 import pytest
+from loop_fixture import TOML, FakeVast, make, standing_box
 from state_fixture import sql
 
-from fleet.boxes.pyinfra_run import bounded as _bounded
-from fleet.cli.loop_cmd import page_after_tick
-from fleet.core import config
 from fleet.core.boxes import Row
 from fleet.core.errors import FleetError, ProviderError
 from fleet.core.verdicts import Health, Owed
 from fleet.ops.loop import Loop
 from fleet.providers.base import Box, Offer, RentRequest
 from fleet.state.loop_memory import Memory
-
-TOML = """
-[fleet]
-registry = "{tmp}/state/boxes.json"
-ssh_key = "{tmp}/state/ssh/fleet"
-daily_budget_usd = {budget}
-[loop]
-orphan_grace_s = {grace}
-[roles.live]
-kind = "standing"
-image = "img"
-disk_gb = 20
-programs = ["node"]
-admitted_driver = "580.95.05"
-[[roster.live]]
-provider = "vast"
-card = "RTX 4090"
-"""
-
-
-class FakeVast:
-    name = "vast"
-
-    def __init__(self) -> None:
-        self.listed: dict[str, Box] = {}
-        self.market: list[Offer] = []
-        self.failing = False
-        self.destroyed: list[str] = []
-        self.odd: dict[str, Any] = {}  # box id -> the Unreadable its listing row reads as
-
-    def offers(self, card: str | None = None, gpu_count: int = 1, driver: str | None = None,
-               direct_ports: int = 0, cuda: tuple[str, ...] = (),
-               rocm: tuple[str, ...] = (),
-               disk_gb: float | None = None) -> list[Offer]:
-        return [o for o in self.market if card in (None, o.card)]
-
-    def rent(self, offer: Offer, req: RentRequest) -> Box:
-        raise AssertionError("these tests never get as far as a rent")
-
-    def boxes(self) -> list[Any]:
-        if self.failing:
-            raise ProviderError("vast", "list", "HTTP 503")
-        return list(self.listed.values()) + list(self.odd.values())
-
-    def box(self, box_id: str) -> Box | None:
-        if box_id in self.odd:  # as the clients do: an odd row is never "no such box"
-            raise ProviderError("vast", "show", f"box {box_id} is unreadable")
-        return self.listed.get(box_id)
-
-    def find_by_label(self, label: str) -> Box | None:
-        if any(u.label == label for u in self.odd.values()):
-            raise ProviderError("vast", "list", f"a box labelled {label} is unreadable")
-        return next((b for b in self.listed.values() if b.label == label), None)
-
-    def stop(self, box_id: str) -> None:
-        raise AssertionError("the loop never stops boxes")
-
-    def destroy(self, box_id: str) -> None:
-        self.destroyed.append(box_id)
-        self.listed.pop(box_id, None)
-
-
-def make(tmp_path: Path, budget: float = 100, grace: float = 600) -> tuple[Loop, FakeVast,
-                                                                           list[bool]]:
-    cfg = config.parse(tomllib.loads(TOML.format(tmp=tmp_path, budget=budget, grace=grace)),
-                       tmp_path / "fleet.toml")
-    vast = FakeVast()
-    cfg.ssh_key.parent.mkdir(parents=True)
-    cfg.ssh_key.write_text("a key\n")  # the loop checks nothing with a key it cannot read
-    cfg.ssh_key.with_suffix(".pub").write_text("ssh-ed25519 AAAA fleet\n")
-    ssh_answers: list[bool] = []  # what the next checks see: SSH answers or not
-
-    def check(_cfg: Any, built: Any) -> list[Health]:
-        up = ssh_answers.pop(0) if ssh_answers else True
-        return [Health(label, "vast", ssh=up, agent=up) for label, _ in
-                built.groups["standing"]]
-
-    def converge(_cfg: Any, labels: list[str]) -> None:
-        raise AssertionError(f"nothing to converge here: {labels}")
-
-    loop = Loop(cfg, {"vast": vast}, after_tick=page_after_tick(cfg, tmp_path / "page"),
-                echo=lambda _: None, converge_fn=converge, check_fn=check)
-    return loop, vast, ssh_answers
-
-
-def standing_box(loop: Loop, vast: FakeVast, label: str = "live-vast-aaaaaa",
-                 box_id: str = "1") -> Row:
-    row = Row(label=label, provider="vast", role="live", kind="standing", card="RTX 4090",
-              gpu_count=1, usd_per_hour=0.3, status="running", provider_id=box_id,
-              host_key="ssh-ed25519 AAAA", ssh_host="10.0.0.1", ssh_port=22, standing=True)
-    loop.reg.add(row)
-    vast.listed[box_id] = Box("vast", box_id, label, "RTX 4090", 1, 0.3, "running",
-                              ssh_host="10.0.0.1", ssh_port=22)
-    return row
 
 
 def test_two_dead_checks_in_a_row_replace_a_box_and_one_alive_check_resets(
@@ -310,33 +211,6 @@ def test_a_box_whose_admission_is_unknown_is_never_unfit(tmp_path: Path) -> None
     assert vast.destroyed == []
 
 
-def test_a_converge_run_past_its_timeout_is_killed_with_its_children(tmp_path: Path) -> None:
-    pidfile = tmp_path / "child.pid"
-    # a parent that forks a sleeping child (as pyinfra forks ssh), then sleeps itself
-    argv = [sys.executable, "-c",
-            "import subprocess, time\n"
-            "c = subprocess.Popen(['sleep', '600'])\n"
-            f"open({str(pidfile)!r}, 'w').write(str(c.pid))\n"
-            "time.sleep(600)"]
-    got = _bounded(argv, dict(os.environ), 10)
-    assert got == "ran past 10 s and was killed"
-    child = int(pidfile.read_text())
-    deadline = time.monotonic() + 30
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(child)
-    done = _bounded([sys.executable, "-c", "print('ok')"], dict(os.environ), 60)
-    assert not isinstance(done, str) and done.returncode == 0 and done.stdout == "ok\n"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
 def test_the_loop_notes_when_a_box_was_listed_stopped_and_forgets_it_when_it_runs(
         tmp_path: Path) -> None:
     loop, vast, _ = make(tmp_path)
@@ -372,7 +246,7 @@ class Renting(FakeVast):
 def renting_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
                  ) -> tuple[Loop, Renting, Renting]:
     wants = TOML.replace('card = "RTX 4090"\n', f'card = "RTX 4090"\ncount = {count}\n')
-    monkeypatch.setattr(sys.modules[__name__], "TOML", wants)
+    monkeypatch.setattr(loop_fixture, "TOML", wants)  # what `make` reads
     monkeypatch.setattr("fleet.ops.rent.wait_ready", lambda *_a, **_k: {})
     loop, _, _ = make(tmp_path, budget=1000)
     vast, runpod = Renting("vast"), Renting("runpod")

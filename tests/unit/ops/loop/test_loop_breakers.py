@@ -1,7 +1,7 @@
 """Deaths judged per provider: a breaker per provider holds the deaths its provider does not
 confirm when many of its boxes fail at once; "no such box" by id is never a death without a
 failed SSH check; a restart on the provider's side is no death before its own deadline. The
-fakes are test_loop.py's, with a second provider beside them."""
+fakes are loop_fixture.py's, with a second provider beside them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_loop import FakeVast, make
+from loop_fixture import FakeVast, make
 from test_loop_guards import age_orphans, unreached_rent
 
 from fleet.boxes import lifecycle

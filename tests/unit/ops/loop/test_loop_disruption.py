@@ -1,6 +1,6 @@
 """The disruption budget: a role loses at most max(1, 25 % of its wanted boxes) an hour to the
 loop's own judgement (dead by SSH, unfit, swept, moved); a box its provider reports down is
-never held, and counts all the same (the fake provider of test_loop.py)."""
+never held, and counts all the same (the fake provider of loop_fixture.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_loop import TOML, FakeVast, make, standing_box
+from loop_fixture import TOML, FakeVast, make, standing_box
 
 from fleet.core import config
 from fleet.core.boxes import Row

@@ -1,4 +1,4 @@
-"""The loop's money and destroy guards at their edges (the fake provider of test_loop.py):
+"""The loop's money and destroy guards at their edges (the fake provider of loop_fixture.py):
 never rent a re-rent twice, never destroy what the fleet does not provably own, never read
 its own blindness as a dead box, never leave a rent unfinished, never stop for an odd error."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_loop import FakeVast, make, standing_box
+from loop_fixture import FakeVast, make, standing_box
 
 from fleet.boxes import lifecycle
 from fleet.core.boxes import Row

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_loop import FakeVast, make
+from loop_fixture import FakeVast, make
 
 from fleet.boxes import lifecycle
 from fleet.boxes.boxssh import KEY_REFUSED

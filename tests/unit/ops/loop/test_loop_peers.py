@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from test_loop import FakeVast
+from loop_fixture import FakeVast
 
 from fleet.core import config
 from fleet.core.boxes import Row

@@ -1,4 +1,4 @@
-"""Unfinished rents outside the fleet's own label form (the fakes of test_loop.py): the box
+"""Unfinished rents outside the fleet's own label form (the fakes of loop_fixture.py): the box
 replacing a hand-labelled one gets a label of the fleet's form, resumed like any; a row under a
 hand-given label (or an older loop's `-r<n>` of one) is never resumed onto a box found by its
 label (it may be a person's), and is given up at its deadline once its provider lists no box
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_loop import FakeVast, make
+from loop_fixture import FakeVast, make
 from test_loop_guards import BlindVast, add_box, blind
 
 from fleet.boxes import lifecycle

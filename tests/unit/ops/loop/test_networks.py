@@ -209,7 +209,7 @@ daily_budget_usd = 100
 
 def test_the_loop_rewrites_the_peers_files_of_the_whole_network_when_its_set_changes(
         tmp_path: Path) -> None:
-    from test_loop import FakeVast
+    from loop_fixture import FakeVast
     from test_loop_peers import box
 
     from fleet.ops.loop import Loop
@@ -335,7 +335,7 @@ def test_a_box_of_a_retired_role_named_like_a_network_stays_out_of_its_mesh(
 
 def test_a_mesh_dissolved_and_formed_again_has_its_peers_files_written_again(
         tmp_path: Path) -> None:
-    from test_loop import FakeVast
+    from loop_fixture import FakeVast
     from test_loop_peers import box
 
     from fleet.ops.loop import Loop

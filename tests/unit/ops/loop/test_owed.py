@@ -6,7 +6,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from test_loop import TOML
+from loop_fixture import TOML
 
 from fleet.core import config
 from fleet.core.boxes import Row
