@@ -5,22 +5,17 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loopback import free_port
+
 from fleet.boxes import sshmux
 from fleet.boxes.sshkeys import fetch_host_key
 from sandbox.boxes.sshd import HostSshd
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Sshd:

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from loopback import free_port
 
 from agent.contract import job_area
 from sandbox.backend import GpuDevice, GpuSpec
@@ -71,12 +71,6 @@ def amd_gpu_spec(driver: str = AMD_DRIVER, rocm: str = ROCM,
         for i, u in enumerate(AMD_UUIDS if uuids is None else uuids)
     ]
     return GpuSpec(driver, 0, devices, vendor="amd", rocm_version=rocm)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:

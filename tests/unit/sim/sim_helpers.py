@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -13,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from loopback import free_port
 
 from sandbox.releases import Release
 
@@ -32,12 +33,6 @@ def wait_for(what: str, probe: Callable[[], T | None], deadline_s: float = DEADL
             return last
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def get_status(rpc_port: int) -> dict[str, Any] | None:
