@@ -18,18 +18,12 @@ from rich.styled import Styled
 from rich.table import Table
 from rich.text import Text
 
+from fleet.core.verdicts import UNKNOWN, known  # noqa: F401  (known: what every table cell of an unknown reads)
+
 # wide enough that measuring a table at it squeezes no column: its natural width
 UNBOUNDED = 1 << 16
 INDENT = 2  # a folded row's `column: value` lines, under its key
 MISSING = "-"  # what a row given as a dict shows in a column it does not name
-UNKNOWN = "?"  # a value not known: never Python's `None`, never a verdict it is not
-
-
-def known(value: object) -> str:
-    """A value as a cell: `UNKNOWN` where it is not known (None), else its text."""
-    return UNKNOWN if value is None else str(value)
-
-
 def build(title: str, columns: Sequence[str], rows: Iterable[Mapping[str, str | None]],
           caption: str | None = None) -> Table:
     """A table of `columns`, each row a dict by column name (a column a row leaves out reads

@@ -79,6 +79,14 @@ def _json_copy(v: Any) -> Any:
     raise _NotJson
 
 
+
+UNKNOWN = "?"  # a value not known: never Python's `None`, never a verdict it is not
+
+
+def known(value: object) -> str:
+    """A value for words or a cell: `UNKNOWN` where it is not known (None), else its text."""
+    return UNKNOWN if value is None else str(value)
+
 @dataclass
 class Health:
     label: str
@@ -130,9 +138,7 @@ class Health:
         """`in/out` as a cell, `?` for a count not known, and `star-only` where the node is
         dialled by fewer peers than the mesh needs (`fleet.ops.check.star_only`), `owed a
         port` where it is owed a replacement that maps one (`fleet.ops.ports`)."""
-        def n(v: int | None) -> str:
-            return "?" if v is None else str(v)
-        return f"{n(self.peers_in)}/{n(self.peers_out)}" + \
+        return f"{known(self.peers_in)}/{known(self.peers_out)}" + \
             (" star-only" if self.star_only else "") + (" owed a port" if self.port_owed else "")
 
     @classmethod

@@ -25,6 +25,7 @@ from fleet.core.errors import ConfigError
 from fleet.core.states import BoxKind
 from fleet.core.times import now_iso, seconds_between
 from fleet.core.verdicts import Health
+from fleet.core.verdicts import known as told  # `known` names the releases below
 from fleet.ops import ports
 from fleet.state import check_history, releases
 
@@ -68,18 +69,18 @@ def _judge_agent(h: Health, status: StatusDoc, limit: float) -> None:
             f"{k}/ has {v} bytes free" for k, v in sorted(free.items()) if v is not None))
     h.agent = bool(status.get("alive"))
     if not h.agent:
-        h.problems.append(f"agent: not alive (heartbeat {_told(status.get('heartbeat_age_s'))}s "
+        h.problems.append(f"agent: not alive (heartbeat {told(status.get('heartbeat_age_s'))}s "
                           "old)")
     status_age = status.get("status_age_s")
     if not isinstance(status_age, int | float) or status_age > limit:
-        h.problems.append(f"agent: status not written for {_told(status_age)} s")
+        h.problems.append(f"agent: status not written for {told(status_age)} s")
     storage = status.get("storage")
     if storage and storage.get("ok") is False:
-        h.problems.append(f"agent: {_told(storage.get('error'))}")
+        h.problems.append(f"agent: {told(storage.get('error'))}")
     observer = status.get("observer")
     if not observer or observer.get("alive") is not True:
         h.problems.append("agent: observer not running "
-                          f"({_told(observer.get('last_error') if observer else None)})")
+                          f"({told(observer.get('last_error') if observer else None)})")
 
 
 def _fresh_rpc(h: Health, status: StatusDoc, limit: float) -> RpcDoc | None:
@@ -91,7 +92,7 @@ def _fresh_rpc(h: Health, status: StatusDoc, limit: float) -> RpcDoc | None:
                        status.get("status_age_s"))
     fresh = reading_age is not None and reading_age <= limit
     if rpc and not fresh:
-        h.problems.append(f"node: reading is {_told(reading_age)} s old (unknown)")
+        h.problems.append(f"node: reading is {told(reading_age)} s old (unknown)")
         return None
     return rpc or None
 
@@ -111,7 +112,7 @@ def _judge_node(h: Health, status: StatusDoc, limit: float, previous: dict[str, 
     _judge_program(h, status, NODE)
     if not h.synced:
         h.problems.append("node: not synced" if rpc else
-                          f"node: no RPC ({_told(node.get('rpc_error') if node else None)})")
+                          f"node: no RPC ({told(node.get('rpc_error') if node else None)})")
     if h.exec_tip is not None:
         h.exec_moving = _moving(h.exec_tip, node.get("rpc_at") if node else None, previous)
         if not h.exec_moving:
@@ -149,12 +150,7 @@ def _judge_duties(h: Health, data: dict[str, Any], status: StatusDoc) -> None:
         _judge_program(h, status, MINER)
     for name, p in (status.get("programs") or {}).items():
         if p.get("degraded"):
-            h.problems.append(f"{name}: degraded ({_told(p.get('reason'))})")
-
-
-def _told(value: object) -> str:
-    """A value for a problem's words: `?` where the status does not tell it, never None."""
-    return "?" if value is None else str(value)
+            h.problems.append(f"{name}: degraded ({told(p.get('reason'))})")
 
 
 def _carries(data: dict[str, Any], key: str, program: str | None) -> bool:
@@ -200,7 +196,7 @@ def _wrong_node(running: str | None, wanted: str, known: Sequence[releases.Relea
         where = "behind" if have.key < want.key else "ahead"
         return (f"node: {where}: runs {have.version} ({running}), wanted {want.version} "
                 f"({wanted})")
-    return f"node: runs {_told(running)}, wanted {wanted}"
+    return f"node: runs {told(running)}, wanted {wanted}"
 
 
 def _age(status_ts: Any, read_at: Any, status_age: Any) -> float | None:
